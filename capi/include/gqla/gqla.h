@@ -1,0 +1,416 @@
+/*
+ * gqla.h — the public C99 interface of gqla.
+ *
+ * gqla owns the KV cache of LLM decoding and computes decode attention for
+ *   - GQA  (H query heads share G KV heads), and
+ *   - GQLA (group-query latent attention; DeepSeek MLA is the case G == H)
+ *     through two equivalent paths over the same weights: the per-group
+ *     expanded "GQA path" and the latent "absorb path".
+ *
+ * Conventions
+ *   - Every function returns a gqla_status (GQLA_OK == 0) except the trivial
+ *     getters gqla_version*, gqla_status_string, gqla_last_error_message.
+ *   - On failure a human-readable message naming the offending argument and
+ *     what was expected is stored thread-locally; read it with
+ *     gqla_last_error_message(). A successful call does not clear it.
+ *   - Structs passed by pointer start with `size_t struct_size`; set it to
+ *     sizeof(the struct) (the *_default()/_init() functions do). Fields added
+ *     later are appended, so old callers keep working.
+ *   - Tensors cross the ABI as gqla_tensor (DLPack-like: data pointer, dtype,
+ *     device, shape, strides in elements). Strides of outer dimensions may be
+ *     arbitrary (>= 1 element apart, non-overlapping); the innermost
+ *     dimension must be contiguous (stride 1).
+ *   - Failed calls change nothing: a failed append, fork, weight upload or
+ *     path switch leaves the session exactly as it was.
+ *
+ * Threading
+ *   A session serializes its own calls with an internal lock, so one session
+ *   may be used from several threads (calls then run one after another).
+ *   Distinct sessions are independent and run concurrently. The library has
+ *   no other global mutable state except the cached probe, which is computed
+ *   once under a lock.
+ *
+ * Ownership
+ *   The caller owns every buffer it passes; gqla copies what it keeps (cache
+ *   entries, weights) before returning. Pointers returned by gqla (strings)
+ *   are owned by gqla.
+ */
+#ifndef GQLA_GQLA_H
+#define GQLA_GQLA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#  define GQLA_API
+#elif defined(__GNUC__)
+#  define GQLA_API __attribute__((visibility("default")))
+#else
+#  define GQLA_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define GQLA_VERSION_MAJOR 1  /* ABI major: also the SONAME suffix (libgqla.so.1) */
+#define GQLA_VERSION_MINOR 0
+#define GQLA_VERSION_PATCH 0
+/* Encoded as major * 10000 + minor * 100 + patch. */
+#define GQLA_VERSION (GQLA_VERSION_MAJOR * 10000 + GQLA_VERSION_MINOR * 100 + GQLA_VERSION_PATCH)
+
+/* Runtime version of the loaded library, encoded like GQLA_VERSION. */
+GQLA_API int32_t gqla_version(void);
+/* Runtime version as "major.minor.patch"; static storage. */
+GQLA_API const char* gqla_version_string(void);
+
+/* ----------------------------------------------------------------- status */
+
+/* Values are pinned: they never change meaning between releases. */
+typedef enum gqla_status {
+    GQLA_OK = 0,
+    GQLA_ERR_INVALID_ARGUMENT = 1, /* NULL pointer, bad shape/dtype/stride, out-of-range value */
+    GQLA_ERR_OUT_OF_MEMORY = 2,    /* host or device allocation failed */
+    GQLA_ERR_CAPACITY = 3,         /* the page pool (token capacity) or a sized limit is exhausted */
+    GQLA_ERR_UNSUPPORTED = 4,      /* valid request this build/device cannot serve (e.g. CUDA absent) */
+    GQLA_ERR_NOT_FOUND = 5,        /* unknown sequence id */
+    GQLA_ERR_INVALID_STATE = 6,    /* call not allowed now (e.g. weights of the layer not set) */
+    GQLA_ERR_BACKEND = 7,          /* the backend (oneDNN, CUDA driver, cuBLAS) reported a failure */
+    GQLA_ERR_INTERNAL = 8          /* a bug in gqla; please report it */
+} gqla_status;
+
+/* Static English name of a status, e.g. "GQLA_ERR_CAPACITY: ...". Never NULL. */
+GQLA_API const char* gqla_status_string(gqla_status status);
+/* Message of the last failed gqla call on this thread ("" if none). The
+ * pointer stays valid until the next gqla call on this thread. */
+GQLA_API const char* gqla_last_error_message(void);
+
+/* ------------------------------------------------------------------ enums */
+
+typedef enum gqla_kind {
+    GQLA_KIND_GQA = 1,  /* plain grouped-query attention: cache K [G,D], V [G,Dv] per token */
+    GQLA_KIND_GQLA = 2  /* group-query latent attention: cache c [r], kr [d_r] per token */
+} gqla_kind;
+
+typedef enum gqla_dtype {
+    GQLA_DTYPE_F32 = 1,
+    GQLA_DTYPE_F16 = 2,
+    GQLA_DTYPE_BF16 = 3
+} gqla_dtype;
+
+typedef enum gqla_device_type {
+    GQLA_DEVICE_AUTO = 0, /* CUDA if the CUDA module loads and a GPU is visible, else CPU */
+    GQLA_DEVICE_CPU = 1,
+    GQLA_DEVICE_CUDA = 2
+} gqla_device_type;
+
+typedef enum gqla_path {
+    GQLA_PATH_AUTO = 0,  /* chosen by the roofline cost model (GQLA); GQA kind: always GQA */
+    GQLA_PATH_GQA = 1,   /* per-group expanded cache (GQLA) / the only path (GQA kind) */
+    GQLA_PATH_ABSORB = 2 /* MQA over the latent cache (GQLA only) */
+} gqla_path;
+
+/* ----------------------------------------------------------------- tensor */
+
+#define GQLA_MAX_DIMS 6
+
+typedef struct gqla_tensor {
+    size_t struct_size;       /* sizeof(gqla_tensor) */
+    void* data;               /* first element; host or device memory per `device` */
+    gqla_dtype dtype;
+    gqla_device_type device;  /* GQLA_DEVICE_CPU (host memory) or GQLA_DEVICE_CUDA */
+    int32_t device_index;     /* CUDA ordinal; ignored for CPU */
+    int32_t ndim;             /* 1..GQLA_MAX_DIMS */
+    int64_t shape[GQLA_MAX_DIMS];
+    int64_t strides[GQLA_MAX_DIMS]; /* in elements; innermost must be 1 */
+} gqla_tensor;
+
+/* Fill *t as a contiguous row-major host (GQLA_DEVICE_CPU) tensor.
+ * Errors: INVALID_ARGUMENT (t or shape NULL, ndim outside 1..GQLA_MAX_DIMS,
+ * a negative extent, unknown dtype). */
+GQLA_API gqla_status gqla_tensor_init(gqla_tensor* t, void* data, gqla_dtype dtype,
+                                      int32_t ndim, const int64_t* shape);
+
+/* ----------------------------------------------------------------- config */
+
+typedef struct gqla_config {
+    size_t struct_size;      /* sizeof(gqla_config) */
+    gqla_kind kind;
+
+    /* Heads. H % G == 0; query head h uses group h / (H / G). */
+    int32_t num_heads;       /* H */
+    int32_t num_kv_heads;    /* G: KV heads (GQA) or latent groups (GQLA) */
+
+    /* GQA kind dims */
+    int32_t head_dim;        /* D: query/key dim */
+    /* value dim: GQA Dv (0 = head_dim); GQLA d_v (required) */
+    int32_t value_dim;
+
+    /* GQLA kind dims */
+    int32_t latent_dim;      /* r (kv_lora_rank) */
+    int32_t nope_dim;        /* d_c (qk_nope_head_dim) */
+    int32_t rope_dim;        /* d_r (qk_rope_head_dim) */
+
+    int32_t num_layers;      /* >= 1 */
+
+    gqla_dtype cache_dtype;  /* storage of the KV cache (default BF16) */
+    gqla_dtype io_dtype;     /* dtype of k, v, c, kr, q and o tensors (default F32); lse is always F32 */
+    float softmax_scale;     /* 0 = default: 1/sqrt(D) (GQA), 1/sqrt(d_c + d_r) (GQLA) */
+
+    int32_t page_size;       /* tokens per page (default 64) */
+    int64_t max_tokens;      /* token capacity of the page pool, summed over sequences
+                                (0 = derive from memory_budget_bytes) */
+    int64_t memory_budget_bytes; /* used only when max_tokens == 0: bytes for the always-kept
+                                    cache (latent for GQLA, K/V for GQA) over all layers */
+    int32_t max_sequences;   /* live sequences at once (default 256) */
+    int32_t max_batch;       /* largest decode batch (default 256) */
+    int32_t max_q_len;       /* largest s_q per decode (default 16) */
+
+    gqla_device_type device; /* default AUTO */
+    int32_t device_index;    /* CUDA ordinal (default 0) */
+    gqla_path path;          /* initial path (default AUTO) */
+    int32_t num_threads;     /* CPU threads (0 = one per available core) */
+} gqla_config;
+
+/* Fill *cfg with defaults for `kind` (dims left 0: the caller must set them).
+ * Errors: INVALID_ARGUMENT (cfg NULL, unknown kind). */
+GQLA_API gqla_status gqla_config_default(gqla_config* cfg, gqla_kind kind);
+
+/* Check a config without creating anything. Errors: INVALID_ARGUMENT with a
+ * message naming the first bad field (e.g. "config.num_kv_heads: 5 does not
+ * divide num_heads 32"); UNSUPPORTED for a dtype/device this build lacks. */
+GQLA_API gqla_status gqla_config_validate(const gqla_config* cfg);
+
+/* ----------------------------------------------------------------- session */
+
+typedef struct gqla_session gqla_session;
+typedef int64_t gqla_seq_id;
+
+/* Create a session: validates cfg, chooses the device, allocates the page
+ * pool (and the expanded cache when the initial path is GQA for GQLA).
+ * Errors: INVALID_ARGUMENT, UNSUPPORTED (CUDA requested but unavailable),
+ * OUT_OF_MEMORY, BACKEND. On error *out is set to NULL. */
+GQLA_API gqla_status gqla_session_create(const gqla_config* cfg, gqla_session** out);
+
+/* Free everything the session owns. NULL-safe. Must not race other calls on
+ * the same session. */
+GQLA_API void gqla_session_destroy(gqla_session* session);
+
+/* The session's resolved config: device, num_threads, softmax_scale,
+ * max_tokens (rounded up to whole pages) and path filled in. */
+GQLA_API gqla_status gqla_session_get_config(const gqla_session* session, gqla_config* out);
+
+/* GQLA only: upload W_UKV of `layer`, shape [G*(d_c+d_v), r] row-major, laid
+ * out like DeepSeek's kv_b_proj.weight (per group: d_c rows of W_UK then d_v
+ * rows of W_UV). Any dtype, host or device memory. Copied (and packed) before
+ * return. Required before append/decode of that layer. Replacing weights of a
+ * layer that already has tokens re-expands its expanded cache when the GQA
+ * path is selected.
+ * Errors: INVALID_ARGUMENT (layer range, shape, strides, NULL), INVALID_STATE
+ * (GQA-kind session), OUT_OF_MEMORY, BACKEND. */
+GQLA_API gqla_status gqla_set_weights(gqla_session* session, int32_t layer, const gqla_tensor* w_ukv);
+
+/* ------------------------------------------------------------- sequences */
+
+/* New empty sequence; ids are never reused within a session.
+ * Errors: INVALID_ARGUMENT (out NULL), CAPACITY (max_sequences live). */
+GQLA_API gqla_status gqla_sequence_add(gqla_session* session, gqla_seq_id* out);
+
+/* Release a sequence and return its pages (shared pages when the last user
+ * goes). Errors: NOT_FOUND. */
+GQLA_API gqla_status gqla_sequence_release(gqla_session* session, gqla_seq_id seq);
+
+/* New sequence sharing all cached tokens of `parent` (all layers) without
+ * copying: pages are shared and copied on write when either side appends
+ * into a shared partial page. Errors: NOT_FOUND, CAPACITY, INVALID_ARGUMENT. */
+GQLA_API gqla_status gqla_sequence_fork(gqla_session* session, gqla_seq_id parent, gqla_seq_id* child);
+
+/* Cached tokens of `seq` in `layer`. Errors: NOT_FOUND, INVALID_ARGUMENT. */
+GQLA_API gqla_status gqla_sequence_length(const gqla_session* session, gqla_seq_id seq,
+                                          int32_t layer, int64_t* out_length);
+
+/* ----------------------------------------------------------------- append */
+
+/* Append n >= 1 tokens of one layer to one sequence.
+ *   GQA : a = k  [n, G, D],  b = v  [n, G, Dv]
+ *   GQLA: a = c  [n, r],     b = kr [n, d_r]   (RoPE already applied to kr)
+ * Tensors have dtype == config.io_dtype, host or (CUDA sessions) device memory.
+ * All-or-nothing. Errors: INVALID_ARGUMENT, NOT_FOUND, INVALID_STATE (GQLA
+ * weights of the layer not set), CAPACITY (pool exhausted: nothing appended),
+ * BACKEND. */
+GQLA_API gqla_status gqla_append(gqla_session* session, int32_t layer, gqla_seq_id seq,
+                                 const gqla_tensor* a, const gqla_tensor* b);
+
+/* Append to several sequences at once: sequence i receives counts[i] >= 0
+ * consecutive rows of a/b (rows packed in the order of seqs; total rows =
+ * sum(counts)). Shapes as gqla_append with n = sum(counts). A sequence id may
+ * not repeat. All-or-nothing over the whole call. */
+GQLA_API gqla_status gqla_append_batch(gqla_session* session, int32_t layer, int32_t num_seqs,
+                                       const gqla_seq_id* seqs, const int64_t* counts,
+                                       const gqla_tensor* a, const gqla_tensor* b);
+
+/* ----------------------------------------------------------------- decode */
+
+/* Decode attention of one layer for a batch of B sequences (lengths may
+ * differ), s_q >= 1 query tokens each. The queries are the LAST s_q tokens of
+ * each sequence: query i attends to cache positions j <= L - s_q + i.
+ *   q   [B, s_q, H, Dq]   Dq = D (GQA) or d_c + d_r (GQLA, nope part first)
+ *   o   [B, s_q, H, Dv]   written; Dv = value dim
+ *   lse [B, s_q, H] f32   optional (NULL): natural-log log-sum-exp of the
+ *                         scaled scores, for merging partial attentions.
+ * q and o have dtype config.io_dtype. A sequence may appear once per call.
+ * On a CUDA session the work is queued on the session's stream with no host
+ * synchronization and no allocation when q/o/lse are device tensors.
+ * Errors: INVALID_ARGUMENT (shapes, dtypes, strides, batch > max_batch,
+ * s_q > max_q_len, s_q > length of a sequence), NOT_FOUND, INVALID_STATE
+ * (weights missing), BACKEND. */
+GQLA_API gqla_status gqla_decode(gqla_session* session, int32_t layer, int32_t batch,
+                                 const gqla_seq_id* seqs, const gqla_tensor* q,
+                                 gqla_tensor* o, gqla_tensor* lse);
+
+/* ------------------------------------------------------------------- path */
+
+/* Select the decode path. GQA: expand the latent cache of every live
+ * sequence and layer into the per-group cache (needs weights of every layer
+ * that holds tokens). ABSORB: free the expanded cache. AUTO: let the cost
+ * model choose (now, and again when decode shapes change enough).
+ * GQA-kind sessions accept AUTO and GQA (no-ops) and reject ABSORB with
+ * INVALID_ARGUMENT. All-or-nothing. Errors: INVALID_ARGUMENT, INVALID_STATE,
+ * OUT_OF_MEMORY, BACKEND. */
+GQLA_API gqla_status gqla_select_path(gqla_session* session, gqla_path path);
+
+/* The path decode uses now (never AUTO) and, optionally, what was requested
+ * (requested may be NULL). */
+GQLA_API gqla_status gqla_get_path(const gqla_session* session, gqla_path* active, gqla_path* requested);
+
+/* ------------------------------------------------------------------ probe */
+
+/* ISA feature bits of gqla_probe_info.isa_flags */
+#define GQLA_ISA_SSE42      (1u << 0)
+#define GQLA_ISA_AVX        (1u << 1)
+#define GQLA_ISA_AVX2       (1u << 2)
+#define GQLA_ISA_FMA        (1u << 3)
+#define GQLA_ISA_F16C       (1u << 4)
+#define GQLA_ISA_AVX512F    (1u << 5)
+#define GQLA_ISA_AVX512BW   (1u << 6)
+#define GQLA_ISA_AVX512VL   (1u << 7)
+#define GQLA_ISA_AVX512BF16 (1u << 8)
+#define GQLA_ISA_AVX512FP16 (1u << 9)
+#define GQLA_ISA_AMX        (1u << 10)
+
+/* Probe flags */
+#define GQLA_PROBE_CALIBRATE (1u << 0) /* measure bandwidth and peak (cached per process) */
+
+typedef struct gqla_probe_info {
+    size_t struct_size;          /* sizeof(gqla_probe_info) */
+    gqla_device_type device;     /* CPU or CUDA */
+    int32_t device_index;
+    char vendor[64];             /* "AuthenticAMD", "NVIDIA", ... */
+    char name[128];              /* CPU model or GPU name */
+    /* CPU */
+    int32_t logical_cores;
+    int32_t physical_cores;
+    int32_t affinity_cores;      /* CPUs this process may run on */
+    uint64_t isa_flags;          /* GQLA_ISA_* (CPU) */
+    int32_t l1d_kb, l2_kb, l3_kb;
+    /* CUDA */
+    int32_t cc_major, cc_minor;
+    int32_t sm_count;
+    int32_t clock_mhz, mem_clock_mhz, bus_width_bits;
+    double mem_gb;
+    /* Roofline numbers used by the cost model */
+    double read_gbps;            /* memory read bandwidth, GB/s (1e9) */
+    double peak_gflops_f32;      /* FMA peak, all threads / SIMT f32 */
+    double peak_gflops_bf16;     /* tensor-core bf16 peak (CUDA); CPU: bf16 dot peak or f32 peak */
+    int32_t calibrated;          /* 1: read_gbps/peaks were measured, 0: estimated from specs */
+} gqla_probe_info;
+
+/* Number of devices of a type visible now (CPU: 1; CUDA: 0 when the module
+ * or a GPU is absent). */
+GQLA_API gqla_status gqla_device_count(gqla_device_type device, int32_t* out_count);
+
+/* Describe a device. Without GQLA_PROBE_CALIBRATE the numbers are estimated
+ * from specs (fast); with it they are measured once per process (<= 200 ms
+ * CPU, <= 300 ms CUDA) and cached. Errors: INVALID_ARGUMENT, UNSUPPORTED. */
+GQLA_API gqla_status gqla_probe(gqla_device_type device, int32_t device_index, uint32_t flags,
+                                gqla_probe_info* out);
+
+/* ------------------------------------------------------------------- cost */
+
+typedef struct gqla_workload {
+    size_t struct_size;   /* sizeof(gqla_workload) */
+    int32_t batch;        /* sequences per decode call */
+    int64_t context;      /* cached tokens per sequence (mean) */
+    int32_t q_len;        /* s_q */
+} gqla_workload;
+
+typedef enum gqla_bound {
+    GQLA_BOUND_MEMORY = 0,
+    GQLA_BOUND_COMPUTE = 1
+} gqla_bound;
+
+typedef struct gqla_path_cost {
+    double bytes;          /* bytes read + written by one decode step */
+    double flops;
+    double memory_s;       /* bytes / bandwidth */
+    double compute_s;      /* flops / peak */
+    double overhead_s;     /* fixed per-call overhead */
+    double time_s;         /* predicted: max(memory_s, compute_s) / efficiency + overhead_s */
+    gqla_bound bound;
+} gqla_path_cost;
+
+typedef struct gqla_cost_report {
+    size_t struct_size;        /* sizeof(gqla_cost_report) */
+    gqla_path_cost gqa;        /* GQA path (the only path of a GQA-kind config) */
+    gqla_path_cost absorb;     /* absorb path (zeros for GQA kind) */
+    gqla_path chosen;          /* what AUTO picks for this workload */
+    double expand_bytes;       /* one-time cost of building the expanded cache */
+    double expand_flops;
+    double expand_s;
+} gqla_cost_report;
+
+/* Predict both paths' cost of one decode step of `layer`-sized attention for
+ * workload w on `probe` (NULL: the probe of cfg->device). Pure: creates nothing.
+ * Errors: INVALID_ARGUMENT, UNSUPPORTED. */
+GQLA_API gqla_status gqla_predict_cost(const gqla_config* cfg, const gqla_probe_info* probe,
+                                       const gqla_workload* w, gqla_cost_report* out);
+
+/* The same for a live session, on its device's probe with its backend's
+ * measured efficiency factors. */
+GQLA_API gqla_status gqla_session_predict_cost(const gqla_session* session, const gqla_workload* w,
+                                               gqla_cost_report* out);
+
+/* ------------------------------------------------------------------ stats */
+
+typedef struct gqla_stats {
+    size_t struct_size;        /* sizeof(gqla_stats) */
+    gqla_device_type device;   /* device the session runs on */
+    gqla_path path;            /* active path */
+    int32_t page_size;
+    int64_t pages_total;
+    int64_t pages_used;
+    int64_t pages_free;
+    int64_t sequences;         /* live sequences */
+    int64_t tokens_cached;     /* sum over live sequences of their longest layer */
+    int64_t token_capacity_left; /* pages_free * page_size */
+    int64_t latent_bytes;      /* bytes of the always-kept cache (K/V or latent + kr), all layers */
+    int64_t expanded_bytes;    /* bytes of the expanded cache now allocated (0 on absorb) */
+    int64_t weight_bytes;      /* bytes of stored weights */
+    int64_t workspace_bytes;   /* scratch owned by the session */
+} gqla_stats;
+
+GQLA_API gqla_status gqla_session_stats(const gqla_session* session, gqla_stats* out);
+
+/* ----------------------------------------------------------------- stream */
+
+/* CUDA sessions: queue all later work on `stream` (a cudaStream_t; NULL = the
+ * legacy default stream). CPU sessions accept and ignore it. */
+GQLA_API gqla_status gqla_session_set_stream(gqla_session* session, void* stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* GQLA_GQLA_H */

@@ -1,0 +1,182 @@
+/*
+ * backend_api.h — the internal interface between the gqla core and a compute
+ * backend (CPU, built into libgqla.so; CUDA, a module libgqla_cuda.so loaded
+ * at run time with dlopen). Plain C so the module boundary does not depend on
+ * C++ ABI details. Versioned: the core refuses a module whose abi_version
+ * differs from GQLA_BACKEND_ABI_VERSION.
+ *
+ * Division of labour
+ *   core    : validates every argument, owns sequences, page tables, lengths,
+ *             the page allocator (ref-counted pages, copy-on-write), path
+ *             selection and all-or-nothing rollback. It never touches cache
+ *             memory.
+ *   backend : owns memory on its device (cache pools, weights, workspace),
+ *             writes cache rows, expands latents, copies pages and computes
+ *             decode attention. It trusts the core's validation.
+ *
+ * Cache layout (all pools allocated by the backend at create / enable time;
+ * P = page_size, "page" = a page id in [0, num_pages)). Element type is the
+ * cache dtype. One page id names the same token slots in every layer and in
+ * every pool.
+ *   GQA kind
+ *     K [layer][page][G][P][D]      V [layer][page][G][P][Dv]
+ *   GQLA kind (always)
+ *     C [layer][page][P][r]         KR [layer][page][P][d_r]
+ *   GQLA kind, expanded (only while enabled)
+ *     KC [layer][page][G][P][d_c]   VE [layer][page][G][P][d_v]
+ * Token t of a sequence lives in page page_table[t / P], slot t % P.
+ */
+#ifndef GQLA_CORE_BACKEND_API_H
+#define GQLA_CORE_BACKEND_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gqla/gqla.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GQLA_BACKEND_ABI_VERSION 1u
+
+/* Name of the function libgqla_cuda.so exports:
+ *   const gqla_backend_vtable* gqla_cuda_backend_get(uint32_t abi_version);
+ * It returns NULL when abi_version differs from the module's. */
+#define GQLA_CUDA_BACKEND_ENTRY "gqla_cuda_backend_get"
+
+/* A strided view of an activation tensor as the backend sees it: up to 4
+ * dims, strides in elements, innermost stride 1 (checked by the core). The
+ * pointer is in the memory space `on_device` says (1: the backend's device
+ * memory, 0: host memory; a CUDA backend copies host inputs itself). */
+typedef struct gqla_view {
+    void* data;
+    gqla_dtype dtype;
+    int32_t on_device;
+    int32_t ndim;
+    int64_t shape[4];
+    int64_t strides[4];
+} gqla_view;
+
+/* Everything the backend needs to size itself; fixed for a session's life. */
+typedef struct gqla_backend_desc {
+    gqla_kind kind;
+    int32_t num_heads, num_kv_heads;     /* H, G */
+    int32_t head_dim, value_dim;         /* GQA: D, Dv. GQLA: value_dim = d_v */
+    int32_t latent_dim, nope_dim, rope_dim; /* GQLA: r, d_c, d_r */
+    int32_t num_layers;
+    gqla_dtype cache_dtype, io_dtype;
+    float softmax_scale;                 /* resolved (never 0) */
+    int32_t page_size;
+    int64_t num_pages;
+    int32_t max_sequences, max_batch, max_q_len;
+    int32_t device_index;
+    int32_t num_threads;                 /* resolved (>= 1) */
+} gqla_backend_desc;
+
+/* One sequence's slice of an append call. */
+typedef struct gqla_append_item {
+    const int32_t* page_table;  /* host; covers positions [0, start + count) */
+    int32_t slot;               /* stable per-session index of the sequence, < max_sequences */
+    int64_t start;              /* first position written (old length of this layer) */
+    int64_t count;              /* rows written */
+    int64_t row_offset;         /* first row of a/b for this sequence */
+} gqla_append_item;
+
+typedef struct gqla_append_args {
+    int32_t layer;
+    int32_t num_items;
+    const gqla_append_item* items;
+    gqla_view a;                /* GQA: k [n,G,D]; GQLA: c [n,r] */
+    gqla_view b;                /* GQA: v [n,G,Dv]; GQLA: kr [n,d_r] */
+    int32_t write_expanded;     /* GQLA: also write KC/VE rows (expanded cache enabled) */
+} gqla_append_args;
+
+/* Build expanded rows from the latent for positions [start, start+count) of
+ * each item (used when the GQA path is switched on or weights change). */
+typedef struct gqla_expand_args {
+    int32_t layer;
+    int32_t num_items;
+    const gqla_append_item* items; /* row_offset unused */
+} gqla_expand_args;
+
+typedef struct gqla_decode_seq {
+    const int32_t* page_table;  /* host */
+    int32_t num_pages;          /* entries in page_table */
+    int32_t slot;
+    int64_t length;             /* cached tokens of this layer (>= q_len) */
+} gqla_decode_seq;
+
+typedef struct gqla_decode_args {
+    int32_t layer;
+    gqla_path path;             /* GQA or ABSORB (never AUTO) */
+    int32_t batch;
+    int32_t q_len;              /* s_q */
+    const gqla_decode_seq* seqs;
+    gqla_view q;                /* [B, s_q, H, Dq] */
+    gqla_view o;                /* [B, s_q, H, Dv] */
+    gqla_view lse;              /* [B, s_q, H] f32; data == NULL when not wanted */
+} gqla_decode_args;
+
+/* Status codes are gqla_status values. On failure a backend stores a message
+ * retrievable with error_message(ctx) (or, for create, writes it to err). */
+typedef struct gqla_backend_vtable {
+    uint32_t abi_version;        /* GQLA_BACKEND_ABI_VERSION */
+    uint32_t struct_size;        /* sizeof(gqla_backend_vtable) */
+    const char* name;            /* "cpu", "cuda" */
+    gqla_device_type device;
+
+    /* Devices this backend can drive now (CUDA: visible GPUs). */
+    gqla_status (*device_count)(int32_t* out);
+    /* Fill a probe of device `index`; flags: GQLA_PROBE_*. */
+    gqla_status (*probe)(int32_t index, uint32_t flags, gqla_probe_info* out);
+
+    gqla_status (*create)(const gqla_backend_desc* desc, void** out_ctx, char* err, size_t err_len);
+    void (*destroy)(void* ctx);
+    const char* (*error_message)(void* ctx);
+
+    /* Bytes the backend holds now: [0] always-kept cache, [1] expanded cache,
+     * [2] weights, [3] workspace. */
+    void (*memory_usage)(void* ctx, int64_t out_bytes[4]);
+
+    /* GQLA: store W_UKV [G*(d_c+d_v), r] of a layer (converted/packed as the
+     * backend likes). The previous weights stay valid if this fails. */
+    gqla_status (*set_weights)(void* ctx, int32_t layer, const gqla_view* w);
+
+    /* GQLA: allocate (enable=1) or free (enable=0) the expanded pools. Enable
+     * fails with OUT_OF_MEMORY leaving nothing allocated. */
+    gqla_status (*set_expanded)(void* ctx, int32_t enable);
+
+    gqla_status (*append)(void* ctx, const gqla_append_args* args);
+    gqla_status (*expand)(void* ctx, const gqla_expand_args* args);
+
+    /* Copy pages src[i] -> dst[i] in every layer and every allocated pool
+     * (copy-on-write of shared partial pages). */
+    gqla_status (*copy_pages)(void* ctx, int32_t n, const int32_t* src, const int32_t* dst);
+
+    /* Called by the core after a sequence's page table or lengths changed
+     * (append, fork, copy-on-write, release with num_pages = 0). lengths has
+     * num_layers entries. Backends that keep device-side tables (CUDA graph
+     * replay) mirror them here; others may ignore it (NULL allowed). */
+    gqla_status (*update_sequence)(void* ctx, int32_t slot, const int32_t* page_table,
+                                   int32_t num_pages, const int64_t* lengths);
+
+    gqla_status (*decode)(void* ctx, const gqla_decode_args* args);
+
+    /* CUDA: stream for later work; CPU: ignore. NULL allowed. */
+    gqla_status (*set_stream)(void* ctx, void* stream);
+
+    /* Multiplicative efficiency factors (achieved / roofline, 0..1] the cost
+     * model applies per path: [0] GQA path, [1] absorb path; plus a fixed
+     * per-call overhead in seconds. NULL allowed (defaults used). */
+    void (*efficiency)(const gqla_backend_desc* desc, double out_eff[2], double* out_overhead_s);
+} gqla_backend_vtable;
+
+/* The CPU backend, linked into libgqla.so. */
+const gqla_backend_vtable* gqla_cpu_backend(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GQLA_CORE_BACKEND_API_H */

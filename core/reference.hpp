@@ -1,0 +1,30 @@
+// Float64 reference of SPEC §1: the oracle every backend, test, benchmark and
+// the demo compares against. Dense, single-sequence, deliberately simple
+// (no paging, no blocking, no shortcuts) so it is easy to trust.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gqla::ref {
+
+// GQA decode of one sequence.
+//   q [s_q, H, D], K [L, G, D], V [L, G, Dv]  ->  o [s_q, H, Dv], lse [s_q, H]
+// Query i sits at position L - s_q + i and attends to j <= L - s_q + i.
+// lse may be nullptr.
+void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale,
+                const double* q, const double* K, const double* V, double* o, double* lse);
+
+// GQLA decode of one sequence, straight from the definition of SPEC §1.2
+// (keys/values formed per group from the latent; neither path's algebra).
+//   q [s_q, H, d_c + d_r] (nope part first), W [G*(d_c+d_v), r] (kv_b_proj
+//   layout), C [L, r], KR [L, d_r]  ->  o [s_q, H, d_v], lse [s_q, H]
+void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale,
+                 const double* q, const double* W, const double* C, const double* KR,
+                 double* o, double* lse);
+
+// ||a - ref|| / ||ref|| (L2 over n elements); returns +inf if a has a NaN/inf.
+double rel_l2(const double* a, const double* ref, size_t n);
+double rel_l2(const float* a, const double* ref, size_t n);
+
+}  // namespace gqla::ref
