@@ -165,6 +165,8 @@ typedef struct gqla_backend_vtable {
 
     /* CUDA: stream for later work; CPU: ignore. NULL allowed. */
     gqla_status (*set_stream)(void* ctx, void* stream);
+    /* Wait for queued work. NULL allowed (synchronous backend). */
+    gqla_status (*synchronize)(void* ctx);
 
     /* Multiplicative efficiency factors (achieved / roofline, 0..1] the cost
      * model applies per path: [0] GQA path, [1] absorb path; plus a fixed

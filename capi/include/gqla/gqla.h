@@ -409,6 +409,11 @@ GQLA_API gqla_status gqla_session_stats(const gqla_session* session, gqla_stats*
  * legacy default stream). CPU sessions accept and ignore it. */
 GQLA_API gqla_status gqla_session_set_stream(gqla_session* session, void* stream);
 
+/* Block until all work queued by this session has finished (CUDA: the
+ * session's stream; CPU: returns at once since CPU calls are synchronous).
+ * Errors: INVALID_ARGUMENT, BACKEND. */
+GQLA_API gqla_status gqla_session_synchronize(gqla_session* session);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
