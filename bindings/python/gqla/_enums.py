@@ -1,0 +1,57 @@
+"""String names of the C enums, as the Python API spells them."""
+
+from . import _errors
+
+KIND = {"gqa": 1, "gqla": 2}
+DTYPE = {"f32": 1, "f16": 2, "bf16": 3}
+DEVICE = {"auto": 0, "cpu": 1, "cuda": 2}
+PATH = {"auto": 0, "gqa": 1, "absorb": 2}
+
+# Spellings users bring from numpy / torch.
+_DTYPE_ALIASES = {
+    "float32": "f32", "fp32": "f32", "float": "f32",
+    "float16": "f16", "fp16": "f16", "half": "f16",
+    "bfloat16": "bf16",
+}
+
+ISA_FLAGS = {
+    "sse4.2": 1 << 0, "avx": 1 << 1, "avx2": 1 << 2, "fma": 1 << 3, "f16c": 1 << 4,
+    "avx512f": 1 << 5, "avx512bw": 1 << 6, "avx512vl": 1 << 7, "avx512_bf16": 1 << 8,
+    "avx512_fp16": 1 << 9, "amx": 1 << 10,
+}
+
+
+def _lookup(table, value, what):
+    key = str(value).lower()
+    if key not in table:
+        raise _errors.InvalidArgument(
+            f"{what}: {value!r} is not one of {', '.join(sorted(table))}")
+    return table[key]
+
+
+def dtype_code(value, what):
+    """'f32'/'f16'/'bf16' (or numpy/torch spellings) -> gqla_dtype."""
+    name = str(value).lower().replace("torch.", "")
+    return _lookup(DTYPE, _DTYPE_ALIASES.get(name, name), what)
+
+
+def path_code(value, what="path"):
+    return _lookup(PATH, value, what)
+
+
+def device_code(value, what="device"):
+    """'auto', 'cpu', 'cuda' or 'cuda:N' -> (gqla_device_type, index)."""
+    text = str(value).lower()
+    name, _, index = text.partition(":")
+    code = _lookup(DEVICE, name, what)
+    if index and (code != DEVICE["cuda"] or not index.isdigit()):
+        raise _errors.InvalidArgument(f"{what}: {value!r}; an index is written 'cuda:N'")
+    return code, int(index or 0)
+
+
+def name_of(table, code):
+    """Reverse lookup: the string name of an integer code."""
+    for name, value in table.items():
+        if value == code:
+            return name
+    return str(code)

@@ -1,0 +1,226 @@
+#include "session_object.hpp"
+
+#include "status_error.hpp"
+#include "struct_dicts.hpp"
+#include "tensor_arg.hpp"
+
+#include <pybind11/numpy.h>
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace gqla_py {
+namespace {
+
+// A list of int64 ids or counts: a contiguous int64 numpy array is used in
+// place, anything else iterable is copied (B is small).
+class int64_list {
+public:
+    int64_list(py::handle object, const char* name) {
+        if (py::isinstance<py::array_t<int64_t>>(object)) {
+            auto array = py::reinterpret_borrow<py::array>(object);
+            if (array.ndim() == 1 && (array.flags() & py::array::c_style)) {
+                data_ = static_cast<const int64_t*>(array.data());
+                size_ = array.shape(0);
+                keep_alive_ = std::move(array);
+                return;
+            }
+        }
+        if (!py::isinstance<py::sequence>(object) && !py::isinstance<py::array>(object) &&
+            !py::hasattr(object, "__iter__")) {
+            invalid_argument(std::string(name) + ": expected a sequence of integers");
+        }
+        for (py::handle item : object) {
+            try {
+                copy_.push_back(item.cast<int64_t>());
+            } catch (const py::cast_error&) {
+                invalid_argument(std::string(name) + ": expected integers, got " +
+                                 py::repr(item).cast<std::string>());
+            }
+        }
+        data_ = copy_.data();
+        size_ = static_cast<int64_t>(copy_.size());
+    }
+    const int64_t* data() const { return data_; }
+    int32_t size() const { return static_cast<int32_t>(size_); }
+
+private:
+    const int64_t* data_ = nullptr;
+    int64_t size_ = 0;
+    std::vector<int64_t> copy_;
+    py::object keep_alive_;
+};
+
+[[noreturn]] void throw_closed() {
+    throw status_error(GQLA_ERR_INVALID_STATE, "session: the session is closed");
+}
+
+}  // namespace
+
+template <typename Call>
+gqla_status session_object::locked(Call&& call) const {
+    std::shared_lock<std::shared_mutex> lock(lifetime_);
+    if (handle_ == nullptr) throw_closed();
+    return call(handle_);
+}
+
+session_object::session_object(const py::dict& config_fields) {
+    const gqla_config config = config_from_dict(config_fields);
+    gqla_session* handle = nullptr;
+    {
+        py::gil_scoped_release no_gil;  // may allocate a large pool or start a GPU context
+        check(gqla_session_create(&config, &handle));
+    }
+    gqla_config resolved{};
+    resolved.struct_size = sizeof(resolved);
+    const gqla_status status = gqla_session_get_config(handle, &resolved);
+    if (status != GQLA_OK) {
+        const std::string message = gqla_last_error_message();
+        gqla_session_destroy(handle);
+        throw status_error(status, message);
+    }
+    handle_ = handle;
+    kind_ = resolved.kind;
+    device_index_ = resolved.device_index;
+}
+
+session_object::~session_object() {
+    gqla_session_destroy(handle_);
+}
+
+void session_object::close() {
+    py::gil_scoped_release no_gil;  // wait for calls in other threads without blocking them
+    std::unique_lock<std::shared_mutex> lock(lifetime_);
+    gqla_session_destroy(handle_);
+    handle_ = nullptr;
+}
+
+py::dict session_object::config() const {
+    gqla_config resolved{};
+    resolved.struct_size = sizeof(resolved);
+    check(locked([&](gqla_session* s) { return gqla_session_get_config(s, &resolved); }));
+    return config_to_dict(resolved);
+}
+
+void session_object::set_weights(int32_t layer, py::handle w_ukv) {
+    tensor_request request{"w_ukv"};
+    request.cuda_device_index = device_index_;
+    request.cuda_stream = stream_;
+    tensor_arg w(w_ukv, request);
+    py::gil_scoped_release no_gil;
+    check(locked([&](gqla_session* s) { return gqla_set_weights(s, layer, w.get()); }));
+}
+
+int64_t session_object::add_sequence() {
+    gqla_seq_id id = 0;
+    check(locked([&](gqla_session* s) { return gqla_sequence_add(s, &id); }));
+    return id;
+}
+
+void session_object::release(int64_t seq) {
+    check(locked([&](gqla_session* s) { return gqla_sequence_release(s, seq); }));
+}
+
+int64_t session_object::fork(int64_t parent) {
+    gqla_seq_id child = 0;
+    py::gil_scoped_release no_gil;  // may copy a partial page
+    check(locked([&](gqla_session* s) { return gqla_sequence_fork(s, parent, &child); }));
+    return child;
+}
+
+int64_t session_object::length(int64_t seq, int32_t layer) const {
+    int64_t n = 0;
+    check(locked([&](gqla_session* s) { return gqla_sequence_length(s, seq, layer, &n); }));
+    return n;
+}
+
+void session_object::append(int32_t layer, int64_t seq, py::handle a, py::handle b) {
+    const bool latent = kind_ == GQLA_KIND_GQLA;
+    tensor_request ra{latent ? "c" : "k"}, rb{latent ? "kr" : "v"};
+    ra.cuda_device_index = rb.cuda_device_index = device_index_;
+    ra.cuda_stream = rb.cuda_stream = stream_;
+    tensor_arg ta(a, ra), tb(b, rb);
+    py::gil_scoped_release no_gil;
+    check(locked([&](gqla_session* s) { return gqla_append(s, layer, seq, ta.get(), tb.get()); }));
+}
+
+void session_object::append_batch(int32_t layer, py::handle seqs, py::handle counts, py::handle a,
+                                  py::handle b) {
+    const bool latent = kind_ == GQLA_KIND_GQLA;
+    int64_list ids(seqs, "seqs"), n(counts, "counts");
+    if (ids.size() != n.size()) {
+        invalid_argument("counts: " + std::to_string(n.size()) + " entries for " +
+                         std::to_string(ids.size()) + " sequences");
+    }
+    tensor_request ra{latent ? "c" : "k"}, rb{latent ? "kr" : "v"};
+    ra.cuda_device_index = rb.cuda_device_index = device_index_;
+    ra.cuda_stream = rb.cuda_stream = stream_;
+    tensor_arg ta(a, ra), tb(b, rb);
+    py::gil_scoped_release no_gil;
+    check(locked([&](gqla_session* s) {
+        return gqla_append_batch(s, layer, ids.size(), ids.data(), n.data(), ta.get(), tb.get());
+    }));
+}
+
+void session_object::decode(int32_t layer, py::handle seqs, py::handle q, py::handle o,
+                            py::handle lse) {
+    int64_list ids(seqs, "seqs");
+    tensor_request rq{"q"}, ro{"out"}, rl{"lse"};
+    rq.cuda_device_index = ro.cuda_device_index = rl.cuda_device_index = device_index_;
+    rq.cuda_stream = ro.cuda_stream = rl.cuda_stream = stream_;
+    ro.writable = rl.writable = true;
+    tensor_arg tq(q, rq), to(o, ro);
+    std::optional<tensor_arg> tl;
+    if (!lse.is_none()) tl.emplace(lse, rl);
+    gqla_tensor* lse_tensor = tl ? tl->get() : nullptr;
+    py::gil_scoped_release no_gil;
+    check(locked([&](gqla_session* s) {
+        return gqla_decode(s, layer, ids.size(), ids.data(), tq.get(), to.get(), lse_tensor);
+    }));
+}
+
+void session_object::select_path(int path) {
+    py::gil_scoped_release no_gil;  // may expand the whole cache
+    check(locked([&](gqla_session* s) { return gqla_select_path(s, static_cast<gqla_path>(path)); }));
+}
+
+py::tuple session_object::get_path() const {
+    gqla_path active = GQLA_PATH_AUTO, requested = GQLA_PATH_AUTO;
+    check(locked([&](gqla_session* s) { return gqla_get_path(s, &active, &requested); }));
+    return py::make_tuple(static_cast<int>(active), static_cast<int>(requested));
+}
+
+py::dict session_object::predict_cost(int32_t batch, int64_t context, int32_t q_len) const {
+    gqla_workload w{};
+    w.struct_size = sizeof(w);
+    w.batch = batch;
+    w.context = context;
+    w.q_len = q_len;
+    gqla_cost_report report{};
+    report.struct_size = sizeof(report);
+    check(locked([&](gqla_session* s) { return gqla_session_predict_cost(s, &w, &report); }));
+    return cost_report_to_dict(report);
+}
+
+py::dict session_object::stats() const {
+    gqla_stats stats{};
+    stats.struct_size = sizeof(stats);
+    check(locked([&](gqla_session* s) { return gqla_session_stats(s, &stats); }));
+    return stats_to_dict(stats);
+}
+
+void session_object::set_stream(std::intptr_t stream) {
+    check(locked([&](gqla_session* s) { return gqla_session_set_stream(s, reinterpret_cast<void*>(stream)); }));
+    stream_ = stream;
+}
+
+void session_object::synchronize() {
+    py::gil_scoped_release no_gil;
+    check(locked([&](gqla_session* s) { return gqla_session_synchronize(s); }));
+}
+
+}  // namespace gqla_py

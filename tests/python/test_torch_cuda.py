@@ -1,0 +1,88 @@
+"""GPU tests through torch tensors (skipped without torch, CUDA, or the
+gqla CUDA module): zero-copy device tensors, outputs allocated on q's
+device, the current torch stream honoured, and results against the float64
+reference."""
+
+import numpy as np
+import pytest
+
+import gqla
+import cases
+import reference as ref
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or gqla.device_count("cuda") == 0,
+    reason="needs torch with CUDA and the gqla CUDA module")
+
+
+def to_torch(x, dtype=torch.float32):
+    return torch.from_numpy(np.ascontiguousarray(x, np.float32)).to("cuda", dtype)
+
+
+@pytest.mark.parametrize("path", ["gqa", "absorb"])
+@pytest.mark.parametrize("cache_dtype", ["f32", "bf16"])
+def test_gqla_decode_on_gpu(rng, path, cache_dtype):
+    config = gqla.Config.gqla(**cases.ODD_GQLA, device="cuda", path=path,
+                              cache_dtype=cache_dtype, page_size=16)
+    filled = cases.Filled(gqla.Session(config), rng)
+    with filled.session as s:
+        w = (rng.standard_normal((3 * (96 + 80), 384)) / np.sqrt(384)).astype(np.float32)
+        filled.weights[0] = w
+        s.set_weights(0, to_torch(w))
+        seqs = []
+        for n in (1, 17, 200):
+            seq = s.add_sequence()
+            a, b = filled.random_rows(n)
+            s.append(0, seq, to_torch(a), to_torch(b))
+            filled.record(seq, 0, a, b)
+            seqs.append(seq)
+        q = filled.random_queries(len(seqs), 1)
+        o, lse = s.decode(0, seqs, to_torch(q), return_lse=True)
+        assert o.is_cuda and o.dtype == torch.float32 and lse.is_cuda
+        o_ref, lse_ref = filled.reference(seqs, q)
+        assert ref.relative_error(o.cpu().numpy(), o_ref) <= ref.TOLERANCE[cache_dtype]
+        assert ref.relative_error(lse.cpu().numpy(), lse_ref) <= max(ref.TOLERANCE[cache_dtype], 1e-5)
+
+
+def test_bf16_io_out_in_place_and_stream(rng):
+    config = gqla.Config.gqa(num_heads=8, num_kv_heads=2, head_dim=64, device="cuda",
+                             io_dtype="bf16", cache_dtype="bf16")
+    with gqla.Session(config) as s:
+        seq = s.add_sequence()
+        k = torch.randn(50, 2, 64, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(50, 2, 64, device="cuda", dtype=torch.bfloat16)
+        s.append(0, seq, k, v)
+        q = torch.randn(1, 2, 8, 64, device="cuda", dtype=torch.bfloat16)
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            out = torch.full((1, 2, 8, 64), float("nan"), device="cuda", dtype=torch.bfloat16)
+            pointer = out.data_ptr()
+            o = s.decode(0, [seq], q, out=out)
+            assert s._s.stream == stream.cuda_stream
+        stream.synchronize()
+        assert o is out and out.data_ptr() == pointer and not out.isnan().any()
+        # Reference: causal SDPA over the cache (the last s_q positions query).
+        kk = k.float().permute(1, 0, 2).repeat_interleave(4, 0)
+        vv = v.float().permute(1, 0, 2).repeat_interleave(4, 0)
+        qq = q.float()[0].permute(1, 0, 2)
+        scores = qq @ kk.transpose(1, 2) / 8.0
+        mask = torch.arange(50, device="cuda")[None, :] <= (48 + torch.arange(2, device="cuda"))[:, None]
+        expected = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ vv
+        err = (out.float()[0].permute(1, 0, 2) - expected).norm() / expected.norm()
+        assert err.item() <= 1e-2
+
+
+def test_strided_device_view(rng):
+    config = gqla.Config.gqa(num_heads=4, num_kv_heads=2, head_dim=32, device="cuda", cache_dtype="f32")
+    with gqla.Session(config) as s:
+        seq = s.add_sequence()
+        kv = torch.randn(10, 2, 2, 32, device="cuda")
+        s.append(0, seq, kv[:, :, 0], kv[:, :, 1])  # strided views, no copy
+        q_big = torch.randn(1, 1, 4, 48, device="cuda")
+        q_view = q_big[..., 8:40]
+        assert gqla._gqla.describe_tensor(q_view)["data"] == q_view.data_ptr()
+        o = s.decode(0, [seq], q_view)
+        o2 = s.decode(0, [seq], q_view.contiguous())
+        torch.cuda.synchronize()
+        assert torch.equal(o, o2)
