@@ -13,13 +13,57 @@ struct Efficiency {
     double gqa = 0.8;
     double absorb = 0.6;
     double overhead_s = 5e-6;
+    // Achieved/roofline of the one-time expansion GEMM ([n, r] x [r, G*(d_c+d_v)]);
+    // backends do not report it, so it keeps this default.
+    double expand = 0.7;
 };
+
+// Defaults for a device before its backend reports its own factors:
+//   CPU : GQA path 0.7, absorb 0.6 (the absorb path adds two small GEMMs and a
+//         long r-wide dot product per head and token, which reach less of the
+//         roofline in SIMD code), 15 us per call (fork/join of the thread team).
+//   CUDA: GQA path 0.8, absorb 0.7 (both are single fused kernels; absorb
+//         also runs the projections through cuBLAS), 8 us per call (a few
+//         kernel launches).
+Efficiency default_efficiency(gqla_device_type device);
+
+// Storage dtype of W_UKV as the backend of `device` keeps it, which prices the
+// absorb path's weight traffic: the CPU backend packs weights as f32 for its
+// GEMMs; the CUDA backend stores them in the cache dtype (16-bit tensor-core
+// operands for bf16/f16 caches, f32 otherwise).
+gqla_dtype weight_storage_dtype(const gqla_config& cfg, gqla_device_type device);
+
+// Peak FLOP/s (1e9) the cost model prices compute with: CUDA uses the tensor
+// (bf16) peak for 16-bit caches and the f32 peak otherwise; CPU the f32 peak.
+double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe);
 
 // Bytes and FLOPs of one decode step for both paths and the one-time cost of
 // expanding the cache, priced on `probe`. cfg must be valid (dims resolved:
 // value_dim, softmax_scale may be 0). Pure function.
+//   GQA path: the expanded cache KC+VE (G*(d_c+d_v) per token) plus kr once
+//     (d_r per token) in the cache dtype; GQA kind: K+V (G*(D+Dv)).
+//   absorb:   the latent cache c+kr (r+d_r per token) plus W_UK and W_UV
+//     (G*(d_c+d_v)*r, weight_storage_dtype) once per step.
+//   both:     q read and o written in io_dtype (lse is ignored: 4 bytes per
+//     head and token, never significant).
+// The cache of each sequence is read once per step for all s_q query tokens;
+// FLOPs scale with s_q (each query token sees about `context` tokens; the
+// causal triangle of s_q << context is neglected). The expansion covers the
+// batch * context cached tokens of one layer.
+// The probe must carry positive read_gbps and peak FLOP/s.
 gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& probe,
                               const gqla_workload& w, const Efficiency& eff);
+
+// One-time cost of building the expanded cache of `tokens` cached tokens of
+// one layer: read the latent, write KC+VE, GEMM FLOPs 2*r*G*(d_c+d_v) per
+// token (plus reading W_UKV once). Zero for the GQA kind.
+struct ExpansionCost {
+    double bytes = 0;
+    double flops = 0;
+    double seconds = 0;
+};
+ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& probe, int64_t tokens,
+                             const Efficiency& eff);
 
 // AUTO for GQLA sessions: picks a path per decode shape bucket (batch, context,
 // s_q rounded to powers of two), switches only when the other path is
@@ -31,21 +75,42 @@ public:
     PathPolicy(const gqla_config& cfg, const gqla_probe_info& probe, const Efficiency& eff);
 
     // Path to use for a decode of this shape, given the active one.
-    // `cached_tokens` is the session's total cached tokens (prices expansion).
+    // `cached_tokens` is the session's total cached tokens (prices expansion):
+    // tokens of one layer summed over live sequences, since the gain it is
+    // weighed against is that of one layer's decode call (both scale with the
+    // number of layers, so comparing one layer is exact). active == AUTO (no
+    // path yet) returns the better path at once, amortization included.
     gqla_path choose(int32_t batch, int64_t mean_context, int32_t q_len,
                      gqla_path active, int64_t cached_tokens);
 
     // Path for a session with no decode history yet (batch 1, context 4096, s_q 1).
+    // Absorb unless the GQA path is faster by the hysteresis margin: the latent
+    // cache is kept anyway, the expanded one costs memory and append work.
     gqla_path initial() const;
 
     static constexpr double kHysteresis = 0.10;   // other path must be >= 10% faster
+    // Consecutive calls of a bucket that must agree before the path switches.
+    static constexpr int32_t kRequiredVotes = 2;
+    static constexpr int kBuckets = 64;
+
+    // Decode steps still expected at a shape: a sequence seen `mean_context`
+    // tokens into its life is, on average, half way (tokens yet to come ~
+    // tokens so far), and each step consumes q_len tokens. At least 1.
+    static double expected_remaining_steps(int64_t mean_context, int32_t q_len);
+
 private:
+    // Best path for the shape ignoring history: the other path must beat
+    // `active` by the margin, and a switch to GQA must pay for its expansion.
+    gqla_path verdict(int32_t batch, int64_t mean_context, int32_t q_len, gqla_path active,
+                      int64_t cached_tokens) const;
+    static uint32_t bucket_key(int32_t batch, int64_t mean_context, int32_t q_len);
+
     gqla_config cfg_;
     gqla_probe_info probe_;
     Efficiency eff_;
     // bucket state kept small and fixed-size (no allocation on the decode path)
     struct Bucket { uint32_t key = 0; int32_t votes = 0; gqla_path best = GQLA_PATH_AUTO; };
-    Bucket buckets_[64];
+    Bucket buckets_[kBuckets];
 };
 
 }  // namespace gqla

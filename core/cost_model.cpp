@@ -1,0 +1,137 @@
+// Roofline prices of one decode step (SPEC §1.3). All counts are doubles:
+// products like batch * context * H * r overflow 32 bits and lose nothing
+// that matters in 53 bits of mantissa.
+#include "core/cost_model.hpp"
+
+#include <algorithm>
+
+#include "core/dtype.hpp"
+
+namespace gqla {
+
+namespace {
+
+struct Dims {
+    double H, G, r, d_c, d_r, d_v, D, Dv;
+};
+
+Dims dims_of(const gqla_config& cfg) {
+    Dims d{};
+    d.H = cfg.num_heads;
+    d.G = cfg.num_kv_heads;
+    d.r = cfg.latent_dim;
+    d.d_c = cfg.nope_dim;
+    d.d_r = cfg.rope_dim;
+    d.d_v = cfg.value_dim;
+    d.D = cfg.head_dim;
+    d.Dv = cfg.value_dim > 0 ? cfg.value_dim : cfg.head_dim;  // GQA kind: 0 = head_dim
+    return d;
+}
+
+double bytes_per_second(const gqla_probe_info& probe) { return probe.read_gbps * 1e9; }
+
+gqla_path_cost price(double bytes, double flops, double efficiency, double overhead_s,
+                     const gqla_probe_info& probe, double peak_flops) {
+    gqla_path_cost c{};
+    c.bytes = bytes;
+    c.flops = flops;
+    c.memory_s = bytes / bytes_per_second(probe);
+    c.compute_s = flops / peak_flops;
+    c.overhead_s = overhead_s;
+    c.time_s = std::max(c.memory_s, c.compute_s) / efficiency + overhead_s;
+    c.bound = c.compute_s > c.memory_s ? GQLA_BOUND_COMPUTE : GQLA_BOUND_MEMORY;
+    return c;
+}
+
+}  // namespace
+
+Efficiency default_efficiency(gqla_device_type device) {
+    Efficiency e;
+    if (device == GQLA_DEVICE_CUDA) {
+        e.gqa = 0.8;
+        e.absorb = 0.7;
+        e.overhead_s = 8e-6;
+    } else {
+        e.gqa = 0.7;
+        e.absorb = 0.6;
+        e.overhead_s = 15e-6;
+    }
+    return e;
+}
+
+gqla_dtype weight_storage_dtype(const gqla_config& cfg, gqla_device_type device) {
+    return device == GQLA_DEVICE_CUDA ? cfg.cache_dtype : GQLA_DTYPE_F32;
+}
+
+double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe) {
+    const bool sixteen_bit = cfg.cache_dtype == GQLA_DTYPE_BF16 || cfg.cache_dtype == GQLA_DTYPE_F16;
+    if (probe.device == GQLA_DEVICE_CUDA && sixteen_bit && probe.peak_gflops_bf16 > 0)
+        return probe.peak_gflops_bf16;
+    return probe.peak_gflops_f32;
+}
+
+ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& probe, int64_t tokens,
+                             const Efficiency& eff) {
+    ExpansionCost e;
+    if (cfg.kind != GQLA_KIND_GQLA || tokens <= 0) return e;
+    const Dims d = dims_of(cfg);
+    const double n = static_cast<double>(tokens);
+    const double cache_elem = static_cast<double>(dtype_size(cfg.cache_dtype));
+    const double weight_elem = static_cast<double>(dtype_size(weight_storage_dtype(cfg, probe.device)));
+    const double expanded_width = d.G * (d.d_c + d.d_v);
+    e.bytes = n * d.r * cache_elem                    // read the latent
+              + n * expanded_width * cache_elem       // write KC and VE
+              + expanded_width * d.r * weight_elem;   // read W_UKV once
+    e.flops = n * 2.0 * d.r * expanded_width;
+    const double memory_s = e.bytes / bytes_per_second(probe);
+    const double compute_s = e.flops / (priced_peak_gflops(cfg, probe) * 1e9);
+    e.seconds = std::max(memory_s, compute_s) / eff.expand;
+    return e;
+}
+
+gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& probe,
+                              const gqla_workload& w, const Efficiency& eff) {
+    gqla_cost_report rep{};
+    rep.struct_size = sizeof(rep);
+    const Dims d = dims_of(cfg);
+    const double B = w.batch, L = static_cast<double>(w.context), s = w.q_len;
+    const double tokens = B * L;
+    const double queries = B * s;  // query tokens of the step
+    const double cache_elem = static_cast<double>(dtype_size(cfg.cache_dtype));
+    const double io_elem = static_cast<double>(dtype_size(cfg.io_dtype));
+    const double peak = priced_peak_gflops(cfg, probe) * 1e9;
+
+    if (cfg.kind == GQLA_KIND_GQA) {
+        const double bytes = tokens * d.G * (d.D + d.Dv) * cache_elem
+                             + queries * d.H * (d.D + d.Dv) * io_elem;  // q in, o out
+        const double flops = queries * L * d.H * (2.0 * d.D + 2.0 * d.Dv);
+        rep.gqa = price(bytes, flops, eff.gqa, eff.overhead_s, probe, peak);
+        rep.chosen = GQLA_PATH_GQA;
+        return rep;
+    }
+
+    const double qo_bytes = queries * d.H * (d.d_c + d.d_r + d.d_v) * io_elem;
+
+    const double gqa_bytes = tokens * (d.G * (d.d_c + d.d_v) + d.d_r) * cache_elem + qo_bytes;
+    const double gqa_flops = queries * L * d.H * (2.0 * (d.d_c + d.d_r) + 2.0 * d.d_v);
+    rep.gqa = price(gqa_bytes, gqa_flops, eff.gqa, eff.overhead_s, probe, peak);
+
+    const double weight_elem = static_cast<double>(dtype_size(weight_storage_dtype(cfg, probe.device)));
+    const double absorb_bytes = tokens * (d.r + d.d_r) * cache_elem
+                                + d.G * (d.d_c + d.d_v) * d.r * weight_elem  // W_UK and W_UV
+                                + qo_bytes;
+    const double absorb_flops = queries * L * d.H * (2.0 * (d.r + d.d_r) + 2.0 * d.r)
+                                + queries * d.H * 2.0 * (d.d_c + d.d_v) * d.r;  // q~ and o projections
+    rep.absorb = price(absorb_bytes, absorb_flops, eff.absorb, eff.overhead_s, probe, peak);
+
+    // A tie goes to absorb: it needs no expanded cache.
+    rep.chosen = rep.gqa.time_s < rep.absorb.time_s ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
+
+    ExpansionCost e = expansion_cost(cfg, probe, w.batch * w.context, eff);
+    rep.expand_bytes = e.bytes;
+    rep.expand_flops = e.flops;
+    rep.expand_s = e.seconds;
+    return rep;
+}
+
+}  // namespace gqla

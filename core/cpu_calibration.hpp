@@ -1,0 +1,35 @@
+// Measures what the CPU can actually stream from memory and compute, with one
+// pinned thread per CPU of the affinity mask. Bounded in time (~100 ms on an
+// idle host, ~200 ms at worst: every phase stops at a deadline) so a
+// probe stays cheap enough to run once per process; the best of several
+// short rounds is reported, so a briefly busy host costs accuracy little.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/cpu_topology.hpp"
+
+namespace gqla {
+
+struct CpuCalibration {
+    double read_gbps = 0;        // streaming read bandwidth, 1e9 B/s (0: could not
+                                 // fault in a buffer beyond the caches in time)
+    double peak_gflops_f32 = 0;  // f32 FMA throughput, 1e9 FLOP/s
+    double seconds = 0;          // wall time the measurement took
+};
+
+// Buffer size for the bandwidth measurement: 8x the L3 of cpu0 clamped to
+// [64, 256] MiB, so it is far out of cache yet cheap to fault in -- but at
+// least min_read_bytes_per_thread for every thread of the affinity mask.
+size_t calibration_buffer_bytes(const CpuTopology& topo);
+
+// Bytes each thread must sweep so that the threads sharing one L3 together
+// cycle through four times its size and (nearly) every read comes from memory.
+size_t min_read_bytes_per_thread(const CpuTopology& topo);
+
+// isa_flags (GQLA_ISA_*, after the GQLA_MAX_ISA cap) picks the widest FMA and
+// load instructions the kernels may use, so the peak matches what they reach.
+CpuCalibration calibrate_cpu(const CpuTopology& topo, uint64_t isa_flags);
+
+}  // namespace gqla

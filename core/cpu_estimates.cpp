@@ -1,0 +1,36 @@
+#include "core/cpu_estimates.hpp"
+
+#include <algorithm>
+
+#include "gqla/gqla.h"
+
+namespace gqla {
+
+double estimated_f32_flops_per_cycle(const CpuIdentity& id, uint64_t isa_flags) {
+    const bool amd_split_512 = id.vendor == "AuthenticAMD" && id.family < 0x1A;
+    const bool fma = (isa_flags & GQLA_ISA_FMA) != 0;
+    int lanes = 4;  // SSE (baseline on x86-64)
+    if (isa_flags & GQLA_ISA_AVX) lanes = 8;
+    if (fma && (isa_flags & GQLA_ISA_AVX512F) && !amd_split_512) lanes = 16;
+    return fma && lanes >= 8 ? lanes * 2.0 * 2.0  // 2 pipes x 2 FLOPs per FMA
+                             : lanes * 2.0;       // 1 multiply + 1 add pipe
+}
+
+double estimated_peak_gflops_f32(const CpuIdentity& id, const CpuTopology& topo, uint64_t isa_flags) {
+    const double clock = topo.base_clock_ghz > 0 ? topo.base_clock_ghz : kAssumedClockGhz;
+    const int cores = std::max(1, topo.affinity_physical_cores);
+    return cores * estimated_f32_flops_per_cycle(id, isa_flags) * clock;
+}
+
+double estimated_read_gbps(const CpuTopology& topo) {
+    const int cores = std::max(1, topo.affinity_physical_cores);
+    return std::min(kAssumedReadGbpsCap, cores * kAssumedReadGbpsPerCore);
+}
+
+double bf16_to_f32_peak_ratio(uint64_t isa_flags) {
+    if (isa_flags & GQLA_ISA_AMX) return 32.0;
+    if (isa_flags & GQLA_ISA_AVX512BF16) return 2.0;
+    return 1.0;
+}
+
+}  // namespace gqla

@@ -1,0 +1,40 @@
+// Spec-sheet estimates of a CPU's roofline numbers, used when the probe is
+// asked not to measure (fast) and to derive the bf16 peak from the f32 one.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cpu_features.hpp"
+#include "core/cpu_topology.hpp"
+
+namespace gqla {
+
+// Clock assumed when sysfs does not expose the base frequency (VMs,
+// containers): a typical all-core AVX clock of current server parts.
+// Turbo clocks are higher but wide vector code rarely sustains them.
+constexpr double kAssumedClockGhz = 2.5;
+
+// Streaming read bandwidth one core sustains (typical 8..20 GB/s on current
+// x86 servers) and a cap standing for the memory channels' limit.
+constexpr double kAssumedReadGbpsPerCore = 10.0;
+constexpr double kAssumedReadGbpsCap = 300.0;
+
+// f32 FLOPs per cycle and core with the widest unit isa_flags allow: two FMA
+// pipes (a fused multiply-add is 2 FLOPs); without FMA, one multiply and one
+// add pipe. AMD before Zen 5 (family < 0x1A) runs 512-bit ops as two 256-bit
+// halves, so AVX-512 brings no extra FLOPs there.
+double estimated_f32_flops_per_cycle(const CpuIdentity& id, uint64_t isa_flags);
+
+// All-core f32 peak (GFLOP/s): physical cores of the affinity mask (SMT
+// siblings share FMA pipes) x flops per cycle x clock.
+double estimated_peak_gflops_f32(const CpuIdentity& id, const CpuTopology& topo, uint64_t isa_flags);
+
+// Read bandwidth (GB/s): physical cores of the affinity mask x per-core rate, capped.
+double estimated_read_gbps(const CpuTopology& topo);
+
+// bf16 peak relative to the f32 peak: AMX tiles do 1024 bf16 multiply-adds
+// per cycle (32x two AVX-512 FMA pipes), AVX512_BF16 dot products pair
+// elements (2x); otherwise bf16 is converted and computed as f32 (1x).
+double bf16_to_f32_peak_ratio(uint64_t isa_flags);
+
+}  // namespace gqla

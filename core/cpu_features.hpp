@@ -1,0 +1,33 @@
+// What the host CPU says about itself through cpuid/xgetbv: identity strings
+// and the ISA extensions both the CPU and the OS (saved register state) support.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gqla {
+
+struct CpuIdentity {
+    std::string vendor;  // "GenuineIntel", "AuthenticAMD", ... ("unknown" off x86)
+    std::string model;   // brand string, trimmed ("unknown" when not reported)
+    uint32_t family = 0; // display family (base + extended)
+    uint32_t model_number = 0;
+};
+
+// Identity of the CPU this thread runs on (all cores of a host report the same).
+CpuIdentity cpu_identity();
+
+// GQLA_ISA_* bits the hardware and the OS support, before any GQLA_MAX_ISA cap.
+// 0 on non-x86 hosts (no kernel of gqla uses other SIMD ISAs).
+uint64_t cpu_isa_flags_uncapped();
+
+// Applies a GQLA_MAX_ISA-style cap: "none", "sse42", "avx", "avx2", "avx512",
+// "amx"/"all" (case-insensitive). NULL, "" or an unknown value leave the flags
+// unchanged, as oneDNN does with ONEDNN_MAX_CPU_ISA.
+uint64_t cap_isa_flags(uint64_t flags, const char* max_isa);
+
+// Names of the set bits in order ("sse4.2", "avx", ..., "amx"); writes up to
+// `max` pointers to static strings and returns how many bits are set.
+int isa_flag_names(uint64_t flags, const char** names, int max);
+
+}  // namespace gqla

@@ -1,0 +1,198 @@
+// gqla::probe_cpu, gqla::cpu_isa_flags and gqla::probe_device: the host CPU
+// described from cpuid and sysfs, with roofline numbers measured once per
+// process (and ISA cap) or estimated from specs.
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/backend_registry.hpp"
+#include "core/cpu_calibration.hpp"
+#include "core/cpu_estimates.hpp"
+#include "core/cpu_features.hpp"
+#include "core/cpu_topology.hpp"
+#include "core/error.hpp"
+#include "core/probe.hpp"
+#include "core/probe_cache_file.hpp"
+
+namespace gqla {
+
+namespace {
+
+// What does not change while the process runs (hot-plugging CPUs or changing
+// the affinity mask mid-run is not something a decode library must follow).
+struct HostCpu {
+    CpuIdentity identity;
+    CpuTopology topology;
+    uint64_t isa_uncapped = 0;
+};
+
+const HostCpu& host_cpu() {
+    static const HostCpu host = [] {
+        HostCpu h;
+        h.identity = cpu_identity();
+        h.topology = cpu_topology();
+        h.isa_uncapped = cpu_isa_flags_uncapped();
+        return h;
+    }();
+    return host;
+}
+
+struct Measured {
+    uint64_t isa_flags = 0;
+    bool measured = false;  // false: the measurement failed, numbers are estimates
+    double read_gbps = 0;
+    double peak_gflops_f32 = 0;
+};
+
+// Measurements per ISA cap seen in this process (normally exactly one). The
+// lock also keeps two threads from calibrating at once, which would halve
+// both results.
+std::mutex g_calibration_mutex;
+std::vector<Measured> g_measured;
+
+Measured calibrated_numbers(const HostCpu& host, uint64_t isa_flags) {
+    std::lock_guard<std::mutex> lock(g_calibration_mutex);
+    for (const Measured& m : g_measured)
+        if (m.isa_flags == isa_flags) return m;
+
+    CalibrationRecord want;
+    want.model = host.identity.model;
+    want.affinity_cores = host.topology.affinity_cores;
+    want.isa_flags = isa_flags;
+    const char* cache_path = std::getenv("GQLA_PROBE_CACHE");
+    const bool use_file = cache_path != nullptr && *cache_path != '\0';
+
+    Measured m;
+    m.isa_flags = isa_flags;
+    CalibrationRecord stored;
+    if (use_file && load_calibration(cache_path, want, &stored)) {
+        m.read_gbps = stored.read_gbps;
+        m.peak_gflops_f32 = stored.peak_gflops_f32;
+        m.measured = true;
+    } else {
+        CpuCalibration c;
+        try {
+            c = calibrate_cpu(host.topology, isa_flags);
+        } catch (const std::exception&) {
+            // No threads or no memory for the buffer: report estimates instead.
+        }
+        m.measured = c.read_gbps > 0 && c.peak_gflops_f32 > 0;
+        // A failed measurement (e.g. no memory for the buffer) falls back to
+        // the estimate for that number rather than reporting 0.
+        m.read_gbps = c.read_gbps > 0 ? c.read_gbps : estimated_read_gbps(host.topology);
+        m.peak_gflops_f32 = c.peak_gflops_f32 > 0 ? c.peak_gflops_f32
+                                                  : estimated_peak_gflops_f32(host.identity, host.topology, isa_flags);
+        if (use_file && m.measured) {
+            want.read_gbps = m.read_gbps;
+            want.peak_gflops_f32 = m.peak_gflops_f32;
+            save_calibration(cache_path, want);  // best effort: an unwritable path only costs a re-measure
+        }
+    }
+    g_measured.push_back(m);
+    return m;
+}
+
+void copy_string(char* dst, size_t cap, const std::string& src) {
+    size_t n = std::min(cap - 1, src.size());
+    std::memcpy(dst, src.data(), n);
+    dst[n] = '\0';
+}
+
+// Writes `info` into the caller's struct, honouring a smaller struct_size
+// from an older header (0 means "current size", as internal callers pass).
+gqla_status deliver(const gqla_probe_info& info, gqla_probe_info* out) {
+    size_t size = out->struct_size;
+    if (size == 0 || size > sizeof(gqla_probe_info)) size = sizeof(gqla_probe_info);
+    if (size < offsetof(gqla_probe_info, device) + sizeof(info.device)) return GQLA_ERR_INVALID_ARGUMENT;
+    std::memcpy(out, &info, size);
+    out->struct_size = size;
+    return GQLA_OK;
+}
+
+}  // namespace
+
+uint64_t cpu_isa_flags() {
+    // Read on each call (cheap) so a process may tighten the cap before it
+    // creates a session, as with ONEDNN_MAX_CPU_ISA.
+    return cap_isa_flags(host_cpu().isa_uncapped, std::getenv("GQLA_MAX_ISA"));
+}
+
+gqla_status probe_cpu(uint32_t flags, gqla_probe_info* out) {
+    if (out == nullptr) return GQLA_ERR_INVALID_ARGUMENT;
+    const HostCpu& host = host_cpu();
+    const uint64_t isa = cpu_isa_flags();
+
+    gqla_probe_info info{};
+    info.struct_size = sizeof(info);
+    info.device = GQLA_DEVICE_CPU;
+    info.device_index = 0;
+    copy_string(info.vendor, sizeof info.vendor, host.identity.vendor);
+    copy_string(info.name, sizeof info.name, host.identity.model);
+    info.logical_cores = host.topology.logical_cores;
+    info.physical_cores = host.topology.physical_cores;
+    info.affinity_cores = host.topology.affinity_cores;
+    info.isa_flags = isa;
+    info.l1d_kb = host.topology.l1d_kb;
+    info.l2_kb = host.topology.l2_kb;
+    info.l3_kb = host.topology.l3_kb;
+
+    if (flags & GQLA_PROBE_CALIBRATE) {
+        Measured m = calibrated_numbers(host, isa);
+        info.read_gbps = m.read_gbps;
+        info.peak_gflops_f32 = m.peak_gflops_f32;
+        info.calibrated = m.measured ? 1 : 0;
+    } else {
+        info.read_gbps = estimated_read_gbps(host.topology);
+        info.peak_gflops_f32 = estimated_peak_gflops_f32(host.identity, host.topology, isa);
+        info.calibrated = 0;
+    }
+    info.peak_gflops_bf16 = info.peak_gflops_f32 * bf16_to_f32_peak_ratio(isa);
+    return deliver(info, out);
+}
+
+gqla_status probe_device(gqla_device_type device, int32_t index, uint32_t flags, gqla_probe_info* out,
+                         std::string* message) {
+    if (out == nullptr) {
+        if (message) *message = "out: expected a gqla_probe_info to fill, got NULL";
+        return GQLA_ERR_INVALID_ARGUMENT;
+    }
+    try {
+        const gqla_device_type resolved = resolve_device(device);
+        if (resolved == GQLA_DEVICE_CPU) {
+            if (index != 0) fail(GQLA_ERR_INVALID_ARGUMENT, "device_index: the CPU is device 0, got %d", index);
+            return probe_cpu(flags, out);
+        }
+        const gqla_backend_vtable* cuda = backend_for(GQLA_DEVICE_CUDA, index);
+        gqla_probe_info info{};
+        info.struct_size = sizeof(info);
+        gqla_status st = cuda->probe(index, flags, &info);
+        if (st != GQLA_OK) {
+            if (message) *message = std::string("CUDA backend probe of device ") + std::to_string(index) + " failed";
+            return st;
+        }
+        info.device = GQLA_DEVICE_CUDA;
+        info.device_index = index;
+        return deliver(info, out);
+    } catch (const Error& e) {
+        if (message) *message = e.what();
+        return e.status();
+    } catch (const std::bad_alloc&) {
+        if (message) *message = "probe: out of host memory";
+        return GQLA_ERR_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+        if (message) *message = std::string("probe: ") + e.what();
+        return GQLA_ERR_INTERNAL;
+    }
+}
+
+gqla_status probe_device(gqla_device_type device, int32_t index, uint32_t flags, gqla_probe_info* out) {
+    return probe_device(device, index, flags, out, nullptr);
+}
+
+}  // namespace gqla

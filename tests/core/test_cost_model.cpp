@@ -1,0 +1,319 @@
+// Cost model (SPEC §1.3) and the AUTO path policy: hand-counted bytes and
+// FLOPs, the spec's worked checks on synthetic GPU probes, and the policy's
+// hysteresis and amortization rules.
+#include <doctest/doctest.h>
+
+#include <initializer_list>
+
+#include "core/cost_model.hpp"
+
+namespace {
+
+using gqla::Efficiency;
+using gqla::PathPolicy;
+
+gqla_config gqla_cfg(int H, int G, int r, int d_c, int d_r, int d_v, gqla_dtype cache, gqla_dtype io) {
+    gqla_config c{};
+    c.struct_size = sizeof(c);
+    c.kind = GQLA_KIND_GQLA;
+    c.num_heads = H;
+    c.num_kv_heads = G;
+    c.latent_dim = r;
+    c.nope_dim = d_c;
+    c.rope_dim = d_r;
+    c.value_dim = d_v;
+    c.head_dim = d_c + d_r;
+    c.num_layers = 1;
+    c.cache_dtype = cache;
+    c.io_dtype = io;
+    return c;
+}
+
+gqla_config llama3_8b_gqla() { return gqla_cfg(32, 8, 512, 64, 64, 128, GQLA_DTYPE_BF16, GQLA_DTYPE_BF16); }
+gqla_config deepseek_v3_mla() { return gqla_cfg(128, 128, 512, 128, 64, 128, GQLA_DTYPE_BF16, GQLA_DTYPE_BF16); }
+
+gqla_probe_info gpu_probe(double bf16_tflops, double tbps) {
+    gqla_probe_info p{};
+    p.struct_size = sizeof(p);
+    p.device = GQLA_DEVICE_CUDA;
+    p.peak_gflops_bf16 = bf16_tflops * 1e3;
+    p.peak_gflops_f32 = bf16_tflops * 1e3 / 16;  // must not be what a bf16 cache is priced with
+    p.read_gbps = tbps * 1e3;
+    return p;
+}
+gqla_probe_info h100_like() { return gpu_probe(990, 3.35); }
+gqla_probe_info h20_like() { return gpu_probe(148, 4.0); }
+
+// 1 GB/s and 1 GFLOP/s: seconds read as nanoseconds per byte / FLOP.
+gqla_probe_info unit_cpu_probe() {
+    gqla_probe_info p{};
+    p.struct_size = sizeof(p);
+    p.device = GQLA_DEVICE_CPU;
+    p.read_gbps = 1;
+    p.peak_gflops_f32 = 1;
+    p.peak_gflops_bf16 = 1000;  // the CPU prices with f32 whatever the cache
+    return p;
+}
+
+Efficiency pure_roofline() {
+    Efficiency e;
+    e.gqa = 1;
+    e.absorb = 1;
+    e.overhead_s = 0;
+    e.expand = 1;
+    return e;
+}
+
+gqla_workload workload(int32_t batch, int64_t context, int32_t q_len) {
+    gqla_workload w{};
+    w.struct_size = sizeof(w);
+    w.batch = batch;
+    w.context = context;
+    w.q_len = q_len;
+    return w;
+}
+
+gqla_path pick(const gqla_config& c, const gqla_probe_info& p, int32_t batch, int64_t context, int32_t q_len) {
+    return gqla::predict_cost(c, p, workload(batch, context, q_len), pure_roofline()).chosen;
+}
+
+}  // namespace
+
+TEST_CASE("cost model: bytes and FLOPs of a small GQLA config, counted by hand") {
+    // H=4 G=2 r=8 d_c=4 d_r=2 d_v=6, f32 cache and io, CPU (f32 weights).
+    // B=2, context 10, s_q 3: 20 cached tokens, 6 query tokens.
+    const gqla_config c = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_F32, GQLA_DTYPE_F32);
+    const gqla_cost_report r = gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), pure_roofline());
+    // q/o: 6 query tokens x 4 heads x (4+2 in + 6 out) x 4 B = 1152
+    // GQA path: 20 tokens x (2*(4+6) + 2) x 4 B = 1760
+    CHECK(r.gqa.bytes == 1760 + 1152);
+    // 6 x 10 x 4 heads x (2*(4+2) + 2*6) = 240 x 24
+    CHECK(r.gqa.flops == 5760);
+    // absorb: 20 x (8+2) x 4 = 800, W_UKV 2*(4+6)*8 x 4 B (f32 on CPU) = 640
+    CHECK(r.absorb.bytes == 800 + 640 + 1152);
+    // 240 x (2*(8+2) + 2*8) = 8640, projections 6 x 4 x 2*(4+6)*8 = 3840
+    CHECK(r.absorb.flops == 8640 + 3840);
+    // expansion of 20 tokens: read 20x8x4 = 640, write 20x20x4 = 1600, W 640;
+    // 20 x 2*8*(2*(4+6)) = 6400 FLOPs
+    CHECK(r.expand_bytes == 640 + 1600 + 640);
+    CHECK(r.expand_flops == 6400);
+    CHECK(r.expand_s == doctest::Approx(6400e-9));  // compute-bound at 1 GFLOP/s
+
+    CHECK(r.gqa.memory_s == doctest::Approx(2912e-9));
+    CHECK(r.gqa.compute_s == doctest::Approx(5760e-9));
+    CHECK(r.gqa.time_s == doctest::Approx(5760e-9));
+    CHECK(r.absorb.time_s == doctest::Approx(12480e-9));
+    CHECK(r.chosen == GQLA_PATH_GQA);
+}
+
+TEST_CASE("cost model: weights are priced in the cache dtype on CUDA, f32 on CPU") {
+    gqla_config c = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_BF16, GQLA_DTYPE_F32);
+    gqla_probe_info cuda = unit_cpu_probe();
+    cuda.device = GQLA_DEVICE_CUDA;
+    cuda.peak_gflops_bf16 = 1;
+    const gqla_workload w = workload(2, 10, 3);
+    const double qo = 1152, latent = 20 * 10 * 2;
+    CHECK(gqla::predict_cost(c, unit_cpu_probe(), w, pure_roofline()).absorb.bytes == latent + 160 * 4 + qo);
+    CHECK(gqla::predict_cost(c, cuda, w, pure_roofline()).absorb.bytes == latent + 160 * 2 + qo);
+    CHECK(gqla::weight_storage_dtype(c, GQLA_DEVICE_CPU) == GQLA_DTYPE_F32);
+    CHECK(gqla::weight_storage_dtype(c, GQLA_DEVICE_CUDA) == GQLA_DTYPE_BF16);
+}
+
+TEST_CASE("cost model: peak by device and cache dtype") {
+    gqla_probe_info gpu = gpu_probe(100, 1);
+    gqla_config bf16 = llama3_8b_gqla();
+    gqla_config f32 = bf16;
+    f32.cache_dtype = GQLA_DTYPE_F32;
+    CHECK(gqla::priced_peak_gflops(bf16, gpu) == doctest::Approx(100e3));
+    CHECK(gqla::priced_peak_gflops(f32, gpu) == doctest::Approx(100e3 / 16));
+    gqla_probe_info cpu = unit_cpu_probe();
+    CHECK(gqla::priced_peak_gflops(bf16, cpu) == doctest::Approx(1));
+}
+
+TEST_CASE("cost model: GQA kind has one path, K+V bytes") {
+    gqla_config c{};
+    c.struct_size = sizeof(c);
+    c.kind = GQLA_KIND_GQA;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 8;
+    c.value_dim = 0;  // = head_dim
+    c.num_layers = 1;
+    c.cache_dtype = GQLA_DTYPE_F32;
+    c.io_dtype = GQLA_DTYPE_F32;
+    const gqla_cost_report r = gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), pure_roofline());
+    // 20 tokens x 2 heads x (8+8) x 4 B + 6 x 4 x (8+8) x 4 B
+    CHECK(r.gqa.bytes == 2560 + 1536);
+    CHECK(r.gqa.flops == 6 * 10 * 4 * 32);
+    CHECK(r.absorb.bytes == 0);
+    CHECK(r.absorb.time_s == 0);
+    CHECK(r.chosen == GQLA_PATH_GQA);
+    CHECK(r.expand_s == 0);
+}
+
+TEST_CASE("cost model: bound classification, efficiency and overhead") {
+    const gqla_config c = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_F32, GQLA_DTYPE_F32);
+    gqla_probe_info fast_compute = unit_cpu_probe();
+    fast_compute.peak_gflops_f32 = 1000;
+    Efficiency e;
+    e.gqa = 0.5;
+    e.absorb = 0.25;
+    e.overhead_s = 1e-6;
+    const gqla_cost_report r = gqla::predict_cost(c, fast_compute, workload(2, 10, 3), e);
+    CHECK(r.gqa.bound == GQLA_BOUND_MEMORY);
+    CHECK(r.absorb.bound == GQLA_BOUND_MEMORY);
+    CHECK(r.gqa.time_s == doctest::Approx(2912e-9 / 0.5 + 1e-6));
+    CHECK(r.absorb.time_s == doctest::Approx(2592e-9 / 0.25 + 1e-6));
+    CHECK(r.gqa.overhead_s == 1e-6);
+
+    const gqla_cost_report slow = gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), pure_roofline());
+    CHECK(slow.gqa.bound == GQLA_BOUND_COMPUTE);
+    CHECK(slow.absorb.bound == GQLA_BOUND_COMPUTE);
+}
+
+TEST_CASE("cost model: SPEC worked checks at batch 64, context 4096") {
+    const gqla_config llama = llama3_8b_gqla();
+    CHECK(pick(llama, h100_like(), 64, 4096, 1) == GQLA_PATH_ABSORB);
+    CHECK(pick(llama, h100_like(), 64, 4096, 2) == GQLA_PATH_ABSORB);
+    CHECK(pick(llama, h20_like(), 64, 4096, 1) == GQLA_PATH_ABSORB);
+    CHECK(pick(llama, h20_like(), 64, 4096, 2) == GQLA_PATH_GQA);
+    // "absorb turns compute-bound" on H20 with two query tokens
+    const gqla_cost_report r = gqla::predict_cost(llama, h20_like(), workload(64, 4096, 2), pure_roofline());
+    CHECK(r.absorb.bound == GQLA_BOUND_COMPUTE);
+    CHECK(r.gqa.bound == GQLA_BOUND_MEMORY);
+
+    const gqla_config dsv3 = deepseek_v3_mla();
+    for (int s_q : {1, 2}) {
+        CHECK(pick(dsv3, h100_like(), 64, 4096, s_q) == GQLA_PATH_ABSORB);
+        CHECK(pick(dsv3, h20_like(), 64, 4096, s_q) == GQLA_PATH_ABSORB);
+    }
+}
+
+TEST_CASE("cost model: worked checks across batch x context") {
+    // The absorb path reads W_UK and W_UV (G*(d_c+d_v)*r elements) once per
+    // step. With a single sequence of 512 tokens that weight traffic exceeds
+    // what the smaller latent cache saves, so the GQA path wins there: the
+    // absorb verdicts hold from batch * context >= 1024 cached tokens on.
+    const gqla_config llama = llama3_8b_gqla();
+    const gqla_config dsv3 = deepseek_v3_mla();
+    for (int32_t batch : {1, 8, 64}) {
+        for (int64_t context = 512; context <= 16384; context *= 2) {
+            CAPTURE(batch);
+            CAPTURE(context);
+            const gqla_path absorb_expected = batch * context >= 1024 ? GQLA_PATH_ABSORB : GQLA_PATH_GQA;
+            CHECK(pick(llama, h100_like(), batch, context, 1) == absorb_expected);
+            CHECK(pick(llama, h100_like(), batch, context, 2) == absorb_expected);
+            CHECK(pick(llama, h20_like(), batch, context, 1) == absorb_expected);
+            CHECK(pick(llama, h20_like(), batch, context, 2) == GQLA_PATH_GQA);
+            for (int s_q : {1, 2}) {
+                CHECK(pick(dsv3, h100_like(), batch, context, s_q) == absorb_expected);
+                CHECK(pick(dsv3, h20_like(), batch, context, s_q) == absorb_expected);
+            }
+        }
+    }
+}
+
+TEST_CASE("path policy: GQA kind always uses the GQA path") {
+    gqla_config c{};
+    c.struct_size = sizeof(c);
+    c.kind = GQLA_KIND_GQA;
+    c.num_heads = 8;
+    c.num_kv_heads = 2;
+    c.head_dim = 64;
+    c.value_dim = 64;
+    c.num_layers = 1;
+    c.cache_dtype = GQLA_DTYPE_BF16;
+    c.io_dtype = GQLA_DTYPE_F32;
+    PathPolicy policy(c, h100_like(), pure_roofline());
+    CHECK(policy.initial() == GQLA_PATH_GQA);
+    for (int i = 0; i < 4; ++i) CHECK(policy.choose(8, 4096, 1, GQLA_PATH_GQA, 8 * 4096) == GQLA_PATH_GQA);
+}
+
+TEST_CASE("path policy: initial choice is the batch 1, context 4096, s_q 1 verdict") {
+    CHECK(PathPolicy(llama3_8b_gqla(), h100_like(), pure_roofline()).initial() == GQLA_PATH_ABSORB);
+    CHECK(PathPolicy(deepseek_v3_mla(), h20_like(), pure_roofline()).initial() == GQLA_PATH_ABSORB);
+    // A backend whose absorb kernel reaches a tenth of the roofline starts on GQA.
+    Efficiency slow_absorb = pure_roofline();
+    slow_absorb.absorb = 0.1;
+    CHECK(PathPolicy(llama3_8b_gqla(), h20_like(), slow_absorb).initial() == GQLA_PATH_GQA);
+}
+
+TEST_CASE("path policy: no flip-flop when the paths are within the margin") {
+    // DeepSeek-V3, one sequence of 512 tokens on H100: the paths differ by ~2%.
+    const gqla_config c = deepseek_v3_mla();
+    const gqla_cost_report r = gqla::predict_cost(c, h100_like(), workload(1, 512, 1), pure_roofline());
+    const double ratio = r.absorb.time_s / r.gqa.time_s;
+    REQUIRE(ratio > 1.0);
+    REQUIRE(ratio < 1.0 + PathPolicy::kHysteresis);
+
+    PathPolicy policy(c, h100_like(), pure_roofline());
+    for (gqla_path active : {GQLA_PATH_ABSORB, GQLA_PATH_GQA}) {
+        for (int i = 0; i < 10; ++i) CHECK(policy.choose(1, 512, 1, active, 512) == active);
+    }
+}
+
+TEST_CASE("path policy: switches after two consistent verdicts") {
+    // LLaMA-3-8B-GQLA, s_q 2 on H20: the GQA path is ~20% faster.
+    const gqla_config c = llama3_8b_gqla();
+    PathPolicy policy(c, h20_like(), pure_roofline());
+    const int64_t cached = 8 * 4096;
+    CHECK(policy.choose(8, 4096, 2, GQLA_PATH_ABSORB, cached) == GQLA_PATH_ABSORB);  // first vote
+    CHECK(policy.choose(8, 4096, 2, GQLA_PATH_ABSORB, cached) == GQLA_PATH_GQA);     // confirmed
+    for (int i = 0; i < 4; ++i) CHECK(policy.choose(8, 4096, 2, GQLA_PATH_GQA, cached) == GQLA_PATH_GQA);
+
+    // Back at s_q 1 absorb is faster by far: again two votes, no amortization needed.
+    CHECK(policy.choose(8, 4096, 1, GQLA_PATH_GQA, cached) == GQLA_PATH_GQA);
+    CHECK(policy.choose(8, 4096, 1, GQLA_PATH_GQA, cached) == GQLA_PATH_ABSORB);
+
+    // A verdict for the active path in between resets the count.
+    PathPolicy fresh(c, h20_like(), pure_roofline());
+    CHECK(fresh.choose(8, 4096, 2, GQLA_PATH_ABSORB, cached) == GQLA_PATH_ABSORB);
+    CHECK(fresh.choose(8, 4096, 2, GQLA_PATH_GQA, cached) == GQLA_PATH_GQA);  // agrees with active
+    CHECK(fresh.choose(8, 4096, 2, GQLA_PATH_ABSORB, cached) == GQLA_PATH_ABSORB);
+    CHECK(fresh.choose(8, 4096, 2, GQLA_PATH_ABSORB, cached) == GQLA_PATH_GQA);
+
+    // With no path yet the verdict applies at once.
+    PathPolicy unset(c, h20_like(), pure_roofline());
+    CHECK(unset.choose(8, 4096, 2, GQLA_PATH_AUTO, cached) == GQLA_PATH_GQA);
+    CHECK(unset.choose(8, 4096, 1, GQLA_PATH_AUTO, cached) == GQLA_PATH_ABSORB);
+}
+
+TEST_CASE("path policy: expansion must be amortized before switching to GQA") {
+    const gqla_config c = llama3_8b_gqla();
+    const gqla_probe_info p = h20_like();
+    const Efficiency e = pure_roofline();
+    // A session holding a million cached tokens decodes 8 sequences.
+    const int64_t cached = 1000000;
+    const double expand_s = gqla::expansion_cost(c, p, cached, e).seconds;
+
+    // Short sequences (64 tokens): GQA is faster by far more than the margin,
+    // but the ~32 steps left cannot pay for expanding a million tokens.
+    const gqla_cost_report short_ctx = gqla::predict_cost(c, p, workload(8, 64, 2), e);
+    REQUIRE(short_ctx.gqa.time_s * (1 + PathPolicy::kHysteresis) < short_ctx.absorb.time_s);
+    REQUIRE((short_ctx.absorb.time_s - short_ctx.gqa.time_s) * PathPolicy::expected_remaining_steps(64, 2) <
+            expand_s);
+    PathPolicy policy(c, p, e);
+    for (int i = 0; i < 5; ++i) CHECK(policy.choose(8, 64, 2, GQLA_PATH_ABSORB, cached) == GQLA_PATH_ABSORB);
+    CHECK(policy.choose(8, 64, 2, GQLA_PATH_AUTO, cached) == GQLA_PATH_ABSORB);
+
+    // Long sequences (64k tokens) at the same cache size: worth it.
+    CHECK(policy.choose(8, 65536, 2, GQLA_PATH_ABSORB, cached) == GQLA_PATH_ABSORB);
+    CHECK(policy.choose(8, 65536, 2, GQLA_PATH_ABSORB, cached) == GQLA_PATH_GQA);
+}
+
+TEST_CASE("path policy: expected remaining steps") {
+    CHECK(PathPolicy::expected_remaining_steps(4096, 1) == 4096);
+    CHECK(PathPolicy::expected_remaining_steps(4096, 4) == 1024);
+    CHECK(PathPolicy::expected_remaining_steps(0, 1) == 1);
+}
+
+TEST_CASE("cost model: device default efficiencies are fractions") {
+    for (gqla_device_type d : {GQLA_DEVICE_CPU, GQLA_DEVICE_CUDA}) {
+        const Efficiency e = gqla::default_efficiency(d);
+        CHECK(e.gqa > 0);
+        CHECK(e.gqa <= 1);
+        CHECK(e.absorb > 0);
+        CHECK(e.absorb <= 1);
+        CHECK(e.overhead_s >= 0);
+    }
+}

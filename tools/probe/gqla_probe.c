@@ -1,0 +1,158 @@
+/*
+ * gqla-probe: prints what gqla's hardware probe finds (CPU and CUDA devices)
+ * and the bandwidth and peak the cost model prices decode steps with, as a
+ * table or as JSON. Uses only the public C header, like any user program.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "gqla/gqla.h"
+
+static void usage(FILE* out) {
+    fprintf(out,
+            "usage: gqla-probe [--json] [--calibrate | --no-calibrate]\n"
+            "  --json          print one JSON object instead of a table\n"
+            "  --calibrate     measure memory bandwidth and peak FLOP/s (default;\n"
+            "                  ~0.2 s on a CPU, cached in $GQLA_PROBE_CACHE when set)\n"
+            "  --no-calibrate  report estimates from the specs instead (instant)\n"
+            "  --help          this text\n"
+            "Environment: GQLA_MAX_ISA=none|sse42|avx|avx2|avx512 caps the CPU ISA,\n"
+            "GQLA_PROBE_CACHE=FILE keeps CPU calibration results across runs.\n");
+}
+
+static const struct {
+    uint64_t bit;
+    const char* name;
+} kIsaNames[] = {
+    {GQLA_ISA_SSE42, "sse4.2"},         {GQLA_ISA_AVX, "avx"},
+    {GQLA_ISA_AVX2, "avx2"},            {GQLA_ISA_FMA, "fma"},
+    {GQLA_ISA_F16C, "f16c"},            {GQLA_ISA_AVX512F, "avx512f"},
+    {GQLA_ISA_AVX512BW, "avx512bw"},    {GQLA_ISA_AVX512VL, "avx512vl"},
+    {GQLA_ISA_AVX512BF16, "avx512_bf16"}, {GQLA_ISA_AVX512FP16, "avx512_fp16"},
+    {GQLA_ISA_AMX, "amx"},
+};
+#define ISA_NAME_COUNT (sizeof kIsaNames / sizeof kIsaNames[0])
+
+/* JSON string with the escapes RFC 8259 requires. */
+static void print_json_string(const char* s) {
+    putchar('"');
+    for (; *s; ++s) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+static int probe(gqla_device_type device, int32_t index, uint32_t flags, gqla_probe_info* info) {
+    memset(info, 0, sizeof *info);
+    info->struct_size = sizeof *info;
+    gqla_status st = gqla_probe(device, index, flags, info);
+    if (st != GQLA_OK) {
+        fprintf(stderr, "gqla-probe: probing %s %d failed: %s (%s)\n", device == GQLA_DEVICE_CPU ? "CPU" : "CUDA device",
+                index, gqla_status_string(st), gqla_last_error_message());
+        return 0;
+    }
+    return 1;
+}
+
+static void print_cpu_table(const gqla_probe_info* c) {
+    size_t i;
+    printf("CPU\n");
+    printf("  model            %s (%s)\n", c->name, c->vendor);
+    printf("  cores            %d logical, %d physical, %d usable by this process\n", c->logical_cores,
+           c->physical_cores, c->affinity_cores);
+    printf("  ISA             ");
+    for (i = 0; i < ISA_NAME_COUNT; ++i)
+        if (c->isa_flags & kIsaNames[i].bit) printf(" %s", kIsaNames[i].name);
+    if (c->isa_flags == 0) printf(" (baseline only)");
+    printf("\n");
+    printf("  caches           L1d %d KiB, L2 %d KiB, L3 %d KiB\n", c->l1d_kb, c->l2_kb, c->l3_kb);
+    printf("  read bandwidth   %.1f GB/s (%s)\n", c->read_gbps, c->calibrated ? "measured" : "estimated");
+    printf("  f32 peak         %.1f GFLOP/s (%s)\n", c->peak_gflops_f32, c->calibrated ? "measured" : "estimated");
+    printf("  bf16 peak        %.1f GFLOP/s\n", c->peak_gflops_bf16);
+}
+
+static void print_cuda_table(const gqla_probe_info* g) {
+    printf("CUDA device %d\n", g->device_index);
+    printf("  name             %s\n", g->name);
+    printf("  compute cap.     %d.%d, %d SMs, %d MHz\n", g->cc_major, g->cc_minor, g->sm_count, g->clock_mhz);
+    printf("  memory           %.1f GB, %d-bit bus at %d MHz\n", g->mem_gb, g->bus_width_bits, g->mem_clock_mhz);
+    printf("  read bandwidth   %.1f GB/s (%s)\n", g->read_gbps, g->calibrated ? "measured" : "estimated");
+    printf("  bf16 tensor peak %.1f TFLOP/s\n", g->peak_gflops_bf16 * 1e-3);
+    printf("  f32 peak         %.1f TFLOP/s\n", g->peak_gflops_f32 * 1e-3);
+}
+
+static void print_cpu_json(const gqla_probe_info* c) {
+    size_t i;
+    int first = 1;
+    printf("{\"vendor\": ");
+    print_json_string(c->vendor);
+    printf(", \"model\": ");
+    print_json_string(c->name);
+    printf(", \"cores\": %d, \"physical_cores\": %d, \"affinity_cores\": %d", c->logical_cores, c->physical_cores,
+           c->affinity_cores);
+    printf(", \"isa\": [");
+    for (i = 0; i < ISA_NAME_COUNT; ++i) {
+        if (!(c->isa_flags & kIsaNames[i].bit)) continue;
+        printf("%s\"%s\"", first ? "" : ", ", kIsaNames[i].name);
+        first = 0;
+    }
+    printf("], \"l1d_kb\": %d, \"l2_kb\": %d, \"l3_kb\": %d", c->l1d_kb, c->l2_kb, c->l3_kb);
+    printf(", \"read_gbps\": %.3f, \"peak_gflops_f32\": %.3f, \"peak_gflops_bf16\": %.3f, \"calibrated\": %s}",
+           c->read_gbps, c->peak_gflops_f32, c->peak_gflops_bf16, c->calibrated ? "true" : "false");
+}
+
+static void print_cuda_json(const gqla_probe_info* g) {
+    printf("{\"index\": %d, \"name\": ", g->device_index);
+    print_json_string(g->name);
+    printf(", \"cc\": \"%d.%d\", \"sms\": %d, \"mem_gb\": %.3f, \"bw_gbps\": %.3f, \"peak_tflops_bf16\": %.3f"
+           ", \"peak_tflops_f32\": %.3f, \"calibrated\": %s}",
+           g->cc_major, g->cc_minor, g->sm_count, g->mem_gb, g->read_gbps, g->peak_gflops_bf16 * 1e-3,
+           g->peak_gflops_f32 * 1e-3, g->calibrated ? "true" : "false");
+}
+
+int main(int argc, char** argv) {
+    int json = 0, i;
+    uint32_t flags = GQLA_PROBE_CALIBRATE;
+    int32_t gpus = 0, g, printed = 0;
+    gqla_probe_info cpu, gpu;
+
+    for (i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--calibrate") == 0) flags |= GQLA_PROBE_CALIBRATE;
+        else if (strcmp(argv[i], "--no-calibrate") == 0) flags &= ~(uint32_t)GQLA_PROBE_CALIBRATE;
+        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "gqla-probe: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+
+    if (!probe(GQLA_DEVICE_CPU, 0, flags, &cpu)) return 1;
+    if (gqla_device_count(GQLA_DEVICE_CUDA, &gpus) != GQLA_OK) gpus = 0;
+
+    if (json) {
+        printf("{\"version\": \"%s\", \"cpu\": ", gqla_version_string());
+        print_cpu_json(&cpu);
+        printf(", \"cuda\": [");
+        for (g = 0; g < gpus; ++g) {
+            if (!probe(GQLA_DEVICE_CUDA, g, flags, &gpu)) continue;
+            if (printed++) printf(", ");
+            print_cuda_json(&gpu);
+        }
+        printf("]}\n");
+        return 0;
+    }
+
+    printf("gqla %s\n", gqla_version_string());
+    print_cpu_table(&cpu);
+    for (g = 0; g < gpus; ++g)
+        if (probe(GQLA_DEVICE_CUDA, g, flags, &gpu)) print_cuda_table(&gpu);
+    if (gpus == 0) printf("CUDA: no device (module absent or no GPU visible)\n");
+    return 0;
+}
