@@ -1,0 +1,108 @@
+// Float64 reference of SPEC §1. Written straight from the definitions so that
+// nothing here shares an idea (blocking, online softmax, absorption) with the
+// code it checks: scores, a max-shifted softmax, a weighted sum.
+#include "core/reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace gqla::ref {
+namespace {
+
+// Softmax-weighted sum over the visible prefix [0, visible) of one head.
+// scores[j] are already scaled. Writes out[dv] and, when wanted, the lse.
+void attend(const std::vector<double>& scores, int64_t visible, const std::vector<double>& values,
+            int dv, double* out, double* lse) {
+    double max_score = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < visible; ++j) max_score = std::max(max_score, scores[j]);
+    double denom = 0.0;
+    std::vector<double> acc(dv, 0.0);
+    for (int64_t j = 0; j < visible; ++j) {
+        const double w = std::exp(scores[j] - max_score);
+        denom += w;
+        const double* v = &values[static_cast<size_t>(j) * dv];
+        for (int d = 0; d < dv; ++d) acc[d] += w * v[d];
+    }
+    for (int d = 0; d < dv; ++d) out[d] = acc[d] / denom;
+    if (lse) *lse = max_score + std::log(denom);
+}
+
+}  // namespace
+
+void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale,
+                const double* q, const double* K, const double* V, double* o, double* lse) {
+    const int n_rep = H / G;
+    std::vector<double> scores(static_cast<size_t>(L));
+    std::vector<double> values(static_cast<size_t>(L) * Dv);
+    for (int i = 0; i < s_q; ++i) {
+        const int64_t visible = L - s_q + i + 1;  // positions j <= L - s_q + i
+        for (int h = 0; h < H; ++h) {
+            const int g = h / n_rep;
+            const double* qh = q + (static_cast<size_t>(i) * H + h) * D;
+            for (int64_t j = 0; j < visible; ++j) {
+                const double* k = K + (static_cast<size_t>(j) * G + g) * D;
+                double dot = 0.0;
+                for (int d = 0; d < D; ++d) dot += qh[d] * k[d];
+                scores[j] = scale * dot;
+                const double* v = V + (static_cast<size_t>(j) * G + g) * Dv;
+                for (int d = 0; d < Dv; ++d) values[static_cast<size_t>(j) * Dv + d] = v[d];
+            }
+            double* lse_ih = lse ? lse + static_cast<size_t>(i) * H + h : nullptr;
+            attend(scores, visible, values, Dv, o + (static_cast<size_t>(i) * H + h) * Dv, lse_ih);
+        }
+    }
+}
+
+void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale,
+                 const double* q, const double* W, const double* C, const double* KR,
+                 double* o, double* lse) {
+    const int dq = d_c + d_r;
+    const size_t rows_per_group = static_cast<size_t>(d_c + d_v);
+    // Form every group's key [W_UK[g] c[j] | kr[j]] and value W_UV[g] c[j]
+    // explicitly, exactly as the definition reads.
+    std::vector<double> keys(static_cast<size_t>(L) * G * dq);
+    std::vector<double> vals(static_cast<size_t>(L) * G * d_v);
+    for (int64_t j = 0; j < L; ++j) {
+        const double* c = C + static_cast<size_t>(j) * r;
+        for (int g = 0; g < G; ++g) {
+            const double* w_uk = W + g * rows_per_group * r;
+            const double* w_uv = w_uk + static_cast<size_t>(d_c) * r;
+            double* key = &keys[(static_cast<size_t>(j) * G + g) * dq];
+            double* val = &vals[(static_cast<size_t>(j) * G + g) * d_v];
+            for (int row = 0; row < d_c; ++row) {
+                double sum = 0.0;
+                for (int t = 0; t < r; ++t) sum += w_uk[static_cast<size_t>(row) * r + t] * c[t];
+                key[row] = sum;
+            }
+            for (int d = 0; d < d_r; ++d) key[d_c + d] = KR[static_cast<size_t>(j) * d_r + d];
+            for (int row = 0; row < d_v; ++row) {
+                double sum = 0.0;
+                for (int t = 0; t < r; ++t) sum += w_uv[static_cast<size_t>(row) * r + t] * c[t];
+                val[row] = sum;
+            }
+        }
+    }
+    // With keys and values formed, the score is q[h]·key and the rest is GQA.
+    gqa_decode(H, G, dq, d_v, L, s_q, scale, q, keys.data(), vals.data(), o, lse);
+}
+
+double rel_l2(const double* a, const double* ref, size_t n) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
+        const double d = a[i] - ref[i];
+        diff += d * d;
+        norm += ref[i] * ref[i];
+    }
+    if (norm == 0.0) return diff == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
+    return std::sqrt(diff) / std::sqrt(norm);
+}
+
+double rel_l2(const float* a, const double* ref, size_t n) {
+    std::vector<double> widened(a, a + n);
+    return rel_l2(widened.data(), ref, n);
+}
+
+}  // namespace gqla::ref

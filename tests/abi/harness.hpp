@@ -1,0 +1,147 @@
+// Test harness for the C ABI suite: random inputs in any io dtype, poisoned
+// outputs, and a host mirror of every sequence's cache so each decode can be
+// checked against the float64 reference (SPEC §4).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gqla/gqla.h"
+
+namespace abi {
+
+// Fresh random numbers per run; the seed is printed with every failure.
+class Rng {
+public:
+    Rng();
+    std::vector<double> normal(size_t n, double stddev = 1.0);
+    uint64_t seed() const { return seed_; }
+
+private:
+    uint64_t seed_;
+    std::mt19937_64 gen_;
+};
+
+// Values stored in a gqla dtype: the bytes handed to gqla and, per element,
+// the exact number those bytes represent (so io rounding is not counted as
+// error).
+struct Buffer {
+    gqla_dtype dtype = GQLA_DTYPE_F32;
+    std::vector<unsigned char> bytes;
+    size_t size() const;
+    void* data() { return bytes.data(); }
+    double get(size_t i) const;
+    void set(size_t i, double v);
+};
+Buffer make_input(Rng& rng, gqla_dtype dtype, size_t n, double stddev = 1.0);
+Buffer make_poisoned(gqla_dtype dtype, size_t n);  // all NaN
+std::vector<double> values_of(const Buffer& b);
+
+// Host tensor over `b` with explicit shape and (optional) strides in elements.
+gqla_tensor view(Buffer& b, std::vector<int64_t> shape, std::vector<int64_t> strides = {});
+
+// Rel-L2 tolerance of SPEC §4 for a cache dtype, widened by the io dtype's own
+// rounding of q/o when the io dtype is narrower.
+double tolerance(gqla_dtype cache_dtype, gqla_dtype io_dtype);
+
+const char* dtype_label(gqla_dtype t);
+const char* path_label(gqla_path p);
+
+// SPEC §4's odd sizes.
+gqla_config odd_gqla_config(int32_t groups = 3);  // H=6, G, r=384, d_c=96, d_r=32, d_v=80
+gqla_config odd_gqa_config(int32_t groups = 3);   // H=6, G, D=72, Dv=40
+
+// How q/o/lse lie in memory for a decode.
+enum class Layout {
+    Contiguous,
+    Padded,     // every outer stride has a gap; gaps must stay untouched
+    Transposed  // [s_q, B, ...] memory viewed as [B, s_q, ...]
+};
+
+struct DecodeResult {
+    gqla_status status = GQLA_ERR_INTERNAL;
+    double o_err = 0.0;    // worst rel-L2 over the batch's sequences
+    double lse_err = 0.0;
+    bool gaps_untouched = true;
+    std::vector<double> o;  // [B, s_q, H, Dv] as returned
+};
+
+// A live session plus a host mirror of its cache contents.
+class Harness {
+public:
+    explicit Harness(const gqla_config& cfg, bool set_all_weights = true);
+    ~Harness();
+    Harness(const Harness&) = delete;
+    Harness& operator=(const Harness&) = delete;
+
+    gqla_session* session() const { return session_; }
+    const gqla_config& config() const { return cfg_; }  // resolved by the session
+    Rng& rng() { return rng_; }
+    bool is_gqla() const { return cfg_.kind == GQLA_KIND_GQLA; }
+    int64_t a_cols() const;  // elements per token of tensor a (k or c)
+    int64_t b_cols() const;  // elements per token of tensor b (v or kr)
+    std::vector<int64_t> a_shape(int64_t n) const;
+    std::vector<int64_t> b_shape(int64_t n) const;
+    int32_t q_dim() const;
+    int32_t out_dim() const;
+    double tol() const { return tolerance(cfg_.cache_dtype, cfg_.io_dtype); }
+
+    void set_weights(int32_t layer);  // fresh random W_UKV, REQUIREs success
+    gqla_seq_id add();
+    // Random rows; mirrored only when gqla accepts them.
+    gqla_status append(gqla_seq_id seq, int32_t layer, int64_t n);
+    void append_ok(gqla_seq_id seq, int32_t layer, int64_t n);
+    // Several sequences in one gqla_append_batch call.
+    gqla_status append_batch(int32_t layer, const std::vector<gqla_seq_id>& seqs, const std::vector<int64_t>& counts);
+    // Mirror bookkeeping for calls made outside the harness.
+    void record(gqla_seq_id seq, int32_t layer, const std::vector<double>& a, const std::vector<double>& b);
+    gqla_seq_id fork(gqla_seq_id parent);
+    void release(gqla_seq_id seq);
+    int64_t mirrored_length(gqla_seq_id seq, int32_t layer) const;
+    int64_t length(gqla_seq_id seq, int32_t layer) const;  // through gqla
+
+    // Decode with fresh random q, compared with the reference per sequence.
+    DecodeResult decode(int32_t layer, const std::vector<gqla_seq_id>& seqs, int32_t s_q,
+                        Layout layout = Layout::Contiguous, bool with_lse = true);
+    // Same q for a given call of decode_with: lets tests compare two paths.
+    DecodeResult decode_with(int32_t layer, const std::vector<gqla_seq_id>& seqs, int32_t s_q, Buffer& q,
+                             Layout layout, bool with_lse);
+    Buffer random_q(int32_t batch, int32_t s_q);
+
+    // Reference output of one sequence for queries qv [s_q, H, Dq].
+    void reference(gqla_seq_id seq, int32_t layer, int32_t s_q, const double* qv, double* o, double* lse) const;
+
+    gqla_stats stats() const;
+
+private:
+    struct Rows {
+        std::vector<double> a, b;  // per token: a_cols() then b_cols() values
+    };
+    gqla_config cfg_{};
+    gqla_session* session_ = nullptr;
+    Rng rng_;
+    std::map<int32_t, std::vector<double>> weights_;
+    std::map<std::pair<gqla_seq_id, int32_t>, Rows> rows_;
+    std::vector<gqla_seq_id> live_;
+};
+
+// True when `message` contains one of `names` as a whole identifier (not
+// glued to letters, digits or '_' on either side).
+bool names_argument(const std::string& message, const std::vector<std::string>& names);
+
+}  // namespace abi
+
+// Assert a decode succeeded and matched the reference within `tol`.
+#define CHECK_DECODE_MATCHES(result, tol)                                          \
+    do {                                                                           \
+        const ::abi::DecodeResult& r_ = (result);                                  \
+        INFO("gqla_decode: " << gqla_last_error_message());                        \
+        REQUIRE(r_.status == GQLA_OK);                                             \
+        CHECK(r_.o_err <= (tol));                                                  \
+        CHECK(r_.lse_err <= (tol));                                                \
+        CHECK(r_.gaps_untouched);                                                  \
+    } while (0)
