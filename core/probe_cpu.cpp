@@ -56,6 +56,8 @@ struct Measured {
 std::mutex g_calibration_mutex;
 std::vector<Measured> g_measured;
 
+constexpr double kImplausibleFraction = 0.25;
+
 Measured calibrated_numbers(const HostCpu& host, uint64_t isa_flags) {
     std::lock_guard<std::mutex> lock(g_calibration_mutex);
     for (const Measured& m : g_measured)
@@ -82,12 +84,18 @@ Measured calibrated_numbers(const HostCpu& host, uint64_t isa_flags) {
         } catch (const std::exception&) {
             // No threads or no memory for the buffer: report estimates instead.
         }
+        const double est_gbps = estimated_read_gbps(host.topology);
+        const double est_peak = estimated_peak_gflops_f32(host.identity, host.topology, isa_flags);
+        // A reading far below the spec estimate means the machine was busy
+        // (threads preempted) rather than slow; pricing paths on it would be
+        // worse than on the estimate, so such a reading counts as failed.
+        if (c.read_gbps < kImplausibleFraction * est_gbps) c.read_gbps = 0;
+        if (c.peak_gflops_f32 < kImplausibleFraction * est_peak) c.peak_gflops_f32 = 0;
         m.measured = c.read_gbps > 0 && c.peak_gflops_f32 > 0;
         // A failed measurement (e.g. no memory for the buffer) falls back to
         // the estimate for that number rather than reporting 0.
-        m.read_gbps = c.read_gbps > 0 ? c.read_gbps : estimated_read_gbps(host.topology);
-        m.peak_gflops_f32 = c.peak_gflops_f32 > 0 ? c.peak_gflops_f32
-                                                  : estimated_peak_gflops_f32(host.identity, host.topology, isa_flags);
+        m.read_gbps = c.read_gbps > 0 ? c.read_gbps : est_gbps;
+        m.peak_gflops_f32 = c.peak_gflops_f32 > 0 ? c.peak_gflops_f32 : est_peak;
         if (use_file && m.measured) {
             want.read_gbps = m.read_gbps;
             want.peak_gflops_f32 = m.peak_gflops_f32;

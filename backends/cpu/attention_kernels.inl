@@ -1,0 +1,456 @@
+// Kernel bodies shared by every ISA translation unit. The including file
+// defines, inside its own namespace, a struct `Simd` (vector type V, width W,
+// register-tile sizes and the primitive operations) and then includes this
+// file, so each ISA gets its own copy of every symbol: no inline function is
+// shared between units compiled with different instruction sets.
+//
+// Conventions: scores are kept in the log2 domain (q is pre-multiplied by
+// scale * log2(e)) so the softmax uses exp2. Running maxima start at a large
+// finite negative value instead of -inf so that fully masked blocks give
+// exp2(-inf - m) = 0 and never inf - inf.
+
+// Register tiles only stay in registers when their fixed-count loops are
+// fully unrolled; -O2 alone does not guarantee it.
+#define GQLA_UNROLL _Pragma("GCC unroll 32")
+
+constexpr float kNegInf = -__builtin_huge_valf();
+constexpr float kMaxFloor = -1e30f;
+
+// ---------------------------------------------------------- element access
+// Cache elements: f32 as is, f16 through F16C (or bits), bf16 by a shift.
+template <int DT> struct Elem;
+template <> struct Elem<GQLA_DTYPE_F32> {
+    using T = float;
+    static inline Simd::V load(const T* p) { return Simd::load(p); }
+    static inline float scalar(const T* p) { return *p; }
+};
+template <> struct Elem<GQLA_DTYPE_F16> {
+    using T = uint16_t;
+    static inline Simd::V load(const T* p) { return Simd::load_f16(p); }
+    static inline float scalar(const T* p) { return Simd::f16_scalar(*p); }
+};
+template <> struct Elem<GQLA_DTYPE_BF16> {
+    using T = uint16_t;
+    static inline Simd::V load(const T* p) { return Simd::load_bf16(p); }
+    static inline float scalar(const T* p) {
+        uint32_t u = static_cast<uint32_t>(*p) << 16;
+        float f;
+        __builtin_memcpy(&f, &u, 4);
+        return f;
+    }
+};
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int64_t lmin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Tokens of one block starting at position t: they share a page.
+static inline int block_tokens(int64_t t, int64_t t1, int page_size, int max_block) {
+    int64_t in_page = page_size - t % page_size;
+    return static_cast<int>(lmin(lmin(in_page, t1 - t), max_block));
+}
+
+// ------------------------------------------------------------ GQA kernel
+// Scores of RB query rows against NT consecutive tokens: s[r][t] =
+// q[r] . [k1[t] | k2[t]]. Each key vector is loaded and converted once and
+// reused by all RB rows.
+template <int DT, int RB, int NT>
+static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<DT>::T* k1, int d1,
+                                  const typename Elem<DT>::T* k2, int d2, float* s, int s_ld) {
+    using V = Simd::V;
+    constexpr int W = Simd::W;
+    V acc[RB * NT];
+    GQLA_UNROLL
+    for (int i = 0; i < RB * NT; ++i) acc[i] = Simd::zero();
+    float tail[RB * NT];
+    GQLA_UNROLL
+    for (int i = 0; i < RB * NT; ++i) tail[i] = 0.0f;
+    // Two key segments, the second continuing the query row after d1.
+    for (int seg = 0; seg < 2; ++seg) {
+        const typename Elem<DT>::T* k = seg == 0 ? k1 : k2;
+        const int dk = seg == 0 ? d1 : d2;
+        const float* qs = seg == 0 ? q : q + d1;
+        if (dk == 0) continue;
+        int d = 0;
+        for (; d + W <= dk; d += W) {
+            V kv[NT];
+            GQLA_UNROLL
+            for (int t = 0; t < NT; ++t) kv[t] = Elem<DT>::load(k + static_cast<int64_t>(t) * dk + d);
+            GQLA_UNROLL
+            for (int r = 0; r < RB; ++r) {
+                V qv = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d);
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t) acc[r * NT + t] = Simd::fma(qv, kv[t], acc[r * NT + t]);
+            }
+        }
+        for (; d < dk; ++d)
+            GQLA_UNROLL
+            for (int t = 0; t < NT; ++t) {
+                float kf = Elem<DT>::scalar(k + static_cast<int64_t>(t) * dk + d);
+                GQLA_UNROLL
+                for (int r = 0; r < RB; ++r) tail[r * NT + t] += qs[static_cast<int64_t>(r) * q_ld + d] * kf;
+            }
+    }
+    float sums[RB * NT];
+    Simd::hsum_many(acc, RB * NT, sums);
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r)
+        GQLA_UNROLL
+        for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] + tail[r * NT + t];
+}
+
+template <int DT, int RB>
+static inline void gqa_scores_rows(const GqaItem& it, int r0, int n, const typename Elem<DT>::T* k1,
+                                   const typename Elem<DT>::T* k2, float* s) {
+    constexpr int NT = Simd::kScoreTokens;
+    const float* q = it.q + static_cast<int64_t>(r0) * it.q_ld;
+    float* srow = s + r0 * kGqaTokenBlock;
+    int j = 0;
+    for (; j + NT <= n; j += NT)
+        gqa_score_tile<DT, RB, NT>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
+                                   k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                                   kGqaTokenBlock);
+    for (; j < n; ++j)
+        gqa_score_tile<DT, RB, 1>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
+                                  k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                                  kGqaTokenBlock);
+}
+
+// acc[r][d..] = acc * corr[r] + sum_j p[r][j] v[j][d..] for NC vectors of
+// the value dim; each value vector is converted once for all RB rows.
+template <int DT, int RB, int NC>
+static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T* v, int dv, int d,
+                               float* acc, const float* corr) {
+    using V = Simd::V;
+    constexpr int W = Simd::W;
+    V a[RB * NC];
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        V cr = Simd::set1(corr[r]);
+        GQLA_UNROLL
+        for (int c = 0; c < NC; ++c)
+            a[r * NC + c] = Simd::mul(Simd::load(acc + static_cast<int64_t>(r) * dv + d + c * W), cr);
+    }
+    for (int j = 0; j < n; ++j) {
+        V vv[NC];
+        GQLA_UNROLL
+        for (int c = 0; c < NC; ++c) vv[c] = Elem<DT>::load(v + static_cast<int64_t>(j) * dv + d + c * W);
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            V pb = Simd::set1(p[r * kGqaTokenBlock + j]);
+            GQLA_UNROLL
+            for (int c = 0; c < NC; ++c) a[r * NC + c] = Simd::fma(pb, vv[c], a[r * NC + c]);
+        }
+    }
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r)
+        GQLA_UNROLL
+        for (int c = 0; c < NC; ++c) Simd::store(acc + static_cast<int64_t>(r) * dv + d + c * W, a[r * NC + c]);
+}
+
+template <int DT, int RB>
+static inline void gqa_pv_rows(const GqaItem& it, int r0, int n, const typename Elem<DT>::T* v,
+                               const float* p, const float* corr) {
+    constexpr int W = Simd::W;
+    constexpr int NC = Simd::kPvChunks;
+    const int dv = it.dv;
+    float* acc = it.acc + static_cast<int64_t>(r0) * dv;
+    const float* pr = p + r0 * kGqaTokenBlock;
+    const float* cr = corr + r0;
+    int d = 0;
+    for (; d + NC * W <= dv; d += NC * W) gqa_pv_tile<DT, RB, NC>(pr, n, v, dv, d, acc, cr);
+    for (; d + W <= dv; d += W) gqa_pv_tile<DT, RB, 1>(pr, n, v, dv, d, acc, cr);
+    for (; d < dv; ++d)
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            float s = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
+            for (int j = 0; j < n; ++j)
+                s += pr[r * kGqaTokenBlock + j] * Elem<DT>::scalar(v + static_cast<int64_t>(j) * dv + d);
+            acc[static_cast<int64_t>(r) * dv + d] = s;
+        }
+}
+
+// Online softmax over one block: masks causally, turns scores into
+// probabilities in place and returns the per-row rescale of the old state.
+static inline void gqa_softmax_block(const GqaItem& it, int64_t t, int n, float* s, float* corr) {
+    constexpr int W = Simd::W;
+    const int n_pad = (n + W - 1) / W * W;
+    for (int r = 0; r < it.rows; ++r) {
+        float* sr = s + r * kGqaTokenBlock;
+        int64_t allowed = it.row_limit[r] - t + 1;  // tokens of this block the row may see
+        int valid = allowed >= n ? n : (allowed < 0 ? 0 : static_cast<int>(allowed));
+        for (int j = valid; j < n_pad; ++j) sr[j] = kNegInf;
+        float mb = kNegInf;
+        for (int j = 0; j < valid; ++j) mb = sr[j] > mb ? sr[j] : mb;
+        const float m_old = it.m[r];
+        const float m_new = mb > m_old ? mb : m_old;
+        Simd::V mv = Simd::set1(m_new), sum = Simd::zero();
+        for (int j = 0; j < n_pad; j += W) {
+            Simd::V p = Simd::exp2(Simd::sub(Simd::load(sr + j), mv));
+            Simd::store(sr + j, p);
+            sum = Simd::add(sum, p);
+        }
+        float c = Simd::exp2_scalar(m_old - m_new);
+        corr[r] = c;
+        it.l[r] = it.l[r] * c + Simd::hsum(sum);
+        it.m[r] = m_new;
+    }
+}
+
+template <int DT>
+static void gqa_attend(const GqaItem& it) {
+    using T = typename Elem<DT>::T;
+    constexpr int RBmax = Simd::kScoreRows;
+    for (int r = 0; r < it.rows; ++r) {
+        it.m[r] = kMaxFloor;
+        it.l[r] = 0.0f;
+    }
+    for (int64_t i = 0; i < static_cast<int64_t>(it.rows) * it.dv; ++i) it.acc[i] = 0.0f;
+    float* s = it.scratch;
+    float* corr = it.scratch + it.rows * kGqaTokenBlock;
+    // Rows that can see nothing of [t0, t1) contribute nothing; the item is
+    // only called with at least one visible token for the last row.
+    for (int64_t t = it.t0; t < it.t1;) {
+        const int n = block_tokens(t, it.t1, it.page_size, kGqaTokenBlock);
+        const int64_t page = it.page_table[t / it.page_size];
+        const int slot = static_cast<int>(t % it.page_size);
+        const T* k1 = static_cast<const T*>(it.k1) + page * it.k1_page_stride + static_cast<int64_t>(slot) * it.d1;
+        const T* k2 = it.d2 ? static_cast<const T*>(it.k2) + page * it.k2_page_stride +
+                                  static_cast<int64_t>(slot) * it.d2
+                            : nullptr;
+        const T* v = static_cast<const T*>(it.v) + page * it.v_page_stride + static_cast<int64_t>(slot) * it.dv;
+        int r0 = 0;
+        for (; r0 + RBmax <= it.rows; r0 += RBmax) gqa_scores_rows<DT, RBmax>(it, r0, n, k1, k2, s);
+        switch (it.rows - r0) {
+            case 1: gqa_scores_rows<DT, 1>(it, r0, n, k1, k2, s); break;
+            case 2: gqa_scores_rows<DT, 2 < RBmax ? 2 : 1>(it, r0, n, k1, k2, s); break;
+            case 3: gqa_scores_rows<DT, 3 < RBmax ? 3 : 1>(it, r0, n, k1, k2, s); break;
+            default: break;
+        }
+        gqa_softmax_block(it, t, n, s, corr);
+        r0 = 0;
+        for (; r0 + RBmax <= it.rows; r0 += RBmax) gqa_pv_rows<DT, RBmax>(it, r0, n, v, s, corr);
+        switch (it.rows - r0) {
+            case 1: gqa_pv_rows<DT, 1>(it, r0, n, v, s, corr); break;
+            case 2: gqa_pv_rows<DT, 2 < RBmax ? 2 : 1>(it, r0, n, v, s, corr); break;
+            case 3: gqa_pv_rows<DT, 3 < RBmax ? 3 : 1>(it, r0, n, v, s, corr); break;
+            default: break;
+        }
+        t += n;
+    }
+}
+
+// ---------------------------------------------------------- absorb kernel
+// Query rows sit in lanes, so scores, softmax statistics and the value
+// accumulation are all lane-parallel: no horizontal reductions. The latent
+// tile is converted to f32 once per block and serves as key and as value.
+
+// st[j][rows] = sum_k ctile[j][k] * qt[k][rows] for JT tokens x NV vectors of rows.
+template <int JT, int NV>
+static inline void absorb_score_tile(const float* ctile, int K, const float* qt, int64_t qt_ld, float* st,
+                                     int st_ld) {
+    using V = Simd::V;
+    constexpr int W = Simd::W;
+    V acc[JT * NV];
+    GQLA_UNROLL
+    for (int i = 0; i < JT * NV; ++i) acc[i] = Simd::zero();
+    for (int k = 0; k < K; ++k) {
+        V qv[NV];
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v) qv[v] = Simd::load(qt + k * qt_ld + v * W);
+        GQLA_UNROLL
+        for (int j = 0; j < JT; ++j) {
+            V cb = Simd::set1(ctile[j * K + k]);
+            GQLA_UNROLL
+            for (int v = 0; v < NV; ++v) acc[j * NV + v] = Simd::fma(cb, qv[v], acc[j * NV + v]);
+        }
+    }
+    GQLA_UNROLL
+    for (int j = 0; j < JT; ++j)
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v) Simd::store(st + j * st_ld + v * W, acc[j * NV + v]);
+}
+
+template <int NV>
+static inline void absorb_scores_cols(const AbsorbItem& it, int n, int K, int col) {
+    constexpr int JT = Simd::kAbsorbTokens;
+    int j = 0;
+    for (; j + JT <= n; j += JT)
+        absorb_score_tile<JT, NV>(it.ctile + j * K, K, it.qt + col, it.qt_ld, it.stile + j * it.rows_pad + col,
+                                  it.rows_pad);
+    for (; j < n; ++j)
+        absorb_score_tile<1, NV>(it.ctile + j * K, K, it.qt + col, it.qt_ld, it.stile + j * it.rows_pad + col,
+                                 it.rows_pad);
+}
+
+// acc[k][rows] = acc * corr + sum_j ctile[j][k] * p[j][rows] for KB latent
+// dims x NV row vectors.
+template <int KB, int NV>
+static inline void absorb_pv_tile(const float* ctile, int K, int n, const float* p, int p_ld, float* acc,
+                                  int64_t acc_ld, const float* corr) {
+    using V = Simd::V;
+    constexpr int W = Simd::W;
+    V a[KB * NV];
+    GQLA_UNROLL
+    for (int v = 0; v < NV; ++v) {
+        V cr = Simd::load(corr + v * W);
+        GQLA_UNROLL
+        for (int k = 0; k < KB; ++k) a[k * NV + v] = Simd::mul(Simd::load(acc + k * acc_ld + v * W), cr);
+    }
+    for (int j = 0; j < n; ++j) {
+        V pv[NV];
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v) pv[v] = Simd::load(p + j * p_ld + v * W);
+        GQLA_UNROLL
+        for (int k = 0; k < KB; ++k) {
+            V cb = Simd::set1(ctile[j * K + k]);
+            GQLA_UNROLL
+            for (int v = 0; v < NV; ++v) a[k * NV + v] = Simd::fma(cb, pv[v], a[k * NV + v]);
+        }
+    }
+    GQLA_UNROLL
+    for (int k = 0; k < KB; ++k)
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v) Simd::store(acc + k * acc_ld + v * W, a[k * NV + v]);
+}
+
+template <int NV>
+static inline void absorb_pv_cols(const AbsorbItem& it, int n, int K, int col, const float* corr) {
+    constexpr int KB = Simd::kAbsorbDims;
+    int k = 0;
+    for (; k + KB <= it.r; k += KB)
+        absorb_pv_tile<KB, NV>(it.ctile + k, K, n, it.stile + col, it.rows_pad, it.acc + k * int64_t(it.rows_pad) + col,
+                               it.rows_pad, corr + col);
+    for (; k < it.r; ++k)
+        absorb_pv_tile<1, NV>(it.ctile + k, K, n, it.stile + col, it.rows_pad, it.acc + k * int64_t(it.rows_pad) + col,
+                              it.rows_pad, corr + col);
+}
+
+template <int DT>
+static void absorb_attend(const AbsorbItem& it) {
+    using T = typename Elem<DT>::T;
+    using V = Simd::V;
+    constexpr int W = Simd::W;
+    constexpr int NV = Simd::kAbsorbRowVecs;
+    const int K = it.r + it.d_r;
+    const int R = it.rows_pad;
+    for (int i = 0; i < R; ++i) {
+        it.m[i] = kMaxFloor;
+        it.l[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < static_cast<int64_t>(it.r) * R; ++i) it.acc[i] = 0.0f;
+    float* corr = it.stile + kAbsorbTokenBlock * R;
+    int64_t min_limit = it.row_limit[0];
+    for (int i = 1; i < R; ++i) min_limit = it.row_limit[i] < min_limit ? it.row_limit[i] : min_limit;
+
+    for (int64_t t = it.t0; t < it.t1;) {
+        const int n = block_tokens(t, it.t1, it.page_size, kAbsorbTokenBlock);
+        const int64_t page = it.page_table[t / it.page_size];
+        const int slot = static_cast<int>(t % it.page_size);
+        const T* c = static_cast<const T*>(it.c) + page * it.c_page_stride + static_cast<int64_t>(slot) * it.r;
+        const T* kr = static_cast<const T*>(it.kr) + page * it.kr_page_stride + static_cast<int64_t>(slot) * it.d_r;
+        // Latent tile to f32: [c | kr] per token.
+        for (int j = 0; j < n; ++j) {
+            float* dst = it.ctile + j * K;
+            const T* cj = c + static_cast<int64_t>(j) * it.r;
+            const T* kj = kr + static_cast<int64_t>(j) * it.d_r;
+            int k = 0;
+            for (; k + W <= it.r; k += W) Simd::store(dst + k, Elem<DT>::load(cj + k));
+            for (; k < it.r; ++k) dst[k] = Elem<DT>::scalar(cj + k);
+            k = 0;
+            for (; k + W <= it.d_r; k += W) Simd::store(dst + it.r + k, Elem<DT>::load(kj + k));
+            for (; k < it.d_r; ++k) dst[it.r + k] = Elem<DT>::scalar(kj + k);
+        }
+        // Scores for every row vector.
+        int col = 0;
+        for (; col + NV * W <= R; col += NV * W) absorb_scores_cols<NV>(it, n, K, col);
+        for (; col < R; col += W) absorb_scores_cols<1>(it, n, K, col);
+        // Causal mask: only blocks reaching past the earliest row limit.
+        if (t + n - 1 > min_limit)
+            for (int j = 0; j < n; ++j)
+                for (int i = 0; i < R; ++i)
+                    if (t + j > it.row_limit[i]) it.stile[j * R + i] = kNegInf;
+        // Online softmax, lane-parallel over rows.
+        for (int i = 0; i < R; i += W) {
+            V mb = Simd::set1(kNegInf);
+            for (int j = 0; j < n; ++j) mb = Simd::max(mb, Simd::load(it.stile + j * R + i));
+            V m_old = Simd::load(it.m + i);
+            V m_new = Simd::max(m_old, mb);
+            V sum = Simd::zero();
+            for (int j = 0; j < n; ++j) {
+                V p = Simd::exp2(Simd::sub(Simd::load(it.stile + j * R + i), m_new));
+                Simd::store(it.stile + j * R + i, p);
+                sum = Simd::add(sum, p);
+            }
+            V cr = Simd::exp2(Simd::sub(m_old, m_new));
+            Simd::store(corr + i, cr);
+            Simd::store(it.l + i, Simd::fma(Simd::load(it.l + i), cr, sum));
+            Simd::store(it.m + i, m_new);
+        }
+        // Values from the same tile.
+        col = 0;
+        for (; col + NV * W <= R; col += NV * W) absorb_pv_cols<NV>(it, n, K, col, corr);
+        for (; col < R; col += W) absorb_pv_cols<1>(it, n, K, col, corr);
+        t += n;
+    }
+}
+
+// ------------------------------------------------------------------ GEMM
+template <int MB, int NV>
+static inline void gemm_tile(int K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                             int64_t ldc) {
+    using V = Simd::V;
+    constexpr int W = Simd::W;
+    V acc[MB * NV];
+    GQLA_UNROLL
+    for (int i = 0; i < MB * NV; ++i) acc[i] = Simd::zero();
+    for (int k = 0; k < K; ++k) {
+        V bv[NV];
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v) bv[v] = Simd::load(B + k * ldb + v * W);
+        GQLA_UNROLL
+        for (int m = 0; m < MB; ++m) {
+            V ab = Simd::set1(A[m * lda + k]);
+            GQLA_UNROLL
+            for (int v = 0; v < NV; ++v) acc[m * NV + v] = Simd::fma(ab, bv[v], acc[m * NV + v]);
+        }
+    }
+    GQLA_UNROLL
+    for (int m = 0; m < MB; ++m)
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v) Simd::store(C + m * ldc + v * W, acc[m * NV + v]);
+}
+
+template <int MB>
+static inline void gemm_rows(int N, int K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                             int64_t ldc) {
+    constexpr int W = Simd::W;
+    constexpr int NV = Simd::kGemmVecs;
+    int n = 0;
+    for (; n + NV * W <= N; n += NV * W) gemm_tile<MB, NV>(K, A, lda, B + n, ldb, C + n, ldc);
+    for (; n + W <= N; n += W) gemm_tile<MB, 1>(K, A, lda, B + n, ldb, C + n, ldc);
+    for (; n < N; ++n)
+        GQLA_UNROLL
+        for (int m = 0; m < MB; ++m) {
+            float s = 0.0f;
+            for (int k = 0; k < K; ++k) s += A[m * lda + k] * B[k * ldb + n];
+            C[m * ldc + n] = s;
+        }
+}
+
+static void gemm(int M, int N, int K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                 int64_t ldc) {
+    int m = 0;
+    for (; m + 4 <= M; m += 4) gemm_rows<4>(N, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc);
+    for (; m < M; ++m) gemm_rows<1>(N, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc);
+}
+
+static const KernelTable& make_table(Isa isa, const char* name) {
+    static const KernelTable table = {
+        isa,
+        name,
+        {gqa_attend<GQLA_DTYPE_F32>, gqa_attend<GQLA_DTYPE_F16>, gqa_attend<GQLA_DTYPE_BF16>},
+        {absorb_attend<GQLA_DTYPE_F32>, absorb_attend<GQLA_DTYPE_F16>, absorb_attend<GQLA_DTYPE_BF16>},
+        gemm,
+    };
+    return table;
+}

@@ -1,0 +1,23 @@
+// The operations behind the CPU vtable, one file each.
+#pragma once
+
+#include "backends/cpu/cpu_context.hpp"
+
+namespace gqla::cpu {
+
+gqla_status append_tokens(CpuContext* ctx, const gqla_append_args* args);
+gqla_status expand_tokens(CpuContext* ctx, const gqla_expand_args* args);
+gqla_status copy_pages(CpuContext* ctx, int32_t n, const int32_t* src, const int32_t* dst);
+
+// GQA kind and the GQLA GQA path.
+gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* args);
+// GQLA absorb path.
+gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* args);
+
+// out[n][G*(d_c+d_v)] = latent[n][r] * W^T of one layer (oneDNN matmul when
+// built with it, else the kernel table's GEMM), on the context's threads.
+gqla_status expansion_gemm(CpuContext* ctx, const LayerWeights& w, int64_t n, const float* latent, float* out);
+
+void efficiency(const gqla_backend_desc* desc, double out_eff[2], double* out_overhead_s);
+
+}  // namespace gqla::cpu

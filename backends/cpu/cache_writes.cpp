@@ -1,0 +1,186 @@
+// Writing the cache: appended rows (converted from the io dtype to the cache
+// dtype), expanded rows built from the latent (KC/VE = W_UKV c), and page
+// copies for copy-on-write.
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "backends/cpu/backend_ops.hpp"
+#include "backends/cpu/io_rows.hpp"
+
+namespace gqla::cpu {
+
+namespace {
+
+// Rows expanded per GEMM: bounds the temporaries of long appends.
+constexpr int64_t kExpandRowsPerGemm = 2048;
+
+struct Slot {
+    int64_t page;
+    int64_t slot;
+};
+
+Slot slot_of(const int32_t* page_table, int64_t pos, int32_t page_size) {
+    return Slot{page_table[pos / page_size], pos % page_size};
+}
+
+// Expands the latent rows (already rounded to the cache dtype, as f32) of
+// the given slots into KC/VE of `layer`.
+gqla_status expand_slots(CpuContext* ctx, int32_t layer, const std::vector<Slot>& slots,
+                         const std::vector<float>& latent) {
+    const gqla_backend_desc& d = ctx->desc;
+    const LayerWeights& w = ctx->weights[static_cast<size_t>(layer)];
+    if (!w.set()) return fail(ctx, GQLA_ERR_INVALID_STATE, "weights of layer %d are not set", layer);
+    const int64_t r = d.latent_dim, N = ctx->expanded_width();
+    const int64_t P = d.page_size, dc = d.nope_dim, dv = d.value_dim;
+    const int64_t n_all = static_cast<int64_t>(slots.size());
+    std::vector<float> out;
+    try {
+        out.resize(static_cast<size_t>(std::min(n_all, kExpandRowsPerGemm) * N));
+    } catch (const std::bad_alloc&) {
+        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "expand: out of memory");
+    }
+    char* kc = static_cast<char*>(ctx->pool_layer(ctx->expanded[0], layer));
+    char* ve = static_cast<char*>(ctx->pool_layer(ctx->expanded[1], layer));
+    const size_t es = ctx->elem_size;
+    for (int64_t r0 = 0; r0 < n_all; r0 += kExpandRowsPerGemm) {
+        const int64_t n = std::min(kExpandRowsPerGemm, n_all - r0);
+        gqla_status st = expansion_gemm(ctx, w, n, latent.data() + r0 * r, out.data());
+        if (st != GQLA_OK) return st;
+        for (int64_t i = 0; i < n; ++i) {
+            const Slot s = slots[static_cast<size_t>(r0 + i)];
+            for (int64_t g = 0; g < d.num_kv_heads; ++g) {
+                const float* row = out.data() + i * N + g * (dc + dv);
+                const int64_t kc_off = s.page * ctx->expanded[0].page_elems + (g * P + s.slot) * dc;
+                const int64_t ve_off = s.page * ctx->expanded[1].page_elems + (g * P + s.slot) * dv;
+                store_row_f32(row, 1.0f, kc + kc_off * es, d.cache_dtype, static_cast<int>(dc));
+                store_row_f32(row + dc, 1.0f, ve + ve_off * es, d.cache_dtype, static_cast<int>(dv));
+            }
+        }
+    }
+    return GQLA_OK;
+}
+
+gqla_status append_gqa_kind(CpuContext* ctx, const gqla_append_args* a) {
+    const gqla_backend_desc& d = ctx->desc;
+    const int64_t P = d.page_size, D = d.head_dim, Dv = d.value_dim;
+    char* K = static_cast<char*>(ctx->pool_layer(ctx->kept[0], a->layer));
+    char* V = static_cast<char*>(ctx->pool_layer(ctx->kept[1], a->layer));
+    const size_t es = ctx->elem_size;
+    for (int32_t it = 0; it < a->num_items; ++it) {
+        const gqla_append_item& item = a->items[it];
+        for (int64_t i = 0; i < item.count; ++i) {
+            const Slot s = slot_of(item.page_table, item.start + i, d.page_size);
+            const int64_t row = item.row_offset + i;
+            for (int64_t g = 0; g < d.num_kv_heads; ++g) {
+                const int64_t k_off = s.page * ctx->kept[0].page_elems + (g * P + s.slot) * D;
+                const int64_t v_off = s.page * ctx->kept[1].page_elems + (g * P + s.slot) * Dv;
+                convert_row(view_at(a->a, row, g), a->a.dtype, K + k_off * es, d.cache_dtype, static_cast<int>(D));
+                convert_row(view_at(a->b, row, g), a->b.dtype, V + v_off * es, d.cache_dtype, static_cast<int>(Dv));
+            }
+        }
+    }
+    return GQLA_OK;
+}
+
+gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
+    const gqla_backend_desc& d = ctx->desc;
+    const int64_t r = d.latent_dim, dr = d.rope_dim;
+    const bool expand = a->write_expanded != 0;
+    if (expand) {
+        if (!ctx->expanded_on) return fail(ctx, GQLA_ERR_INVALID_STATE, "append: the expanded cache is off");
+        if (!ctx->weights[static_cast<size_t>(a->layer)].set())
+            return fail(ctx, GQLA_ERR_INVALID_STATE, "append: weights of layer %d are not set", a->layer);
+    }
+    std::vector<Slot> slots;
+    std::vector<float> latent;
+    if (expand) {
+        int64_t n = 0;
+        for (int32_t it = 0; it < a->num_items; ++it) n += a->items[it].count;
+        try {
+            slots.reserve(static_cast<size_t>(n));
+            latent.resize(static_cast<size_t>(n * r));
+        } catch (const std::bad_alloc&) {
+            return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
+        }
+    }
+    char* C = static_cast<char*>(ctx->pool_layer(ctx->kept[0], a->layer));
+    char* KR = static_cast<char*>(ctx->pool_layer(ctx->kept[1], a->layer));
+    const size_t es = ctx->elem_size;
+    for (int32_t it = 0; it < a->num_items; ++it) {
+        const gqla_append_item& item = a->items[it];
+        for (int64_t i = 0; i < item.count; ++i) {
+            const Slot s = slot_of(item.page_table, item.start + i, d.page_size);
+            const int64_t row = item.row_offset + i;
+            char* c_dst = C + (s.page * ctx->kept[0].page_elems + s.slot * r) * es;
+            convert_row(view_at(a->a, row), a->a.dtype, c_dst, d.cache_dtype, static_cast<int>(r));
+            convert_row(view_at(a->b, row), a->b.dtype, KR + (s.page * ctx->kept[1].page_elems + s.slot * dr) * es,
+                        d.cache_dtype, static_cast<int>(dr));
+            if (expand) {
+                // The expansion sees the latent as stored, so it matches a
+                // later re-expansion from the cache bit for bit.
+                load_row_f32(c_dst, d.cache_dtype, static_cast<int>(r), 1.0f, latent.data() + slots.size() * r);
+                slots.push_back(s);
+            }
+        }
+    }
+    return expand ? expand_slots(ctx, a->layer, slots, latent) : GQLA_OK;
+}
+
+}  // namespace
+
+gqla_status append_tokens(CpuContext* ctx, const gqla_append_args* a) {
+    if (a->layer < 0 || a->layer >= ctx->desc.num_layers)
+        return fail(ctx, GQLA_ERR_INVALID_ARGUMENT, "append: layer %d", a->layer);
+    return ctx->desc.kind == GQLA_KIND_GQA ? append_gqa_kind(ctx, a) : append_gqla_kind(ctx, a);
+}
+
+gqla_status expand_tokens(CpuContext* ctx, const gqla_expand_args* a) {
+    const gqla_backend_desc& d = ctx->desc;
+    if (d.kind != GQLA_KIND_GQLA || !ctx->expanded_on)
+        return fail(ctx, GQLA_ERR_INVALID_STATE, "expand: no expanded cache");
+    if (a->layer < 0 || a->layer >= d.num_layers)
+        return fail(ctx, GQLA_ERR_INVALID_ARGUMENT, "expand: layer %d", a->layer);
+    const int64_t r = d.latent_dim;
+    int64_t n = 0;
+    for (int32_t it = 0; it < a->num_items; ++it) n += a->items[it].count;
+    if (n == 0) return GQLA_OK;
+    std::vector<Slot> slots;
+    std::vector<float> latent;
+    try {
+        slots.reserve(static_cast<size_t>(n));
+        latent.resize(static_cast<size_t>(n * r));
+    } catch (const std::bad_alloc&) {
+        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "expand: out of memory");
+    }
+    const char* C = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], a->layer));
+    for (int32_t it = 0; it < a->num_items; ++it) {
+        const gqla_append_item& item = a->items[it];
+        for (int64_t i = 0; i < item.count; ++i) {
+            const Slot s = slot_of(item.page_table, item.start + i, d.page_size);
+            load_row_f32(C + (s.page * ctx->kept[0].page_elems + s.slot * r) * ctx->elem_size, d.cache_dtype,
+                         static_cast<int>(r), 1.0f, latent.data() + slots.size() * r);
+            slots.push_back(s);
+        }
+    }
+    return expand_slots(ctx, a->layer, slots, latent);
+}
+
+gqla_status copy_pages(CpuContext* ctx, int32_t n, const int32_t* src, const int32_t* dst) {
+    const gqla_backend_desc& d = ctx->desc;
+    Pool* pools[4] = {&ctx->kept[0], &ctx->kept[1], &ctx->expanded[0], &ctx->expanded[1]};
+    for (Pool* p : pools) {
+        if (p->mem.empty()) continue;
+        const size_t page_bytes = static_cast<size_t>(p->page_elems) * ctx->elem_size;
+        for (int32_t layer = 0; layer < d.num_layers; ++layer) {
+            char* base = static_cast<char*>(ctx->pool_layer(*p, layer));
+            for (int32_t i = 0; i < n; ++i)
+                std::memcpy(base + static_cast<size_t>(dst[i]) * page_bytes,
+                            base + static_cast<size_t>(src[i]) * page_bytes, page_bytes);
+        }
+    }
+    return GQLA_OK;
+}
+
+}  // namespace gqla::cpu

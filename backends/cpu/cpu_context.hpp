@@ -1,0 +1,69 @@
+// State of one CPU backend context: the description it was created with, the
+// cache pools (layout of core/backend_api.h), per-layer weights, the decode
+// workspace and the chosen kernel table.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/aligned_buffer.hpp"
+#include "backends/cpu/kernel_table.hpp"
+#include "backends/cpu/workspace_layout.hpp"
+#include "core/backend_api.h"
+
+namespace gqla::cpu {
+
+// Weights of one GQLA layer, converted to f32 once at upload.
+struct LayerWeights {
+    // [G*(d_c+d_v)][r], the kv_b_proj layout: W_UK[g] is a [d_c][r] block
+    // with leading dimension r, the B operand of q~ = qc * W_UK[g].
+    AlignedBuffer w;
+    // [r][G*(d_c+d_v)], the transpose: B operand of the expansion GEMM
+    // (c * W^T) and, at column offset g*(d_c+d_v)+d_c, of o = o~ * W_UV[g]^T.
+    AlignedBuffer wt;
+    bool set() const { return !w.empty(); }
+};
+
+// One cache pool: [layer][page][page_elems] elements of the cache dtype.
+struct Pool {
+    AlignedBuffer mem;
+    int64_t page_elems = 0;  // elements of one page of one layer
+    int64_t layer_elems = 0; // page_elems * num_pages
+};
+
+struct CpuContext {
+    gqla_backend_desc desc{};
+    const KernelTable* kernels = nullptr;
+    size_t elem_size = 0;  // bytes of one cache element
+
+    // GQA kind: [0] K, [1] V. GQLA: [0] C, [1] KR.
+    Pool kept[2];
+    // GQLA expanded cache: [0] KC, [1] VE (empty while disabled).
+    Pool expanded[2];
+    bool expanded_on = false;
+
+    std::vector<LayerWeights> weights;
+
+    WorkspaceLayout ws_layout{};
+    AlignedBuffer workspace;
+
+    char error[512] = {0};
+
+    int n_rep() const { return desc.num_heads / desc.num_kv_heads; }
+    // Width of one row of the expansion GEMM output: G * (d_c + d_v).
+    int expanded_width() const { return desc.num_kv_heads * (desc.nope_dim + desc.value_dim); }
+
+    // Start (in elements) of `layer` in a pool.
+    const void* pool_layer(const Pool& p, int32_t layer) const {
+        return static_cast<const char*>(p.mem.data()) + static_cast<size_t>(layer) * p.layer_elems * elem_size;
+    }
+    void* pool_layer(Pool& p, int32_t layer) {
+        return static_cast<char*>(p.mem.data()) + static_cast<size_t>(layer) * p.layer_elems * elem_size;
+    }
+};
+
+// Stores a formatted message in ctx->error and returns `st`.
+gqla_status fail(CpuContext* ctx, gqla_status st, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
+}  // namespace gqla::cpu

@@ -1,0 +1,206 @@
+// Decode of the GQLA absorb path:
+//   q~ = qc * W_UK[g]       (GEMM per group over all rows of the chunk)
+//   MQA over the latent     (work items: sequence x row block x split piece)
+//   o  = o~ * W_UV[g]^T     (GEMM per group)
+// The query rows of a sequence (i, h) sit in SIMD lanes of a transposed
+// query block QT[k][row], k over [q~ | qr].
+#include <omp.h>
+
+#include <algorithm>
+
+#include "backends/cpu/backend_ops.hpp"
+#include "backends/cpu/decode_plan.hpp"
+#include "backends/cpu/io_rows.hpp"
+
+namespace gqla::cpu {
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+// Columns of one GEMM task (a multiple of every vector width).
+constexpr int kGemmCols = 64;
+
+}  // namespace
+
+gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
+    const gqla_backend_desc& d = ctx->desc;
+    const LayerWeights& lw = ctx->weights[static_cast<size_t>(a->layer)];
+    if (!lw.set()) return fail(ctx, GQLA_ERR_INVALID_STATE, "decode: weights of layer %d are not set", a->layer);
+    const WorkspaceLayout& L = ctx->ws_layout;
+    const PathWorkspace& W = L.absorb;
+    const int H = d.num_heads, G = d.num_kv_heads, n_rep = H / G, s_q = a->q_len;
+    const int r = d.latent_dim, dc = d.nope_dim, dr = d.rope_dim, dv = d.value_dim, K = r + dr;
+    const int64_t NW = ctx->expanded_width();
+    const int R = H * s_q;
+    const int Rpad = (R + kAbsorbRowAlign - 1) / kAbsorbRowAlign * kAbsorbRowAlign;
+    const int RB = std::min(L.absorb_row_block, Rpad);
+    const int blocks = (Rpad + RB - 1) / RB;
+    const float q_scale = d.softmax_scale * kLog2e;
+    const AbsorbAttendFn attend = ctx->kernels->absorb_attend[d.cache_dtype - 1];
+    const GemmFn gemm = ctx->kernels->gemm;
+    const float* w = lw.w.as<float>();
+    const float* wt = lw.wt.as<float>();
+    const char* cpool = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], a->layer));
+    const char* krpool = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], a->layer));
+
+    float* ws = ctx->workspace.as<float>();
+    float* qc = ws + W.q_off;   // [G][M][dc]
+    float* qt = ws + W.q2_off;  // [G][M][r]: q~, then o~
+    float* QT = ws + W.qt_off;  // [seq][K][Rpad]
+    float* out = ws + W.out_off; // [G][M][dv]
+    DecodePlan plan;
+    plan.items = reinterpret_cast<WorkItem*>(ws + W.items_off);
+    plan.units = reinterpret_cast<UnitSplit*>(ws + W.units_off);
+    plan.order = reinterpret_cast<int32_t*>(ws + W.order_off);
+    const int chunk_batch = static_cast<int>(std::max<int64_t>(1, L.rows_cap / static_cast<int64_t>(R)));
+
+    for (int b0 = 0; b0 < a->batch; b0 += chunk_batch) {
+        const int nb = std::min(chunk_batch, a->batch - b0);
+        const int64_t M = static_cast<int64_t>(nb) * s_q * n_rep;  // rows per group
+        const int units = nb * blocks;
+        plan_decode(plan, units, [&](int32_t u) { return a->seqs[b0 + u / blocks].length; }, L);
+        const int col_tasks_q = (r + kGemmCols - 1) / kGemmCols;
+        const int col_tasks_o = (dv + kGemmCols - 1) / kGemmCols;
+#pragma omp parallel num_threads(L.threads)
+        {
+            const int tid = omp_get_thread_num();
+            float* tws = ws + W.thread_off + W.thread_floats * static_cast<size_t>(tid);
+            float* t_ctile = tws;
+            float* t_stile = t_ctile + (kAbsorbTokenBlock * K + 15) / 16 * 16;
+            float* t_acc = t_stile + (kAbsorbTokenBlock * RB + RB + 15) / 16 * 16;
+            float* t_m = t_acc + (static_cast<int64_t>(r) * RB + 15) / 16 * 16;
+            float* t_l = t_m + RB;
+            int64_t* t_limit = reinterpret_cast<int64_t*>(t_l + RB);
+
+            // 1. Nope parts of the queries, group-major rows m = (b, i, hh).
+#pragma omp for schedule(static)
+            for (int64_t bi = 0; bi < static_cast<int64_t>(nb) * s_q; ++bi) {
+                const int64_t b = b0 + bi / s_q, i = bi % s_q;
+                for (int h = 0; h < H; ++h) {
+                    const int64_t g = h / n_rep, m = bi * n_rep + h % n_rep;
+                    load_row_f32(view_at(a->q, b, i, h), a->q.dtype, dc, q_scale, qc + (g * M + m) * dc);
+                }
+            }
+            // 2. q~[g] = qc[g] * W_UK[g].
+#pragma omp for schedule(static)
+            for (int task = 0; task < G * col_tasks_q; ++task) {
+                const int64_t g = task / col_tasks_q;
+                const int n0 = task % col_tasks_q * kGemmCols;
+                gemm(static_cast<int>(M), std::min(kGemmCols, r - n0), dc, qc + g * M * dc, dc,
+                     w + g * (dc + dv) * static_cast<int64_t>(r) + n0, r, qt + g * M * r + n0, r);
+            }
+            // 3. Transposed query blocks [q~ | qr] per sequence; padding rows are 0.
+#pragma omp for schedule(static)
+            for (int64_t bi = 0; bi < static_cast<int64_t>(nb) * s_q; ++bi) {
+                const int64_t bl = bi / s_q, i = bi % s_q;
+                float* qtb = QT + bl * K * Rpad;
+                for (int h = 0; h < H; ++h) {
+                    const int64_t g = h / n_rep, m = bi * n_rep + h % n_rep, row = i * H + h;
+                    const float* src = qt + (g * M + m) * r;
+                    for (int k = 0; k < r; ++k) qtb[k * Rpad + row] = src[k];
+                    const void* qr = static_cast<const char*>(view_at(a->q, b0 + bl, i, h)) + dc * dtype_size(a->q.dtype);
+                    for (int k = 0; k < dr; ++k) qtb[(r + k) * Rpad + row] = load_as_f32(qr, a->q.dtype, k) * q_scale;
+                }
+                if (i == s_q - 1)
+                    for (int k = 0; k < K; ++k) std::fill(qtb + k * Rpad + R, qtb + (k + 1) * Rpad, 0.0f);
+            }
+            // 4. Attention over the latent.
+#pragma omp for schedule(dynamic, 1)
+            for (int idx = 0; idx < plan.num_items; ++idx) {
+                const WorkItem& wi = plan.items[plan.order[idx]];
+                const int64_t bl = wi.unit / blocks, blk = wi.unit % blocks;
+                const gqla_decode_seq& seq = a->seqs[b0 + bl];
+                const int col0 = static_cast<int>(blk) * RB;
+                const int width = std::min(RB, Rpad - col0);
+                for (int lane = 0; lane < width; ++lane) {
+                    const int row = col0 + lane;
+                    t_limit[lane] = row < R ? seq.length - s_q + row / H : seq.length - 1;
+                }
+                AbsorbItem it;
+                it.rows_pad = width;
+                it.qt = QT + bl * K * Rpad + col0;
+                it.qt_ld = Rpad;
+                it.row_limit = t_limit;
+                it.page_table = seq.page_table;
+                it.page_size = d.page_size;
+                it.t0 = wi.t0;
+                it.t1 = wi.t1;
+                it.c = cpool; it.c_page_stride = ctx->kept[0].page_elems; it.r = r;
+                it.kr = krpool; it.kr_page_stride = ctx->kept[1].page_elems; it.d_r = dr;
+                if (wi.partial < 0) {
+                    it.acc = t_acc; it.m = t_m; it.l = t_l;
+                } else {
+                    float* p = ws + W.partial_off + W.partial_floats * static_cast<size_t>(wi.partial);
+                    it.acc = p; it.m = p + static_cast<int64_t>(r) * RB; it.l = it.m + RB;
+                }
+                it.ctile = t_ctile;
+                it.stile = t_stile;
+                attend(it);
+                if (wi.partial >= 0) continue;
+                for (int lane = 0; lane < width; ++lane) {
+                    const int row = col0 + lane;
+                    if (row >= R) break;
+                    const int64_t i = row / H, h = row % H, g = h / n_rep;
+                    const int64_t m = (bl * s_q + i) * n_rep + h % n_rep;
+                    float* dst = qt + (g * M + m) * r;
+                    const float inv = 1.0f / t_l[lane];
+                    for (int k = 0; k < r; ++k) dst[k] = t_acc[static_cast<int64_t>(k) * width + lane] * inv;
+                    if (a->lse.data)
+                        *static_cast<float*>(view_at_mut(a->lse, b0 + bl, i, h)) =
+                            (t_m[lane] + __builtin_log2f(t_l[lane])) * kLn2;
+                }
+            }
+            // 5. Merge split units into o~.
+#pragma omp for schedule(dynamic, 1)
+            for (int u = 0; u < units; ++u) {
+                const UnitSplit& us = plan.units[u];
+                if (us.count < 2) continue;
+                const int64_t bl = u / blocks, col0 = u % blocks * RB;
+                const int width = std::min<int>(RB, Rpad - static_cast<int>(col0));
+                auto part = [&](int k) { return ws + W.partial_off + W.partial_floats * static_cast<size_t>(us.first_partial + k); };
+                for (int lane = 0; lane < width; ++lane) {
+                    const int64_t row = col0 + lane;
+                    if (row >= R) break;
+                    float mx = -3.0e38f;
+                    for (int k = 0; k < us.count; ++k) mx = std::max(mx, part(k)[static_cast<int64_t>(r) * RB + lane]);
+                    float l = 0.0f;
+                    const int64_t i = row / H, h = row % H, g = h / n_rep;
+                    const int64_t m = (bl * s_q + i) * n_rep + h % n_rep;
+                    float* dst = qt + (g * M + m) * r;
+                    std::fill(dst, dst + r, 0.0f);
+                    for (int k = 0; k < us.count; ++k) {
+                        const float* p = part(k);
+                        const float wgt = __builtin_exp2f(p[static_cast<int64_t>(r) * RB + lane] - mx);
+                        l += p[static_cast<int64_t>(r) * RB + RB + lane] * wgt;
+                        for (int e = 0; e < r; ++e) dst[e] += p[static_cast<int64_t>(e) * width + lane] * wgt;
+                    }
+                    const float inv = 1.0f / l;
+                    for (int e = 0; e < r; ++e) dst[e] *= inv;
+                    if (a->lse.data)
+                        *static_cast<float*>(view_at_mut(a->lse, b0 + bl, i, h)) = (mx + __builtin_log2f(l)) * kLn2;
+                }
+            }
+            // 6. o[g] = o~[g] * W_UV[g]^T.
+#pragma omp for schedule(static)
+            for (int task = 0; task < G * col_tasks_o; ++task) {
+                const int64_t g = task / col_tasks_o;
+                const int n0 = task % col_tasks_o * kGemmCols;
+                gemm(static_cast<int>(M), std::min(kGemmCols, dv - n0), r, qt + g * M * r, r,
+                     wt + g * (dc + dv) + dc + n0, NW, out + g * M * dv + n0, dv);
+            }
+            // 7. Output rows in the io dtype.
+#pragma omp for schedule(static)
+            for (int64_t bi = 0; bi < static_cast<int64_t>(nb) * s_q; ++bi) {
+                const int64_t b = b0 + bi / s_q, i = bi % s_q;
+                for (int h = 0; h < H; ++h) {
+                    const int64_t g = h / n_rep, m = bi * n_rep + h % n_rep;
+                    store_row_f32(out + (g * M + m) * dv, 1.0f, view_at_mut(a->o, b, i, h), d.io_dtype, dv);
+                }
+            }
+        }
+    }
+    return GQLA_OK;
+}
+
+}  // namespace gqla::cpu

@@ -1,0 +1,63 @@
+// Moving rows between caller tensors (io dtype, strided views) and f32 or
+// cache-dtype buffers. Only used by the non-ISA units, on short rows
+// (queries, outputs, appended tokens), so scalar conversion is enough.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend_api.h"
+#include "core/dtype.hpp"
+
+namespace gqla::cpu {
+
+// Address of element (i0, i1, i2, 0) of a view.
+inline const void* view_at(const gqla_view& v, int64_t i0, int64_t i1 = 0, int64_t i2 = 0) {
+    int64_t off = i0 * v.strides[0];
+    if (v.ndim > 1) off += i1 * v.strides[1];
+    if (v.ndim > 2) off += i2 * v.strides[2];
+    return static_cast<const char*>(v.data) + off * static_cast<int64_t>(dtype_size(v.dtype));
+}
+inline void* view_at_mut(const gqla_view& v, int64_t i0, int64_t i1 = 0, int64_t i2 = 0) {
+    return const_cast<void*>(view_at(v, i0, i1, i2));
+}
+
+// dst[k] = src[k] * scale as f32.
+inline void load_row_f32(const void* src, gqla_dtype t, int n, float scale, float* dst) {
+    switch (t) {
+        case GQLA_DTYPE_F32:
+            for (int k = 0; k < n; ++k) dst[k] = static_cast<const float*>(src)[k] * scale;
+            break;
+        case GQLA_DTYPE_F16:
+            for (int k = 0; k < n; ++k) dst[k] = f16_to_f32(static_cast<const uint16_t*>(src)[k]) * scale;
+            break;
+        case GQLA_DTYPE_BF16:
+            for (int k = 0; k < n; ++k) dst[k] = bf16_to_f32(static_cast<const uint16_t*>(src)[k]) * scale;
+            break;
+    }
+}
+
+// dst[k] = src[k] * mul in dtype t.
+inline void store_row_f32(const float* src, float mul, void* dst, gqla_dtype t, int n) {
+    switch (t) {
+        case GQLA_DTYPE_F32:
+            for (int k = 0; k < n; ++k) static_cast<float*>(dst)[k] = src[k] * mul;
+            break;
+        case GQLA_DTYPE_F16:
+            for (int k = 0; k < n; ++k) static_cast<uint16_t*>(dst)[k] = f32_to_f16(src[k] * mul);
+            break;
+        case GQLA_DTYPE_BF16:
+            for (int k = 0; k < n; ++k) static_cast<uint16_t*>(dst)[k] = f32_to_bf16(src[k] * mul);
+            break;
+    }
+}
+
+// Converts n elements between any two dtypes (same dtype: a copy).
+inline void convert_row(const void* src, gqla_dtype st, void* dst, gqla_dtype dt, int n) {
+    if (st == dt) {
+        __builtin_memcpy(dst, src, static_cast<size_t>(n) * dtype_size(st));
+        return;
+    }
+    for (int k = 0; k < n; ++k) store_from_f32(dst, dt, static_cast<size_t>(k), load_as_f32(src, st, static_cast<size_t>(k)));
+}
+
+}  // namespace gqla::cpu

@@ -1,0 +1,45 @@
+// Runtime choice of the kernel table from the probe's ISA bits (which honor
+// the GQLA_MAX_ISA cap, so a capped run exercises the narrower kernels).
+#include "backends/cpu/kernel_table.hpp"
+#include "core/probe.hpp"
+
+namespace gqla::cpu {
+
+namespace {
+
+bool host_has(Isa isa) {
+    const uint64_t f = cpu_isa_flags();
+    switch (isa) {
+        case Isa::Scalar: return true;
+        case Isa::Avx2: {
+            const uint64_t need = GQLA_ISA_AVX2 | GQLA_ISA_FMA | GQLA_ISA_F16C;
+            return (f & need) == need;
+        }
+        case Isa::Avx512: {
+            const uint64_t need = GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL | GQLA_ISA_FMA |
+                                  GQLA_ISA_F16C;
+            return (f & need) == need;
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
+const KernelTable* kernels_for(Isa isa) {
+    if (!host_has(isa)) return nullptr;
+    switch (isa) {
+        case Isa::Scalar: return &scalar_kernels();
+        case Isa::Avx2: return &avx2_kernels();
+        case Isa::Avx512: return &avx512_kernels();
+    }
+    return nullptr;
+}
+
+const KernelTable& best_kernels() {
+    if (const KernelTable* t = kernels_for(Isa::Avx512)) return *t;
+    if (const KernelTable* t = kernels_for(Isa::Avx2)) return *t;
+    return scalar_kernels();
+}
+
+}  // namespace gqla::cpu

@@ -1,0 +1,89 @@
+// The per-ISA kernel table of the CPU backend. Each ISA translation unit
+// (scalar, AVX2+FMA+F16C, AVX-512) fills one table from the same templated
+// kernel source; dispatch picks a table once per context from the probe's
+// ISA bits. Everything here is plain data so the ISA units share no inline
+// code that could be compiled with the wrong instruction set.
+#pragma once
+
+#include <cstdint>
+
+namespace gqla::cpu {
+
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+// Tokens handled per online-softmax step; also the row length of the score
+// scratch. A step never crosses a page boundary.
+constexpr int kGqaTokenBlock = 64;
+constexpr int kAbsorbTokenBlock = 32;
+// Query rows of the absorb kernel live in SIMD lanes; blocks are padded to
+// this multiple (a multiple of every vector width).
+constexpr int kAbsorbRowAlign = 16;
+
+// One work item of the GQA-form kernel: the n_rep * s_q query rows of one
+// (sequence, KV group) over the cache positions [t0, t1). The key of token j
+// is the concatenation [k1[j] (d1) | k2[j] (d2)] (d2 = 0 for plain GQA; the
+// shared rope key for the GQLA GQA path); the value is v[j] (dv). Addresses
+// are element offsets in the cache dtype: page p, slot s of segment x starts
+// at x + p * x_page_stride + s * dx.
+struct GqaItem {
+    int rows;
+    const float* q;           // [rows][q_ld], pre-multiplied by scale * log2(e)
+    int q_ld;
+    const int64_t* row_limit; // [rows]: last position each row may attend
+    const int32_t* page_table;
+    int page_size;
+    int64_t t0, t1;
+    const void* k1; int64_t k1_page_stride; int d1;
+    const void* k2; int64_t k2_page_stride; int d2;
+    const void* v;  int64_t v_page_stride;  int dv;
+    float* acc;               // out [rows][dv]: unnormalised sum of p * v
+    float* m;                 // out [rows]: running max (log2 domain)
+    float* l;                 // out [rows]: sum of exp2(s - m)
+    float* scratch;           // rows * kGqaTokenBlock + rows floats
+};
+
+// One work item of the absorb kernel: a block of query rows (heads x query
+// tokens of one sequence, in lanes) against the latent tokens [t0, t1). Key
+// of token j: [c[j] (r) | kr[j] (d_r)]; value: c[j].
+struct AbsorbItem {
+    int rows_pad;             // multiple of kAbsorbRowAlign
+    const float* qt;          // [r + d_r][qt_ld], column block of this item, pre-scaled
+    int64_t qt_ld;
+    const int64_t* row_limit; // [rows_pad]
+    const int32_t* page_table;
+    int page_size;
+    int64_t t0, t1;
+    const void* c;  int64_t c_page_stride;  int r;
+    const void* kr; int64_t kr_page_stride; int d_r;
+    float* acc;               // out [r][rows_pad]: unnormalised sum of p * c (transposed)
+    float* m;                 // out [rows_pad]
+    float* l;                 // out [rows_pad]
+    float* ctile;             // kAbsorbTokenBlock * (r + d_r) floats
+    float* stile;             // kAbsorbTokenBlock * rows_pad + rows_pad floats
+};
+
+using GqaAttendFn = void (*)(const GqaItem&);
+using AbsorbAttendFn = void (*)(const AbsorbItem&);
+// C[M,N] = A[M,K] * B[K,N]; row-major with leading dimensions, f32.
+using GemmFn = void (*)(int M, int N, int K, const float* A, int64_t lda,
+                        const float* B, int64_t ldb, float* C, int64_t ldc);
+
+struct KernelTable {
+    Isa isa;
+    const char* name;
+    // Indexed by cache dtype: [0] f32, [1] f16, [2] bf16 (gqla_dtype - 1).
+    GqaAttendFn gqa_attend[3];
+    AbsorbAttendFn absorb_attend[3];
+    GemmFn gemm;
+};
+
+const KernelTable& scalar_kernels();
+const KernelTable& avx2_kernels();
+const KernelTable& avx512_kernels();
+
+// Best table the host supports (after the GQLA_MAX_ISA cap of the probe).
+const KernelTable& best_kernels();
+// Table for `isa`, or nullptr when the host lacks it.
+const KernelTable* kernels_for(Isa isa);
+
+}  // namespace gqla::cpu

@@ -1,0 +1,85 @@
+// AVX2 + FMA + F16C kernels: 8 f32 lanes, 16 vector registers. Tile sizes
+// keep the accumulators plus operands within the 16 ymm registers.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "backends/cpu/kernel_table.hpp"
+#include "gqla/gqla.h"
+
+namespace gqla::cpu {
+namespace avx2_isa {
+
+struct Simd {
+    using V = __m256;
+    static constexpr int W = 8;
+    static constexpr int kScoreRows = 4;     // GQA scores: 4 rows x 2 tokens = 8 accumulators
+    static constexpr int kScoreTokens = 2;
+    static constexpr int kPvChunks = 2;      // GQA values: 4 rows x 2 vectors
+    static constexpr int kAbsorbTokens = 6;  // absorb scores: 6 tokens x 2 row vectors
+    static constexpr int kAbsorbRowVecs = 2;
+    static constexpr int kAbsorbDims = 6;    // absorb values: 6 latent dims x 2 row vectors
+    static constexpr int kGemmVecs = 2;
+
+    static inline V zero() { return _mm256_setzero_ps(); }
+    static inline V set1(float x) { return _mm256_set1_ps(x); }
+    static inline V load(const float* p) { return _mm256_loadu_ps(p); }
+    static inline void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+    static inline V load_f16(const uint16_t* p) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
+    static inline V load_bf16(const uint16_t* p) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+    static inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+    static inline V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static inline V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+    static inline V add(V a, V b) { return _mm256_add_ps(a, b); }
+    static inline V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+    static inline V max(V a, V b) { return _mm256_max_ps(a, b); }
+    static inline float hsum(V v) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        return _mm_cvtss_f32(s);
+    }
+    // Four horizontal sums at once through a hadd tree.
+    static inline void hsum_many(const V* a, int n, float* out) {
+        int i = 0;
+        for (; i + 4 <= n; i += 4) {
+            __m256 t0 = _mm256_hadd_ps(a[i], a[i + 1]);
+            __m256 t1 = _mm256_hadd_ps(a[i + 2], a[i + 3]);
+            __m256 t2 = _mm256_hadd_ps(t0, t1);
+            _mm_storeu_ps(out + i, _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1)));
+        }
+        for (; i < n; ++i) out[i] = hsum(a[i]);
+    }
+    // 2^x: round-to-nearest split, degree-7 polynomial of e^(f ln2) on
+    // |f| <= 1/2 (relative error ~5e-9); inputs below -126 give exactly 0.
+    static inline V exp2(V x) {
+        const V keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
+        x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-126.0f));
+        const V n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const V f = _mm256_mul_ps(_mm256_sub_ps(x, n), _mm256_set1_ps(0.6931471805599453f));
+        V p = _mm256_set1_ps(1.0f / 5040.0f);
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 720.0f));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120.0f));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24.0f));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6.0f));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+        const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
+    }
+    static inline float exp2_scalar(float x) { return __builtin_exp2f(x); }
+};
+
+#include "backends/cpu/attention_kernels.inl"
+
+}  // namespace avx2_isa
+
+const KernelTable& avx2_kernels() { return avx2_isa::make_table(Isa::Avx2, "avx2"); }
+
+}  // namespace gqla::cpu

@@ -1,0 +1,73 @@
+// Portable kernels: one f32 "lane", plain C++ arithmetic. The reference for
+// the SIMD kernels and the fallback on hosts without AVX2/FMA/F16C.
+#include <cstdint>
+
+#include "backends/cpu/kernel_table.hpp"
+#include "gqla/gqla.h"
+
+namespace gqla::cpu {
+namespace scalar_isa {
+
+struct Simd {
+    using V = float;
+    static constexpr int W = 1;
+    static constexpr int kScoreRows = 4;
+    static constexpr int kScoreTokens = 2;
+    static constexpr int kPvChunks = 4;
+    static constexpr int kAbsorbTokens = 4;
+    static constexpr int kAbsorbRowVecs = 4;
+    static constexpr int kAbsorbDims = 4;
+    static constexpr int kGemmVecs = 4;
+
+    static inline V zero() { return 0.0f; }
+    static inline V set1(float x) { return x; }
+    static inline V load(const float* p) { return *p; }
+    static inline void store(float* p, V v) { *p = v; }
+    static inline float f16_scalar(uint16_t h) {
+        const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+        const uint32_t exp = (h >> 10) & 0x1fu;
+        const uint32_t mant = h & 0x3ffu;
+        uint32_t bits;
+        if (exp == 0) {
+            if (mant == 0) {
+                bits = sign;
+            } else {
+                float f = static_cast<float>(mant) * (1.0f / 16777216.0f);
+                return sign ? -f : f;
+            }
+        } else if (exp == 31) {
+            bits = sign | 0x7f800000u | (mant << 13);
+        } else {
+            bits = sign | ((exp + 112u) << 23) | (mant << 13);
+        }
+        float f;
+        __builtin_memcpy(&f, &bits, 4);
+        return f;
+    }
+    static inline V load_f16(const uint16_t* p) { return f16_scalar(*p); }
+    static inline V load_bf16(const uint16_t* p) {
+        uint32_t u = static_cast<uint32_t>(*p) << 16;
+        float f;
+        __builtin_memcpy(&f, &u, 4);
+        return f;
+    }
+    static inline V fma(V a, V b, V c) { return a * b + c; }
+    static inline V mul(V a, V b) { return a * b; }
+    static inline V add(V a, V b) { return a + b; }
+    static inline V sub(V a, V b) { return a - b; }
+    static inline V max(V a, V b) { return a > b ? a : b; }
+    static inline float hsum(V v) { return v; }
+    static inline void hsum_many(const V* a, int n, float* out) {
+        for (int i = 0; i < n; ++i) out[i] = a[i];
+    }
+    static inline V exp2(V x) { return __builtin_exp2f(x); }
+    static inline float exp2_scalar(float x) { return __builtin_exp2f(x); }
+};
+
+#include "backends/cpu/attention_kernels.inl"
+
+}  // namespace scalar_isa
+
+const KernelTable& scalar_kernels() { return scalar_isa::make_table(Isa::Scalar, "scalar"); }
+
+}  // namespace gqla::cpu
