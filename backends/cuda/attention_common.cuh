@@ -1,0 +1,68 @@
+// Pieces shared by the tensor-core and the SIMT decode kernels: which tokens
+// a split owns, where a query/output row lives, the page lookup, and how a
+// finished row (output + log-sum-exp) is written.
+#pragma once
+
+#include <cstdint>
+
+#include "attention_params.hpp"
+#include "device_dtype.cuh"
+
+namespace gqla::cuda {
+
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ int64_t row_offset(const RowAddress& a, int b, int qi, int h) {
+    return b * a.sB + qi * a.sQ + (h / a.nrep) * a.sG + (h % a.nrep) * a.sHi;
+}
+
+// Tiles [begin, end) of `tile` tokens owned by `split`; the per-split chunk is
+// derived from the device-side length, so a graph replay after more appends
+// covers the new tokens.
+struct SplitRange { int begin, end; };
+__device__ __forceinline__ SplitRange split_tiles(int length, int tile, int split, int num_splits) {
+    int tiles = (length + tile - 1) / tile;
+    int per = (tiles + num_splits - 1) / num_splits;
+    int begin = split * per;
+    int end = min(tiles, begin + per);
+    return {begin, max(begin, end)};
+}
+
+// Element offset of token j's row in a pool (page from the device table).
+__device__ __forceinline__ int64_t token_base(const int32_t* table, int j, int page_size, int page_shift) {
+    int page_idx, slot;
+    if (page_shift >= 0) { page_idx = j >> page_shift; slot = j & (page_size - 1); }
+    else { page_idx = j / page_size; slot = j - page_idx * page_size; }
+    return (static_cast<int64_t>(__ldg(table + page_idx)) << 32) | static_cast<uint32_t>(slot);
+}
+__device__ __forceinline__ int64_t pool_offset(const PoolView& pv, int64_t tb, int g) {
+    int64_t page = tb >> 32;
+    int slot = static_cast<int>(tb & 0xffffffff);
+    return page * pv.page_stride + g * pv.group_stride + static_cast<int64_t>(slot) * pv.row_stride;
+}
+
+// Writes one output element of row (b, qi, h): straight to o when the launch
+// has one split, else to the partial buffer the combine kernel merges.
+__device__ __forceinline__ void write_output(const AttentionParams& p, int split, int b, int qi, int h, int c,
+                                             float v) {
+    if (p.num_splits == 1) {
+        store_elem(p.o, p.o_dtype, row_offset(p.oa, b, qi, h) + c, v);
+    } else {
+        int64_t row = ((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + qi) * p.num_heads + h;
+        p.part_o[row * p.v.dim + c] = v;
+    }
+}
+
+// m: running max of scaled scores in log2 units, l: sum of exp2(s - m).
+__device__ __forceinline__ void write_row_lse(const AttentionParams& p, int split, int b, int qi, int h, float m,
+                                              float l) {
+    float lse2 = (l > 0.f) ? m + log2f(l) : -INFINITY;
+    if (p.num_splits == 1) {
+        if (p.lse) p.lse[b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH] = lse2 * kLn2;
+    } else {
+        int64_t row = ((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + qi) * p.num_heads + h;
+        p.part_lse2[row] = lse2;
+    }
+}
+
+}  // namespace gqla::cuda

@@ -1,0 +1,50 @@
+// Host-side entry points of the decode kernels (attention, split combine).
+// Plans (which variant, how many splits) live in decode_plan.*; these only
+// know how to launch a given variant.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "attention_params.hpp"
+#include "gqla/gqla.h"
+
+namespace gqla::cuda {
+
+// Tensor-core variants: ROWS = 16*mr query rows per CTA, bn tokens per tile.
+enum class MmaVariant { Small = 0, Medium = 1, Large = 2 };
+constexpr int kNumMmaVariants = 3;
+
+struct MmaShape { int warps, mr, bn, stages, max_value_dim; };
+MmaShape mma_shape(MmaVariant v);
+
+// Dynamic shared memory the variant needs for these dims.
+int mma_smem_bytes(MmaVariant v, const AttentionParams& p);
+// Raise every variant's dynamic shared-memory limit (once per process/device).
+void prepare_attention_kernels(int smem_optin);
+// CTAs of the variant that fit one SM (0: does not fit).
+int mma_blocks_per_sm(MmaVariant v, gqla_dtype cache, int smem_bytes);
+void launch_attention_mma(MmaVariant v, gqla_dtype cache, const AttentionParams& p, dim3 grid, int smem_bytes,
+                          cudaStream_t stream);
+
+// Per-warp tensor-core kernel: <= 16 rows per group, values <= 128 wide, no
+// value aliasing (the GQA decode shape). 16 rows per CTA, 64-token steps.
+constexpr int kWarpRows = 16;
+constexpr int kWarpTile = 64;
+bool warp_kernel_fits(const AttentionParams& p);
+int warp_smem_bytes(const AttentionParams& p);
+void prepare_warp_kernels(int smem_optin);
+int warp_blocks_per_sm(gqla_dtype cache, int smem_bytes);
+void launch_attention_warp(gqla_dtype cache, const AttentionParams& p, dim3 grid, int smem_bytes, cudaStream_t stream);
+
+// Scalar f32 kernel: any dtype (the f32 cache), any dims.
+constexpr int kSimtRows = 8;
+constexpr int kSimtTile = 32;
+int simt_smem_bytes(const AttentionParams& p);
+int simt_blocks_per_sm(int smem_bytes);
+void prepare_simt_kernel(int smem_optin);
+void launch_attention_simt(const AttentionParams& p, dim3 grid, int smem_bytes, cudaStream_t stream);
+
+constexpr int kMaxSplits = 128;
+void launch_combine(const CombineParams& p, cudaStream_t stream);
+
+}  // namespace gqla::cuda

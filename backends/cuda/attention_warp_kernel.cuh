@@ -1,0 +1,270 @@
+// Split-KV flash decoding with one independent stream of work per warp, for
+// up to 16 query rows per group (GQA decode: n_rep * s_q <= 16) and values up
+// to 128 wide. Each warp owns 16 of every 64 tokens: it copies its own K/V
+// rows (cp.async, double-buffered, page ids fetched a chunk ahead), computes
+// S = Q K^T on tensor cores, keeps the online softmax in registers and feeds
+// P straight from the S accumulators into the P V MMA (no shared-memory
+// round trip, no CTA barrier per tile). Warps merge their (m, l, O) once at
+// the end. This keeps the SM issuing loads instead of waiting on barriers.
+#pragma once
+
+#include "attention_common.cuh"
+#include "mma_primitives.cuh"
+
+namespace gqla::cuda {
+
+constexpr int kWarpKernelWarps = 4;
+constexpr int kWarpKernelStages = 2;
+constexpr int kWarpKernelTile = 16 * kWarpKernelWarps;  // tokens per CTA step
+constexpr int kWarpKernelMaxDv = 128;
+
+struct WarpLayout { int k_stride, v_stride, q_off, kv_off, warp_bytes, o_off, f_off, bytes; };
+
+__host__ __device__ inline int max_int(int a, int b) { return a > b ? a : b; }
+__host__ __device__ inline WarpLayout warp_layout(int dk, int dv, bool alias) {
+    WarpLayout L{};
+    const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
+    L.k_stride = dk16 + 8;
+    L.v_stride = alias ? L.k_stride : dv16 + 8;
+    const int stage_bytes = 16 * L.k_stride * 2 + (alias ? 0 : 16 * L.v_stride * 2);
+    L.q_off = 0;
+    L.kv_off = (16 * L.k_stride * 2 + 127) / 128 * 128;
+    L.warp_bytes = kWarpKernelStages * stage_bytes;
+    // The merged O reuses the K/V stages: it is only written after every warp
+    // has finished its tokens.
+    L.o_off = L.kv_off;
+    L.f_off = L.kv_off + max_int(kWarpKernelWarps * L.warp_bytes, 16 * dv16 * 4);
+    L.bytes = L.f_off + (2 * kWarpKernelWarps * 16 + 2 * 16) * 4;  // per-warp m, l; merged l, m
+    return L;
+}
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16*) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, __half*) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(const __grid_constant__ AttentionParams p) {
+    constexpr int NW = kWarpKernelWarps, NT = NW * 32, ST = kWarpKernelStages, MAX_NT = kWarpKernelMaxDv / 8;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = dk1 + dk2, dv = p.v.dim;
+    const WarpLayout L = warp_layout(dk, dv, p.v_aliases_k1 != 0);
+    const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
+    T* sQ = reinterpret_cast<T*>(smem + L.q_off);
+    float* sO = reinterpret_cast<float*>(smem + L.o_off);
+    float* sWarpM = reinterpret_cast<float*>(smem + L.f_off);
+    float* sWarpL = sWarpM + NW * 16;
+    float* sRowL = sWarpL + NW * 16;
+    float* sRowM = sRowL + 16;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int row_blocks = (p.rows + 15) / 16;
+    const int rb = blockIdx.x % row_blocks, g = blockIdx.x / row_blocks;
+    const int bl = blockIdx.y, b = p.batch_offset + bl, seq_slot = p.slots[bl], split = blockIdx.z;
+    const int length = __ldg(p.lengths + seq_slot);
+    const int32_t* table = p.page_tables + seq_slot * p.table_stride;
+    const SplitRange range = split_tiles(length, kWarpKernelTile, split, p.num_splits);
+
+    for (int i = tid; i < 16 * dk16; i += NT) {
+        int m = i / dk16, c = i - m * dk16, mg = rb * 16 + m;
+        float v = 0.f;
+        if (mg < p.rows && c < dk) {
+            int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+            v = load_elem(p.q, p.q_dtype, row_offset(p.qa, b, qi, h) + c);
+        }
+        sQ[m * L.k_stride + c] = from_float<T>(v);
+    }
+    // Warp-private stages; pad columns stay zero (cp.async never writes them).
+    T* wK = reinterpret_cast<T*>(smem + L.kv_off + warp * L.warp_bytes);
+    const int stage_elems = 16 * L.k_stride + (p.v_aliases_k1 ? 0 : 16 * L.v_stride);
+    for (int s = 0; s < ST; ++s) {
+        T* k = wK + s * stage_elems;
+        for (int i = lane; i < 16 * (dk16 - dk); i += 32) k[(i / (dk16 - dk)) * L.k_stride + dk + i % (dk16 - dk)] = from_float<T>(0.f);
+        if (!p.v_aliases_k1) {
+            T* v = k + 16 * L.k_stride;
+            for (int i = lane; i < 16 * (dv16 - dv); i += 32) v[(i / (dv16 - dv)) * L.v_stride + dv + i % (dv16 - dv)] = from_float<T>(0.f);
+        }
+    }
+    __syncthreads();
+
+    // Causal limits of this lane's two accumulator rows.
+    int limit[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        int mg = rb * 16 + (lane >> 2) + hr * 8;
+        limit[hr] = (mg < p.rows) ? length - p.q_len + mg / p.heads_per_group : length - 1;
+    }
+
+    const T* k1 = static_cast<const T*>(p.k1.base);
+    const T* k2 = static_cast<const T*>(p.k2.base);
+    const T* vb = static_cast<const T*>(p.v.base);
+    const int my_row = lane & 15, my_half = lane >> 4;
+    // This warp's chunk c covers tokens (range.begin + c) * 64 + warp * 16 + [0, 16).
+    const int chunks = range.end - range.begin;
+    auto chunk_token = [&](int c) { return (range.begin + c) * kWarpKernelTile + warp * 16 + my_row; };
+    auto fetch_base = [&](int c) -> int64_t {
+        int j = chunk_token(c);
+        return (c < chunks && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
+    };
+    auto issue = [&](int stage, int64_t tb) {
+        T* k = wK + stage * stage_elems;
+        T* v = k + 16 * L.k_stride;
+        const bool valid = tb >= 0;
+        const int64_t base = valid ? tb : 0;
+        const T* s1 = k1 + pool_offset(p.k1, base, g);
+        for (int c = my_half * 8; c < dk1; c += 16) cp_async_16(k + my_row * L.k_stride + c, valid ? s1 + c : k1, valid);
+        if (dk2) {
+            const T* s2 = k2 + pool_offset(p.k2, base, g);
+            for (int c = my_half * 8; c < dk2; c += 16) cp_async_16(k + my_row * L.k_stride + dk1 + c, valid ? s2 + c : k2, valid);
+        }
+        if (!p.v_aliases_k1) {
+            const T* s3 = vb + pool_offset(p.v, base, g);
+            for (int c = my_half * 8; c < dv; c += 16) cp_async_16(v + my_row * L.v_stride + c, valid ? s3 + c : vb, valid);
+        }
+    };
+
+    float acc[MAX_NT][4];
+#pragma unroll
+    for (int i = 0; i < MAX_NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float run_m[2] = {-INFINITY, -INFINITY}, run_l[2] = {0.f, 0.f};  // l: this lane's partial sum
+
+    issue(0, fetch_base(0));
+    cp_async_commit();
+    int64_t next_base = fetch_base(1);
+    for (int c = 0; c < chunks; ++c) {
+        const int stage = c % ST;
+        if (c + 1 < chunks) issue((c + 1) % ST, next_base);
+        cp_async_commit();
+        next_base = fetch_base(c + 2);
+        cp_async_wait<1>();
+        __syncwarp();
+        const T* tK = wK + stage * stage_elems;
+        const T* tV = p.v_aliases_k1 ? tK : tK + 16 * L.k_stride;
+        const int vstride = L.v_stride;
+
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        const T* qrow = sQ + (lane & 15) * L.k_stride + (lane >> 4) * 8;
+        const T* krow = tK + ((lane & 7) + ((lane >> 4) << 3)) * L.k_stride + ((lane >> 3) & 1) * 8;
+        for (int kk = 0; kk < dk16; kk += 16) {
+            uint32_t a[4], bk[4];
+            ldmatrix_x4(a, qrow + kk);
+            ldmatrix_x4(bk, krow + kk);
+            mma_16816<T>(s[0], a, bk[0], bk[1]);
+            mma_16816<T>(s[1], a, bk[2], bk[3]);
+        }
+        const int tok0 = (range.begin + c) * kWarpKernelTile + warp * 16;
+        float alpha[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    int j = tok0 + n * 8 + (lane & 3) * 2 + e;
+                    float v = (j <= limit[hr]) ? s[n][hr * 2 + e] * p.scale_log2 : -INFINITY;
+                    s[n][hr * 2 + e] = v;
+                    mx = fmaxf(mx, v);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float m_new = fmaxf(run_m[hr], mx);
+            alpha[hr] = (m_new == -INFINITY) ? 1.f : exp2f(run_m[hr] - m_new);
+            float sum = 0.f;
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float pe = (m_new == -INFINITY) ? 0.f : exp2f(s[n][hr * 2 + e] - m_new);
+                    s[n][hr * 2 + e] = pe;
+                    sum += pe;
+                }
+            run_l[hr] = run_l[hr] * alpha[hr] + sum;
+            run_m[hr] = m_new;
+        }
+        // S accumulators (m16n8 x2) are exactly the A fragment of P (m16k16).
+        uint32_t pa[4];
+        pa[0] = pack2(s[0][0], s[0][1], static_cast<T*>(nullptr));
+        pa[1] = pack2(s[0][2], s[0][3], static_cast<T*>(nullptr));
+        pa[2] = pack2(s[1][0], s[1][1], static_cast<T*>(nullptr));
+        pa[3] = pack2(s[1][2], s[1][3], static_cast<T*>(nullptr));
+        const T* vrow = tV + ((lane & 7) + ((lane >> 3) & 1) * 8) * vstride + (lane >> 4) * 8;
+#pragma unroll
+        for (int i = 0; i < MAX_NT; i += 2) {
+            acc[i][0] *= alpha[0]; acc[i][1] *= alpha[0]; acc[i][2] *= alpha[1]; acc[i][3] *= alpha[1];
+            acc[i + 1][0] *= alpha[0]; acc[i + 1][1] *= alpha[0]; acc[i + 1][2] *= alpha[1]; acc[i + 1][3] *= alpha[1];
+            if (i * 8 < dv16) {
+                uint32_t bv[4];
+                ldmatrix_x4_trans(bv, vrow + i * 8);
+                mma_16816<T>(acc[i], pa, bv[0], bv[1]);
+                mma_16816<T>(acc[i + 1], pa, bv[2], bv[3]);
+            }
+        }
+        __syncwarp();  // the stage is refilled next iteration
+    }
+    cp_async_wait<0>();
+
+    // Merge the warps: row max over warps, then each warp adds its rescaled O.
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        run_l[hr] += __shfl_xor_sync(0xffffffffu, run_l[hr], 1);
+        run_l[hr] += __shfl_xor_sync(0xffffffffu, run_l[hr], 2);
+        if ((lane & 3) == 0) {
+            sWarpM[warp * 16 + (lane >> 2) + hr * 8] = run_m[hr];
+            sWarpL[warp * 16 + (lane >> 2) + hr * 8] = run_l[hr];
+        }
+    }
+    __syncthreads();
+    float scale[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const int r = (lane >> 2) + hr * 8;
+        float M = -INFINITY;
+        for (int w = 0; w < NW; ++w) M = fmaxf(M, sWarpM[w * 16 + r]);
+        scale[hr] = (run_m[hr] == -INFINITY) ? 0.f : exp2f(run_m[hr] - M);
+        if (warp == 0 && (lane & 3) == 0) {
+            float tot = 0.f;
+            for (int w = 0; w < NW; ++w)
+                if (sWarpM[w * 16 + r] != -INFINITY) tot += sWarpL[w * 16 + r] * exp2f(sWarpM[w * 16 + r] - M);
+            sRowL[r] = tot;
+            sRowM[r] = M;
+        }
+    }
+    for (int i = tid; i < 16 * dv16; i += NT) sO[i] = 0.f;
+    __syncthreads();
+    for (int w = 0; w < NW; ++w) {
+        if (warp == w) {
+#pragma unroll
+            for (int i = 0; i < MAX_NT; ++i) {
+                if (i * 8 >= dv16) continue;
+                const int col = i * 8 + (lane & 3) * 2;
+                const int r0 = lane >> 2;
+                sO[r0 * dv16 + col] += acc[i][0] * scale[0];
+                sO[r0 * dv16 + col + 1] += acc[i][1] * scale[0];
+                sO[(r0 + 8) * dv16 + col] += acc[i][2] * scale[1];
+                sO[(r0 + 8) * dv16 + col + 1] += acc[i][3] * scale[1];
+            }
+        }
+        __syncthreads();
+    }
+    for (int i = tid; i < 16 * dv; i += NT) {
+        const int m = i / dv, col = i - m * dv, mg = rb * 16 + m;
+        if (mg >= p.rows) continue;
+        const float l = sRowL[m];
+        const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+        write_output(p, split, b, qi, h, col, l > 0.f ? sO[m * dv16 + col] / l : 0.f);
+    }
+    if (tid < 16) {
+        const int mg = rb * 16 + tid;
+        if (mg < p.rows) {
+            const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+            write_row_lse(p, split, b, qi, h, sRowM[tid], sRowL[tid]);
+        }
+    }
+}
+
+}  // namespace gqla::cuda

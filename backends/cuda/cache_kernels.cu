@@ -1,0 +1,97 @@
+// Kernels that move cache rows and sequence tables (see cache_kernels.hpp).
+// None of them is on the decode hot path except through the tables they fill.
+#include "cache_kernels.hpp"
+#include "cuda_status.hpp"
+#include "device_dtype.cuh"
+
+namespace gqla::cuda {
+
+namespace {
+
+__global__ void scatter_rows_kernel(const __grid_constant__ ScatterParams p) {
+    const int row = blockIdx.x / p.groups, g = blockIdx.x % p.groups;
+    const int64_t tok = p.row_token[row];
+    const int64_t page = tok / p.page_size, slot = tok % p.page_size;
+    const int64_t src = row * p.src_row_stride + g * p.src_group_stride;
+    const int64_t dst = page * p.dst_page_stride + g * p.dst_group_stride + slot * p.dst_row_stride;
+    for (int c = threadIdx.x; c < p.dim; c += blockDim.x)
+        store_elem(p.dst, p.dst_dtype, dst + c, load_elem(p.src, p.src_dtype, src + c));
+}
+
+__global__ void gather_rows_kernel(const void* pool, int dtype, int64_t page_stride, int row_stride, int page_size,
+                                   int dim, const int64_t* row_token, float* dst) {
+    const int row = blockIdx.x;
+    const int64_t tok = row_token[row];
+    const int64_t base = (tok / page_size) * page_stride + (tok % page_size) * row_stride;
+    for (int c = threadIdx.x; c < dim; c += blockDim.x)
+        dst[static_cast<int64_t>(row) * dim + c] = load_elem(pool, dtype, base + c);
+}
+
+__global__ void copy_pages_kernel(const __grid_constant__ CopyPagesParams p) {
+    const int i = blockIdx.x, layer = blockIdx.y;
+    unsigned char* base = p.pool + layer * p.layer_bytes;
+    const unsigned char* src = base + p.src[i] * p.page_bytes;
+    unsigned char* dst = base + p.dst[i] * p.page_bytes;
+    if (p.page_bytes % 16 == 0) {
+        for (int64_t o = threadIdx.x * 16; o < p.page_bytes; o += blockDim.x * 16)
+            *reinterpret_cast<int4*>(dst + o) = *reinterpret_cast<const int4*>(src + o);
+    } else {
+        for (int64_t o = threadIdx.x; o < p.page_bytes; o += blockDim.x) dst[o] = src[o];
+    }
+}
+
+__global__ void table_update_kernel(const __grid_constant__ TableUpdateParams p) {
+    for (int i = threadIdx.x; i < p.page_count; i += blockDim.x)
+        p.page_tables[p.slot * p.table_stride + p.page_begin + i] = p.pages[i];
+    for (int i = threadIdx.x; i < p.layer_count; i += blockDim.x)
+        p.lengths[static_cast<int64_t>(p.layer_begin + i) * p.max_sequences + p.slot] = p.layer_lengths[i];
+}
+
+__global__ void convert_2d_kernel(const void* src, int dtype, int64_t rows, int64_t cols, int64_t row_stride,
+                                  float* dst) {
+    const int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        int64_t r = i / cols, c = i % cols;
+        dst[i] = load_elem(src, dtype, r * row_stride + c);
+    }
+}
+
+}  // namespace
+
+void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream) {
+    if (p.rows == 0) return;
+    scatter_rows_kernel<<<p.rows * p.groups, 128, 0, stream>>>(p);
+    check_launch("scatter_rows_kernel");
+}
+
+void launch_gather_rows_f32(const void* pool, int32_t dtype, int64_t page_stride, int32_t row_stride,
+                            int32_t page_size, int32_t dim, const int64_t* row_token, int32_t rows, float* dst,
+                            cudaStream_t stream) {
+    if (rows == 0) return;
+    gather_rows_kernel<<<rows, 128, 0, stream>>>(pool, dtype, page_stride, row_stride, page_size, dim, row_token,
+                                                 dst);
+    check_launch("gather_rows_kernel");
+}
+
+void launch_copy_pages(const CopyPagesParams& p, cudaStream_t stream) {
+    if (p.count == 0 || p.layers == 0) return;
+    copy_pages_kernel<<<dim3(p.count, p.layers), 256, 0, stream>>>(p);
+    check_launch("copy_pages_kernel");
+}
+
+void launch_table_update(const TableUpdateParams& p, cudaStream_t stream) {
+    table_update_kernel<<<1, 256, 0, stream>>>(p);
+    check_launch("table_update_kernel");
+}
+
+void launch_convert_2d_f32(const void* src, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride,
+                           float* dst, cudaStream_t stream) {
+    int64_t n = rows * cols;
+    if (n == 0) return;
+    int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
+    convert_2d_kernel<<<blocks, 256, 0, stream>>>(src, dtype, rows, cols, row_stride, dst);
+    check_launch("convert_2d_kernel");
+}
+
+}  // namespace gqla::cuda

@@ -1,0 +1,59 @@
+// Host entry points of the kernels that move cache rows and tables: writing
+// appended rows into the paged pools (with dtype conversion), reading latent
+// rows back for expansion, copy-on-write page copies, the device-side
+// sequence tables, and 2-D conversions to f32 (weights).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gqla::cuda {
+
+// rows x groups x dim elements: src (row, g, c) -> pool token row_token[row].
+struct ScatterParams {
+    const void* src; int32_t src_dtype;
+    int64_t src_row_stride, src_group_stride;
+    void* dst; int32_t dst_dtype;
+    int64_t dst_page_stride, dst_group_stride;
+    int32_t dst_row_stride;
+    int32_t page_size, groups, dim, rows;
+    const int64_t* row_token;  // global token index page * page_size + slot, per row
+};
+void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream);
+
+// Pool rows (one group) -> contiguous f32 [rows][dim].
+void launch_gather_rows_f32(const void* pool, int32_t dtype, int64_t page_stride, int32_t row_stride,
+                            int32_t page_size, int32_t dim, const int64_t* row_token, int32_t rows, float* dst,
+                            cudaStream_t stream);
+
+// Copy whole pages src[i] -> dst[i] of every layer of one pool.
+constexpr int kCopyPagesPerLaunch = 128;
+struct CopyPagesParams {
+    unsigned char* pool;
+    int64_t layer_bytes, page_bytes;
+    int32_t layers, count;
+    int32_t src[kCopyPagesPerLaunch], dst[kCopyPagesPerLaunch];
+};
+void launch_copy_pages(const CopyPagesParams& p, cudaStream_t stream);
+
+// Writes part of one slot's device page table and lengths, from parameters,
+// so the update is stream-ordered with no host staging and no sync.
+constexpr int kTablePagesPerLaunch = 512;
+constexpr int kTableLayersPerLaunch = 128;
+struct TableUpdateParams {
+    int32_t* page_tables; int64_t table_stride;
+    int32_t* lengths; int32_t max_sequences;
+    int32_t slot;
+    int32_t page_begin, page_count;
+    int32_t layer_begin, layer_count;
+    int32_t pages[kTablePagesPerLaunch];
+    int32_t layer_lengths[kTableLayersPerLaunch];
+};
+void launch_table_update(const TableUpdateParams& p, cudaStream_t stream);
+
+// dst[r][c] (f32, contiguous) = src[r*row_stride + c] of any dtype.
+void launch_convert_2d_f32(const void* src, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride,
+                           float* dst, cudaStream_t stream);
+
+}  // namespace gqla::cuda

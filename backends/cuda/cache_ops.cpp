@@ -1,0 +1,284 @@
+// Cache-side operations: weights, expanded pools, appends, expansion,
+// copy-on-write page copies and the device-side sequence tables.
+#include <algorithm>
+#include <cstring>
+
+#include "cache_kernels.hpp"
+#include "core/dtype.hpp"
+#include "session_ops.hpp"
+
+namespace gqla::cuda {
+
+namespace {
+
+// Contiguous host copy of a row-major view (innermost stride 1).
+void pack_host_view(const gqla_view& v, unsigned char* dst) {
+    const size_t es = dtype_size(v.dtype);
+    const int64_t inner = v.shape[v.ndim - 1];
+    int64_t outer = 1;
+    for (int i = 0; i + 1 < v.ndim; ++i) outer *= v.shape[i];
+    for (int64_t o = 0; o < outer; ++o) {
+        int64_t rem = o, off = 0;
+        for (int i = v.ndim - 2; i >= 0; --i) {
+            off += (rem % v.shape[i]) * v.strides[i];
+            rem /= v.shape[i];
+        }
+        std::memcpy(dst, static_cast<const unsigned char*>(v.data) + off * es, inner * es);
+        dst += inner * es;
+    }
+}
+
+size_t view_elems(const gqla_view& v) {
+    size_t n = 1;
+    for (int i = 0; i < v.ndim; ++i) n *= static_cast<size_t>(v.shape[i]);
+    return n;
+}
+
+// The view with contiguous strides over `data`.
+gqla_view contiguous_like(const gqla_view& v, void* data) {
+    gqla_view c = v;
+    c.data = data;
+    c.on_device = 1;
+    int64_t stride = 1;
+    for (int i = v.ndim - 1; i >= 0; --i) { c.strides[i] = stride; stride *= v.shape[i]; }
+    return c;
+}
+
+// Token index page * P + slot for positions [start, start + count) of an item.
+void item_tokens(const gqla_append_item& it, int32_t page_size, int64_t* out) {
+    for (int64_t i = 0; i < it.count; ++i) {
+        int64_t pos = it.start + i;
+        out[i] = static_cast<int64_t>(it.page_table[pos / page_size]) * page_size + pos % page_size;
+    }
+}
+
+void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, int64_t src_col_offset_elems,
+                  const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim, const int64_t* tokens,
+                  int32_t rows) {
+    const PoolGeometry g = pool_geometry(s, groups, dim);
+    ScatterParams p{};
+    p.src = static_cast<const unsigned char*>(src.data) + src_col_offset_elems * dtype_size(src.dtype);
+    p.src_dtype = src.dtype;
+    p.src_row_stride = src.strides[0];
+    p.src_group_stride = src_group_stride;
+    p.dst = pool.get<unsigned char>() + layer * g.layer_stride * cache_elem_size(s);
+    p.dst_dtype = s.desc.cache_dtype;
+    p.dst_page_stride = g.page_stride;
+    p.dst_group_stride = g.group_stride;
+    p.dst_row_stride = g.row_stride;
+    p.page_size = s.desc.page_size;
+    p.groups = static_cast<int32_t>(groups);
+    p.dim = dim;
+    p.rows = rows;
+    p.row_token = tokens;
+    launch_scatter_rows(p, s.stream);
+}
+
+// KC/VE rows of `layer` for the given tokens, from the latent pool:
+// E [rows][G*(d_c+d_v)] = C [rows][r] . W_UKV^T, then scattered per group.
+void expand_tokens(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
+    const gqla_backend_desc& d = s.desc;
+    const float* w = s.weights[static_cast<size_t>(layer)].get<float>();
+    if (!w) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: weights of layer " + std::to_string(layer) + " not set");
+    if (!s.pool_kc.get()) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: expanded cache not enabled");
+    const int r = d.latent_dim, G = d.num_kv_heads, width = d.nope_dim + d.value_dim, N = G * width;
+    const PoolGeometry cg = pool_geometry(s, 1, r);
+    const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cache_elem_size(s);
+    const float one = 1.f, zero = 0.f;
+    for (int64_t first = 0; first < n; first += s.expand_chunk) {
+        const int rows = static_cast<int>(std::min<int64_t>(s.expand_chunk, n - first));
+        launch_gather_rows_f32(c_layer, d.cache_dtype, cg.page_stride, cg.row_stride, d.page_size, r,
+                               d_tokens + first, rows, s.expand_in.get<float>(), s.stream);
+        check_cublas(cublasGemmEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, r, &one, w, CUDA_R_32F, r,
+                                  s.expand_in.get<float>(), CUDA_R_32F, r, &zero, s.expand_out.get<float>(),
+                                  CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "latent expansion (GemmEx)");
+        gqla_view e{};
+        e.data = s.expand_out.get();
+        e.dtype = GQLA_DTYPE_F32;
+        e.on_device = 1;
+        e.ndim = 2;
+        e.strides[0] = N;
+        e.strides[1] = 1;
+        scatter_into(s, e, width, 0, s.pool_kc, layer, G, d.nope_dim, d_tokens + first, rows);
+        scatter_into(s, e, width, d.nope_dim, s.pool_ve, layer, G, d.value_dim, d_tokens + first, rows);
+    }
+}
+
+void send_table_update(Session& s, int32_t slot, int32_t page_begin, const int32_t* pages, int32_t page_count,
+                       int32_t layer_begin, const int32_t* lens, int32_t layer_count) {
+    TableUpdateParams p{};
+    p.page_tables = s.page_tables.get<int32_t>();
+    p.table_stride = s.table_stride;
+    p.lengths = s.lengths.get<int32_t>();
+    p.max_sequences = s.desc.max_sequences;
+    p.slot = slot;
+    while (page_count > 0 || layer_count > 0) {
+        p.page_begin = page_begin;
+        p.page_count = std::min(page_count, kTablePagesPerLaunch);
+        std::copy(pages, pages + p.page_count, p.pages);
+        p.layer_begin = layer_begin;
+        p.layer_count = std::min(layer_count, kTableLayersPerLaunch);
+        std::copy(lens, lens + p.layer_count, p.layer_lengths);
+        launch_table_update(p, s.stream);
+        page_begin += p.page_count; pages += p.page_count; page_count -= p.page_count;
+        layer_begin += p.layer_count; lens += p.layer_count; layer_count -= p.layer_count;
+    }
+}
+
+}  // namespace
+
+void set_weights(Session& s, int32_t layer, const gqla_view& w) {
+    const gqla_backend_desc& d = s.desc;
+    const int64_t rows = static_cast<int64_t>(d.num_kv_heads) * (d.nope_dim + d.value_dim), cols = d.latent_dim;
+    DeviceBuffer fresh;
+    fresh.allocate(static_cast<size_t>(rows * cols) * 4, "weights");
+    DeviceBuffer raw;
+    const void* src = w.data;
+    int64_t row_stride = w.strides[0];
+    if (!w.on_device) {
+        const size_t bytes = view_elems(w) * dtype_size(w.dtype);
+        unsigned char* pinned = static_cast<unsigned char*>(acquire_pinned(s, bytes));
+        pack_host_view(w, pinned);
+        raw.allocate(bytes, "weight staging");
+        check_cuda(cudaMemcpyAsync(raw.get(), pinned, bytes, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(weights)");
+        release_pinned(s);
+        src = raw.get();
+        row_stride = cols;
+    }
+    launch_convert_2d_f32(src, w.dtype, rows, cols, row_stride, fresh.get<float>(), s.stream);
+    check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(weights)");
+    s.weights[static_cast<size_t>(layer)].swap(fresh);  // the old weights go with `fresh`
+}
+
+void set_expanded(Session& s, bool enable) {
+    const gqla_backend_desc& d = s.desc;
+    if (!enable) {
+        check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(disable expanded)");
+        s.pool_kc.reset();
+        s.pool_ve.reset();
+        return;
+    }
+    if (s.pool_kc.get()) return;
+    const size_t es = cache_elem_size(s);
+    DeviceBuffer kc, ve;
+    kc.allocate(d.num_layers * pool_geometry(s, d.num_kv_heads, d.nope_dim).layer_stride * es, "expanded key cache");
+    ve.allocate(d.num_layers * pool_geometry(s, d.num_kv_heads, d.value_dim).layer_stride * es, "expanded value cache");
+    s.pool_kc.swap(kc);
+    s.pool_ve.swap(ve);
+}
+
+void append(Session& s, const gqla_append_args& a) {
+    const gqla_backend_desc& d = s.desc;
+    const int64_t n = a.a.shape[0];
+    if (n == 0) return;
+    const bool host_a = !a.a.on_device, host_b = !a.b.on_device;
+    const size_t tok_bytes = n * 8;
+    const size_t a_bytes = host_a ? view_elems(a.a) * dtype_size(a.a.dtype) : 0;
+    const size_t b_bytes = host_b ? view_elems(a.b) * dtype_size(a.b.dtype) : 0;
+    s.row_tokens.ensure(std::max<size_t>(tok_bytes, s.row_tokens.bytes()), "row token indices");
+    if (host_a) s.staged_a.ensure(a_bytes, "append staging");
+    if (host_b) s.staged_b.ensure(b_bytes, "append staging");
+
+    unsigned char* pinned = static_cast<unsigned char*>(acquire_pinned(s, tok_bytes + a_bytes + b_bytes));
+    int64_t* tokens = reinterpret_cast<int64_t*>(pinned);
+    for (int i = 0; i < a.num_items; ++i) item_tokens(a.items[i], d.page_size, tokens + a.items[i].row_offset);
+    check_cuda(cudaMemcpyAsync(s.row_tokens.get(), pinned, tok_bytes, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(tokens)");
+    gqla_view va = a.a, vb = a.b;
+    if (host_a) {
+        pack_host_view(a.a, pinned + tok_bytes);
+        check_cuda(cudaMemcpyAsync(s.staged_a.get(), pinned + tok_bytes, a_bytes, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(a)");
+        va = contiguous_like(a.a, s.staged_a.get());
+    }
+    if (host_b) {
+        pack_host_view(a.b, pinned + tok_bytes + a_bytes);
+        check_cuda(cudaMemcpyAsync(s.staged_b.get(), pinned + tok_bytes + a_bytes, b_bytes, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(b)");
+        vb = contiguous_like(a.b, s.staged_b.get());
+    }
+    release_pinned(s);
+
+    const int64_t* d_tokens = s.row_tokens.get<int64_t>();
+    const int32_t rows = static_cast<int32_t>(n);
+    if (d.kind == GQLA_KIND_GQA) {
+        scatter_into(s, va, va.strides[1], 0, s.pool_a, a.layer, d.num_kv_heads, d.head_dim, d_tokens, rows);
+        scatter_into(s, vb, vb.strides[1], 0, s.pool_b, a.layer, d.num_kv_heads, d.value_dim, d_tokens, rows);
+    } else {
+        scatter_into(s, va, 0, 0, s.pool_a, a.layer, 1, d.latent_dim, d_tokens, rows);
+        scatter_into(s, vb, 0, 0, s.pool_b, a.layer, 1, d.rope_dim, d_tokens, rows);
+        if (a.write_expanded) expand_tokens(s, a.layer, d_tokens, n);
+    }
+}
+
+void expand(Session& s, const gqla_expand_args& a) {
+    int64_t n = 0;
+    for (int i = 0; i < a.num_items; ++i) n += a.items[i].count;
+    if (n == 0) return;
+    s.row_tokens.ensure(n * 8, "row token indices");
+    int64_t* tokens = static_cast<int64_t*>(acquire_pinned(s, n * 8));
+    int64_t at = 0;
+    for (int i = 0; i < a.num_items; ++i) {
+        item_tokens(a.items[i], s.desc.page_size, tokens + at);
+        at += a.items[i].count;
+    }
+    check_cuda(cudaMemcpyAsync(s.row_tokens.get(), tokens, n * 8, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(tokens)");
+    release_pinned(s);
+    expand_tokens(s, a.layer, s.row_tokens.get<int64_t>(), n);
+}
+
+void copy_pages(Session& s, int32_t n, const int32_t* src, const int32_t* dst) {
+    const gqla_backend_desc& d = s.desc;
+    struct PoolRef { const DeviceBuffer* buf; int64_t groups; int32_t dim; };
+    std::vector<PoolRef> pools;
+    if (d.kind == GQLA_KIND_GQA) {
+        pools = {{&s.pool_a, d.num_kv_heads, d.head_dim}, {&s.pool_b, d.num_kv_heads, d.value_dim}};
+    } else {
+        pools = {{&s.pool_a, 1, d.latent_dim}, {&s.pool_b, 1, d.rope_dim}};
+        if (s.pool_kc.get())
+            pools.push_back({&s.pool_kc, d.num_kv_heads, d.nope_dim}), pools.push_back({&s.pool_ve, d.num_kv_heads, d.value_dim});
+    }
+    const size_t es = cache_elem_size(s);
+    for (const PoolRef& pr : pools) {
+        const PoolGeometry g = pool_geometry(s, pr.groups, pr.dim);
+        CopyPagesParams p{};
+        p.pool = pr.buf->get<unsigned char>();
+        p.layer_bytes = g.layer_stride * es;
+        p.page_bytes = g.page_stride * es;
+        p.layers = d.num_layers;
+        for (int32_t first = 0; first < n; first += kCopyPagesPerLaunch) {
+            p.count = std::min(kCopyPagesPerLaunch, n - first);
+            std::copy(src + first, src + first + p.count, p.src);
+            std::copy(dst + first, dst + first + p.count, p.dst);
+            launch_copy_pages(p, s.stream);
+        }
+    }
+}
+
+void update_sequence(Session& s, int32_t slot, const int32_t* pages, int32_t num_pages, const int64_t* lengths) {
+    if (slot < 0 || slot >= s.desc.max_sequences || num_pages < 0 || num_pages > s.table_stride)
+        throw BackendError(GQLA_ERR_INTERNAL, "CUDA update_sequence: slot or page count out of range");
+    std::vector<int32_t>& hp = s.host_pages[static_cast<size_t>(slot)];
+    int32_t first = 0;
+    while (first < num_pages && first < static_cast<int32_t>(hp.size()) && hp[first] == pages[first]) ++first;
+    hp.assign(pages, pages + num_pages);
+
+    std::vector<int32_t>& hl = s.host_lengths[static_cast<size_t>(slot)];
+    int32_t lo = s.desc.num_layers, hi = -1;
+    for (int32_t l = 0; l < s.desc.num_layers; ++l) {
+        const int64_t len = lengths ? lengths[l] : 0;
+        if (len > INT32_MAX) throw BackendError(GQLA_ERR_UNSUPPORTED, "CUDA backend: sequence longer than 2^31-1 tokens");
+        if (hl[l] != static_cast<int32_t>(len)) { lo = std::min(lo, l); hi = l; hl[l] = static_cast<int32_t>(len); }
+    }
+    send_table_update(s, slot, first, hp.data() + first, num_pages - first, lo, hl.data() + (hi >= lo ? lo : 0),
+                      hi >= lo ? hi - lo + 1 : 0);
+}
+
+void refresh_sequence(Session& s, int32_t slot, int32_t layer, const int32_t* pages, int32_t num_pages, int64_t length) {
+    std::vector<int32_t>& hl = s.host_lengths[static_cast<size_t>(slot)];
+    const std::vector<int32_t>& hp = s.host_pages[static_cast<size_t>(slot)];
+    if (hl[layer] == length && static_cast<int32_t>(hp.size()) == num_pages) return;
+    std::vector<int64_t> lens(hl.begin(), hl.end());
+    lens[layer] = length;
+    update_sequence(s, slot, pages, num_pages, lens.data());
+}
+
+}  // namespace gqla::cuda

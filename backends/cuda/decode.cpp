@@ -1,0 +1,251 @@
+// Decode dispatch: stage host tensors, then per path
+//   GQA kind / GQLA GQA path : one attention launch (+ combine when split)
+//   GQLA absorb path         : pack q -> cuBLAS q~ = W_UK^T qc (batched over
+//                              groups) -> MQA attention over the latent ->
+//                              cuBLAS o = W_UV o~ -> unpack.
+// With device tensors nothing here allocates or synchronizes, so the whole
+// sequence can be captured in a CUDA graph. Host tensors go through pinned
+// staging and the call synchronizes before returning.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "absorb_kernels.hpp"
+#include "core/dtype.hpp"
+#include "decode_plan.hpp"
+#include "session_ops.hpp"
+
+namespace gqla::cuda {
+
+namespace {
+
+struct Rows3 {  // [B, s_q, H, dim] tensor, device pointer + strides of the first 3 dims
+    void* data;
+    int32_t dtype;
+    int64_t s[3];
+};
+
+Rows3 contiguous_rows(void* data, int32_t dtype, int64_t q_len, int64_t heads, int64_t dim) {
+    return Rows3{data, dtype, {q_len * heads * dim, heads * dim, dim}};
+}
+Rows3 view_rows(const gqla_view& v) { return Rows3{v.data, v.dtype, {v.strides[0], v.strides[1], v.strides[2]}}; }
+
+RowAddress user_rows(const Rows3& r, int32_t n_rep) {
+    return RowAddress{r.s[0], r.s[1], n_rep * r.s[2], r.s[2], n_rep};
+}
+// Group-major absorb workspace: row ((g*B + b)*s_q + qi)*n_rep + hi, `dim` apart.
+RowAddress group_major_rows(int64_t batch, int64_t q_len, int32_t n_rep, int64_t dim) {
+    return RowAddress{q_len * n_rep * dim, n_rep * dim, batch * q_len * n_rep * dim, dim, n_rep};
+}
+
+// Host [B, s_q, H, dim] strided <-> contiguous copies through pinned memory.
+void pack_host_rows(const gqla_view& v, int64_t dim, size_t es, unsigned char* dst) {
+    for (int64_t b = 0; b < v.shape[0]; ++b)
+        for (int64_t q = 0; q < v.shape[1]; ++q)
+            for (int64_t h = 0; h < v.shape[2]; ++h) {
+                const unsigned char* src = static_cast<const unsigned char*>(v.data) +
+                                           (b * v.strides[0] + q * v.strides[1] + h * v.strides[2]) * es;
+                std::memcpy(dst, src, dim * es);
+                dst += dim * es;
+            }
+}
+void unpack_host_rows(const unsigned char* src, int64_t dim, size_t es, const gqla_view& v) {
+    for (int64_t b = 0; b < v.shape[0]; ++b)
+        for (int64_t q = 0; q < v.shape[1]; ++q)
+            for (int64_t h = 0; h < v.shape[2]; ++h) {
+                unsigned char* dst = static_cast<unsigned char*>(v.data) +
+                                     (b * v.strides[0] + q * v.strides[1] + h * v.strides[2]) * es;
+                std::memcpy(dst, src, dim * es);
+                src += dim * es;
+            }
+}
+
+// Launches attention (+ combine) over the whole batch in chunks of kMaxLaunchBatch.
+void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int groups) {
+    const AttentionPlan plan = plan_attention(s, p);
+    const int row_blocks = (p.rows + plan.rows_per_cta - 1) / plan.rows_per_cta;
+    const int64_t per_split_rows = static_cast<int64_t>(a.batch) * a.q_len * p.num_heads;
+    const int split_cap = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(s.max_splits, s.part_rows / per_split_rows)));
+    p.part_o = s.part_o.get<float>();
+    p.part_lse2 = s.part_lse2.get<float>();
+    p.part_batch = a.batch;
+    for (int first = 0; first < a.batch; first += kMaxLaunchBatch) {
+        const int nb = std::min(kMaxLaunchBatch, a.batch - first);
+        int64_t max_len = 0;
+        for (int i = 0; i < nb; ++i) {
+            p.slots[i] = a.seqs[first + i].slot;
+            max_len = std::max<int64_t>(max_len, a.seqs[first + i].length);
+        }
+        p.batch = nb;
+        p.batch_offset = first;
+        const int64_t base_ctas = static_cast<int64_t>(nb) * groups * row_blocks;
+        p.num_splits = choose_splits(s, plan, base_ctas, max_len, split_cap);
+        dim3 grid(groups * row_blocks, nb, p.num_splits);
+        if (s.trace)
+            std::fprintf(stderr, "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d max_len=%lld\n",
+                         plan.per_warp ? "per-warp" : plan.simt ? "simt" : (plan.variant == MmaVariant::Small ? "mma-small" : plan.variant == MmaVariant::Medium ? "mma-medium" : "mma-large"),
+                         p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm, (long long)max_len);
+        if (plan.per_warp) launch_attention_warp(s.desc.cache_dtype, p, grid, plan.smem_bytes, s.stream);
+        else if (plan.simt) launch_attention_simt(p, grid, plan.smem_bytes, s.stream);
+        else launch_attention_mma(plan.variant, s.desc.cache_dtype, p, grid, plan.smem_bytes, s.stream);
+        if (p.num_splits > 1) {
+            CombineParams c{};
+            c.batch = nb; c.batch_offset = first; c.q_len = p.q_len; c.num_heads = p.num_heads;
+            c.dv = p.v.dim; c.num_splits = p.num_splits; c.part_batch = p.part_batch;
+            c.part_o = p.part_o; c.part_lse2 = p.part_lse2;
+            c.o = p.o; c.o_dtype = p.o_dtype; c.oa = p.oa;
+            c.lse = p.lse; c.lse_sB = p.lse_sB; c.lse_sQ = p.lse_sQ; c.lse_sH = p.lse_sH;
+            launch_combine(c, s.stream);
+        }
+    }
+}
+
+AttentionParams common_params(Session& s, const gqla_decode_args& a) {
+    AttentionParams p{};
+    p.cache_dtype = s.desc.cache_dtype;
+    p.page_size = s.desc.page_size;
+    p.page_shift = -1;
+    for (int sh = 0; sh < 31; ++sh)
+        if ((1 << sh) == s.desc.page_size) p.page_shift = sh;
+    p.page_tables = s.page_tables.get<int32_t>();
+    p.table_stride = s.table_stride;
+    p.lengths = s.lengths.get<int32_t>() + static_cast<int64_t>(a.layer) * s.desc.max_sequences;
+    p.q_len = a.q_len;
+    p.num_heads = s.desc.num_heads;
+    p.scale_log2 = s.desc.softmax_scale * 1.4426950408889634f;
+    return p;
+}
+
+void decode_gqa_path(Session& s, const gqla_decode_args& a, const Rows3& q, const Rows3& o, float* lse,
+                     const int64_t lse_s[3]) {
+    const gqla_backend_desc& d = s.desc;
+    const int n_rep = d.num_heads / d.num_kv_heads;
+    AttentionParams p = common_params(s, a);
+    if (d.kind == GQLA_KIND_GQA) {
+        p.k1 = pool_view(s, s.pool_a, a.layer, d.num_kv_heads, d.head_dim, false);
+        p.k2 = p.k1;
+        p.k2.dim = 0;
+        p.v = pool_view(s, s.pool_b, a.layer, d.num_kv_heads, d.value_dim, false);
+    } else {
+        if (!s.pool_kc.get())
+            throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA decode: GQA path requested but the expanded cache is not enabled");
+        p.k1 = pool_view(s, s.pool_kc, a.layer, d.num_kv_heads, d.nope_dim, false);
+        p.k2 = pool_view(s, s.pool_b, a.layer, 1, d.rope_dim, true);
+        p.v = pool_view(s, s.pool_ve, a.layer, d.num_kv_heads, d.value_dim, false);
+    }
+    p.heads_per_group = n_rep;
+    p.rows = a.q_len * n_rep;
+    p.q = q.data; p.q_dtype = q.dtype; p.qa = user_rows(q, n_rep);
+    p.o = o.data; p.o_dtype = o.dtype; p.oa = user_rows(o, n_rep);
+    p.lse = lse; p.lse_sB = lse_s[0]; p.lse_sQ = lse_s[1]; p.lse_sH = lse_s[2];
+    run_attention(s, p, a, d.num_kv_heads);
+}
+
+void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, const Rows3& o, float* lse,
+                        const int64_t lse_s[3]) {
+    const gqla_backend_desc& d = s.desc;
+    const float* w = s.weights[static_cast<size_t>(a.layer)].get<float>();
+    if (!w) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA decode: weights of layer " + std::to_string(a.layer) + " not set");
+    const int n_rep = d.num_heads / d.num_kv_heads;
+    const int r = d.latent_dim, dc = d.nope_dim, dr = d.rope_dim, dv = d.value_dim;
+    const int64_t rows_g = static_cast<int64_t>(a.batch) * a.q_len * n_rep;  // GEMM columns per group
+    const int64_t w_group = static_cast<int64_t>(dc + dv) * r;
+
+    AbsorbLayout lay{a.batch, a.q_len, d.num_heads, n_rep, dc, dr, r, dv};
+    launch_absorb_pack_q(lay, q.data, q.dtype, q.s, s.q_nope.get<float>(), s.q_att.get<float>(), s.stream);
+
+    // TF32 only where the cache is bf16 anyway; f16/f32 caches keep f32 accuracy.
+    const cublasComputeType_t compute =
+        d.cache_dtype == GQLA_DTYPE_BF16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float one = 1.f, zero = 0.f;
+    // q~ [rows][r] (ld r + d_r) = q_nope [rows][d_c] . W_UK[g] [d_c][r]
+    check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_N, CUBLAS_OP_N, r, static_cast<int>(rows_g), dc, &one,
+                                            w, CUDA_R_32F, r, w_group, s.q_nope.get<float>(), CUDA_R_32F, dc,
+                                            rows_g * dc, &zero, s.q_att.get<float>(), CUDA_R_32F, r + dr,
+                                            rows_g * (r + dr), d.num_kv_heads, compute, CUBLAS_GEMM_DEFAULT),
+                 "absorb query projection (GemmStridedBatchedEx)");
+
+    AttentionParams p = common_params(s, a);
+    p.k1 = pool_view(s, s.pool_a, a.layer, 1, r, true);
+    p.k2 = pool_view(s, s.pool_b, a.layer, 1, dr, true);
+    p.v = p.k1;
+    p.v_aliases_k1 = 1;
+    p.heads_per_group = d.num_heads;
+    p.rows = a.q_len * d.num_heads;
+    p.q = s.q_att.get(); p.q_dtype = GQLA_DTYPE_F32; p.qa = group_major_rows(a.batch, a.q_len, n_rep, r + dr);
+    p.o = s.o_att.get(); p.o_dtype = GQLA_DTYPE_F32; p.oa = group_major_rows(a.batch, a.q_len, n_rep, r);
+    p.lse = lse; p.lse_sB = lse_s[0]; p.lse_sQ = lse_s[1]; p.lse_sH = lse_s[2];
+    run_attention(s, p, a, 1);
+
+    // o [rows][d_v] = o~ [rows][r] . W_UV[g]^T
+    check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, dv, static_cast<int>(rows_g), r, &one,
+                                            w + static_cast<int64_t>(dc) * r, CUDA_R_32F, r, w_group,
+                                            s.o_att.get<float>(), CUDA_R_32F, r, rows_g * r, &zero,
+                                            s.o_proj.get<float>(), CUDA_R_32F, dv, rows_g * dv, d.num_kv_heads,
+                                            compute, CUBLAS_GEMM_DEFAULT),
+                 "absorb output projection (GemmStridedBatchedEx)");
+    launch_absorb_unpack_o(lay, s.o_proj.get<float>(), o.data, o.dtype, o.s, s.stream);
+}
+
+}  // namespace
+
+void decode(Session& s, const gqla_decode_args& a) {
+    const gqla_backend_desc& d = s.desc;
+    for (int i = 0; i < a.batch; ++i)
+        refresh_sequence(s, a.seqs[i].slot, a.layer, a.seqs[i].page_table, a.seqs[i].num_pages, a.seqs[i].length);
+
+    const bool gqla = d.kind == GQLA_KIND_GQLA;
+    const int64_t H = d.num_heads, dq = gqla ? d.nope_dim + d.rope_dim : d.head_dim, dv = d.value_dim;
+    const size_t es = dtype_size(d.io_dtype);
+    const bool want_lse = a.lse.data != nullptr;
+    const bool host_q = !a.q.on_device, host_o = !a.o.on_device, host_lse = want_lse && !a.lse.on_device;
+    const int64_t rows = static_cast<int64_t>(a.batch) * a.q_len * H;
+
+    unsigned char* pinned = nullptr;
+    const size_t q_bytes = rows * dq * es, o_bytes = rows * dv * es, lse_bytes = rows * 4;
+    if (host_q || host_o || host_lse) pinned = static_cast<unsigned char*>(acquire_pinned(s, q_bytes + o_bytes + lse_bytes));
+
+    Rows3 q = view_rows(a.q);
+    if (host_q) {
+        pack_host_rows(a.q, dq, es, pinned);
+        check_cuda(cudaMemcpyAsync(s.q_stage.get(), pinned, q_bytes, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(q)");
+        q = contiguous_rows(s.q_stage.get(), d.io_dtype, a.q_len, H, dq);
+    }
+    Rows3 o = host_o ? contiguous_rows(s.o_stage.get(), d.io_dtype, a.q_len, H, dv) : view_rows(a.o);
+    float* lse = nullptr;
+    int64_t lse_s[3] = {0, 0, 0};
+    if (want_lse) {
+        if (host_lse) {
+            lse = s.lse_stage.get<float>();
+            lse_s[0] = a.q_len * H; lse_s[1] = H; lse_s[2] = 1;
+        } else {
+            lse = static_cast<float*>(a.lse.data);
+            lse_s[0] = a.lse.strides[0]; lse_s[1] = a.lse.strides[1]; lse_s[2] = a.lse.strides[2];
+        }
+    }
+
+    if (a.path == GQLA_PATH_ABSORB) {
+        if (!gqla) throw BackendError(GQLA_ERR_INVALID_ARGUMENT, "CUDA decode: absorb path on a GQA-kind session");
+        decode_absorb_path(s, a, q, o, lse, lse_s);
+    } else {
+        decode_gqa_path(s, a, q, o, lse, lse_s);
+    }
+
+    if (host_o || host_lse) {
+        if (host_o) check_cuda(cudaMemcpyAsync(pinned + q_bytes, o.data, o_bytes, cudaMemcpyDeviceToHost, s.stream), "cudaMemcpyAsync(o)");
+        if (host_lse) check_cuda(cudaMemcpyAsync(pinned + q_bytes + o_bytes, lse, lse_bytes, cudaMemcpyDeviceToHost, s.stream), "cudaMemcpyAsync(lse)");
+        check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(decode outputs)");
+        if (host_o) unpack_host_rows(pinned + q_bytes, dv, es, a.o);
+        if (host_lse) {
+            const float* src = reinterpret_cast<const float*>(pinned + q_bytes + o_bytes);
+            for (int64_t b = 0; b < a.batch; ++b)
+                for (int64_t qi = 0; qi < a.q_len; ++qi)
+                    for (int64_t h = 0; h < H; ++h)
+                        static_cast<float*>(a.lse.data)[b * a.lse.strides[0] + qi * a.lse.strides[1] + h * a.lse.strides[2]] =
+                            *src++;
+        }
+    }
+    if (pinned) release_pinned(s);
+}
+
+}  // namespace gqla::cuda

@@ -1,0 +1,89 @@
+// See decode_plan.hpp.
+#include "decode_plan.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace gqla::cuda {
+
+namespace {
+
+int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt) {
+    Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
+    if (o.smem != smem) {
+        o.blocks = variant_index == 4 ? warp_blocks_per_sm(cache, smem)
+                   : simt ? simt_blocks_per_sm(smem)
+                          : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
+        o.smem = smem;
+    }
+    return o.blocks;
+}
+
+}  // namespace
+
+AttentionPlan plan_attention(Session& s, const AttentionParams& p) {
+    AttentionPlan plan;
+    const gqla_dtype cache = s.desc.cache_dtype;
+    const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
+    if (cache != GQLA_DTYPE_F32 && mma_dims && s.use_warp_kernel && warp_kernel_fits(p)) {
+        int smem = warp_smem_bytes(p);
+        int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, 4, cache, smem, false) : 0;
+        if (blocks > 0) {
+            plan.per_warp = true;
+            plan.rows_per_cta = kWarpRows;
+            plan.tile_tokens = kWarpTile;
+            plan.smem_bytes = smem;
+            plan.blocks_per_sm = blocks;
+            return plan;
+        }
+    }
+    if (cache != GQLA_DTYPE_F32 && mma_dims) {
+        // Fewest rows per CTA that hold the group's rows, so K/V tiles are shared
+        // by as many rows as possible without padding waste.
+        MmaVariant order[3];
+        if (p.rows <= 16) order[0] = MmaVariant::Small, order[1] = MmaVariant::Medium, order[2] = MmaVariant::Large;
+        else if (p.rows <= 32) order[0] = MmaVariant::Medium, order[1] = MmaVariant::Large, order[2] = MmaVariant::Small;
+        else order[0] = MmaVariant::Large, order[1] = MmaVariant::Medium, order[2] = MmaVariant::Small;
+        for (MmaVariant v : order) {
+            MmaShape shape = mma_shape(v);
+            int smem = mma_smem_bytes(v, p);
+            if (p.v.dim > shape.max_value_dim || smem > s.smem_optin) continue;
+            int blocks = cached_blocks_per_sm(s, static_cast<int>(v), cache, smem, false);
+            if (blocks == 0) continue;
+            plan.variant = v;
+            plan.rows_per_cta = shape.mr * 16;
+            plan.tile_tokens = shape.bn;
+            plan.smem_bytes = smem;
+            plan.blocks_per_sm = blocks;
+            return plan;
+        }
+    }
+    plan.simt = true;
+    plan.rows_per_cta = kSimtRows;
+    plan.tile_tokens = kSimtTile;
+    plan.smem_bytes = simt_smem_bytes(p);
+    if (plan.smem_bytes > s.smem_optin)
+        throw BackendError(GQLA_ERR_UNSUPPORTED, "CUDA decode: head dims too large for shared memory (" +
+                                                     std::to_string(plan.smem_bytes) + " bytes needed)");
+    plan.blocks_per_sm = std::max(1, cached_blocks_per_sm(s, 3, cache, plan.smem_bytes, true));
+    return plan;
+}
+
+int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap) {
+    const int64_t slots = static_cast<int64_t>(s.sm_count) * plan.blocks_per_sm;
+    const int64_t tiles = std::max<int64_t>(1, (max_len + plan.tile_tokens - 1) / plan.tile_tokens);
+    const int64_t cap = std::max<int64_t>(1, std::min<int64_t>({split_cap, kMaxSplits, tiles}));
+    // Cost in "tile times" of the slowest SM: waves x (tiles per CTA + prologue),
+    // plus the combine pass when splitting.
+    int best = 1;
+    double best_cost = std::numeric_limits<double>::max();
+    for (int64_t sp = 1; sp <= cap; ++sp) {
+        int64_t waves = (base_ctas * sp + slots - 1) / slots;
+        int64_t per = (tiles + sp - 1) / sp;
+        double cost = static_cast<double>(waves) * (per + 1) + (sp > 1 ? 2.0 : 0.0);
+        if (cost < best_cost) { best_cost = cost; best = static_cast<int>(sp); }
+    }
+    return best;
+}
+
+}  // namespace gqla::cuda

@@ -1,0 +1,28 @@
+// How one attention launch is shaped: kernel variant (tensor-core size or the
+// f32 SIMT kernel) and the number of KV splits. Splits fill the SMs at small
+// batch and are not used when the batch already fills them.
+#pragma once
+
+#include "attention_kernels.hpp"
+#include "session.hpp"
+
+namespace gqla::cuda {
+
+struct AttentionPlan {
+    bool simt = false;
+    bool per_warp = false;
+    MmaVariant variant = MmaVariant::Small;
+    int rows_per_cta = 0;
+    int tile_tokens = 0;
+    int smem_bytes = 0;
+    int blocks_per_sm = 0;
+};
+
+// p: dims, dtype and rows filled in.
+AttentionPlan plan_attention(Session& s, const AttentionParams& p);
+
+// Splits for a launch of base_ctas CTAs (before splitting) over sequences of
+// up to max_len tokens; at most split_cap.
+int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap);
+
+}  // namespace gqla::cuda

@@ -1,0 +1,156 @@
+// Session lifetime: everything decode needs is allocated here (pools, tables,
+// workspace) so that decode itself never allocates.
+#include "session.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#include "attention_kernels.hpp"
+#include "core/dtype.hpp"
+
+namespace gqla::cuda {
+
+namespace {
+
+constexpr size_t kCublasWorkspaceBytes = 32u << 20;
+constexpr int kMinSplitsAtBatch1 = 64;
+
+size_t bytes_of(int64_t elems, size_t elem) { return static_cast<size_t>(elems) * elem; }
+
+}  // namespace
+
+size_t cache_elem_size(const Session& s) { return dtype_size(s.desc.cache_dtype); }
+
+PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim) {
+    PoolGeometry g{};
+    g.row_stride = dim;
+    g.group_stride = static_cast<int64_t>(s.desc.page_size) * dim;
+    g.page_stride = groups * g.group_stride;
+    g.layer_stride = s.desc.num_pages * g.page_stride;
+    return g;
+}
+
+PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim,
+                   bool shared_by_groups) {
+    PoolGeometry g = pool_geometry(s, groups, dim);
+    PoolView v{};
+    v.base = pool.get<unsigned char>() + bytes_of(layer * g.layer_stride, cache_elem_size(s));
+    v.page_stride = g.page_stride;
+    v.group_stride = shared_by_groups ? 0 : g.group_stride;
+    v.row_stride = g.row_stride;
+    v.dim = dim;
+    return v;
+}
+
+void bind_device(const Session& s) { check_cuda(cudaSetDevice(s.device), "cudaSetDevice"); }
+
+void* acquire_pinned(Session& s, size_t bytes) {
+    check_cuda(cudaEventSynchronize(s.pinned_free), "cudaEventSynchronize(staging)");
+    s.pinned.ensure(bytes, "host staging");
+    return s.pinned.get();
+}
+
+void release_pinned(Session& s) { check_cuda(cudaEventRecord(s.pinned_free, s.stream), "cudaEventRecord(staging)"); }
+
+namespace {
+void init_session(Session* s, const gqla_backend_desc& d);
+}
+
+Session* create_session(const gqla_backend_desc& d) {
+    auto s = std::make_unique<Session>();
+    try {
+        init_session(s.get(), d);
+    } catch (...) {
+        destroy_session(s.release());  // streams and handles too, not just buffers
+        throw;
+    }
+    return s.release();
+}
+
+namespace {
+void init_session(Session* s, const gqla_backend_desc& d) {
+    s->desc = d;
+    s->device = d.device_index;
+    const char* trace = std::getenv("GQLA_CUDA_TRACE");
+    s->trace = trace && *trace && *trace != '0';
+    const char* max_splits = std::getenv("GQLA_CUDA_MAX_SPLITS");  // tuning/debug knob
+    const char* warp_kernel = std::getenv("GQLA_CUDA_WARP_KERNEL");
+    s->use_warp_kernel = !(warp_kernel && *warp_kernel == '0');
+    s->max_splits = max_splits && *max_splits ? std::max(1, std::atoi(max_splits)) : kMaxSplits;
+    bind_device(*s);
+    check_cuda(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, s->device),
+               "cudaDeviceGetAttribute(SM count)");
+    check_cuda(cudaDeviceGetAttribute(&s->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, s->device),
+               "cudaDeviceGetAttribute(shared memory)");
+    prepare_attention_kernels(s->smem_optin);
+    prepare_simt_kernel(s->smem_optin);
+    prepare_warp_kernels(s->smem_optin);
+
+    // Work goes to the legacy default stream until set_stream: it orders with
+    // the caller's default-stream work (e.g. a framework producing q) for free.
+    s->stream = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&s->pinned_free, cudaEventDisableTiming), "cudaEventCreate");
+    check_cublas(cublasCreate(&s->cublas), "cublasCreate");
+    s->cublas_workspace.allocate(kCublasWorkspaceBytes, "cuBLAS workspace");
+    check_cublas(cublasSetWorkspace(s->cublas, s->cublas_workspace.get(), kCublasWorkspaceBytes), "cublasSetWorkspace");
+    check_cublas(cublasSetStream(s->cublas, s->stream), "cublasSetStream");
+
+    const size_t es = cache_elem_size(*s), io = dtype_size(d.io_dtype);
+    const int64_t L = d.num_layers, G = d.num_kv_heads, H = d.num_heads;
+    const bool gqla = d.kind == GQLA_KIND_GQLA;
+    if (!gqla) {
+        s->pool_a.allocate(bytes_of(L * pool_geometry(*s, G, d.head_dim).layer_stride, es), "K cache");
+        s->pool_b.allocate(bytes_of(L * pool_geometry(*s, G, d.value_dim).layer_stride, es), "V cache");
+    } else {
+        s->pool_a.allocate(bytes_of(L * pool_geometry(*s, 1, d.latent_dim).layer_stride, es), "latent cache");
+        s->pool_b.allocate(bytes_of(L * pool_geometry(*s, 1, d.rope_dim).layer_stride, es), "rope-key cache");
+        s->weights.resize(static_cast<size_t>(L));
+    }
+
+    s->table_stride = std::max<int64_t>(d.num_pages, 1);
+    s->page_tables.allocate(bytes_of(d.max_sequences * s->table_stride, 4), "device page tables");
+    s->lengths.allocate(bytes_of(L * d.max_sequences, 4), "device sequence lengths");
+    check_cuda(cudaMemsetAsync(s->page_tables.get(), 0, s->page_tables.bytes(), s->stream), "cudaMemsetAsync");
+    check_cuda(cudaMemsetAsync(s->lengths.get(), 0, s->lengths.bytes(), s->stream), "cudaMemsetAsync");
+    s->host_pages.assign(static_cast<size_t>(d.max_sequences), {});
+    s->host_lengths.assign(static_cast<size_t>(d.max_sequences), std::vector<int32_t>(static_cast<size_t>(L), 0));
+
+    const int64_t dq = gqla ? d.nope_dim + d.rope_dim : d.head_dim;
+    const int64_t dv = d.value_dim;
+    const int64_t att_dv = gqla ? std::max<int64_t>(dv, d.latent_dim) : dv;
+    s->max_rows = static_cast<int64_t>(d.max_batch) * d.max_q_len * H;
+    const int64_t R = s->max_rows;
+    s->q_stage.allocate(bytes_of(R * dq, io), "decode query staging");
+    s->o_stage.allocate(bytes_of(R * dv, io), "decode output staging");
+    s->lse_stage.allocate(bytes_of(R, 4), "decode lse staging");
+    // Partials: enough for kMinSplitsAtBatch1 splits of a one-sequence decode at
+    // max_q_len, or one split of a full batch, whichever is more.
+    s->part_rows = std::max<int64_t>(R, int64_t(kMinSplitsAtBatch1) * d.max_q_len * H);
+    s->part_o.allocate(bytes_of(s->part_rows * att_dv, 4), "split-KV partial outputs");
+    s->part_lse2.allocate(bytes_of(s->part_rows, 4), "split-KV partial lse");
+    if (gqla) {
+        s->q_nope.allocate(bytes_of(R * d.nope_dim, 4), "absorb query (nope)");
+        s->q_att.allocate(bytes_of(R * (d.latent_dim + d.rope_dim), 4), "absorb latent query");
+        s->o_att.allocate(bytes_of(R * d.latent_dim, 4), "absorb latent output");
+        s->o_proj.allocate(bytes_of(R * dv, 4), "absorb projected output");
+        const int64_t n_exp = G * (d.nope_dim + dv);
+        s->expand_chunk = static_cast<int32_t>(std::clamp<int64_t>((int64_t(1) << 22) / n_exp, 64, 2048));
+        s->expand_in.allocate(bytes_of(int64_t(s->expand_chunk) * d.latent_dim, 4), "expansion input");
+        s->expand_out.allocate(bytes_of(int64_t(s->expand_chunk) * n_exp, 4), "expansion output");
+        s->row_tokens.allocate(bytes_of(s->expand_chunk, 8), "row token indices");
+    }
+    check_cuda(cudaStreamSynchronize(s->stream), "cudaStreamSynchronize(create)");
+}
+}  // namespace
+
+void destroy_session(Session* s) {
+    if (!s) return;
+    cudaSetDevice(s->device);
+    cudaStreamSynchronize(s->stream);
+    if (s->cublas) cublasDestroy(s->cublas);
+    if (s->pinned_free) cudaEventDestroy(s->pinned_free);
+    delete s;  // buffers free themselves
+}
+
+}  // namespace gqla::cuda

@@ -1,0 +1,88 @@
+// State of one CUDA session: paged pools in the layout of backend_api.h,
+// weights, device-side sequence tables, the decode workspace sized at create,
+// staging for host tensors, the stream and the cuBLAS handle.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention_params.hpp"
+#include "core/backend_api.h"
+#include "device_buffer.hpp"
+
+namespace gqla::cuda {
+
+struct Session {
+    gqla_backend_desc desc{};
+    int device = 0;
+    int sm_count = 0;
+    int smem_optin = 0;
+
+    cudaStream_t stream = nullptr;  // the legacy default stream unless the caller set one
+    cublasHandle_t cublas = nullptr;
+    DeviceBuffer cublas_workspace;  // fixed, so cuBLAS allocates nothing (graph capture)
+
+    // Always-kept cache: GQA kind K, V; GQLA kind C, KR.
+    DeviceBuffer pool_a, pool_b;
+    // GQLA expanded cache KC, VE (while the GQA path is enabled).
+    DeviceBuffer pool_kc, pool_ve;
+    std::vector<DeviceBuffer> weights;  // GQLA: W_UKV per layer, f32 [G*(d_c+d_v)][r]
+
+    // Device mirrors of the core's tables, read by decode at run (or replay) time.
+    DeviceBuffer page_tables;  // int32 [max_sequences][table_stride]
+    DeviceBuffer lengths;      // int32 [num_layers][max_sequences]
+    int64_t table_stride = 0;
+    std::vector<std::vector<int32_t>> host_pages;    // what the device holds, per slot
+    std::vector<std::vector<int32_t>> host_lengths;  // per slot, per layer
+
+    // Decode workspace (sized at create for max_batch x max_q_len x H rows).
+    int64_t max_rows = 0;
+    DeviceBuffer q_stage, o_stage, lse_stage;          // host-tensor staging
+    int64_t part_rows = 0;                             // (split, b, qi, h) rows the partials hold
+    DeviceBuffer part_o, part_lse2;                    // split partials
+    bool trace = false;                                // GQLA_CUDA_TRACE=1: print launch plans
+    int max_splits = 0;                                // GQLA_CUDA_MAX_SPLITS caps the split heuristic
+    DeviceBuffer q_nope, q_att, o_att, o_proj;         // absorb path
+
+    // Expansion workspace (latent rows in, expanded rows out), chunked.
+    int32_t expand_chunk = 0;
+    DeviceBuffer expand_in, expand_out;
+
+    // Append staging (grows with the largest append seen).
+    DeviceBuffer row_tokens, staged_a, staged_b;
+    PinnedBuffer pinned;
+    cudaEvent_t pinned_free = nullptr;  // recorded after the last copy that read `pinned`
+
+    std::string error;
+
+    // Per-variant occupancy, cached by shared-memory size (3: SIMT, 4: per-warp).
+    struct Occupancy { int smem = -1; int blocks = 0; };
+    Occupancy occupancy[5][2];
+    bool use_warp_kernel = true;  // GQLA_CUDA_WARP_KERNEL=0 turns the per-warp kernel off
+};
+
+// Elements per token row of each pool and the layer/page strides.
+struct PoolGeometry { int64_t layer_stride, page_stride, group_stride; int32_t row_stride; };
+PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim);
+
+// Pool view of `layer` for the decode kernels.
+PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim,
+                   bool shared_by_groups);
+
+size_t cache_elem_size(const Session& s);
+
+// Waits until the pinned staging buffer may be overwritten, then grows it.
+void* acquire_pinned(Session& s, size_t bytes);
+void release_pinned(Session& s);  // records pinned_free on the stream
+
+Session* create_session(const gqla_backend_desc& desc);
+void destroy_session(Session* s);
+
+// Makes the session's device current for the calling thread.
+void bind_device(const Session& s);
+
+}  // namespace gqla::cuda

@@ -1,0 +1,336 @@
+// GPU tests of the CUDA backend through its vtable (no core needed): decode
+// vs the float64 reference for GQA and GQLA (both paths), paged with ragged
+// lengths and s_q > 1, odd dims, f32/f16/bf16 caches, copy-on-write forks,
+// a path switch mid-sequence, and CUDA graph replay after more appends.
+// Exit 77 (ctest SKIP_RETURN_CODE) when no GPU is visible.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+
+#include "core/reference.hpp"
+#include "vtable_harness.hpp"
+
+using namespace gqla::test;
+
+namespace {
+
+std::mt19937 rng(12345);
+int failures = 0;
+
+std::vector<float> randn(size_t n, float scale = 1.f) {
+    std::normal_distribution<float> d(0.f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+double tolerance(gqla_dtype cache) {
+    return cache == GQLA_DTYPE_F32 ? 1e-5 : cache == GQLA_DTYPE_F16 ? 2e-3 : 1e-2;
+}
+
+void report(const std::string& name, double err, double tol) {
+    bool ok = err <= tol;
+    if (!ok) ++failures;
+    std::printf("%-4s %-72s rel_l2 %.3e (tol %.0e)\n", ok ? "ok" : "FAIL", name.c_str(), err, tol);
+}
+
+gqla_backend_desc base_desc(gqla_kind kind, gqla_dtype cache, int H, int G, int page_size) {
+    gqla_backend_desc d{};
+    d.kind = kind;
+    d.num_heads = H;
+    d.num_kv_heads = G;
+    d.num_layers = 2;
+    d.cache_dtype = cache;
+    d.io_dtype = GQLA_DTYPE_F32;
+    d.page_size = page_size;
+    d.num_pages = 512;
+    d.max_sequences = 16;
+    d.max_batch = 16;
+    d.max_q_len = 8;
+    d.device_index = 0;
+    d.num_threads = 1;
+    return d;
+}
+
+// Decodes `ids` with host q/o/lse and checks against the reference.
+void check_decode(Harness& h, const std::string& name, int layer, const std::vector<int>& ids, int s_q,
+                  gqla_path path) {
+    const gqla_backend_desc& d = h.desc;
+    const bool gqla = d.kind == GQLA_KIND_GQLA;
+    const int H = d.num_heads, dq = gqla ? d.nope_dim + d.rope_dim : d.head_dim, dv = d.value_dim;
+    const int B = static_cast<int>(ids.size());
+    std::vector<float> q = randn(size_t(B) * s_q * H * dq);
+    std::vector<float> o(size_t(B) * s_q * H * dv, std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> lse(size_t(B) * s_q * H, std::numeric_limits<float>::quiet_NaN());
+    auto seqs = h.decode_seqs(ids, layer);
+    gqla_decode_args a{};
+    a.layer = layer;
+    a.path = path;
+    a.batch = B;
+    a.q_len = s_q;
+    a.seqs = seqs.data();
+    a.q = host_view(q.data(), GQLA_DTYPE_F32, {B, s_q, H, dq});
+    a.o = host_view(o.data(), GQLA_DTYPE_F32, {B, s_q, H, dv});
+    a.lse = host_view(lse.data(), GQLA_DTYPE_F32, {B, s_q, H});
+    expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode");
+
+    std::vector<double> ref_o(o.size()), ref_lse(lse.size());
+    for (int b = 0; b < B; ++b) {
+        const auto& s = h.seqs[ids[static_cast<size_t>(b)]];
+        const int64_t L = s.len[static_cast<size_t>(layer)];
+        std::vector<double> qd(q.begin() + size_t(b) * s_q * H * dq, q.begin() + size_t(b + 1) * s_q * H * dq);
+        std::vector<double> A(s.a_rows[size_t(layer)].begin(), s.a_rows[size_t(layer)].end());
+        std::vector<double> Bv(s.b_rows[size_t(layer)].begin(), s.b_rows[size_t(layer)].end());
+        double* ro = ref_o.data() + size_t(b) * s_q * H * dv;
+        double* rl = ref_lse.data() + size_t(b) * s_q * H;
+        if (!gqla) {
+            gqla::ref::gqa_decode(H, d.num_kv_heads, d.head_dim, dv, L, s_q, d.softmax_scale, qd.data(), A.data(),
+                                  Bv.data(), ro, rl);
+        } else {
+            std::vector<double> W(h.weights[size_t(layer)].begin(), h.weights[size_t(layer)].end());
+            gqla::ref::gqla_decode(H, d.num_kv_heads, d.latent_dim, d.nope_dim, d.rope_dim, dv, L, s_q, d.softmax_scale,
+                                   qd.data(), W.data(), A.data(), Bv.data(), ro, rl);
+        }
+    }
+    const double tol = tolerance(d.cache_dtype);
+    report(name + " o", gqla::ref::rel_l2(o.data(), ref_o.data(), o.size()), tol);
+    report(name + " lse", gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()), tol);
+}
+
+void fill_sequence(Harness& h, int layer, int id, int64_t n, bool expanded) {
+    // Two appends per sequence so rows cross page boundaries mid-call.
+    int64_t first = n / 3;
+    for (int64_t part : {first, n - first}) {
+        if (part == 0) continue;
+        auto a = randn(size_t(part) * h.a_width());
+        auto b = randn(size_t(part) * h.b_width());
+        h.append(layer, id, part, a.data(), b.data(), expanded);
+    }
+}
+
+void test_gqa(gqla_dtype cache, int H, int G, int D, int Dv, int page_size, const std::vector<int64_t>& lengths) {
+    gqla_backend_desc d = base_desc(GQLA_KIND_GQA, cache, H, G, page_size);
+    d.head_dim = D;
+    d.value_dim = Dv;
+    d.softmax_scale = 1.f / std::sqrt(float(D));
+    d.num_pages = 0;
+    for (int64_t L : lengths) d.num_pages += (L + 40 + page_size - 1) / page_size + 1;
+    Harness h(d);
+    std::vector<int> ids;
+    for (int64_t L : lengths) {
+        ids.push_back(h.add());
+        for (int layer = 0; layer < d.num_layers; ++layer) fill_sequence(h, layer, ids.back(), L, false);
+    }
+    int64_t min_len = *std::min_element(lengths.begin(), lengths.end());
+    char name[160];
+    for (int s_q : {1, 2, 5, 8}) {
+        if (s_q > min_len) continue;
+        std::snprintf(name, sizeof name, "gqa %s H=%d G=%d D=%d Dv=%d P=%d B=%zu s_q=%d",
+                      cache == GQLA_DTYPE_BF16 ? "bf16" : cache == GQLA_DTYPE_F16 ? "f16" : "f32", H, G, D, Dv,
+                      page_size, lengths.size(), s_q);
+        check_decode(h, name, 1, ids, s_q, GQLA_PATH_GQA);
+    }
+    // Fork: child shares the parent's pages; both then append different rows
+    // (copy-on-write of the shared partial page) and must see their own data.
+    int child = h.fork(ids[0]);
+    for (int layer = 0; layer < d.num_layers; ++layer) {
+        fill_sequence(h, layer, child, 5, false);
+        fill_sequence(h, layer, ids[0], 3, false);
+    }
+    std::snprintf(name, sizeof name, "gqa fork+cow %s P=%d", cache == GQLA_DTYPE_BF16 ? "bf16" : "f16/f32", page_size);
+    check_decode(h, name, 0, {ids[0], child}, 1, GQLA_PATH_GQA);
+}
+
+void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, int page_size,
+               const std::vector<int64_t>& lengths) {
+    gqla_backend_desc d = base_desc(GQLA_KIND_GQLA, cache, H, G, page_size);
+    d.latent_dim = r;
+    d.nope_dim = dc;
+    d.rope_dim = dr;
+    d.value_dim = dv;
+    d.softmax_scale = 1.f / std::sqrt(float(dc + dr));
+    d.num_pages = 0;
+    for (int64_t L : lengths) d.num_pages += (L + 40 + page_size - 1) / page_size + 1;
+    Harness h(d);
+    for (int layer = 0; layer < d.num_layers; ++layer)
+        h.set_weights(layer, randn(size_t(G) * (dc + dv) * r, 1.f / std::sqrt(float(r))));
+    std::vector<int> ids;
+    for (int64_t L : lengths) {
+        ids.push_back(h.add());
+        for (int layer = 0; layer < d.num_layers; ++layer) fill_sequence(h, layer, ids.back(), L, false);
+    }
+    const char* cn = cache == GQLA_DTYPE_BF16 ? "bf16" : cache == GQLA_DTYPE_F16 ? "f16" : "f32";
+    char name[160];
+    const int64_t min_len = *std::min_element(lengths.begin(), lengths.end());
+    for (int s_q : {1, 3}) {
+        if (s_q > min_len) continue;
+        std::snprintf(name, sizeof name, "gqla absorb %s H=%d G=%d r=%d dc=%d dr=%d dv=%d s_q=%d", cn, H, G, r, dc, dr, dv, s_q);
+        check_decode(h, name, 1, ids, s_q, GQLA_PATH_ABSORB);
+    }
+    // Switch to the GQA path mid-sequence: enable + expand what is cached,
+    // then keep appending with write_expanded.
+    expect_ok(h.vt, h.ctx, h.vt->set_expanded(h.ctx, 1), "set_expanded");
+    for (int layer = 0; layer < d.num_layers; ++layer) {
+        std::vector<gqla_append_item> items;
+        for (int id : ids) {
+            auto& s = h.seqs[id];
+            items.push_back({s.pages.data(), s.slot, 0, s.len[size_t(layer)], 0});
+        }
+        gqla_expand_args e{layer, static_cast<int32_t>(items.size()), items.data()};
+        expect_ok(h.vt, h.ctx, h.vt->expand(h.ctx, &e), "expand");
+        for (int id : ids) fill_sequence(h, layer, id, 7, true);
+    }
+    for (int s_q : {1, 4}) {
+        std::snprintf(name, sizeof name, "gqla gqa-path %s H=%d G=%d r=%d dc=%d dr=%d dv=%d s_q=%d", cn, H, G, r, dc, dr, dv, s_q);
+        check_decode(h, name, 1, ids, s_q, GQLA_PATH_GQA);
+        std::snprintf(name, sizeof name, "gqla absorb after switch %s s_q=%d", cn, s_q);
+        check_decode(h, name, 1, ids, s_q, GQLA_PATH_ABSORB);
+    }
+}
+
+// Decode captured in a CUDA graph with device tensors; replayed after more
+// appends (new lengths, new pages) it must produce the new result.
+void test_graph_replay(gqla_dtype cache) {
+    gqla_backend_desc d = base_desc(GQLA_KIND_GQA, cache, 8, 2, 64);
+    d.head_dim = 128;
+    d.value_dim = 128;
+    d.softmax_scale = 1.f / std::sqrt(128.f);
+    d.num_pages = 256;
+    Harness h(d);
+    std::vector<int64_t> lengths = {100, 1000, 3000};
+    std::vector<int> ids;
+    for (int64_t L : lengths) {
+        ids.push_back(h.add());
+        for (int layer = 0; layer < d.num_layers; ++layer) fill_sequence(h, layer, ids.back(), L, false);
+    }
+    const int B = 3, s_q = 2, H = 8, D = 128;
+    float *dq, *dout, *dlse;
+    cudaMalloc(&dq, sizeof(float) * B * s_q * H * D);
+    cudaMalloc(&dout, sizeof(float) * B * s_q * H * D);
+    cudaMalloc(&dlse, sizeof(float) * B * s_q * H);
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream");
+
+    auto seqs = h.decode_seqs(ids, 1);
+    gqla_decode_args a{};
+    a.layer = 1; a.path = GQLA_PATH_GQA; a.batch = B; a.q_len = s_q; a.seqs = seqs.data();
+    a.q = host_view(dq, GQLA_DTYPE_F32, {B, s_q, H, D}); a.q.on_device = 1;
+    a.o = host_view(dout, GQLA_DTYPE_F32, {B, s_q, H, D}); a.o.on_device = 1;
+    a.lse = host_view(dlse, GQLA_DTYPE_F32, {B, s_q, H}); a.lse.on_device = 1;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) throw std::runtime_error("capture");
+    expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode (captured)");
+    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess) throw std::runtime_error("end capture");
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) throw std::runtime_error("instantiate");
+
+    for (int round = 0; round < 2; ++round) {
+        if (round == 1)
+            for (int id : ids) fill_sequence(h, 1, id, 77, false);  // more tokens, new pages
+        std::vector<float> q = randn(size_t(B) * s_q * H * D);
+        cudaMemcpyAsync(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice, stream);
+        cudaMemsetAsync(dout, 0xff, sizeof(float) * B * s_q * H * D, stream);  // NaN poison
+        cudaGraphLaunch(exec, stream);
+        std::vector<float> o(size_t(B) * s_q * H * D), lse(size_t(B) * s_q * H);
+        cudaMemcpyAsync(o.data(), dout, o.size() * 4, cudaMemcpyDeviceToHost, stream);
+        cudaMemcpyAsync(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost, stream);
+        if (cudaStreamSynchronize(stream) != cudaSuccess) throw std::runtime_error("graph replay failed");
+        std::vector<double> ref(o.size()), ref_lse(lse.size());
+        for (int b = 0; b < B; ++b) {
+            const auto& s = h.seqs[ids[size_t(b)]];
+            std::vector<double> qd(q.begin() + size_t(b) * s_q * H * D, q.begin() + size_t(b + 1) * s_q * H * D);
+            std::vector<double> K(s.a_rows[1].begin(), s.a_rows[1].end()), V(s.b_rows[1].begin(), s.b_rows[1].end());
+            gqla::ref::gqa_decode(H, 2, D, D, s.len[1], s_q, d.softmax_scale, qd.data(), K.data(), V.data(),
+                                  ref.data() + size_t(b) * s_q * H * D, ref_lse.data() + size_t(b) * s_q * H);
+        }
+        report(std::string("graph replay ") + (round ? "after appends" : "as captured") + " o",
+               gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(cache));
+        report(std::string("graph replay ") + (round ? "after appends" : "as captured") + " lse",
+               gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()), tolerance(cache));
+    }
+    expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, nullptr), "set_stream(NULL)");
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    cudaFree(dq); cudaFree(dout); cudaFree(dlse);
+}
+
+
+// Causal rule on a tiny f32 case: query row i must match the attention over
+// exactly the first L - s_q + i + 1 tokens (and not its neighbours).
+void test_causal_rule() {
+    gqla_backend_desc d = base_desc(GQLA_KIND_GQA, GQLA_DTYPE_F32, 1, 1, 64);
+    d.head_dim = 8; d.value_dim = 8; d.softmax_scale = 0.5f; d.num_pages = 8;
+    Harness h(d);
+    int id = h.add();
+    const int L = 6, s_q = 3, D = 8;
+    for (int layer = 0; layer < 2; ++layer) fill_sequence(h, layer, id, L, false);
+    std::vector<float> q = randn(s_q * D), o(s_q * D, NAN), lse(s_q, NAN);
+    auto seqs = h.decode_seqs({id}, 1);
+    gqla_decode_args a{};
+    a.layer = 1; a.path = GQLA_PATH_GQA; a.batch = 1; a.q_len = s_q; a.seqs = seqs.data();
+    a.q = host_view(q.data(), GQLA_DTYPE_F32, {1, s_q, 1, D});
+    a.o = host_view(o.data(), GQLA_DTYPE_F32, {1, s_q, 1, D});
+    a.lse = host_view(lse.data(), GQLA_DTYPE_F32, {1, s_q, 1});
+    expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode");
+    const auto& s = h.seqs[id];
+    for (int i = 0; i < s_q; ++i) {
+        const int expected = L - s_q + i + 1;
+        for (int vis = expected - 1; vis <= std::min(L, expected + 1); ++vis) {
+            std::vector<double> qd(q.begin() + i * D, q.begin() + (i + 1) * D), ro(D), rl(1);
+            std::vector<double> K(s.a_rows[1].begin(), s.a_rows[1].end()), V(s.b_rows[1].begin(), s.b_rows[1].end());
+            gqla::ref::gqa_decode(1, 1, D, D, vis, 1, 0.5, qd.data(), K.data(), V.data(), ro.data(), rl.data());
+            const double err = gqla::ref::rel_l2(o.data() + i * D, ro.data(), D);
+            char name[96];
+            std::snprintf(name, sizeof name, "causal row %d vs prefix %d (%s)", i, vis, vis == expected ? "match" : "differ");
+            if (vis == expected) report(name, err, 1e-5);
+            else report(name, err > 1e-3 ? 0.0 : 1.0, 0.5);  // a neighbour prefix must not match
+        }
+    }
+}
+
+void run(const char* name, const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        ++failures;
+        std::printf("FAIL %s: %s\n", name, e.what());
+    }
+}
+
+}  // namespace
+
+int main() {
+    const gqla_backend_vtable* vt = gqla_cuda_backend_get(GQLA_BACKEND_ABI_VERSION);
+    int32_t n = 0;
+    if (!vt || vt->device_count(&n) != GQLA_OK || n == 0) {
+        std::printf("no CUDA device visible: skipping\n");
+        return 77;
+    }
+    gqla_probe_info info{};
+    info.struct_size = sizeof info;
+    if (vt->probe(0, GQLA_PROBE_CALIBRATE, &info) == GQLA_OK)
+        std::printf("probe: %s cc %d.%d, %d SMs, %.0f GB/s read, %.0f TFLOP/s bf16 (calibrated %d)\n", info.name,
+                    info.cc_major, info.cc_minor, info.sm_count, info.read_gbps, info.peak_gflops_bf16 / 1e3,
+                    info.calibrated);
+
+    run("causal rule", test_causal_rule);
+    const std::vector<int64_t> ragged = {1, 63, 64, 65, 1000, 3001};
+    const std::vector<int64_t> long_ragged = {8, 130, 2000, 4097};
+    for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16, GQLA_DTYPE_F32}) {
+        run("gqa 32/8", [&] { test_gqa(t, 32, 8, 128, 128, 64, long_ragged); });
+        run("gqa odd", [&] { test_gqa(t, 6, 2, 40, 80, 63, ragged); });
+        run("gqa odd simt dims", [&] { test_gqa(t, 6, 3, 36, 20, 65, {1, 70, 300}); });
+        run("gqla odd", [&] { test_gqla(t, 6, 2, 384, 96, 32, 80, 63, {1, 64, 65, 900}); });
+        run("gqla mla", [&] { test_gqla(t, 16, 16, 512, 128, 64, 128, 64, {5, 700, 2000}); });
+        run("gqla 32/8", [&] { test_gqla(t, 32, 8, 512, 64, 64, 128, 64, {3, 1500}); });
+        run("graph", [&] { test_graph_replay(t); });
+    }
+    std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
+    return failures ? 1 : 0;
+}
