@@ -30,7 +30,7 @@ bool mul_ok(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow
 
 }  // namespace
 
-gqla_config default_config(gqla_kind kind) {
+gqla_config default_config(const gqla_kind& kind) {
     const int k = enum_value(kind);
     if (k != GQLA_KIND_GQA && k != GQLA_KIND_GQLA)
         fail(GQLA_ERR_INVALID_ARGUMENT, "kind: expected GQLA_KIND_GQA (1) or GQLA_KIND_GQLA (2), got %d", k);

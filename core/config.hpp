@@ -26,7 +26,8 @@ constexpr int32_t kMaxQLen = 4096;
 constexpr int32_t kMaxThreads = 4096;
 
 // Defaults for `kind`; dims left 0. Throws INVALID_ARGUMENT for an unknown kind.
-gqla_config default_config(gqla_kind kind);
+// By reference: a C caller may pass any int, which must not be loaded as the enum.
+gqla_config default_config(const gqla_kind& kind);
 
 // Copy a caller's config (checking pointer and struct_size) into a full
 // current-version struct. `name` is the argument name used in messages.

@@ -45,7 +45,8 @@ public:
     void decode(int32_t layer, int32_t batch, const gqla_seq_id* seqs, const gqla_tensor* q, gqla_tensor* o,
                 gqla_tensor* lse);
 
-    void select_path(gqla_path path);
+    // By reference: a C caller may pass any int, which must not be loaded as the enum.
+    void select_path(const gqla_path& path);
     gqla_path active_path() const;
     gqla_path requested_path() const;
     // Both at once (consistent under concurrent select_path).

@@ -97,7 +97,7 @@ void Session::switch_for_auto(gqla_path want) {
     }
 }
 
-void Session::select_path(gqla_path path) {
+void Session::select_path(const gqla_path& path) {
     std::lock_guard<std::mutex> lock(mu_);
     const int value = enum_value(path);
     if (value != GQLA_PATH_AUTO && value != GQLA_PATH_GQA && value != GQLA_PATH_ABSORB)

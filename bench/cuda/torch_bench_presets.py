@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch peer of gqla-bench on a GPU: the same presets and shapes, decoded
+"""PyTorch version of gqla-bench's presets on a GPU: the same shapes, decoded
 the way a PyTorch model does it, so gqla's CUDA times have a comparison point.
 
 Implementations per case (one JSON line each with --json):
@@ -11,7 +11,7 @@ Implementations per case (one JSON line each with --json):
 Times are medians of CUDA-event-timed calls rotating over >= 512 MiB of cache
 (cold L2), like gqla-bench.
 
-  python3 bench/cuda/torch_peer.py --preset all --batch 1 --context 4096 --json
+  python3 bench/cuda/torch_bench_presets.py --preset all --batch 1 --context 4096 --json
 """
 import argparse
 import json

@@ -1,0 +1,24 @@
+// Accuracy of one configuration against the float64 reference (SPEC §4): a
+// small batch of sequences of different lengths, fresh random inputs, output
+// poisoned before the call, relative L2 error over the whole batch.
+#pragma once
+
+#include "gqla/gqla.h"
+#include "presets.hpp"
+
+namespace gqla::bench {
+
+struct AccuracySpec {
+    const Preset* preset = nullptr;
+    SessionShape shape;          // device, path, cache dtype, threads, page size
+    int s_q = 1;
+    int lengths[2] = {37, 70};   // short on purpose: the reference is O(L*H*r*(d_c+d_v)) in float64
+};
+
+// ||o - ref|| / ||ref|| over the batch; throws GqlaError when a call fails.
+double relative_error_vs_reference(const AccuracySpec& spec);
+
+// The error bound SPEC §4 sets for a cache dtype.
+double error_bound(gqla_dtype cache);
+
+}  // namespace gqla::bench

@@ -1,0 +1,72 @@
+// One timed decode configuration on the library: a session holding `sets`
+// disjoint batches of sequences of equal length, decoded in rotation so each
+// call reads cache lines the previous calls did not touch (cold caches), or
+// the same batch over and over (hot).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_io_buffers.hpp"
+#include "gqla/gqla.h"
+#include "presets.hpp"
+
+namespace gqla::bench {
+
+struct WorkloadSpec {
+    const Preset* preset = nullptr;
+    SessionShape shape;        // device, path, cache dtype, threads, page size
+    int batch = 1;
+    int64_t context = 1024;
+    int max_s_q = 1;           // largest s_q decoded on this workload
+    int sets = 1;              // disjoint batches to rotate over
+};
+
+// How many disjoint batches make the rotation read >= cold_bytes of cache
+// before a batch comes round again (1 when hot).
+int sets_for_cold(const Preset& p, gqla_path path, gqla_dtype cache, int batch, int64_t context,
+                  double cold_bytes, bool hot);
+
+class DecodeWorkload {
+public:
+    // Creates the session, uploads random weights, appends `context` random
+    // tokens to sets*batch sequences and selects the path. Throws GqlaError.
+    explicit DecodeWorkload(const WorkloadSpec& spec);
+    ~DecodeWorkload();
+    DecodeWorkload(const DecodeWorkload&) = delete;
+    DecodeWorkload& operator=(const DecodeWorkload&) = delete;
+
+    // One decode of sequences [first, first + batch) with s_q queries each.
+    // Blocks until the result is there (synchronizes CUDA sessions).
+    void decode(int64_t first, int batch, int s_q);
+
+    // Median wall time (seconds) of `reps` decodes of `batch` sequences
+    // (batch <= spec.batch), rotating over all disjoint groups of `batch`
+    // sequences the session holds, after a short warm-up; stops early once
+    // `max_total_s` is spent (>= 3 reps). hot: always the first group.
+    double time_decode(int batch, int s_q, int reps, double max_total_s = 3.0, bool hot = false);
+
+    // Select a path (GQA: expands the cache now, outside any timing).
+    void select_path(gqla_path p);
+    gqla_path active_path() const;
+    gqla_device_type device() const;
+    gqla_cost_report predict(int batch, int s_q) const;
+    gqla_session* session() { return session_; }
+    // true when q/o live in GPU memory (CUDA sessions with a loadable runtime).
+    bool io_on_device() const { return q_dev_ != nullptr; }
+    const WorkloadSpec& spec() const { return spec_; }
+
+private:
+    // Weights, sequences, path and the q/o buffers of a created session.
+    void fill(const Preset& p, const SessionShape& shape, gqla_path wanted);
+
+    WorkloadSpec spec_;
+    gqla_session* session_ = nullptr;
+    std::vector<gqla_seq_id> seqs_;   // set-major: set s is seqs_[s*batch, (s+1)*batch)
+    std::vector<float> q_, o_;
+    std::unique_ptr<CudaIoBuffer> q_dev_, o_dev_;
+    int64_t next_group_ = 0;
+};
+
+}  // namespace gqla::bench

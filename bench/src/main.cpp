@@ -1,0 +1,22 @@
+// gqla-bench: decode attention timed through the public C ABI, judged against
+// this machine's roofline, a naive repeat-KV implementation and the float64
+// reference. See `gqla-bench --help`.
+#include <cstdio>
+#include <exception>
+
+#include "bench_env.hpp"
+#include "options.hpp"
+#include "sweep.hpp"
+#include "validate_auto.hpp"
+
+int main(int argc, char** argv) {
+    using namespace gqla::bench;
+    const Options opt = parse_options(argc, argv);
+    try {
+        const BenchEnv env = make_bench_env(opt.device, opt.threads);
+        return opt.validate_auto ? run_validate_auto(opt, env) : run_sweep(opt, env);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "gqla-bench: %s\n", e.what());
+        return 1;
+    }
+}

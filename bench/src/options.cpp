@@ -1,0 +1,130 @@
+#include "options.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "presets.hpp"
+
+namespace gqla::bench {
+namespace {
+
+const char* kUsage =
+    "usage: gqla-bench [options]\n"
+    "  --device cpu|cuda|auto      device of the sessions (default auto)\n"
+    "  --preset NAME[,NAME...]     llama3-8b | llama3-8b-gqla | deepseek-v3 | mla16 | all\n"
+    "                              (default llama3-8b-gqla)\n"
+    "  --path gqa|absorb|auto|both decode path of GQLA presets (default both)\n"
+    "  --dtype bf16|f16|f32[,...]  cache dtype (default bf16)\n"
+    "  --batch N[,N...]            sequences per decode call (default 1,16)\n"
+    "  --context N[,N...]          cached tokens per sequence (default 1024,4096,16384; k suffix ok)\n"
+    "  --s-q N[,N...]              query tokens per sequence (default 1)\n"
+    "  --threads N                 CPU threads (default: all available)\n"
+    "  --reps N                    timed decode calls per case, median reported (default 20)\n"
+    "  --hot                       decode the same sequences every call (default: rotate over\n"
+    "                              >= 512 MiB of cache so every call starts cold)\n"
+    "  --page-size N               tokens per cache page (default: library default)\n"
+    "  --no-baseline               skip the naive repeat-KV baseline\n"
+    "  --no-check                  skip the accuracy check against the float64 reference\n"
+    "  --json                      one JSON object per case instead of a table\n"
+    "  --validate-auto             check AUTO's path choice against measurements of both paths\n";
+
+[[noreturn]] void fail(const std::string& msg) {
+    std::fprintf(stderr, "gqla-bench: %s\n\n%s", msg.c_str(), kUsage);
+    std::exit(2);
+}
+
+std::vector<std::string> split(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty()) out.push_back(item);
+    if (out.empty()) fail("empty list '" + s + "'");
+    return out;
+}
+
+int64_t parse_count(const std::string& flag, const std::string& s) {
+    char* end = nullptr;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (end && (*end == 'k' || *end == 'K')) { v *= 1024; ++end; }
+    if (end == s.c_str() || (end && *end) || v < 1) fail(flag + ": expected a positive integer, got '" + s + "'");
+    return v;
+}
+
+template <class T>
+std::vector<T> parse_counts(const std::string& flag, const std::string& s) {
+    std::vector<T> out;
+    for (const std::string& item : split(s)) out.push_back(static_cast<T>(parse_count(flag, item)));
+    return out;
+}
+
+gqla_dtype parse_dtype(const std::string& s) {
+    if (s == "bf16") return GQLA_DTYPE_BF16;
+    if (s == "f16") return GQLA_DTYPE_F16;
+    if (s == "f32") return GQLA_DTYPE_F32;
+    fail("--dtype: expected bf16, f16 or f32, got '" + s + "'");
+}
+
+gqla_device_type parse_device(const std::string& s) {
+    if (s == "cpu") return GQLA_DEVICE_CPU;
+    if (s == "cuda") return GQLA_DEVICE_CUDA;
+    if (s == "auto") return GQLA_DEVICE_AUTO;
+    fail("--device: expected cpu, cuda or auto, got '" + s + "'");
+}
+
+}  // namespace
+
+Options parse_options(int argc, char** argv) {
+    Options o;
+    bool path_given = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) fail(a + ": missing value");
+            return argv[++i];
+        };
+        if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); std::exit(0); }
+        else if (a == "--device") o.device = parse_device(value());
+        else if (a == "--preset") {
+            o.presets.clear();
+            for (const std::string& name : split(value())) {
+                if (name == "all") {
+                    for (const Preset& p : all_presets()) o.presets.push_back(p.name);
+                } else if (!find_preset(name)) {
+                    fail("--preset: unknown preset '" + name + "'");
+                } else {
+                    o.presets.push_back(name);
+                }
+            }
+        } else if (a == "--path") {
+            path_given = true;
+            const std::string v = value();
+            o.paths.clear();
+            o.both_paths = false;
+            if (v == "both") o.both_paths = true;
+            else if (v == "gqa") o.paths = {GQLA_PATH_GQA};
+            else if (v == "absorb") o.paths = {GQLA_PATH_ABSORB};
+            else if (v == "auto") o.paths = {GQLA_PATH_AUTO};
+            else fail("--path: expected gqa, absorb, auto or both, got '" + v + "'");
+        } else if (a == "--dtype") {
+            o.dtypes.clear();
+            for (const std::string& d : split(value())) o.dtypes.push_back(parse_dtype(d));
+        } else if (a == "--batch") o.batches = parse_counts<int>(a, value());
+        else if (a == "--context") o.contexts = parse_counts<int64_t>(a, value());
+        else if (a == "--s-q") o.s_qs = parse_counts<int>(a, value());
+        else if (a == "--threads") o.threads = static_cast<int>(parse_count(a, value()));
+        else if (a == "--reps") o.reps = static_cast<int>(parse_count(a, value()));
+        else if (a == "--page-size") o.page_size = static_cast<int>(parse_count(a, value()));
+        else if (a == "--hot") o.hot = true;
+        else if (a == "--json") o.json = true;
+        else if (a == "--no-baseline") o.baseline = false;
+        else if (a == "--no-check") o.check_accuracy = false;
+        else if (a == "--validate-auto") o.validate_auto = true;
+        else fail("unknown option '" + a + "'");
+    }
+    if (!path_given) o.both_paths = true;
+    return o;
+}
+
+}  // namespace gqla::bench

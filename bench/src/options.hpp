@@ -1,0 +1,35 @@
+// Command line of gqla-bench.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gqla/gqla.h"
+
+namespace gqla::bench {
+
+struct Options {
+    gqla_device_type device = GQLA_DEVICE_AUTO;
+    std::vector<std::string> presets{"llama3-8b-gqla"};
+    std::vector<gqla_path> paths;            // empty: "auto" for the case, see --path
+    bool both_paths = false;                 // --path both
+    std::vector<gqla_dtype> dtypes{GQLA_DTYPE_BF16};
+    std::vector<int> batches{1, 16};
+    std::vector<int64_t> contexts{1024, 4096, 16384};
+    std::vector<int> s_qs{1};
+    int threads = 0;
+    int reps = 20;
+    bool hot = false;
+    bool json = false;
+    int page_size = 0;
+    bool validate_auto = false;
+    bool check_accuracy = true;
+    bool baseline = true;
+};
+
+// Parses argv; on --help prints usage and exits 0, on a bad option prints
+// the problem and usage and exits 2.
+Options parse_options(int argc, char** argv);
+
+}  // namespace gqla::bench

@@ -1,0 +1,72 @@
+#include "support.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace gqla::bench {
+
+void check(gqla_status s, const char* call) {
+    if (s == GQLA_OK) return;
+    throw GqlaError(s, std::string(call) + " failed: " + gqla_status_string(s) + " — " + gqla_last_error_message());
+}
+
+void fill_uniform(std::vector<float>& v, uint64_t seed, float scale) {
+    // splitmix64: fast, and good enough for test inputs.
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+    for (float& f : v) {
+        x += 0x9E3779B97F4A7C15ull;
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        const double u = static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
+        f = static_cast<float>((2.0 * u - 1.0) * scale);
+    }
+}
+
+std::vector<float> random_vector(size_t n, uint64_t seed, float scale) {
+    std::vector<float> v(n);
+    fill_uniform(v, seed, scale);
+    return v;
+}
+
+gqla_tensor host_tensor(float* data, std::initializer_list<int64_t> shape) {
+    gqla_tensor t;
+    std::vector<int64_t> dims(shape);
+    check(gqla_tensor_init(&t, data, GQLA_DTYPE_F32, static_cast<int32_t>(dims.size()), dims.data()),
+          "gqla_tensor_init");
+    return t;
+}
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+gqla_device_type resolve_auto_device() {
+    gqla_probe_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    check(gqla_probe(GQLA_DEVICE_AUTO, 0, 0, &info), "gqla_probe(AUTO)");
+    return info.device;
+}
+
+uint64_t mem_available_bytes() {
+    FILE* f = std::fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (std::fgets(line, sizeof line, f)) {
+        if (std::strncmp(line, "MemAvailable:", 13) == 0) {
+            std::sscanf(line + 13, "%lu", &kb);
+            break;
+        }
+    }
+    std::fclose(f);
+    return kb * 1024;
+}
+
+}  // namespace gqla::bench

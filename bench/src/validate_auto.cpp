@@ -1,0 +1,165 @@
+#include "validate_auto.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "decode_workload.hpp"
+#include "json_writer.hpp"
+#include "support.hpp"
+
+namespace gqla::bench {
+namespace {
+
+const int kBatches[] = {1, 8, 64};
+const int64_t kContexts[] = {512, 4096, 16384};
+const int kQueryLens[] = {1, 2, 4};
+
+// On the 2-core CPU the whole sweep must fit in about a minute: a cell is
+// kept when its cache on the GQA path (latent + expanded) stays under this
+// many bytes; expanding and rotating over larger caches costs seconds each.
+constexpr double kCpuCellBytes = 1.25 * 1024 * 1024 * 1024;
+// Sequences a (preset, context) session holds on CPU: enough disjoint batches
+// to rotate over for cold caches, within the same byte budget.
+constexpr double kCpuRotationBytes = 256.0 * 1024 * 1024;
+
+struct Row {
+    const Preset* preset;
+    int batch, s_q;
+    int64_t context;
+    double pred[2] = {0, 0};   // [0] GQA path, [1] absorb path (seconds)
+    double meas[2] = {0, 0};
+    gqla_path chosen = GQLA_PATH_AUTO;
+};
+
+int index_of(gqla_path p) { return p == GQLA_PATH_GQA ? 0 : 1; }
+
+}  // namespace
+
+int run_validate_auto(const Options& opt, const BenchEnv& env) {
+    const bool on_cpu = env.device == GQLA_DEVICE_CPU;
+    const double cell_budget = on_cpu ? kCpuCellBytes : 0.5 * static_cast<double>(env.memory_cap);
+    const double rotation_budget = on_cpu ? kCpuRotationBytes : 4.0 * kColdBytes;
+    const int reps = std::min(opt.reps, on_cpu ? 7 : 15);
+    const gqla_dtype dtype = opt.dtypes.front();
+
+    std::vector<Row> rows;
+    std::vector<std::string> dropped;
+    std::vector<std::string> errors;
+    const double t_start = now_s();
+
+    for (const Preset& p : all_presets()) {
+        if (!p.is_gqla()) continue;  // one path only: nothing to choose
+        const double per_token = stored_bytes_per_token(p, GQLA_PATH_GQA, dtype);
+        for (int64_t context : kContexts) {
+            int max_batch = 0;
+            for (int b : kBatches) {
+                if (b * static_cast<double>(context) * per_token <= cell_budget) max_batch = b;
+                else dropped.push_back(std::string(p.name) + " batch " + std::to_string(b) + " context " +
+                                       std::to_string(context));
+            }
+            if (max_batch == 0) continue;
+            const double read_per_seq = read_bytes_per_token(p, GQLA_PATH_GQA, dtype) * context;
+            const int64_t want = static_cast<int64_t>(std::ceil(rotation_budget / read_per_seq));
+            const int64_t cap = static_cast<int64_t>(cell_budget / (per_token * context));
+            WorkloadSpec spec;
+            spec.preset = &p;
+            spec.shape.device = env.device;
+            spec.shape.path = GQLA_PATH_ABSORB;
+            spec.shape.cache_dtype = dtype;
+            spec.shape.threads = opt.threads;
+            spec.shape.page_size = opt.page_size;
+            spec.batch = max_batch;
+            spec.context = context;
+            spec.max_s_q = 4;
+            // Sequences = batch * sets: as many as the rotation wants, at
+            // least one batch, at most what the byte budget allows.
+            const int64_t nseq = std::max<int64_t>(max_batch, std::min<int64_t>(want, std::max<int64_t>(cap, max_batch)));
+            spec.sets = static_cast<int>((nseq + max_batch - 1) / max_batch);
+
+            std::vector<Row> cell_rows;
+            try {
+                DecodeWorkload work(spec);
+                for (int b : kBatches) {
+                    if (b > max_batch) continue;
+                    for (int s_q : kQueryLens) {
+                        Row r{&p, b, s_q, context};
+                        const gqla_cost_report c = work.predict(b, s_q);
+                        r.pred[0] = c.gqa.time_s;
+                        r.pred[1] = c.absorb.time_s;
+                        r.chosen = c.chosen;
+                        r.meas[1] = work.time_decode(b, s_q, reps, 1.0, opt.hot);
+                        cell_rows.push_back(r);
+                    }
+                }
+                work.select_path(GQLA_PATH_GQA);  // expand once, outside the timings
+                for (Row& r : cell_rows) r.meas[0] = work.time_decode(r.batch, r.s_q, reps, 1.0, opt.hot);
+                rows.insert(rows.end(), cell_rows.begin(), cell_rows.end());
+            } catch (const GqlaError& e) {
+                errors.push_back(std::string(p.name) + " context " + std::to_string(context) + ": " + e.what());
+            }
+        }
+    }
+
+    int correct = 0, pred_close = 0, pred_pairs = 0;
+    double regret_sum = 0, regret_max = 0;
+    std::string rows_json = "[";
+    for (const Row& r : rows) {
+        const gqla_path best = r.meas[0] <= r.meas[1] ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
+        const double regret = r.meas[index_of(r.chosen)] / r.meas[index_of(best)] - 1.0;
+        correct += r.chosen == best;
+        regret_sum += regret;
+        regret_max = std::max(regret_max, regret);
+        for (int k = 0; k < 2; ++k) {
+            ++pred_pairs;
+            pred_close += std::fabs(r.pred[k] / r.meas[k] - 1.0) <= 0.35;
+        }
+        JsonObject j;
+        j.str("preset", r.preset->name)
+            .integer("batch", r.batch)
+            .integer("context", r.context)
+            .integer("s_q", r.s_q)
+            .num("pred_gqa_ms", r.pred[0] * 1e3, 4)
+            .num("pred_absorb_ms", r.pred[1] * 1e3, 4)
+            .num("meas_gqa_ms", r.meas[0] * 1e3, 4)
+            .num("meas_absorb_ms", r.meas[1] * 1e3, 4)
+            .str("auto", path_name(r.chosen))
+            .str("best", path_name(best))
+            .num("regret", regret, 3);
+        rows_json += (rows_json.size() > 1 ? "," : "") + j.dump();
+    }
+    rows_json += "]";
+    auto string_array = [](const std::vector<std::string>& v) {
+        std::string out = "[";
+        for (const std::string& s : v) out += (out.size() > 1 ? "," : "") + JsonObject::quote(s);
+        return out + "]";
+    };
+
+    const int cases = static_cast<int>(rows.size());
+    JsonObject out;
+    out.str("device", device_name(env.device))
+        .str("dtype", dtype_label(dtype))
+        .integer("cases", cases)
+        .integer("correct", correct)
+        .num("fraction", cases ? static_cast<double>(correct) / cases : NAN, 4)
+        .num("mean_regret", cases ? regret_sum / cases : NAN, 4)
+        .num("max_regret", cases ? regret_max : NAN, 4)
+        .num("pred_within_35pct", pred_pairs ? static_cast<double>(pred_close) / pred_pairs : NAN, 4)
+        .integer("pred_pairs", pred_pairs)
+        .num("read_gbps_machine", env.roofline.read_gbps, 4)
+        .num("peak_gflops_machine", env.roofline.peak_for(dtype), 4)
+        .num("seconds", now_s() - t_start, 3)
+        .str("note", on_cpu ? "GQLA presets only (GQA kind has one path); on CPU cells whose GQA-path cache exceeds "
+                              "1.25 GiB are dropped (listed in 'dropped')"
+                            : "GQLA presets only (GQA kind has one path)")
+        .raw("dropped", string_array(dropped))
+        .raw("errors", string_array(errors))
+        .raw("rows", rows_json);
+    std::printf("%s\n", out.dump().c_str());
+    return errors.empty() && cases > 0 ? 0 : 1;
+}
+
+}  // namespace gqla::bench

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages gqla builds and tests with, when any is
+# missing. Shared by tools/demo.sh and tools/test.sh so that both work on a
+# fresh machine.
+set -euo pipefail
+
+packages=(libdnnl-dev doctest-dev pybind11-dev python3-numpy python3-pytest libdlpack-dev bindgen
+          cmake ninja-build g++ pkg-config python3-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "dependencies: all ${#packages[@]} Debian packages present"
+  exit 0
+fi
+echo "dependencies: installing missing packages: ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+$sudo apt-get update
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y "${packages[@]}"

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The README's second command: everything that checks gqla, from a fresh clone.
+#   1. missing Debian packages           4. sanitizer build (ASan + UBSan, build-asan/) + ctest
+#   2. Release build (build/)            5. pytest (Python bindings, from build/)
+#   3. ctest (cuda tests skip w/o GPU)   6. cargo test + the Rust example (against build/)
+# A failed install/configure/build stops the run (later stages need it); a
+# failed test stage is recorded and the remaining test stages still run.
+# Prints the time of every stage and ends with a summary line; exits
+# non-zero when anything failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=$(nproc)
+total_start=$(date +%s)
+summary=()
+failed=0
+
+summarize() {  # the stage list, then one final verdict line
+  local verdict=$1 ok=0 bad=0 skipped=0 line
+  echo
+  echo "Stages:"
+  for line in "${summary[@]}"; do
+    echo "  $line"
+    case $line in ok*) ok=$((ok + 1));; FAILED*) bad=$((bad + 1));; skipped*) skipped=$((skipped + 1));; esac
+  done
+  echo "SUMMARY: $verdict — $ok ok, $bad failed, $skipped skipped, total $(( $(date +%s) - total_start ))s"
+}
+
+run_stage() {  # run_stage NAME COMMAND...: run and time; returns the command's status
+  local name=$1; shift
+  local start=$(date +%s) rc=0
+  echo
+  echo "==> $name"
+  "$@" || rc=$?
+  local took=$(( $(date +%s) - start ))
+  if [ $rc -eq 0 ]; then
+    echo "<== $name: ok (${took}s)"
+    summary+=("ok      ${took}s  $name")
+  else
+    echo "<== $name: FAILED with exit code $rc (${took}s)"
+    summary+=("FAILED  ${took}s  $name (exit code $rc)")
+  fi
+  return $rc
+}
+
+must() {  # a stage everything after it depends on
+  if ! run_stage "$@"; then
+    summarize "FAILED (stopped after '$1')"
+    exit 1
+  fi
+}
+
+check() {  # a test stage: record a failure, keep going
+  run_stage "$@" || failed=1
+}
+
+skip() {  # a part whose folder is not in this checkout
+  echo
+  echo "==> $1: skipped ($2)"
+  summary+=("skipped     $1 ($2)")
+}
+
+configure() {  # configure DIR ARGS...: Ninja for a new build dir, keep what an existing one uses
+  local dir=$1; shift
+  local generator=()
+  if [ ! -f "$dir/CMakeCache.txt" ] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
+  cmake -S . -B "$dir" "${generator[@]}" "$@"
+}
+
+# rustup installs cargo under ~/.cargo/bin, which non-login shells may not have on PATH.
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then export PATH="$HOME/.cargo/bin:$PATH"; fi
+
+cuda_flag=OFF
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then cuda_flag=ON; fi
+
+must "dependencies" tools/install_deps.sh
+must "configure Release (CUDA module $cuda_flag)" \
+  configure build -DCMAKE_BUILD_TYPE=Release -DGQLA_WITH_CUDA=$cuda_flag -DGQLA_CUDA_ARCHS=90
+must "build Release" cmake --build build --parallel "$jobs"
+check "ctest Release" ctest --test-dir build --no-tests=error --output-on-failure --parallel "$jobs"
+
+must "configure sanitizers" \
+  configure build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGQLA_SANITIZE=ON -DGQLA_WITH_CUDA=OFF \
+  -DGQLA_BUILD_PYTHON=OFF
+must "build sanitizers" cmake --build build-asan --parallel "$jobs"
+# The install test builds out-of-tree consumers without the sanitizer
+# flags (they could not link the instrumented library); it ran above.
+check "ctest sanitizers" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --no-tests=error --output-on-failure --parallel "$jobs" --label-exclude install
+
+if [ -d tests/python ]; then
+  check "pytest" env PYTHONPATH="$root/build/bindings/python" /usr/bin/python3 -m pytest -q tests/python
+else
+  skip "pytest" "tests/python is not in this checkout"
+fi
+
+if [ -f bindings/rust/Cargo.toml ]; then
+  check "cargo test (bindings/rust)" env GQLA_LIB_DIR="$root/build/capi" \
+    cargo test --offline --manifest-path bindings/rust/Cargo.toml
+else
+  skip "cargo test" "bindings/rust is not in this checkout"
+fi
+if [ -f examples/rust/Cargo.toml ]; then
+  check "cargo run (examples/rust)" env GQLA_LIB_DIR="$root/build/capi" \
+    cargo run --offline --manifest-path examples/rust/Cargo.toml
+else
+  skip "cargo run" "examples/rust is not in this checkout"
+fi
+
+if [ $failed -ne 0 ]; then
+  summarize "FAILED"
+  exit 1
+fi
+summarize "all stages passed"
