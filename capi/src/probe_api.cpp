@@ -24,6 +24,12 @@ gqla_status gqla_probe(gqla_device_type device, int32_t device_index, uint32_t f
         if ((flags & ~GQLA_PROBE_CALIBRATE) != 0)
             gqla::fail(GQLA_ERR_INVALID_ARGUMENT, "flags: unknown bits 0x%x (known: GQLA_PROBE_CALIBRATE)",
                        flags & ~GQLA_PROBE_CALIBRATE);
+        // Checked through its bytes first: an out-of-range int from C must not
+        // be loaded as the enum (undefined in C++).
+        const int value = gqla::enum_value(device);
+        if (value != GQLA_DEVICE_AUTO && value != GQLA_DEVICE_CPU && value != GQLA_DEVICE_CUDA)
+            gqla::fail(GQLA_ERR_INVALID_ARGUMENT,
+                       "device: expected GQLA_DEVICE_AUTO, GQLA_DEVICE_CPU or GQLA_DEVICE_CUDA, got %d", value);
         if (device_index < 0)
             gqla::fail(GQLA_ERR_INVALID_ARGUMENT, "device_index: expected >= 0, got %d", device_index);
         gqla::capi::write_out_struct(out, gqla::probe_through_backend(device, device_index, flags));
