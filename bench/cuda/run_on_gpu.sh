@@ -1,30 +1,72 @@
 #!/usr/bin/env bash
-# Builds the CUDA module, its tests and the kernel bench on a GPU machine that
-# has nvcc/CMake/ninja but no oneDNN/doctest (doctest may be carried in
-# .carry/doctest), runs the tests, the bench and the torch peer, and leaves
-# logs in $OUT (or ./gpu-out). Usage: bench/cuda/run_on_gpu.sh [test|bench|peer|all]...
+# One pass over everything that needs a GPU, for a machine with nvcc, CMake,
+# ninja, torch and pybind11 but no oneDNN/doctest (doctest may be carried in
+# .carry/doctest): build the library with the CUDA module, run the cuda-labelled
+# ctest suite, the Python GPU tests, gqla-bench on the shapes of the CUDA
+# targets, the torch peer on the same shapes, and AUTO's validation grid.
+# Logs go to $OUT (or ./gpu-out); a short table is printed last.
+# Usage: bench/cuda/run_on_gpu.sh [test] [bench] [peer] [auto]   (default: all)
 set -uo pipefail
-what=${*:-all}
+what=${*:-test bench peer auto}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 build=${GQLA_GPU_BUILD:-build-gpu}
+export PYTHONUNBUFFERED=1
 doctest_opt=()
 [ -d .carry/doctest ] && doctest_opt=(-Ddoctest_DIR=$PWD/.carry/doctest/lib/cmake/doctest)
-if [ ! -f "$build/build.ninja" ]; then
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGQLA_WITH_ONEDNN=OFF -DGQLA_WITH_CUDA=ON \
-    -DGQLA_BUILD_PYTHON=OFF -DGQLA_BUILD_EXAMPLES=OFF -DGQLA_BUILD_TOOLS=OFF "${doctest_opt[@]}" >"$out/configure.log" 2>&1 \
-    || { tail -30 "$out/configure.log"; exit 1; }
-fi
+
 start=$(date +%s)
-ninja -C "$build" gqla_cuda gqla_cuda_backend_test gqla_cuda_kernel_bench >"$out/build.log" 2>&1 \
-  || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGQLA_WITH_ONEDNN=OFF -DGQLA_WITH_CUDA=ON \
+  -DGQLA_CUDA_ARCHS=90 "${doctest_opt[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build "$build" --parallel "$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
+
+bench=$build/bench/gqla-bench
 status=0
 for w in $what; do
   case $w in
-    test|all) timeout 300 "$build/tests/cuda/gqla_cuda_backend_test" 2>&1 | tee "$out/test.log" | grep -v "^ok" ; status=${PIPESTATUS[0]} ;;&
-    bench|all) timeout 300 "$build/tests/cuda/gqla_cuda_kernel_bench" ${GQLA_BENCH_REPS:-50} ${GQLA_BENCH_ONLY:-} 2>&1 | tee "$out/bench.log" | grep -v JSON ;;&
-    peer|all) PYTHONUNBUFFERED=1 timeout 300 python3 bench/cuda/peer_torch.py 2>&1 | tee "$out/peer.log" | grep -v JSON ;;
+    test)
+      timeout 240 ctest --test-dir "$build" -L cuda --output-on-failure >"$out/ctest_cuda.log" 2>&1 || status=1
+      grep -E "tests passed|Failed|Skipped" "$out/ctest_cuda.log"
+      PYTHONPATH=$build/bindings/python timeout 180 python3 -m pytest -q tests/python >"$out/pytest.log" 2>&1 || status=1
+      tail -2 "$out/pytest.log"
+      ;;
+    bench)
+      {
+        timeout 120 "$bench" --device cuda --preset llama3-8b --batch 64 --context 4096 --json
+        timeout 120 "$bench" --device cuda --preset llama3-8b --batch 128 --context 8192 --json
+        timeout 120 "$bench" --device cuda --preset llama3-8b --batch 1 --context 1024,32768 --json
+        timeout 120 "$bench" --device cuda --preset llama3-8b-gqla --path both --batch 16,64 --context 4096 --json
+        timeout 120 "$bench" --device cuda --preset llama3-8b-gqla,deepseek-v3 --path absorb --batch 64 --context 16384 --json
+      } >"$out/bench.jsonl" 2>"$out/bench.err" || status=1
+      ;;
+    peer)
+      timeout 240 python3 bench/cuda/peer_torch.py --json "$out/peer.json" >"$out/peer.log" 2>&1 || status=1
+      ;;
+    auto)
+      timeout 240 "$bench" --device cuda --validate-auto --json >"$out/validate_auto.json" 2>"$out/validate_auto.err" || status=1
+      ;;
   esac
 done
+
+# Short table last: gqla-bench cases, then the torch peer, then AUTO's summary.
+if [ -s "$out/bench.jsonl" ]; then
+  python3 - "$out/bench.jsonl" <<'EOF'
+import json, sys
+print(f"{'preset':<15}{'path':<7}{'B':>4}{'T':>7}{'us':>9}{'GB/s':>8}{'roof':>7}{'rel_err':>9}")
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    if "ms" not in r:
+        continue
+    print(f"{r.get('preset', r.get('kind', '')):<15}{r['path']:<7}{r['batch']:>4}{r['context']:>7}"
+          f"{r['ms'] * 1e3:>9.1f}{r['gbps']:>8.0f}{r['roofline_frac'] * 100:>6.0f}%{r['rel_err']:>9.1e}")
+EOF
+fi
+[ -s "$out/peer.log" ] && grep -v "^JSON" "$out/peer.log" | tail -8
+[ -s "$out/validate_auto.json" ] && python3 -c "
+import json,sys; d=json.load(open('$out/validate_auto.json'))
+print('validate-auto:', {k: d.get(k) for k in ('cases','correct','fraction','mean_regret','max_regret','pred_within_35pct')})"
 exit $status
