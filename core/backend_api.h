@@ -74,6 +74,16 @@ typedef struct gqla_backend_desc {
     int32_t num_threads;                 /* resolved (>= 1) */
 } gqla_backend_desc;
 
+/* How close a backend's kernels come to the roofline, per path: index 0 is
+ * the GQA path, 1 the absorb path. Predicted time of a decode call =
+ * max(bytes / (bandwidth * memory), flops / (peak * compute)) + overhead_s.
+ * The core ignores efficiencies outside (0, 1] and negative overheads. */
+typedef struct gqla_backend_efficiency {
+    double memory[2];      /* achieved / peak read bandwidth */
+    double compute[2];     /* achieved / peak FLOP rate */
+    double overhead_s[2];  /* fixed seconds per decode call */
+} gqla_backend_efficiency;
+
 /* One sequence's slice of an append call. */
 typedef struct gqla_append_item {
     const int32_t* page_table;  /* host; covers positions [0, start + count) */
@@ -168,10 +178,10 @@ typedef struct gqla_backend_vtable {
     /* Wait for queued work. NULL allowed (synchronous backend). */
     gqla_status (*synchronize)(void* ctx);
 
-    /* Multiplicative efficiency factors (achieved / roofline, 0..1] the cost
-     * model applies per path: [0] GQA path, [1] absorb path; plus a fixed
-     * per-call overhead in seconds. NULL allowed (defaults used). */
-    void (*efficiency)(const gqla_backend_desc* desc, double out_eff[2], double* out_overhead_s);
+    /* Corrections of the roofline the cost model applies (see
+     * gqla_backend_efficiency). The core pre-fills its defaults; the backend
+     * overwrites what it has measured. NULL allowed (defaults used). */
+    void (*efficiency)(const gqla_backend_desc* desc, gqla_backend_efficiency* inout);
 } gqla_backend_vtable;
 
 /* The CPU backend, linked into libgqla.so. */

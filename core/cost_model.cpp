@@ -30,32 +30,32 @@ Dims dims_of(const gqla_config& cfg) {
 
 double bytes_per_second(const gqla_probe_info& probe) { return probe.read_gbps * 1e9; }
 
-gqla_path_cost price(double bytes, double flops, double efficiency, double overhead_s,
+gqla_path_cost price(double bytes, double flops, const Efficiency& eff, int path,
                      const gqla_probe_info& probe, double peak_flops) {
     gqla_path_cost c{};
     c.bytes = bytes;
     c.flops = flops;
     c.memory_s = bytes / bytes_per_second(probe);
     c.compute_s = flops / peak_flops;
-    c.overhead_s = overhead_s;
-    c.time_s = std::max(c.memory_s, c.compute_s) / efficiency + overhead_s;
-    c.bound = c.compute_s > c.memory_s ? GQLA_BOUND_COMPUTE : GQLA_BOUND_MEMORY;
+    c.overhead_s = eff.overhead_s[path];
+    const double achieved_memory_s = c.memory_s / eff.memory[path];
+    const double achieved_compute_s = c.compute_s / eff.compute[path];
+    c.time_s = std::max(achieved_memory_s, achieved_compute_s) + c.overhead_s;
+    c.bound = achieved_compute_s > achieved_memory_s ? GQLA_BOUND_COMPUTE : GQLA_BOUND_MEMORY;
     return c;
 }
 
 }  // namespace
 
 Efficiency default_efficiency(gqla_device_type device) {
+    const bool cuda = device == GQLA_DEVICE_CUDA;
+    const double gqa = cuda ? 0.8 : 0.7;
+    const double absorb = cuda ? 0.7 : 0.6;
+    const double overhead_s = cuda ? 8e-6 : 15e-6;
     Efficiency e;
-    if (device == GQLA_DEVICE_CUDA) {
-        e.gqa = 0.8;
-        e.absorb = 0.7;
-        e.overhead_s = 8e-6;
-    } else {
-        e.gqa = 0.7;
-        e.absorb = 0.6;
-        e.overhead_s = 15e-6;
-    }
+    e.memory[Efficiency::kGqaPath] = e.compute[Efficiency::kGqaPath] = gqa;
+    e.memory[Efficiency::kAbsorbPath] = e.compute[Efficiency::kAbsorbPath] = absorb;
+    e.overhead_s[Efficiency::kGqaPath] = e.overhead_s[Efficiency::kAbsorbPath] = overhead_s;
     return e;
 }
 
@@ -105,7 +105,7 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
         const double bytes = tokens * d.G * (d.D + d.Dv) * cache_elem
                              + queries * d.H * (d.D + d.Dv) * io_elem;  // q in, o out
         const double flops = queries * L * d.H * (2.0 * d.D + 2.0 * d.Dv);
-        rep.gqa = price(bytes, flops, eff.gqa, eff.overhead_s, probe, peak);
+        rep.gqa = price(bytes, flops, eff, Efficiency::kGqaPath, probe, peak);
         rep.chosen = GQLA_PATH_GQA;
         return rep;
     }
@@ -114,7 +114,7 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
 
     const double gqa_bytes = tokens * (d.G * (d.d_c + d.d_v) + d.d_r) * cache_elem + qo_bytes;
     const double gqa_flops = queries * L * d.H * (2.0 * (d.d_c + d.d_r) + 2.0 * d.d_v);
-    rep.gqa = price(gqa_bytes, gqa_flops, eff.gqa, eff.overhead_s, probe, peak);
+    rep.gqa = price(gqa_bytes, gqa_flops, eff, Efficiency::kGqaPath, probe, peak);
 
     const double weight_elem = static_cast<double>(dtype_size(weight_storage_dtype(cfg, probe.device)));
     const double absorb_bytes = tokens * (d.r + d.d_r) * cache_elem
@@ -122,7 +122,7 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
                                 + qo_bytes;
     const double absorb_flops = queries * L * d.H * (2.0 * (d.r + d.d_r) + 2.0 * d.r)
                                 + queries * d.H * 2.0 * (d.d_c + d.d_v) * d.r;  // q~ and o projections
-    rep.absorb = price(absorb_bytes, absorb_flops, eff.absorb, eff.overhead_s, probe, peak);
+    rep.absorb = price(absorb_bytes, absorb_flops, eff, Efficiency::kAbsorbPath, probe, peak);
 
     // A tie goes to absorb: it needs no expanded cache.
     rep.chosen = rep.gqa.time_s < rep.absorb.time_s ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;

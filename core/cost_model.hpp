@@ -7,24 +7,36 @@
 
 namespace gqla {
 
-// Per-backend correction of the pure roofline: achieved/roofline per path
-// ([0] GQA path, [1] absorb path) and a fixed per-call overhead.
+// Per-backend correction of the pure roofline, per path ([0] GQA path,
+// [1] absorb path). Memory and compute get separate factors because a kernel
+// can stream at a good fraction of peak bandwidth while its arithmetic runs
+// far below the tensor peak (or the other way round); a single factor on
+// max(memory, compute) cannot express that. The fixed overhead differs per
+// path because the paths launch different numbers of kernels or passes.
+// Defaults here are neutral (equal memory and compute factors) and priced by
+// gqla_predict_cost, which has no backend to ask.
 struct Efficiency {
-    double gqa = 0.8;
-    double absorb = 0.6;
-    double overhead_s = 5e-6;
+    double memory[2] = {0.8, 0.6};       // achieved / peak bandwidth
+    double compute[2] = {0.8, 0.6};      // achieved / peak FLOP rate
+    double overhead_s[2] = {5e-6, 5e-6}; // fixed seconds per decode call
     // Achieved/roofline of the one-time expansion GEMM ([n, r] x [r, G*(d_c+d_v)]);
     // backends do not report it, so it keeps this default.
     double expand = 0.7;
+
+    static constexpr int kGqaPath = 0;
+    static constexpr int kAbsorbPath = 1;
 };
 
-// Defaults for a device before its backend reports its own factors:
-//   CPU : GQA path 0.7, absorb 0.6 (the absorb path adds two small GEMMs and a
-//         long r-wide dot product per head and token, which reach less of the
-//         roofline in SIMD code), 15 us per call (fork/join of the thread team).
-//   CUDA: GQA path 0.8, absorb 0.7 (both are single fused kernels; absorb
-//         also runs the projections through cuBLAS), 8 us per call (a few
-//         kernel launches).
+// Defaults for a device before its backend reports its own factors (see
+// backends/cpu/efficiency.cpp and the CUDA backend's vt_efficiency for the
+// measured ones):
+//   CPU : GQA path 0.7, absorb 0.6 for memory and compute (the absorb path
+//         adds two small GEMMs and a long r-wide dot product per head and
+//         token, which reach less of the roofline in SIMD code), 15 us per
+//         call for both (fork/join of the thread team).
+//   CUDA: GQA path 0.8, absorb 0.7 for memory and compute, 8 us per call
+//         for both; the CUDA backend replaces all of them with factors fitted
+//         to measurements.
 Efficiency default_efficiency(gqla_device_type device);
 
 // Storage dtype of W_UKV as the backend of `device` keeps it, which prices the
@@ -46,6 +58,10 @@ double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe);
 //     (G*(d_c+d_v)*r, weight_storage_dtype) once per step.
 //   both:     q read and o written in io_dtype (lse is ignored: 4 bytes per
 //     head and token, never significant).
+// Per path: memory_s = bytes / bandwidth and compute_s = flops / peak (pure
+// roofline, as gqla.h documents them); time_s = max(memory_s / memory
+// efficiency, compute_s / compute efficiency) + overhead; bound names the
+// larger of those two efficiency-scaled terms.
 // The cache of each sequence is read once per step for all s_q query tokens;
 // FLOPs scale with s_q (each query token sees about `context` tokens; the
 // causal triangle of s_q << context is neglected). The expansion covers the

@@ -67,6 +67,28 @@ gqla_probe_info session_probe(const gqla_backend_vtable& vt, bool injected, cons
     return info;
 }
 
+// The device defaults, overwritten by whatever the backend reports within
+// range (a backend that leaves a field alone keeps the default).
+Efficiency backend_efficiency(const gqla_backend_vtable& vt, const gqla_backend_desc& desc,
+                              const Efficiency& defaults) {
+    Efficiency e = defaults;
+    if (vt.efficiency == nullptr) return e;
+    gqla_backend_efficiency reported{};
+    for (int path = 0; path < 2; ++path) {
+        reported.memory[path] = e.memory[path];
+        reported.compute[path] = e.compute[path];
+        reported.overhead_s[path] = e.overhead_s[path];
+    }
+    vt.efficiency(&desc, &reported);
+    auto fraction = [](double v) { return v > 0 && v <= 1; };
+    for (int path = 0; path < 2; ++path) {
+        if (fraction(reported.memory[path])) e.memory[path] = reported.memory[path];
+        if (fraction(reported.compute[path])) e.compute[path] = reported.compute[path];
+        if (reported.overhead_s[path] >= 0) e.overhead_s[path] = reported.overhead_s[path];
+    }
+    return e;
+}
+
 }  // namespace
 
 int64_t Session::Sequence::longest() const {
@@ -83,15 +105,7 @@ Session::Session(const gqla_config& cfg, const gqla_backend_vtable* backend)
     const gqla_backend_vtable* vt = backend ? backend : backend_for(cfg_.device, cfg_.device_index);
     backend_ = std::make_unique<BackendContext>(vt, desc_);
     probe_ = session_probe(*vt, backend != nullptr, cfg_);
-    efficiency_ = default_efficiency(cfg_.device);
-    if (vt->efficiency != nullptr) {
-        double eff[2] = {efficiency_.gqa, efficiency_.absorb};
-        double overhead = efficiency_.overhead_s;
-        vt->efficiency(&desc_, eff, &overhead);
-        if (eff[0] > 0 && eff[0] <= 1) efficiency_.gqa = eff[0];
-        if (eff[1] > 0 && eff[1] <= 1) efficiency_.absorb = eff[1];
-        if (overhead >= 0) efficiency_.overhead_s = overhead;
-    }
+    efficiency_ = backend_efficiency(*vt, desc_, default_efficiency(cfg_.device));
     policy_ = std::make_unique<PathPolicy>(cfg_, probe_, efficiency_);
 
     free_slots_.reserve(static_cast<size_t>(cfg_.max_sequences));

@@ -18,6 +18,7 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* args);
 // built with it, else the kernel table's GEMM), on the context's threads.
 gqla_status expansion_gemm(CpuContext* ctx, const LayerWeights& w, int64_t n, const float* latent, float* out);
 
-void efficiency(const gqla_backend_desc* desc, double out_eff[2], double* out_overhead_s);
+// Fills the factors measured for the CPU kernels (see efficiency.cpp).
+void efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout);
 
 }  // namespace gqla::cpu

@@ -123,16 +123,30 @@ gqla_status vt_synchronize(void* ctx) {
     return guarded(ctx, [&](Session& s) { check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize"); });
 }
 
-// Achieved / roofline, measured on an H200 with this module (bench/cuda,
-// bf16, page 64): GQA path 0.38-0.63 of the calibrated read bandwidth at
-// B >= 16, T >= 4096; absorb path 0.18 of read bandwidth (H = 32) and 0.17 of
-// the bf16 GEMM rate (H = 128, compute-bound). Per-call overhead: a 4 MB
-// decode (B = 1, T = 1024) took 29 us from event to event.
-void vt_efficiency(const gqla_backend_desc* desc, double out_eff[2], double* out_overhead_s) {
+// Fitted to `gqla-bench --validate-auto --device cuda` on one H200 (bf16
+// cache, presets llama3-8b-gqla, mla16, deepseek-v3; batch 1/8/64 x context
+// 512/4096/16384 x s_q 1/2/4, cold caches; 78 cells), priced against the
+// probe's 4065 GB/s read bandwidth and 709 TFLOP/s bf16 peak. The data and the
+// fit are in bench/results/h200_validate_auto.json and bench/fit_efficiency.py
+// (least mean squared log error per path). With these factors the cheaper
+// predicted path was the measured-faster one in 74 of 78 cells (mean regret
+// 1.1%, max 40%); with one factor per path and 8 us for both it was 46.
+//   GQA path: streams the expanded cache at 0.36 of the probe bandwidth; its
+//     compute factor is small (0.034 of the tensor peak) and only shows at
+//     s_q = 4, so it is the least certain number here; ~33 us per call.
+//   Absorb path: 0.54 of the bandwidth but 0.14 of the tensor peak (the
+//     mma.sync attention kernel is far from cuBLAS rates), and ~173 us per
+//     call: five launches (reorder, cuBLAS q projection, attention, cuBLAS
+//     o projection, reorder) against one fused kernel on the GQA path.
+// Refit (rerun the bench, then the script) whenever these kernels change.
+void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
     (void)desc;
-    out_eff[0] = 0.50;
-    out_eff[1] = 0.17;
-    *out_overhead_s = 25e-6;
+    inout->memory[0] = 0.363;
+    inout->compute[0] = 0.034;
+    inout->overhead_s[0] = 32.6e-6;
+    inout->memory[1] = 0.541;
+    inout->compute[1] = 0.139;
+    inout->overhead_s[1] = 172.8e-6;
 }
 
 const gqla_backend_vtable kVtable = {

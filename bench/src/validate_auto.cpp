@@ -32,6 +32,7 @@ struct Row {
     int64_t context;
     double pred[2] = {0, 0};   // [0] GQA path, [1] absorb path (seconds)
     double meas[2] = {0, 0};
+    gqla_path_cost cost[2] = {};  // what the prediction priced, for refitting the efficiencies
     gqla_path chosen = GQLA_PATH_AUTO;
 };
 
@@ -90,6 +91,8 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
                         const gqla_cost_report c = work.predict(b, s_q);
                         r.pred[0] = c.gqa.time_s;
                         r.pred[1] = c.absorb.time_s;
+                        r.cost[0] = c.gqa;
+                        r.cost[1] = c.absorb;
                         r.chosen = c.chosen;
                         r.meas[1] = work.time_decode(b, s_q, reps, 1.0, opt.hot);
                         cell_rows.push_back(r);
@@ -128,7 +131,15 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
             .num("meas_absorb_ms", r.meas[1] * 1e3, 4)
             .str("auto", path_name(r.chosen))
             .str("best", path_name(best))
-            .num("regret", regret, 3);
+            .num("regret", regret, 3)
+            // Inputs of bench/fit_efficiency.py: the roofline counts of both
+            // paths and the rates the session's probe priced them with.
+            .num("bytes_gqa", r.cost[0].bytes, 12)
+            .num("flops_gqa", r.cost[0].flops, 12)
+            .num("bytes_absorb", r.cost[1].bytes, 12)
+            .num("flops_absorb", r.cost[1].flops, 12)
+            .num("read_gbps", r.cost[0].bytes / r.cost[0].memory_s * 1e-9, 6)
+            .num("peak_gflops", r.cost[0].flops / r.cost[0].compute_s * 1e-9, 6);
         rows_json += (rows_json.size() > 1 ? "," : "") + j.dump();
     }
     rows_json += "]";

@@ -55,11 +55,18 @@ gqla_probe_info unit_cpu_probe() {
     return p;
 }
 
-Efficiency pure_roofline() {
+Efficiency uniform(double efficiency, double overhead_s) {
     Efficiency e;
-    e.gqa = 1;
-    e.absorb = 1;
-    e.overhead_s = 0;
+    for (int path = 0; path < 2; ++path) {
+        e.memory[path] = efficiency;
+        e.compute[path] = efficiency;
+        e.overhead_s[path] = overhead_s;
+    }
+    return e;
+}
+
+Efficiency pure_roofline() {
+    Efficiency e = uniform(1, 0);
     e.expand = 1;
     return e;
 }
@@ -155,20 +162,58 @@ TEST_CASE("cost model: bound classification, efficiency and overhead") {
     const gqla_config c = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_F32, GQLA_DTYPE_F32);
     gqla_probe_info fast_compute = unit_cpu_probe();
     fast_compute.peak_gflops_f32 = 1000;
-    Efficiency e;
-    e.gqa = 0.5;
-    e.absorb = 0.25;
-    e.overhead_s = 1e-6;
+    Efficiency e = uniform(1, 0);
+    e.memory[Efficiency::kGqaPath] = 0.5;
+    e.memory[Efficiency::kAbsorbPath] = 0.25;
+    e.overhead_s[Efficiency::kGqaPath] = 1e-6;
+    e.overhead_s[Efficiency::kAbsorbPath] = 3e-6;
     const gqla_cost_report r = gqla::predict_cost(c, fast_compute, workload(2, 10, 3), e);
     CHECK(r.gqa.bound == GQLA_BOUND_MEMORY);
     CHECK(r.absorb.bound == GQLA_BOUND_MEMORY);
+    // memory_s stays bytes / bandwidth; the efficiency only enters time_s
+    CHECK(r.gqa.memory_s == doctest::Approx(2912e-9));
     CHECK(r.gqa.time_s == doctest::Approx(2912e-9 / 0.5 + 1e-6));
-    CHECK(r.absorb.time_s == doctest::Approx(2592e-9 / 0.25 + 1e-6));
+    CHECK(r.absorb.time_s == doctest::Approx(2592e-9 / 0.25 + 3e-6));
     CHECK(r.gqa.overhead_s == 1e-6);
+    CHECK(r.absorb.overhead_s == 3e-6);
 
     const gqla_cost_report slow = gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), pure_roofline());
     CHECK(slow.gqa.bound == GQLA_BOUND_COMPUTE);
     CHECK(slow.absorb.bound == GQLA_BOUND_COMPUTE);
+}
+
+TEST_CASE("cost model: memory and compute efficiencies scale their own term") {
+    // GQA path at 1 GB/s, 1000 GFLOP/s: memory 2912 ns, compute 5.76 ns.
+    const gqla_config c = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_F32, GQLA_DTYPE_F32);
+    gqla_probe_info p = unit_cpu_probe();
+    p.peak_gflops_f32 = 1000;
+    Efficiency e = pure_roofline();
+    e.compute[Efficiency::kGqaPath] = 0.001;  // compute term 5760 ns now exceeds memory
+    const gqla_cost_report r = gqla::predict_cost(c, p, workload(2, 10, 3), e);
+    CHECK(r.gqa.compute_s == doctest::Approx(5.76e-9));  // the pure roofline term is reported
+    CHECK(r.gqa.time_s == doctest::Approx(5760e-9));
+    CHECK(r.gqa.bound == GQLA_BOUND_COMPUTE);
+    // the absorb path keeps its own factors
+    CHECK(r.absorb.bound == GQLA_BOUND_MEMORY);
+    CHECK(r.absorb.time_s == doctest::Approx(2592e-9));
+
+    // A slow memory factor on a compute-bound path changes nothing until it
+    // overtakes the compute term.
+    Efficiency m = pure_roofline();
+    m.memory[Efficiency::kGqaPath] = 0.9;
+    const gqla_cost_report slow = gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), m);
+    CHECK(slow.gqa.time_s == doctest::Approx(5760e-9));
+    CHECK(slow.gqa.bound == GQLA_BOUND_COMPUTE);
+}
+
+TEST_CASE("cost model: a large absorb overhead turns small decodes to the GQA path") {
+    // LLaMA-3-8B-GQLA on H100-like specs: absorb wins the pure roofline at one
+    // sequence of 4096 tokens, but not once it costs 150 us more per call.
+    const gqla_config llama = llama3_8b_gqla();
+    Efficiency e = pure_roofline();
+    CHECK(gqla::predict_cost(llama, h100_like(), workload(1, 4096, 1), e).chosen == GQLA_PATH_ABSORB);
+    e.overhead_s[Efficiency::kAbsorbPath] = 150e-6;
+    CHECK(gqla::predict_cost(llama, h100_like(), workload(1, 4096, 1), e).chosen == GQLA_PATH_GQA);
 }
 
 TEST_CASE("cost model: SPEC worked checks at batch 64, context 4096") {
@@ -234,7 +279,8 @@ TEST_CASE("path policy: initial choice is the batch 1, context 4096, s_q 1 verdi
     CHECK(PathPolicy(deepseek_v3_mla(), h20_like(), pure_roofline()).initial() == GQLA_PATH_ABSORB);
     // A backend whose absorb kernel reaches a tenth of the roofline starts on GQA.
     Efficiency slow_absorb = pure_roofline();
-    slow_absorb.absorb = 0.1;
+    slow_absorb.memory[Efficiency::kAbsorbPath] = 0.1;
+    slow_absorb.compute[Efficiency::kAbsorbPath] = 0.1;
     CHECK(PathPolicy(llama3_8b_gqla(), h20_like(), slow_absorb).initial() == GQLA_PATH_GQA);
 }
 
@@ -310,10 +356,13 @@ TEST_CASE("path policy: expected remaining steps") {
 TEST_CASE("cost model: device default efficiencies are fractions") {
     for (gqla_device_type d : {GQLA_DEVICE_CPU, GQLA_DEVICE_CUDA}) {
         const Efficiency e = gqla::default_efficiency(d);
-        CHECK(e.gqa > 0);
-        CHECK(e.gqa <= 1);
-        CHECK(e.absorb > 0);
-        CHECK(e.absorb <= 1);
-        CHECK(e.overhead_s >= 0);
+        for (int path = 0; path < 2; ++path) {
+            CAPTURE(path);
+            CHECK(e.memory[path] > 0);
+            CHECK(e.memory[path] <= 1);
+            CHECK(e.compute[path] > 0);
+            CHECK(e.compute[path] <= 1);
+            CHECK(e.overhead_s[path] >= 0);
+        }
     }
 }

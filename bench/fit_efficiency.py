@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+"""Fits the cost model's per-path efficiency factors to measured decode times.
+
+Input: the JSON of `gqla-bench --validate-auto --json`. Each row carries the
+bytes and FLOPs of both paths (bytes_gqa, flops_gqa, bytes_absorb,
+flops_absorb), the bandwidth and peak the session priced them with
+(read_gbps, peak_gflops) and the measured times (meas_gqa_ms, meas_absorb_ms).
+
+Model (core/cost_model.cpp), per path:
+    time = max(bytes / (read_gbps * memory), flops / (peak_gflops * compute)) + overhead
+For each path, a grid search followed by a finer grid around the best point
+minimizes the mean squared log error of predicted against measured time (log
+error weighs a 10 us call and a 10 ms call alike). Then it reports how AUTO
+would do with the fitted factors: the fraction of rows where the cheaper
+predicted path is the measured-faster one, the mean and max regret (measured
+time of the pick over the best, minus 1) and the fraction of predictions
+within +-35% of measured.
+
+Usage: fit_efficiency.py RESULTS.json [--old MEMORY_GQA,MEMORY_ABSORB,...]
+"""
+import argparse
+import json
+import sys
+
+import numpy as np
+
+PATHS = ("gqa", "absorb")
+
+
+def load_rows(path):
+    with open(path) as f:
+        doc = json.load(f)
+    rows = doc["rows"]
+    needed = ["read_gbps", "peak_gflops"] + [f"{k}_{p}" for p in PATHS for k in ("bytes", "flops")]
+    missing = [k for k in needed if any(k not in r for r in rows)]
+    if missing:
+        sys.exit(f"{path}: rows lack {', '.join(missing)} (rerun gqla-bench --validate-auto)")
+    return doc, rows
+
+
+def roofline_terms(rows, path):
+    """Pure-roofline memory and compute seconds and measured seconds of a path."""
+    memory = np.array([r[f"bytes_{path}"] / (r["read_gbps"] * 1e9) for r in rows])
+    compute = np.array([r[f"flops_{path}"] / (r["peak_gflops"] * 1e9) for r in rows])
+    measured = np.array([r[f"meas_{path}_ms"] * 1e-3 for r in rows])
+    return memory, compute, measured
+
+
+def predict(memory, compute, factors):
+    mem_eff, comp_eff, overhead = factors
+    return np.maximum(memory / mem_eff, compute / comp_eff) + overhead
+
+
+def msle(memory, compute, measured, factors):
+    return float(np.mean(np.log(predict(memory, compute, factors) / measured) ** 2))
+
+
+def grid_search(memory, compute, measured, mem_grid, comp_grid, overhead_grid):
+    """Best (memory, compute, overhead) on the product grid, vectorized over overheads."""
+    best = (np.inf, None)
+    log_meas = np.log(measured)[:, None]
+    for m in mem_grid:
+        for c in comp_grid:
+            roof = np.maximum(memory / m, compute / c)[:, None]
+            err = np.mean((np.log(roof + overhead_grid[None, :]) - log_meas) ** 2, axis=0)
+            k = int(np.argmin(err))
+            if err[k] < best[0]:
+                best = (float(err[k]), (float(m), float(c), float(overhead_grid[k])))
+    return best
+
+
+def fit_path(memory, compute, measured):
+    coarse = grid_search(memory, compute, measured, np.linspace(0.02, 1.0, 50), np.linspace(0.01, 1.0, 100),
+                         np.linspace(0.0, 300e-6, 301))
+    m, c, o = coarse[1]
+    fine = grid_search(memory, compute, measured,
+                       np.clip(np.linspace(m - 0.02, m + 0.02, 41), 0.005, 1.0),
+                       np.clip(np.linspace(c - 0.01, c + 0.01, 41), 0.002, 1.0),
+                       np.clip(np.linspace(o - 2e-6, o + 2e-6, 41), 0.0, None))
+    return fine if fine[0] <= coarse[0] else coarse
+
+
+def summary(rows, factors):
+    """AUTO's verdicts with these factors against the measured times."""
+    pred, meas = {}, {}
+    for p in PATHS:
+        memory, compute, measured = roofline_terms(rows, p)
+        pred[p] = predict(memory, compute, factors[p])
+        meas[p] = measured
+    # predict_cost breaks a tie towards absorb
+    picks_gqa = pred["gqa"] < pred["absorb"]
+    best_gqa = meas["gqa"] <= meas["absorb"]
+    picked = np.where(picks_gqa, meas["gqa"], meas["absorb"])
+    best = np.minimum(meas["gqa"], meas["absorb"])
+    regret = picked / best - 1.0
+    within = np.concatenate([np.abs(pred[p] / meas[p] - 1.0) <= 0.35 for p in PATHS])
+    return {
+        "cases": len(rows),
+        "fraction": float(np.mean(picks_gqa == best_gqa)),
+        "mean_regret": float(np.mean(regret)),
+        "max_regret": float(np.max(regret)),
+        "pred_within_35pct": float(np.mean(within)),
+    }
+
+
+def parse_factors(text):
+    """'mg,ma,cg,ca,og_us,oa_us' -> per-path (memory, compute, overhead_s)."""
+    v = [float(x) for x in text.split(",")]
+    if len(v) != 6:
+        sys.exit("--old wants 6 numbers: memory gqa, memory absorb, compute gqa, compute absorb, "
+                 "overhead gqa (us), overhead absorb (us)")
+    return {"gqa": (v[0], v[2], v[4] * 1e-6), "absorb": (v[1], v[3], v[5] * 1e-6)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("--old", help="factors to compare against: mg,ma,cg,ca,og_us,oa_us")
+    args = ap.parse_args()
+    doc, rows = load_rows(args.results)
+
+    fitted = {}
+    out = {"device": doc.get("device"), "dtype": doc.get("dtype"), "paths": {}}
+    for p in PATHS:
+        err, factors = fit_path(*roofline_terms(rows, p))
+        fitted[p] = factors
+        out["paths"][p] = {"memory": round(factors[0], 4), "compute": round(factors[1], 4),
+                           "overhead_us": round(factors[2] * 1e6, 2), "msle": round(err, 5)}
+    out["fitted"] = summary(rows, fitted)
+    if args.old:
+        out["old"] = summary(rows, parse_factors(args.old))
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
