@@ -7,7 +7,7 @@
 # Logs go to $OUT (or ./gpu-out); a short table is printed last.
 # Usage: bench/cuda/run_on_gpu.sh [test] [bench] [peer] [auto]   (default: all)
 set -uo pipefail
-what=${*:-test bench peer auto}
+what=${*:-test bench auto peer}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 build=${GQLA_GPU_BUILD:-build-gpu}
@@ -41,7 +41,7 @@ for w in $what; do
       } >"$out/bench.jsonl" 2>"$out/bench.err" || status=1
       ;;
     peer)
-      timeout 240 python3 bench/cuda/peer_torch.py --json "$out/peer.json" >"$out/peer.log" 2>&1 || status=1
+      timeout 240 python3 bench/cuda/peer_torch.py --reps 20 --json "$out/peer.json" >"$out/peer.log" 2>&1 || status=1
       ;;
     auto)
       timeout 240 "$bench" --device cuda --validate-auto --json >"$out/validate_auto.json" 2>"$out/validate_auto.err" || status=1

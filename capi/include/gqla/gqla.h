@@ -357,8 +357,10 @@ typedef struct gqla_path_cost {
     double memory_s;       /* bytes / bandwidth */
     double compute_s;      /* flops / peak */
     double overhead_s;     /* fixed per-call overhead */
-    double time_s;         /* predicted: max(memory_s, compute_s) / efficiency + overhead_s */
-    gqla_bound bound;
+    double time_s;         /* predicted: max(memory_s / memory efficiency,
+                              compute_s / compute efficiency) + overhead_s, the
+                              efficiencies being the backend's measured ones */
+    gqla_bound bound;      /* the term that dominates time_s */
 } gqla_path_cost;
 
 typedef struct gqla_cost_report {
