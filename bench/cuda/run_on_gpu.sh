@@ -4,6 +4,7 @@
 # .carry/doctest): build the library with the CUDA module, run the cuda-labelled
 # ctest suite, the Python GPU tests, gqla-bench on the shapes of the CUDA
 # targets, the torch peer on the same shapes, and AUTO's validation grid.
+# The Python extension is built for the `python3` on PATH (the one with torch).
 # Logs go to $OUT (or ./gpu-out); a short table is printed last.
 # Usage: bench/cuda/run_on_gpu.sh [test] [bench] [peer] [auto]   (default: all)
 set -uo pipefail
@@ -17,7 +18,7 @@ doctest_opt=()
 
 start=$(date +%s)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGQLA_WITH_ONEDNN=OFF -DGQLA_WITH_CUDA=ON \
-  -DGQLA_CUDA_ARCHS=90 "${doctest_opt[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  -DGQLA_CUDA_ARCHS=90 -DPython3_EXECUTABLE="$(command -v python3)" "${doctest_opt[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 cmake --build "$build" --parallel "$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 
