@@ -38,6 +38,12 @@ struct Simd {
     static inline V add(V a, V b) { return _mm256_add_ps(a, b); }
     static inline V sub(V a, V b) { return _mm256_sub_ps(a, b); }
     static inline V max(V a, V b) { return _mm256_max_ps(a, b); }
+    static inline float hmax(V v) {
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        return _mm_cvtss_f32(m);
+    }
     static inline float hsum(V v) {
         __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -46,9 +46,32 @@ struct Simd {
         return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     }
     static inline float hsum(V v) { return _mm512_reduce_add_ps(v); }
-    // Fold each vector to 8 lanes, then four sums at once through a hadd tree.
+    static inline float hmax(V v) { return _mm512_reduce_max_ps(v); }
+    // Sixteen horizontal sums at once: each level adds the two halves of a
+    // pair of vectors with one shuffle each, so the 16 reductions cost 46
+    // shuffles/adds instead of ~5 per vector through 256-bit hadd trees.
+    static inline V hsum16(const V* a) {
+        V b[8], c[4], d[2];
+        for (int i = 0; i < 8; ++i)
+            b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                                 _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+        for (int i = 0; i < 4; ++i)
+            c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                                 _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+        // 128-bit block k of c[i] now holds 4 partial sums of a[4i + k].
+        for (int i = 0; i < 2; ++i)
+            d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44),
+                                 _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
+        const V e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+        // Lane 4k + m of e is the sum of a[4m + k].
+        const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        return _mm512_permutexvar_ps(order, e);
+    }
+    // Groups of 16 through hsum16; the rest folded to 8 lanes, four at once
+    // through a hadd tree.
     static inline void hsum_many(const V* a, int n, float* out) {
         int i = 0;
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, hsum16(a + i));
         for (; i + 4 <= n; i += 4) {
             __m256 t0 = _mm256_hadd_ps(halves(a[i]), halves(a[i + 1]));
             __m256 t1 = _mm256_hadd_ps(halves(a[i + 2]), halves(a[i + 3]));

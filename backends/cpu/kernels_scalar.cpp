@@ -57,6 +57,7 @@ struct Simd {
     static inline V sub(V a, V b) { return a - b; }
     static inline V max(V a, V b) { return a > b ? a : b; }
     static inline float hsum(V v) { return v; }
+    static inline float hmax(V v) { return v; }
     static inline void hsum_many(const V* a, int n, float* out) {
         for (int i = 0; i < n; ++i) out[i] = a[i];
     }
