@@ -11,9 +11,15 @@
 //     of one core's FMA peak; 0.7 is the value used.
 //   Overhead: one OpenMP parallel region with three worksharing barriers
 //     plus planning, about 10 us on an idle machine.
-// Memory and compute use the same factor here: these measurements do not
-// separate them. bench/fit_efficiency.py fits them apart from a
-// `gqla-bench --validate-auto --device cpu --json` run on an idle machine.
+// Memory and compute use the same factor here. Checked against
+// `gqla-bench --validate-auto --device cpu --json` on an idle 2-core EPYC
+// with a calibrated probe (34.9 GB/s, 233 GFLOP/s; 57 cells, data in
+// bench/results/cpu_validate_auto.json): AUTO picked the measured-faster
+// path in every cell and 96% of predictions were within +-35%, so
+// bench/fit_efficiency.py has nothing to improve there. When the bandwidth
+// calibration fails (slow first touch of its buffer on a busy VM) the probe
+// falls back to a spec estimate and predictions drift; GQLA_PROBE_CACHE
+// pins a good calibration.
 #include "backends/cpu/backend_ops.hpp"
 
 namespace gqla::cpu {
