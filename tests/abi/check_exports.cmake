@@ -1,6 +1,6 @@
 # cmake -DLIBRARY=<libgqla.so> -DHEADER=<gqla.h> -P check_exports.cmake
 # Fails unless the defined dynamic symbols of LIBRARY are exactly the
-# functions HEADER declares with GQLA_API (the version node's own absolute
+# functions HEADER declares with GQLA_API (a version node's own absolute
 # symbol, e.g. GQLA_1, is not a symbol anyone can call and is skipped).
 foreach(var LIBRARY HEADER)
   if(NOT EXISTS "${${var}}")
