@@ -193,6 +193,7 @@ MachineRoofline cuda_roofline(int device_index) {
     m.peak_bf16_gflops = info.peak_gflops_bf16;
     m.source = std::string("gqla_probe(CUDA, calibrate): ") + info.name + (info.calibrated ? "" : " (estimated)");
     m.isa = "cuda";
+    m.kernels_use_bf16_dot = true;
     return m;
 }
 

@@ -13,10 +13,15 @@ struct MachineRoofline {
     double read_gbps = 0;     // GB/s (1e9), streaming read
     double peak_gflops = 0;       // f32 FMA peak, all threads
     double peak_bf16_gflops = 0;  // bf16 dot-product peak (CPU: AVX512-BF16; CUDA: tensor cores); 0 if none
+    // Whether gqla's kernels on this device compute bf16 caches with bf16
+    // dot products (CUDA tensor cores). The CPU kernels widen bf16 to f32 and
+    // use f32 FMAs, so their roof stays the f32 FMA peak.
+    bool kernels_use_bf16_dot = false;
 
-    // The compute roof of kernels over a cache of this dtype.
+    // The compute roof of gqla's kernels over a cache of this dtype.
     double peak_for(gqla_dtype cache) const {
-        return cache == GQLA_DTYPE_BF16 && peak_bf16_gflops > peak_gflops ? peak_bf16_gflops : peak_gflops;
+        const bool bf16_roof = kernels_use_bf16_dot && cache == GQLA_DTYPE_BF16 && peak_bf16_gflops > peak_gflops;
+        return bf16_roof ? peak_bf16_gflops : peak_gflops;
     }
     std::string source;       // how they were obtained
     std::string isa;          // CPU: the SIMD width used for the FMA peak
@@ -25,7 +30,7 @@ struct MachineRoofline {
 // CPU: multi-threaded streaming sum over >= 1 GiB and independent FMA chains
 // on every thread, with the widest ISA the CPU reports (chosen at run time).
 // On a CPU with AVX512-BF16 also the bf16 dot-product peak (twice the f32
-// FMA rate): the roof for bf16 caches, since kernels may use those instructions.
+// FMA rate), printed for reference: the CPU kernels do not use it.
 MachineRoofline measure_cpu_roofline(int threads);
 
 // CUDA: the calibrated probe of the library (gqla_probe with

@@ -46,7 +46,8 @@ void print_table_header(const BenchEnv& env) {
     std::printf("device %s | roofline: %.1f GB/s read, %.1f GFLOP/s f32 FMA peak", device_name(env.device),
                 env.roofline.read_gbps, env.roofline.peak_gflops);
     if (env.roofline.peak_bf16_gflops > 0)
-        std::printf(", %.1f GFLOP/s bf16 dot peak (roof of bf16 caches)", env.roofline.peak_bf16_gflops);
+        std::printf(", %.1f GFLOP/s bf16 dot peak%s", env.roofline.peak_bf16_gflops,
+                    env.roofline.kernels_use_bf16_dot ? " (roof of bf16 caches)" : " (not used by the kernels)");
     std::printf("\n  %s\n", env.roofline.source.c_str());
     std::printf("%-15s %-7s %-5s %5s %7s %4s %10s %8s %9s %6s %10s %10s %8s %9s\n", "preset", "path", "dtype",
                 "batch", "context", "s_q", "ms", "GB/s", "GFLOP/s", "roof", "pred_ms", "naive_ms", "speedup",
