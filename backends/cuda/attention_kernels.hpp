@@ -27,14 +27,30 @@ void launch_attention_mma(MmaVariant v, gqla_dtype cache, const AttentionParams&
                           cudaStream_t stream);
 
 // Per-warp tensor-core kernel: <= 16 rows per group, values <= 128 wide, no
-// value aliasing (the GQA decode shape). 16 rows per CTA, 64-token steps.
+// value aliasing (the GQA decode shape). 16 rows per CTA, 64-token steps,
+// `stages` 16-token chunks of K/V buffered per warp (2..4).
 constexpr int kWarpRows = 16;
 constexpr int kWarpTile = 64;
+constexpr int kWarpStagesMin = 2, kWarpStagesMax = 4;
 bool warp_kernel_fits(const AttentionParams& p);
-int warp_smem_bytes(const AttentionParams& p);
+int warp_smem_bytes(const AttentionParams& p, int stages);
 void prepare_warp_kernels(int smem_optin);
-int warp_blocks_per_sm(gqla_dtype cache, int smem_bytes);
-void launch_attention_warp(gqla_dtype cache, const AttentionParams& p, dim3 grid, int smem_bytes, cudaStream_t stream);
+int warp_blocks_per_sm(gqla_dtype cache, int stages, int smem_bytes);
+void launch_attention_warp(gqla_dtype cache, int stages, const AttentionParams& p, dim3 grid, int smem_bytes,
+                           cudaStream_t stream);
+
+// Narrow-group kernel: <= 8 rows per group (n_rep * s_q), keys <= 256 and
+// values <= 128 wide, no value aliasing: transposed MMAs put the rows on the
+// n = 8 side. One CTA per group (grid.x = groups), 64-token steps.
+constexpr int kNarrowRows = 8;
+constexpr int kNarrowTokens = 64;
+constexpr int kNarrowStagesMin = 2, kNarrowStagesMax = 3;
+bool narrow_kernel_fits(const AttentionParams& p);
+int narrow_smem_bytes(const AttentionParams& p, int stages);
+void prepare_narrow_kernels(int smem_optin);
+int narrow_blocks_per_sm(gqla_dtype cache, int stages, int smem_bytes);
+void launch_attention_narrow(gqla_dtype cache, int stages, const AttentionParams& p, dim3 grid, int smem_bytes,
+                             cudaStream_t stream);
 
 // Scalar f32 kernel: any dtype (the f32 cache), any dims.
 constexpr int kSimtRows = 8;

@@ -1,4 +1,5 @@
-// Instantiation (bf16, f16) and launch glue of the per-warp decode kernel.
+// Instantiation (bf16, f16 x pipeline depths) and launch glue of the per-warp
+// decode kernel.
 #include "attention_kernels.hpp"
 #include "attention_warp_kernel.cuh"
 #include "cuda_status.hpp"
@@ -7,9 +8,20 @@ namespace gqla::cuda {
 
 namespace {
 
-const void* warp_kernel(gqla_dtype cache) {
-    return cache == GQLA_DTYPE_F16 ? reinterpret_cast<const void*>(&attention_warp_kernel<__half>)
-                                   : reinterpret_cast<const void*>(&attention_warp_kernel<__nv_bfloat16>);
+template <typename T>
+const void* warp_kernel_of(int stages) {
+    switch (stages) {
+        case 2: return reinterpret_cast<const void*>(&attention_warp_kernel<T, 2>);
+        case 3: return reinterpret_cast<const void*>(&attention_warp_kernel<T, 3>);
+        default: return reinterpret_cast<const void*>(&attention_warp_kernel<T, 4>);
+    }
+}
+static_assert(kWarpKernelMinStages == kWarpStagesMin && kWarpKernelMaxStages == kWarpStagesMax && kWarpStagesMin == 2 &&
+                  kWarpStagesMax == 4,
+              "instantiate every depth above");
+
+const void* warp_kernel(gqla_dtype cache, int stages) {
+    return cache == GQLA_DTYPE_F16 ? warp_kernel_of<__half>(stages) : warp_kernel_of<__nv_bfloat16>(stages);
 }
 
 }  // namespace
@@ -18,26 +30,29 @@ bool warp_kernel_fits(const AttentionParams& p) {
     return p.rows <= 16 && p.v.dim <= kWarpKernelMaxDv && !p.v_aliases_k1;
 }
 
-int warp_smem_bytes(const AttentionParams& p) {
-    return warp_layout(p.k1.dim + p.k2.dim, p.v.dim, p.v_aliases_k1 != 0).bytes;
+int warp_smem_bytes(const AttentionParams& p, int stages) {
+    return warp_layout(p.k1.dim + p.k2.dim, p.v.dim, p.v_aliases_k1 != 0, stages).bytes;
 }
 
 void prepare_warp_kernels(int smem_optin) {
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
-        check_cuda(cudaFuncSetAttribute(warp_kernel(t), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
-                   "cudaFuncSetAttribute(attention_warp_kernel)");
+        for (int st = kWarpKernelMinStages; st <= kWarpKernelMaxStages; ++st)
+            check_cuda(cudaFuncSetAttribute(warp_kernel(t, st), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
+                       "cudaFuncSetAttribute(attention_warp_kernel)");
 }
 
-int warp_blocks_per_sm(gqla_dtype cache, int smem_bytes) {
+int warp_blocks_per_sm(gqla_dtype cache, int stages, int smem_bytes) {
     int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, warp_kernel(cache), kWarpKernelWarps * 32, smem_bytes),
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, warp_kernel(cache, stages), kWarpKernelWarps * 32,
+                                                             smem_bytes),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor(warp)");
     return n;
 }
 
-void launch_attention_warp(gqla_dtype cache, const AttentionParams& p, dim3 grid, int smem_bytes, cudaStream_t stream) {
+void launch_attention_warp(gqla_dtype cache, int stages, const AttentionParams& p, dim3 grid, int smem_bytes,
+                           cudaStream_t stream) {
     void* args[] = {const_cast<AttentionParams*>(&p)};
-    check_cuda(cudaLaunchKernel(warp_kernel(cache), grid, dim3(kWarpKernelWarps * 32), args,
+    check_cuda(cudaLaunchKernel(warp_kernel(cache, stages), grid, dim3(kWarpKernelWarps * 32), args,
                                 static_cast<size_t>(smem_bytes), stream),
                "launch attention_warp_kernel");
 }

@@ -1,11 +1,16 @@
 // Split-KV flash decoding with one independent stream of work per warp, for
 // up to 16 query rows per group (GQA decode: n_rep * s_q <= 16) and values up
 // to 128 wide. Each warp owns 16 of every 64 tokens: it copies its own K/V
-// rows (cp.async, double-buffered, page ids fetched a chunk ahead), computes
+// rows (cp.async, ST stages so ST-1 chunks are in flight while one is being
+// computed, page ids fetched two chunks ahead of their copies), computes
 // S = Q K^T on tensor cores, keeps the online softmax in registers and feeds
 // P straight from the S accumulators into the P V MMA (no shared-memory
 // round trip, no CTA barrier per tile). Warps merge their (m, l, O) once at
 // the end. This keeps the SM issuing loads instead of waiting on barriers.
+//
+// Copies are coalesced: consecutive lanes take consecutive 16-byte pieces of
+// a row (a 256-byte K row is 16 lanes), so one warp instruction reads two
+// whole rows instead of a 32-byte slice of sixteen.
 #pragma once
 
 #include "attention_common.cuh"
@@ -14,14 +19,15 @@
 namespace gqla::cuda {
 
 constexpr int kWarpKernelWarps = 4;
-constexpr int kWarpKernelStages = 2;
 constexpr int kWarpKernelTile = 16 * kWarpKernelWarps;  // tokens per CTA step
 constexpr int kWarpKernelMaxDv = 128;
+constexpr int kWarpKernelMinStages = 2;
+constexpr int kWarpKernelMaxStages = 4;
 
 struct WarpLayout { int k_stride, v_stride, q_off, kv_off, warp_bytes, o_off, f_off, bytes; };
 
 __host__ __device__ inline int max_int(int a, int b) { return a > b ? a : b; }
-__host__ __device__ inline WarpLayout warp_layout(int dk, int dv, bool alias) {
+__host__ __device__ inline WarpLayout warp_layout(int dk, int dv, bool alias, int stages) {
     WarpLayout L{};
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     L.k_stride = dk16 + 8;
@@ -29,7 +35,7 @@ __host__ __device__ inline WarpLayout warp_layout(int dk, int dv, bool alias) {
     const int stage_bytes = 16 * L.k_stride * 2 + (alias ? 0 : 16 * L.v_stride * 2);
     L.q_off = 0;
     L.kv_off = (16 * L.k_stride * 2 + 127) / 128 * 128;
-    L.warp_bytes = kWarpKernelStages * stage_bytes;
+    L.warp_bytes = stages * stage_bytes;
     // The merged O reuses the K/V stages: it is only written after every warp
     // has finished its tokens.
     L.o_off = L.kv_off;
@@ -47,12 +53,31 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi, __half*) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// Copies 16 rows of `dim` elements into smem rows `stride` apart. Lane r < 16
+// holds row r's source (`row_src`, null past the end of the sequence).
 template <typename T>
+__device__ __forceinline__ void copy_rows16(T* dst, int stride, const T* row_src, int dim, const T* any_valid,
+                                            int lane) {
+    const int per_row = dim >> 3;  // 16-byte pieces per row (dims are multiples of 8)
+    const int total = 16 * per_row;
+    for (int idx = lane; idx - lane < total; idx += 32) {
+        // Every lane joins the shuffles, also those past the last piece.
+        const int row = idx < total ? idx / per_row : 0;
+        const T* src = reinterpret_cast<const T*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row_src), row));
+        if (idx < total) {
+            const int c = (idx - row * per_row) << 3;
+            cp_async_16(dst + row * stride + c, src ? src + c : any_valid, src != nullptr);
+        }
+    }
+}
+
+template <typename T, int ST>
 __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(const __grid_constant__ AttentionParams p) {
-    constexpr int NW = kWarpKernelWarps, NT = NW * 32, ST = kWarpKernelStages, MAX_NT = kWarpKernelMaxDv / 8;
+    constexpr int NW = kWarpKernelWarps, NT = NW * 32, MAX_NT = kWarpKernelMaxDv / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = dk1 + dk2, dv = p.v.dim;
-    const WarpLayout L = warp_layout(dk, dv, p.v_aliases_k1 != 0);
+    const WarpLayout L = warp_layout(dk, dv, p.v_aliases_k1 != 0, ST);
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     T* sQ = reinterpret_cast<T*>(smem + L.q_off);
     float* sO = reinterpret_cast<float*>(smem + L.o_off);
@@ -108,23 +133,16 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
     auto chunk_token = [&](int c) { return (range.begin + c) * kWarpKernelTile + warp * 16 + my_row; };
     auto fetch_base = [&](int c) -> int64_t {
         int j = chunk_token(c);
-        return (c < chunks && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
+        return (my_half == 0 && c < chunks && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
     };
     auto issue = [&](int stage, int64_t tb) {
         T* k = wK + stage * stage_elems;
         T* v = k + 16 * L.k_stride;
         const bool valid = tb >= 0;
         const int64_t base = valid ? tb : 0;
-        const T* s1 = k1 + pool_offset(p.k1, base, g);
-        for (int c = my_half * 8; c < dk1; c += 16) cp_async_16(k + my_row * L.k_stride + c, valid ? s1 + c : k1, valid);
-        if (dk2) {
-            const T* s2 = k2 + pool_offset(p.k2, base, g);
-            for (int c = my_half * 8; c < dk2; c += 16) cp_async_16(k + my_row * L.k_stride + dk1 + c, valid ? s2 + c : k2, valid);
-        }
-        if (!p.v_aliases_k1) {
-            const T* s3 = vb + pool_offset(p.v, base, g);
-            for (int c = my_half * 8; c < dv; c += 16) cp_async_16(v + my_row * L.v_stride + c, valid ? s3 + c : vb, valid);
-        }
+        copy_rows16(k, L.k_stride, valid ? k1 + pool_offset(p.k1, base, g) : nullptr, dk1, k1, lane);
+        if (dk2) copy_rows16(k + dk1, L.k_stride, valid ? k2 + pool_offset(p.k2, base, g) : nullptr, dk2, k2, lane);
+        if (!p.v_aliases_k1) copy_rows16(v, L.v_stride, valid ? vb + pool_offset(p.v, base, g) : nullptr, dv, vb, lane);
     };
 
     float acc[MAX_NT][4];
@@ -132,15 +150,22 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
     for (int i = 0; i < MAX_NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     float run_m[2] = {-INFINITY, -INFINITY}, run_l[2] = {0.f, 0.f};  // l: this lane's partial sum
 
-    issue(0, fetch_base(0));
-    cp_async_commit();
-    int64_t next_base = fetch_base(1);
+    // Chunks 0..ST-2 in flight before the loop; page ids of the next two
+    // chunks to issue are held in registers so their table loads (which can
+    // queue behind the K/V traffic) have a whole iteration to land.
+#pragma unroll
+    for (int st = 0; st < ST - 1; ++st) {
+        issue(st, fetch_base(st));
+        cp_async_commit();
+    }
+    int64_t base_a = fetch_base(ST - 1), base_b = fetch_base(ST);
     for (int c = 0; c < chunks; ++c) {
         const int stage = c % ST;
-        if (c + 1 < chunks) issue((c + 1) % ST, next_base);
+        if (c + ST - 1 < chunks) issue((c + ST - 1) % ST, base_a);
         cp_async_commit();
-        next_base = fetch_base(c + 2);
-        cp_async_wait<1>();
+        base_a = base_b;
+        base_b = fetch_base(c + ST + 1);
+        cp_async_wait<ST - 1>();
         __syncwarp();
         const T* tK = wK + stage * stage_elems;
         const T* tV = p.v_aliases_k1 ? tK : tK + 16 * L.k_stride;

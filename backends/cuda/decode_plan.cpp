@@ -8,10 +8,15 @@ namespace gqla::cuda {
 
 namespace {
 
+// Occupancy slots: 0..2 tensor-core variants, 3 SIMT, 4..6 per-warp by
+// depth, 7..8 narrow by depth.
+constexpr int kSimtSlot = 3, kWarpSlot0 = 4, kNarrowSlot0 = 7;
+
 int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt) {
     Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
     if (o.smem != smem) {
-        o.blocks = variant_index == 4 ? warp_blocks_per_sm(cache, smem)
+        o.blocks = variant_index >= kNarrowSlot0 ? narrow_blocks_per_sm(cache, kNarrowStagesMin + variant_index - kNarrowSlot0, smem)
+                   : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
                    : simt ? simt_blocks_per_sm(smem)
                           : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
         o.smem = smem;
@@ -25,17 +30,44 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p) {
     AttentionPlan plan;
     const gqla_dtype cache = s.desc.cache_dtype;
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
+    if (cache != GQLA_DTYPE_F32 && mma_dims && s.use_narrow_kernel && narrow_kernel_fits(p)) {
+        // Most resident CTAs first, then the deeper pipeline (see below).
+        int best_blocks = 0;
+        for (int st = kNarrowStagesMin; st <= kNarrowStagesMax; ++st) {
+            if (s.pinned_stages != 0 && st != s.pinned_stages) continue;
+            const int smem = narrow_smem_bytes(p, st);
+            const int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, kNarrowSlot0 + st - kNarrowStagesMin, cache, smem, false) : 0;
+            if (blocks == 0 || blocks < best_blocks) continue;
+            best_blocks = blocks;
+            plan.narrow = true;
+            plan.stages = st;
+            plan.rows_per_cta = kNarrowRows;
+            plan.tile_tokens = kNarrowTokens;
+            plan.smem_bytes = smem;
+            plan.blocks_per_sm = blocks;
+        }
+        if (plan.narrow) return plan;
+    }
     if (cache != GQLA_DTYPE_F32 && mma_dims && s.use_warp_kernel && warp_kernel_fits(p)) {
-        int smem = warp_smem_bytes(p);
-        int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, 4, cache, smem, false) : 0;
-        if (blocks > 0) {
+        // Most resident CTAs first, then the deeper pipeline: these kernels are
+        // bound by each warp's instruction latency, so warps that can issue
+        // matter more than bytes in flight (H200, GQA 32/8: 2 stages x 3 CTAs
+        // per SM beat 3 x 2 by 7%, and 4 x 1 ran at half speed).
+        int best_blocks = 0;
+        for (int st = kWarpStagesMin; st <= kWarpStagesMax; ++st) {
+            if (s.pinned_stages != 0 && st != s.pinned_stages) continue;
+            const int smem = warp_smem_bytes(p, st);
+            const int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, kWarpSlot0 + st - kWarpStagesMin, cache, smem, false) : 0;
+            if (blocks == 0 || blocks < best_blocks) continue;
+            best_blocks = blocks;
             plan.per_warp = true;
+            plan.stages = st;
             plan.rows_per_cta = kWarpRows;
             plan.tile_tokens = kWarpTile;
             plan.smem_bytes = smem;
             plan.blocks_per_sm = blocks;
-            return plan;
         }
+        if (plan.per_warp) return plan;
     }
     if (cache != GQLA_DTYPE_F32 && mma_dims) {
         // Fewest rows per CTA that hold the group's rows, so K/V tiles are shared
@@ -65,7 +97,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p) {
     if (plan.smem_bytes > s.smem_optin)
         throw BackendError(GQLA_ERR_UNSUPPORTED, "CUDA decode: head dims too large for shared memory (" +
                                                      std::to_string(plan.smem_bytes) + " bytes needed)");
-    plan.blocks_per_sm = std::max(1, cached_blocks_per_sm(s, 3, cache, plan.smem_bytes, true));
+    plan.blocks_per_sm = std::max(1, cached_blocks_per_sm(s, kSimtSlot, cache, plan.smem_bytes, true));
     return plan;
 }
 

@@ -11,6 +11,8 @@ namespace gqla::cuda {
 struct AttentionPlan {
     bool simt = false;
     bool per_warp = false;
+    bool narrow = false;
+    int stages = 0;  // per-warp / narrow kernels: K/V chunks buffered per warp
     MmaVariant variant = MmaVariant::Small;
     int rows_per_cta = 0;
     int tile_tokens = 0;

@@ -34,6 +34,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) 
                  : "r"(smem_addr(p)));
 }
 
+// Transposes an 8x8 b16 matrix held in the MMA fragment layout (lane holds
+// row lane/4, columns 2*(lane%4) and +1): the accumulator of S^T becomes the
+// B operand of the next product without a shared-memory round trip.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
+    uint32_t d;
+    asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+    return d;
+}
+
 // d += a(16x16, row) * b(16x8, col), f32 accumulate.
 template <typename T> __device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
 

@@ -15,6 +15,8 @@ namespace {
 
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;
 constexpr int kMinSplitsAtBatch1 = 64;
+constexpr int kSplitsAtFullBatch = 4;
+constexpr int64_t kMaxPartialBytes = int64_t(256) << 20;
 
 size_t bytes_of(int64_t elems, size_t elem) { return static_cast<size_t>(elems) * elem; }
 
@@ -77,6 +79,10 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     const char* max_splits = std::getenv("GQLA_CUDA_MAX_SPLITS");  // tuning/debug knob
     const char* warp_kernel = std::getenv("GQLA_CUDA_WARP_KERNEL");
     s->use_warp_kernel = !(warp_kernel && *warp_kernel == '0');
+    const char* narrow_kernel = std::getenv("GQLA_CUDA_NARROW_KERNEL");
+    s->use_narrow_kernel = !(narrow_kernel && *narrow_kernel == '0');
+    const char* stages = std::getenv("GQLA_CUDA_STAGES");
+    if (stages && *stages) s->pinned_stages = std::clamp(std::atoi(stages), 2, 4);
     s->max_splits = max_splits && *max_splits ? std::max(1, std::atoi(max_splits)) : kMaxSplits;
     bind_device(*s);
     check_cuda(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, s->device),
@@ -86,6 +92,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     prepare_attention_kernels(s->smem_optin);
     prepare_simt_kernel(s->smem_optin);
     prepare_warp_kernels(s->smem_optin);
+    prepare_narrow_kernels(s->smem_optin);
 
     // Work goes to the legacy default stream until set_stream: it orders with
     // the caller's default-stream work (e.g. a framework producing q) for free.
@@ -125,8 +132,13 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     s->o_stage.allocate(bytes_of(R * dv, io), "decode output staging");
     s->lse_stage.allocate(bytes_of(R, 4), "decode lse staging");
     // Partials: enough for kMinSplitsAtBatch1 splits of a one-sequence decode at
-    // max_q_len, or one split of a full batch, whichever is more.
-    s->part_rows = std::max<int64_t>(R, int64_t(kMinSplitsAtBatch1) * d.max_q_len * H);
+    // max_q_len, or kSplitsAtFullBatch splits of a full batch (a batch of a few
+    // long sequences can leave SMs idle: absorb over 32 heads at batch 64 is
+    // 64 CTAs on 132 SMs), the latter capped at kMaxPartialBytes.
+    const int64_t row_bytes = att_dv * 4 + 4;
+    const int64_t full_batch_rows =
+        std::max<int64_t>(R, std::min<int64_t>(kSplitsAtFullBatch * R, kMaxPartialBytes / row_bytes));
+    s->part_rows = std::max<int64_t>(full_batch_rows, int64_t(kMinSplitsAtBatch1) * d.max_q_len * H);
     s->part_o.allocate(bytes_of(s->part_rows * att_dv, 4), "split-KV partial outputs");
     s->part_lse2.allocate(bytes_of(s->part_rows, 4), "split-KV partial lse");
     if (gqla) {

@@ -59,10 +59,16 @@ struct Session {
 
     std::string error;
 
-    // Per-variant occupancy, cached by shared-memory size (3: SIMT, 4: per-warp).
+    // Per-variant occupancy, cached by shared-memory size (0-2: tensor-core
+    // variants, 3: SIMT, 4-6: per-warp kernel with 2-4 stages, 7-8: narrow
+    // kernel with 2-3 stages).
     struct Occupancy { int smem = -1; int blocks = 0; };
-    Occupancy occupancy[5][2];
-    bool use_warp_kernel = true;  // GQLA_CUDA_WARP_KERNEL=0 turns the per-warp kernel off
+    Occupancy occupancy[9][2];
+    // Tuning/debug knobs: GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0
+    // turn those kernels off; GQLA_CUDA_STAGES=n pins their depth (0: planned).
+    bool use_narrow_kernel = true;
+    bool use_warp_kernel = true;
+    int pinned_stages = 0;
 };
 
 // Elements per token row of each pool and the layer/page strides.

@@ -1,0 +1,331 @@
+// Split-KV flash decoding for groups of at most 8 query rows (GQA decode:
+// n_rep * s_q <= 8), keys up to 256 and values up to 128 wide.
+//
+// Decode attention of a few rows per group is bound by how many instructions
+// each byte of K/V costs, not by the tensor cores: with 16-row MMAs three
+// quarters of every product would be padding. So the products are transposed
+// to put the 8 query rows on the MMA's n = 8 side:
+//   S^T (16 tok x 8 rows) = K (16 tok x 16 d, A from smem) . Q^T (B, registers)
+//   O^T (16 dv x 8 rows) += V^T (A, ldmatrix.trans) . P^T (B)
+// and P^T goes from the S^T accumulators to a B operand with two movmatrix
+// transposes, in registers. Per 16 tokens x 128 dims: 8 + 8 MMAs, half of the
+// 16-row formulation, and half the accumulator registers to rescale.
+//
+// Work split: each warp owns 16 of every 64 tokens and streams them through
+// its own ST-stage cp.async ring (no CTA barrier per tile); warps merge their
+// (m, l, O) once at the end. When the page size is a multiple of 16, a
+// warp's 16 tokens are 16 consecutive rows of one page, so the copy is a
+// single base address plus fixed offsets; otherwise each row is looked up.
+#pragma once
+
+#include "attention_common.cuh"
+#include "mma_primitives.cuh"
+
+namespace gqla::cuda {
+
+constexpr int kNarrowWarps = 4;
+constexpr int kNarrowTile = 16 * kNarrowWarps;  // tokens per CTA step
+constexpr int kNarrowMaxRows = 8;
+constexpr int kNarrowMaxDk = 256;
+constexpr int kNarrowMaxDv = 128;
+
+struct NarrowLayout { int k_stride, v_stride, stage_elems, kv_off, warp_bytes, o_off, f_off, bytes; };
+
+__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int stages) {
+    NarrowLayout L{};
+    const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
+    L.k_stride = dk16 + 8;  // +8 elements: ldmatrix rows hit distinct banks
+    L.v_stride = dv16 + 8;
+    L.stage_elems = 16 * L.k_stride + 16 * L.v_stride;
+    L.kv_off = 0;
+    L.warp_bytes = stages * L.stage_elems * 2;
+    // The merged O reuses the K/V stages once every warp is done with them.
+    L.o_off = 0;
+    const int kv_bytes = kNarrowWarps * L.warp_bytes, o_bytes = kNarrowMaxRows * dv16 * 4;
+    L.f_off = (kv_bytes > o_bytes ? kv_bytes : o_bytes);
+    L.bytes = L.f_off + (2 * kNarrowWarps * kNarrowMaxRows + 2 * kNarrowMaxRows) * 4;
+    return L;
+}
+
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16*) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half*) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// 16 rows of `dim` elements from rows `row_stride` apart starting at `src`
+// (rows >= valid_rows are zero-filled) into smem rows `stride` apart.
+// piece_shift: log2(dim / 8) when that is a power of two, else -1.
+template <typename T>
+__device__ __forceinline__ void copy_contiguous_rows16(T* dst, int stride, const T* src, int row_stride, int dim,
+                                                       int piece_shift, int valid_rows, int lane) {
+    const int per_row = dim >> 3;
+    for (int piece = lane; piece < 16 * per_row; piece += 32) {
+        const int r = piece_shift >= 0 ? piece >> piece_shift : piece / per_row;
+        const int c = (piece - r * per_row) << 3;
+        const bool valid = r < valid_rows;
+        cp_async_16(dst + r * stride + c, valid ? src + r * row_stride + c : src, valid);
+    }
+}
+
+// Same for rows whose sources differ (pages not aligned to 16 tokens): lane
+// r < 16 holds row r's source, null when the row is past the end.
+template <typename T>
+__device__ __forceinline__ void copy_scattered_rows16(T* dst, int stride, const T* row_src, int dim, const T* any,
+                                                      int lane) {
+    const int per_row = dim >> 3;
+    const int total = 16 * per_row;
+    for (int idx = lane; idx - lane < total; idx += 32) {
+        const int row = idx < total ? idx / per_row : 0;  // every lane joins the shuffle
+        const T* src = reinterpret_cast<const T*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row_src), row));
+        if (idx < total) {
+            const int c = (idx - row * per_row) << 3;
+            cp_async_16(dst + row * stride + c, src ? src + c : any, src != nullptr);
+        }
+    }
+}
+
+template <typename T, int ST>
+__global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(const __grid_constant__ AttentionParams p) {
+    constexpr int NW = kNarrowWarps, NT = NW * 32, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = dk1 + dk2, dv = p.v.dim;
+    const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
+    const int k_steps = dk16 / 16, v_tiles = dv16 / 16;
+    const NarrowLayout L = narrow_layout(dk, dv, ST);
+    float* sO = reinterpret_cast<float*>(smem + L.o_off);
+    float* sWarpM = reinterpret_cast<float*>(smem + L.f_off);
+    float* sWarpL = sWarpM + NW * kNarrowMaxRows;
+    float* sRowL = sWarpL + NW * kNarrowMaxRows;
+    float* sRowM = sRowL + kNarrowMaxRows;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int fr = lane >> 2, fc = lane & 3;  // fragment row / column pair of this lane
+    const int grp = blockIdx.x;
+    const int bl = blockIdx.y, b = p.batch_offset + bl, seq_slot = p.slots[bl], split = blockIdx.z;
+    const int length = __ldg(p.lengths + seq_slot);
+    const int32_t* table = p.page_tables + seq_slot * p.table_stride;
+    const SplitRange range = split_tiles(length, kNarrowTile, split, p.num_splits);
+
+    // Q^T as B fragments: b0 = Q[row fr][16ks + 2fc, +1], b1 = the same +8.
+    uint32_t qb[MAX_KS][2];
+    {
+        const bool row_ok = fr < p.rows;
+        int64_t qoff = 0;
+        if (row_ok) {
+            const int qi = fr / p.heads_per_group, h = grp * p.heads_per_group + (fr - qi * p.heads_per_group);
+            qoff = row_offset(p.qa, b, qi, h);
+        }
+        auto q_at = [&](int c) { return (row_ok && c < dk) ? load_elem(p.q, p.q_dtype, qoff + c) : 0.f; };
+#pragma unroll
+        for (int ks = 0; ks < MAX_KS; ++ks) {
+            const int c = ks * 16 + 2 * fc;
+            qb[ks][0] = ks < k_steps ? pack_pair(q_at(c), q_at(c + 1), static_cast<T*>(nullptr)) : 0u;
+            qb[ks][1] = ks < k_steps ? pack_pair(q_at(c + 8), q_at(c + 9), static_cast<T*>(nullptr)) : 0u;
+        }
+    }
+    // Causal limit of this lane's two query rows (columns 2fc, 2fc+1 of S^T).
+    int limit[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int row = 2 * fc + e;
+        limit[e] = row < p.rows ? length - p.q_len + row / p.heads_per_group : length - 1;
+    }
+
+    // Warp-private stages; pad columns stay zero (cp.async never writes them).
+    T* wbase = reinterpret_cast<T*>(smem + L.kv_off + warp * L.warp_bytes);
+    for (int s = 0; s < ST; ++s) {
+        T* k = wbase + s * L.stage_elems;
+        T* v = k + 16 * L.k_stride;
+        for (int i = lane; i < 16 * (dk16 - dk); i += 32) k[(i / (dk16 - dk)) * L.k_stride + dk + i % (dk16 - dk)] = from_float<T>(0.f);
+        for (int i = lane; i < 16 * (dv16 - dv); i += 32) v[(i / (dv16 - dv)) * L.v_stride + dv + i % (dv16 - dv)] = from_float<T>(0.f);
+    }
+
+    const T* k1 = static_cast<const T*>(p.k1.base);
+    const T* k2 = static_cast<const T*>(p.k2.base);
+    const T* vb = static_cast<const T*>(p.v.base);
+    const bool aligned_pages = (p.page_size & 15) == 0;
+    auto log2_pieces = [](int dim) {
+        const int n = dim >> 3;
+        return (n & (n - 1)) == 0 ? __ffs(n) - 1 : -1;
+    };
+    const int shift1 = log2_pieces(dk1), shift2 = dk2 ? log2_pieces(dk2) : 0, shiftv = log2_pieces(dv);
+    const int chunks = range.end - range.begin;
+    // This warp's chunk c covers tokens (range.begin + c) * 64 + warp * 16 + [0, 16).
+    auto chunk_first = [&](int c) { return (range.begin + c) * kNarrowTile + warp * 16; };
+    // Aligned pages: the page id of the chunk (all lanes); otherwise lane r < 16
+    // fetches the (page << 32 | slot) of row r. -1: nothing to read.
+    auto fetch = [&](int c) -> int64_t {
+        const int j0 = chunk_first(c);
+        if (c >= chunks || j0 >= length) return -1;
+        if (aligned_pages) return __ldg(table + (p.page_shift >= 0 ? j0 >> p.page_shift : j0 / p.page_size));
+        const int j = j0 + (lane & 15);
+        return (lane < 16 && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
+    };
+    auto issue = [&](int stage, int c, int64_t f) {
+        T* k = wbase + stage * L.stage_elems;
+        T* v = k + 16 * L.k_stride;
+        if (aligned_pages) {
+            const int j0 = chunk_first(c);
+            const int valid_rows = f < 0 ? 0 : min(16, length - j0);
+            const int slot = p.page_shift >= 0 ? j0 & (p.page_size - 1) : j0 % p.page_size;
+            const int64_t tb = (f < 0 ? 0 : (f << 32)) | static_cast<uint32_t>(slot);
+            copy_contiguous_rows16(k, L.k_stride, k1 + pool_offset(p.k1, tb, grp), p.k1.row_stride, dk1, shift1,
+                                   valid_rows, lane);
+            if (dk2)
+                copy_contiguous_rows16(k + dk1, L.k_stride, k2 + pool_offset(p.k2, tb, grp), p.k2.row_stride, dk2,
+                                       shift2, valid_rows, lane);
+            copy_contiguous_rows16(v, L.v_stride, vb + pool_offset(p.v, tb, grp), p.v.row_stride, dv, shiftv,
+                                   valid_rows, lane);
+        } else {
+            const bool valid = f >= 0;
+            copy_scattered_rows16(k, L.k_stride, valid ? k1 + pool_offset(p.k1, f, grp) : nullptr, dk1, k1, lane);
+            if (dk2)
+                copy_scattered_rows16(k + dk1, L.k_stride, valid ? k2 + pool_offset(p.k2, f, grp) : nullptr, dk2, k2,
+                                      lane);
+            copy_scattered_rows16(v, L.v_stride, valid ? vb + pool_offset(p.v, f, grp) : nullptr, dv, vb, lane);
+        }
+    };
+
+    float acc[MAX_VT][4];
+#pragma unroll
+    for (int i = 0; i < MAX_VT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float run_m[2] = {-INFINITY, -INFINITY}, run_l[2] = {0.f, 0.f};  // l: this lane's partial sum
+
+    // Chunks 0..ST-2 in flight before the loop; the page ids of the next two
+    // chunks to issue are held in registers so their table loads (which can
+    // queue behind the K/V traffic) have a whole iteration to land.
+#pragma unroll
+    for (int st = 0; st < ST - 1; ++st) {
+        issue(st, st, fetch(st));
+        cp_async_commit();
+    }
+    int64_t next_a = fetch(ST - 1), next_b = fetch(ST);
+    for (int c = 0; c < chunks; ++c) {
+        const int stage = c % ST;
+        if (c + ST - 1 < chunks) issue((c + ST - 1) % ST, c + ST - 1, next_a);
+        cp_async_commit();
+        next_a = next_b;
+        next_b = fetch(c + ST + 1);
+        cp_async_wait<ST - 1>();
+        __syncwarp();
+        const T* tK = wbase + stage * L.stage_elems;
+        const T* tV = tK + 16 * L.k_stride;
+
+        // S^T = K Q^T: A = K rows (16 tokens) from smem, B = Q^T registers.
+        float s[4] = {0.f, 0.f, 0.f, 0.f};
+        const T* krow = tK + (lane & 15) * L.k_stride + (lane >> 4) * 8;
+#pragma unroll
+        for (int ks = 0; ks < MAX_KS; ++ks) {
+            if (ks < k_steps) {
+                uint32_t a[4];
+                ldmatrix_x4(a, krow + ks * 16);
+                mma_16816<T>(s, a, qb[ks][0], qb[ks][1]);
+            }
+        }
+        // s[e]: token fr (+8 for e >= 2), query row 2fc + (e & 1).
+        const int tok0 = chunk_first(c);
+        float alpha[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int j_lo = tok0 + fr, j_hi = j_lo + 8;
+            float lo = (j_lo <= limit[e]) ? s[e] * p.scale_log2 : -INFINITY;
+            float hi = (j_hi <= limit[e]) ? s[e + 2] * p.scale_log2 : -INFINITY;
+            float mx = fmaxf(lo, hi);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+            const float m_new = fmaxf(run_m[e], mx);
+            const bool none = m_new == -INFINITY;
+            alpha[e] = none ? 1.f : exp2f(run_m[e] - m_new);
+            lo = none ? 0.f : exp2f(lo - m_new);
+            hi = none ? 0.f : exp2f(hi - m_new);
+            run_l[e] = run_l[e] * alpha[e] + lo + hi;
+            run_m[e] = m_new;
+            s[e] = lo;
+            s[e + 2] = hi;
+        }
+        // P^T (tokens x rows) -> B operand (k = tokens, n = rows) by transposing
+        // the two 8x8 halves in registers.
+        const uint32_t pb0 = movmatrix_trans(pack_pair(s[0], s[1], static_cast<T*>(nullptr)));
+        const uint32_t pb1 = movmatrix_trans(pack_pair(s[2], s[3], static_cast<T*>(nullptr)));
+
+        // O^T = alpha O^T + V^T P^T: A = V^T tiles by ldmatrix.trans of V rows.
+        const T* vrow = tV + ((lane & 7) + ((lane >> 4) << 3)) * L.v_stride + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int i = 0; i < MAX_VT; ++i) {
+            if (i < v_tiles) {
+                acc[i][0] *= alpha[0]; acc[i][1] *= alpha[1];
+                acc[i][2] *= alpha[0]; acc[i][3] *= alpha[1];
+                uint32_t a[4];
+                ldmatrix_x4_trans(a, vrow + i * 16);
+                mma_16816<T>(acc[i], a, pb0, pb1);
+            }
+        }
+        __syncwarp();  // the stage is refilled next iteration
+    }
+    cp_async_wait<0>();
+
+    // Merge the warps: per query row, max over warps, then each warp adds its
+    // rescaled O^T into the shared O (which reuses the K/V stages).
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        run_l[e] += __shfl_xor_sync(0xffffffffu, run_l[e], 4);
+        run_l[e] += __shfl_xor_sync(0xffffffffu, run_l[e], 8);
+        run_l[e] += __shfl_xor_sync(0xffffffffu, run_l[e], 16);
+        if (fr == 0) {
+            sWarpM[warp * kNarrowMaxRows + 2 * fc + e] = run_m[e];
+            sWarpL[warp * kNarrowMaxRows + 2 * fc + e] = run_l[e];
+        }
+    }
+    __syncthreads();
+    float scale[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int r = 2 * fc + e;
+        float M = -INFINITY;
+        for (int w = 0; w < NW; ++w) M = fmaxf(M, sWarpM[w * kNarrowMaxRows + r]);
+        scale[e] = (run_m[e] == -INFINITY) ? 0.f : exp2f(run_m[e] - M);
+        if (warp == 0 && fr == 0) {
+            float tot = 0.f;
+            for (int w = 0; w < NW; ++w) {
+                const float mw = sWarpM[w * kNarrowMaxRows + r];
+                if (mw != -INFINITY) tot += sWarpL[w * kNarrowMaxRows + r] * exp2f(mw - M);
+            }
+            sRowL[r] = tot;
+            sRowM[r] = M;
+        }
+    }
+    for (int i = tid; i < kNarrowMaxRows * dv16; i += NT) sO[i] = 0.f;
+    __syncthreads();
+    for (int w = 0; w < NW; ++w) {
+        if (warp == w) {
+#pragma unroll
+            for (int i = 0; i < MAX_VT; ++i) {
+                if (i >= v_tiles) continue;
+                const int col = i * 16 + fr;
+                sO[(2 * fc) * dv16 + col] += acc[i][0] * scale[0];
+                sO[(2 * fc + 1) * dv16 + col] += acc[i][1] * scale[1];
+                sO[(2 * fc) * dv16 + col + 8] += acc[i][2] * scale[0];
+                sO[(2 * fc + 1) * dv16 + col + 8] += acc[i][3] * scale[1];
+            }
+        }
+        __syncthreads();
+    }
+    for (int i = tid; i < p.rows * dv; i += NT) {
+        const int m = i / dv, col = i - m * dv;
+        const float l = sRowL[m];
+        const int qi = m / p.heads_per_group, h = grp * p.heads_per_group + (m - qi * p.heads_per_group);
+        write_output(p, split, b, qi, h, col, l > 0.f ? sO[m * dv16 + col] / l : 0.f);
+    }
+    if (tid < p.rows) {
+        const int qi = tid / p.heads_per_group, h = grp * p.heads_per_group + (tid - qi * p.heads_per_group);
+        write_row_lse(p, split, b, qi, h, sRowM[tid], sRowL[tid]);
+    }
+}
+
+}  // namespace gqla::cuda
