@@ -50,11 +50,12 @@ for w in $what; do
   esac
 done
 
-# Short table last: gqla-bench cases, then the torch peer, then AUTO's summary.
+# Short table last: gqla-bench cases (wall time of a synchronized call, and
+# device time between CUDA events around it), then the torch peer, then AUTO's summary.
 if [ -s "$out/bench.jsonl" ]; then
   python3 - "$out/bench.jsonl" <<'EOF'
 import json, sys
-print(f"{'preset':<15}{'path':<7}{'B':>4}{'T':>7}{'us':>9}{'GB/s':>8}{'roof':>7}{'rel_err':>9}")
+print(f"{'preset':<15}{'path':<7}{'B':>4}{'T':>7}{'us':>9}{'dev_us':>9}{'dev_GB/s':>9}{'roof':>7}{'rel_err':>9}")
 for line in open(sys.argv[1]):
     line = line.strip()
     if not line.startswith("{"):
@@ -62,8 +63,10 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     if "ms" not in r:
         continue
+    dev_ms = r.get('device_ms', r['ms'])
     print(f"{r.get('preset', r.get('kind', '')):<15}{r['path']:<7}{r['batch']:>4}{r['context']:>7}"
-          f"{r['ms'] * 1e3:>9.1f}{r['gbps']:>8.0f}{r['roofline_frac'] * 100:>6.0f}%{r['rel_err']:>9.1e}")
+          f"{r['ms'] * 1e3:>9.1f}{dev_ms * 1e3:>9.1f}{r['bytes'] / dev_ms / 1e6:>9.0f}"
+          f"{r.get('device_roofline_frac', r['roofline_frac']) * 100:>6.0f}%{r['rel_err']:>9.1e}")
 EOF
 fi
 [ -s "$out/peer.log" ] && grep -v "^JSON" "$out/peer.log" | tail -8

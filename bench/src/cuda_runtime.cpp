@@ -1,19 +1,33 @@
-#include "cuda_io_buffers.hpp"
+#include "cuda_runtime.hpp"
 
 #include <dlfcn.h>
 
 namespace gqla::bench {
 namespace {
 
-// The three runtime entry points used, with their C signatures (cudaError_t is an int enum).
+// The runtime entry points used, with their C signatures (cudaError_t is an
+// int enum, cudaEvent_t and cudaStream_t are pointers).
 struct CudaRuntime {
     int (*malloc_fn)(void**, size_t) = nullptr;
     int (*free_fn)(void*) = nullptr;
     int (*memcpy_fn)(void*, const void*, size_t, int) = nullptr;
-    bool ok() const { return malloc_fn && free_fn && memcpy_fn; }
+    int (*event_create)(void**) = nullptr;
+    int (*event_destroy)(void*) = nullptr;
+    int (*event_record)(void*, void*) = nullptr;
+    int (*event_synchronize)(void*) = nullptr;
+    int (*event_elapsed)(float*, void*, void*) = nullptr;
+    bool ok() const {
+        return malloc_fn && free_fn && memcpy_fn && event_create && event_destroy && event_record &&
+               event_synchronize && event_elapsed;
+    }
 };
 
 constexpr int kMemcpyHostToDevice = 1;
+
+template <typename F>
+void bind(void* lib, const char* name, F& fn) {
+    fn = reinterpret_cast<F>(dlsym(lib, name));
+}
 
 const CudaRuntime& runtime() {
     static const CudaRuntime rt = [] {
@@ -23,9 +37,14 @@ const CudaRuntime& runtime() {
         for (const char* name : names) {
             void* h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
             if (!h) continue;
-            r.malloc_fn = reinterpret_cast<int (*)(void**, size_t)>(dlsym(h, "cudaMalloc"));
-            r.free_fn = reinterpret_cast<int (*)(void*)>(dlsym(h, "cudaFree"));
-            r.memcpy_fn = reinterpret_cast<int (*)(void*, const void*, size_t, int)>(dlsym(h, "cudaMemcpy"));
+            bind(h, "cudaMalloc", r.malloc_fn);
+            bind(h, "cudaFree", r.free_fn);
+            bind(h, "cudaMemcpy", r.memcpy_fn);
+            bind(h, "cudaEventCreate", r.event_create);
+            bind(h, "cudaEventDestroy", r.event_destroy);
+            bind(h, "cudaEventRecord", r.event_record);
+            bind(h, "cudaEventSynchronize", r.event_synchronize);
+            bind(h, "cudaEventElapsedTime", r.event_elapsed);
             if (r.ok()) break;
             r = CudaRuntime{};
         }
@@ -50,6 +69,33 @@ CudaIoBuffer::CudaIoBuffer(const void* host, size_t bytes) {
 
 CudaIoBuffer::~CudaIoBuffer() {
     if (ptr_) runtime().free_fn(ptr_);
+}
+
+CudaEventTimer::CudaEventTimer() {
+    const CudaRuntime& rt = runtime();
+    if (!rt.ok()) return;
+    if (rt.event_create(&start_) != 0) start_ = nullptr;
+    if (rt.event_create(&stop_) != 0) stop_ = nullptr;
+}
+
+CudaEventTimer::~CudaEventTimer() {
+    if (start_) runtime().event_destroy(start_);
+    if (stop_) runtime().event_destroy(stop_);
+}
+
+void CudaEventTimer::start() {
+    if (valid()) runtime().event_record(start_, nullptr);
+}
+
+void CudaEventTimer::stop() {
+    if (valid()) runtime().event_record(stop_, nullptr);
+}
+
+double CudaEventTimer::seconds() {
+    float ms = 0.f;
+    if (!valid() || runtime().event_synchronize(stop_) != 0 || runtime().event_elapsed(&ms, start_, stop_) != 0)
+        return -1.0;
+    return ms * 1e-3;
 }
 
 }  // namespace gqla::bench

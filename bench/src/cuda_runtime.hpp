@@ -1,7 +1,11 @@
-// Query/output buffers in GPU memory for timing CUDA sessions: with host
-// tensors every decode would also pay two PCIe copies and a host sync that a
-// model keeping activations on the GPU never pays. The CUDA runtime is loaded
-// at run time, so the bench still runs on machines without CUDA.
+// The few CUDA runtime services the bench needs, loaded at run time so the
+// bench still runs on machines without CUDA:
+//  - query/output buffers in GPU memory: with host tensors every decode would
+//    also pay two PCIe copies and a host sync that a model keeping its
+//    activations on the GPU never pays;
+//  - event timing on the legacy default stream (the stream a session uses
+//    until it is given another), i.e. the device time of a decode call
+//    without the host's launch and synchronization latency.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +26,25 @@ public:
 
 private:
     void* ptr_ = nullptr;
+};
+
+// start() and stop() record events on the legacy default stream; seconds()
+// waits for the second and returns the time between them (< 0 on failure).
+class CudaEventTimer {
+public:
+    CudaEventTimer();
+    ~CudaEventTimer();
+    CudaEventTimer(const CudaEventTimer&) = delete;
+    CudaEventTimer& operator=(const CudaEventTimer&) = delete;
+
+    bool valid() const { return start_ && stop_; }
+    void start();
+    void stop();
+    double seconds();
+
+private:
+    void* start_ = nullptr;
+    void* stop_ = nullptr;
 };
 
 }  // namespace gqla::bench

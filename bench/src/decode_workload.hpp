@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_io_buffers.hpp"
+#include "cuda_runtime.hpp"
 #include "gqla/gqla.h"
 #include "presets.hpp"
 
@@ -38,14 +38,18 @@ public:
     DecodeWorkload& operator=(const DecodeWorkload&) = delete;
 
     // One decode of sequences [first, first + batch) with s_q queries each.
-    // Blocks until the result is there (synchronizes CUDA sessions).
-    void decode(int64_t first, int batch, int s_q);
+    // Blocks until the result is there (synchronizes CUDA sessions). timed:
+    // CUDA events bracket the call (read by last_device_seconds()).
+    void decode(int64_t first, int batch, int s_q, bool timed = false);
 
     // Median wall time (seconds) of `reps` decodes of `batch` sequences
     // (batch <= spec.batch), rotating over all disjoint groups of `batch`
     // sequences the session holds, after a short warm-up; stops early once
     // `max_total_s` is spent (>= 3 reps). hot: always the first group.
     double time_decode(int batch, int s_q, int reps, double max_total_s = 3.0, bool hot = false);
+    // CUDA sessions with device q/o: median device time (CUDA events around
+    // each call, no host launch/sync latency) of the last time_decode; else 0.
+    double last_device_seconds() const { return last_device_s_; }
 
     // Select a path (GQA: expands the cache now, outside any timing).
     void select_path(gqla_path p);
@@ -66,6 +70,8 @@ private:
     std::vector<gqla_seq_id> seqs_;   // set-major: set s is seqs_[s*batch, (s+1)*batch)
     std::vector<float> q_, o_;
     std::unique_ptr<CudaIoBuffer> q_dev_, o_dev_;
+    std::unique_ptr<CudaEventTimer> timer_;
+    double last_device_s_ = 0;
     int64_t next_group_ = 0;
 };
 

@@ -28,6 +28,7 @@ struct CaseResult {
     int sets = 0;
     bool io_on_device = false;  // q/o in GPU memory (no copies in the time)
     double seconds = 0;
+    double device_seconds = 0;  // CUDA: median device time (events), 0 when not measured
     gqla_path_cost cost{};      // the library's count of bytes/FLOPs for the active path
     double floor_s = 0;         // max(bytes / measured bandwidth, flops / measured peak)
     std::optional<double> baseline_s;
@@ -49,8 +50,8 @@ void print_table_header(const BenchEnv& env) {
         std::printf(", %.1f GFLOP/s bf16 dot peak%s", env.roofline.peak_bf16_gflops,
                     env.roofline.kernels_use_bf16_dot ? " (roof of bf16 caches)" : " (not used by the kernels)");
     std::printf("\n  %s\n", env.roofline.source.c_str());
-    std::printf("%-15s %-7s %-5s %5s %7s %4s %10s %8s %9s %6s %10s %10s %8s %9s\n", "preset", "path", "dtype",
-                "batch", "context", "s_q", "ms", "GB/s", "GFLOP/s", "roof", "pred_ms", "naive_ms", "speedup",
+    std::printf("%-15s %-7s %-5s %5s %7s %4s %10s %10s %8s %9s %6s %10s %10s %8s %9s\n", "preset", "path", "dtype",
+                "batch", "context", "s_q", "ms", "device_ms", "GB/s", "GFLOP/s", "roof", "pred_ms", "naive_ms", "speedup",
                 "rel_err");
 }
 
@@ -60,15 +61,16 @@ void print_table_row(const CaseResult& r) {
                     dtype_label(r.dtype), r.batch, static_cast<long long>(r.context), r.s_q, r.error.c_str());
         return;
     }
-    char naive[32] = "-", speedup[32] = "-", err[32] = "-";
+    char naive[32] = "-", speedup[32] = "-", err[32] = "-", dev[32] = "-";
+    if (r.device_seconds > 0) std::snprintf(dev, sizeof dev, "%.3f", r.device_seconds * 1e3);
     if (r.baseline_s) {
         std::snprintf(naive, sizeof naive, "%.3f", *r.baseline_s * 1e3);
         std::snprintf(speedup, sizeof speedup, "%.1fx", *r.baseline_s / r.seconds);
     }
     if (r.rel_err) std::snprintf(err, sizeof err, "%.1e", *r.rel_err);
-    std::printf("%-15s %-7s %-5s %5d %7lld %4d %10.3f %8.1f %9.1f %5.0f%% %10.3f %10s %8s %9s\n", r.preset->name,
+    std::printf("%-15s %-7s %-5s %5d %7lld %4d %10.3f %10s %8.1f %9.1f %5.0f%% %10.3f %10s %8s %9s\n", r.preset->name,
                 path_name(r.active), dtype_label(r.dtype), r.batch, static_cast<long long>(r.context), r.s_q,
-                r.seconds * 1e3, r.cost.bytes / r.seconds / 1e9, r.cost.flops / r.seconds / 1e9,
+                r.seconds * 1e3, dev, r.cost.bytes / r.seconds / 1e9, r.cost.flops / r.seconds / 1e9,
                 100.0 * r.floor_s / r.seconds, r.cost.time_s * 1e3, naive, speedup, err);
 }
 
@@ -98,6 +100,10 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
         .num("flops", r.cost.flops)
         .num("pred_ms", r.cost.time_s * 1e3)
         .str("pred_bound", r.cost.bound == GQLA_BOUND_COMPUTE ? "compute" : "memory");
+    if (r.device_seconds > 0)
+        j.num("device_ms", r.device_seconds * 1e3)
+            .num("device_gbps", r.cost.bytes / r.device_seconds / 1e9)
+            .num("device_roofline_frac", r.floor_s / r.device_seconds);
     if (r.baseline_s) j.num("baseline_ms", *r.baseline_s * 1e3).num("speedup", *r.baseline_s / r.seconds);
     else j.null("baseline_ms").str("baseline_note", r.baseline_note);
     if (r.rel_err) j.num("rel_err", *r.rel_err, 3);
@@ -176,6 +182,7 @@ std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const Be
         if (work) {
             try {
                 r.seconds = work->time_decode(batch, s_q, opt.reps, 3.0, opt.hot);
+                r.device_seconds = work->last_device_seconds();
                 r.active = work->active_path();
                 r.io_on_device = work->io_on_device();
                 const gqla_cost_report cost = work->predict(batch, s_q);
