@@ -55,8 +55,9 @@ bool equals_ignore_case(const char* a, const char* b) {
 constexpr uint64_t kSse42Set = GQLA_ISA_SSE42;
 constexpr uint64_t kAvxSet = kSse42Set | GQLA_ISA_AVX;
 constexpr uint64_t kAvx2Set = kAvxSet | GQLA_ISA_AVX2 | GQLA_ISA_FMA | GQLA_ISA_F16C;
-constexpr uint64_t kAvx512Set = kAvx2Set | GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL |
-                                GQLA_ISA_AVX512BF16 | GQLA_ISA_AVX512FP16;
+// avx512_core (as oneDNN names it): F/BW/VL without the bf16/fp16 arithmetic.
+constexpr uint64_t kAvx512CoreSet = kAvx2Set | GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL;
+constexpr uint64_t kAvx512Set = kAvx512CoreSet | GQLA_ISA_AVX512BF16 | GQLA_ISA_AVX512FP16;
 
 }  // namespace
 
@@ -137,6 +138,7 @@ uint64_t cap_isa_flags(uint64_t flags, const char* max_isa) {
     if (equals_ignore_case(max_isa, "sse42") || equals_ignore_case(max_isa, "sse4.2")) return flags & kSse42Set;
     if (equals_ignore_case(max_isa, "avx")) return flags & kAvxSet;
     if (equals_ignore_case(max_isa, "avx2")) return flags & kAvx2Set;
+    if (equals_ignore_case(max_isa, "avx512_core")) return flags & kAvx512CoreSet;
     if (equals_ignore_case(max_isa, "avx512")) return flags & kAvx512Set;
     return flags;  // "amx", "all" or unknown: no cap
 }

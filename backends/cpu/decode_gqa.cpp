@@ -85,7 +85,7 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
             const int tid = omp_get_thread_num();
             float* tws = ws + W.thread_off + W.thread_floats * static_cast<size_t>(tid);
             float* t_scratch = tws;
-            float* t_acc = t_scratch + (rows * (kGqaTokenBlock + 1) + 15) / 16 * 16;
+            float* t_acc = t_scratch + gqa_scratch_floats(rows, dk);
             float* t_m = t_acc + (static_cast<int64_t>(rows) * dv + 15) / 16 * 16;
             float* t_l = t_m + rows;
             int64_t* t_limit = reinterpret_cast<int64_t*>(t_l + rows);  // 2 * rows floats past an aligned start

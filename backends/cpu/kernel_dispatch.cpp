@@ -20,6 +20,7 @@ bool host_has(Isa isa) {
                                   GQLA_ISA_F16C;
             return (f & need) == need;
         }
+        case Isa::Avx512Bf16: return host_has(Isa::Avx512) && (f & GQLA_ISA_AVX512BF16) != 0;
     }
     return false;
 }
@@ -32,11 +33,13 @@ const KernelTable* kernels_for(Isa isa) {
         case Isa::Scalar: return &scalar_kernels();
         case Isa::Avx2: return &avx2_kernels();
         case Isa::Avx512: return &avx512_kernels();
+        case Isa::Avx512Bf16: return &avx512bf16_kernels();
     }
     return nullptr;
 }
 
 const KernelTable& best_kernels() {
+    if (const KernelTable* t = kernels_for(Isa::Avx512Bf16)) return *t;
     if (const KernelTable* t = kernels_for(Isa::Avx512)) return *t;
     if (const KernelTable* t = kernels_for(Isa::Avx2)) return *t;
     return scalar_kernels();

@@ -9,12 +9,25 @@
 
 namespace gqla::cpu {
 
-enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// Avx512Bf16: AVX-512 plus AVX512-BF16 dot products (bf16 caches only).
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
 
 // Tokens handled per online-softmax step; also the row length of the score
 // scratch. A step never crosses a page boundary.
 constexpr int kGqaTokenBlock = 64;
 constexpr int kAbsorbTokenBlock = 32;
+// GqaItem::scratch in floats, for `rows` query rows and keys of dk elements:
+// the score block and the per-row rescale, then room for the rows' queries
+// and probabilities as bf16 pairs (kernels with bf16 dot products; each key
+// segment padded to 32 elements). Offsets are multiples of 16 floats.
+constexpr int64_t gqa_round16(int64_t n) { return (n + 15) / 16 * 16; }
+constexpr int64_t gqa_scratch_scores_floats(int64_t rows) { return gqa_round16(rows * (kGqaTokenBlock + 1)); }
+constexpr int64_t gqa_bf16_query_ld(int64_t d1, int64_t d2) { return (d1 + 31) / 32 * 32 + (d2 + 31) / 32 * 32; }
+constexpr int64_t gqa_scratch_floats(int64_t rows, int64_t dk) {
+    return gqa_scratch_scores_floats(rows) + gqa_round16(rows * ((dk + 31) / 32 * 32 + 32) / 2) +
+           gqa_round16(rows * kGqaTokenBlock / 2);
+}
+
 // Query rows of the absorb kernel live in SIMD lanes; blocks are padded to
 // this multiple (a multiple of every vector width).
 constexpr int kAbsorbRowAlign = 16;
@@ -39,7 +52,7 @@ struct GqaItem {
     float* acc;               // out [rows][dv]: unnormalised sum of p * v
     float* m;                 // out [rows]: running max (log2 domain)
     float* l;                 // out [rows]: sum of exp2(s - m)
-    float* scratch;           // rows * kGqaTokenBlock + rows floats
+    float* scratch;           // gqa_scratch_floats(rows, d1 + d2) floats
 };
 
 // One work item of the absorb kernel: a block of query rows (heads x query
@@ -80,6 +93,7 @@ struct KernelTable {
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();
 const KernelTable& avx512_kernels();
+const KernelTable& avx512bf16_kernels();
 
 // Best table the host supports (after the GQLA_MAX_ISA cap of the probe).
 const KernelTable& best_kernels();

@@ -53,7 +53,7 @@ WorkspaceLayout plan_workspace(const gqla_backend_desc& d) {
     // GQA form.
     PathWorkspace& g = L.gqa;
     g.rows_per_unit = n_rep * mq;
-    g.thread_floats = round16(g.rows_per_unit * (kGqaTokenBlock + 1)) + round16(g.rows_per_unit * dv) +
+    g.thread_floats = gqa_scratch_floats(g.rows_per_unit, dk) + round16(g.rows_per_unit * dv) +
                       round16(4 * g.rows_per_unit);  // m, l, row limits (int64)
     g.partial_floats = round16(g.rows_per_unit * (dv + 2));
 

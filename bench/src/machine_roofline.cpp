@@ -177,6 +177,13 @@ MachineRoofline measure_cpu_roofline(int threads) {
     }
     const bool bf16_dot = __builtin_cpu_supports("avx512bf16");
     if (bf16_dot) m.peak_bf16_gflops = measure_bf16_dot_gflops(threads);
+    // The kernels follow the probe's ISA bits (GQLA_MAX_ISA applied).
+    gqla_probe_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    const uint64_t need = GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL | GQLA_ISA_AVX512BF16;
+    m.gqa_form_uses_bf16_dot = bf16_dot && gqla_probe(GQLA_DEVICE_CPU, 0, 0, &info) == GQLA_OK &&
+                               (info.isa_flags & need) == need;
     m.source = "measured: streaming sum over 1 GiB, " + std::to_string(kChains) + " independent FMA chains (" +
                m.isa + (bf16_dot ? "; and avx512bf16 dot chains" : "") + "), " + std::to_string(threads) + " threads";
     return m;

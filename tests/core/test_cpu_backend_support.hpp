@@ -377,11 +377,13 @@ inline const char* isa_label(gqla::cpu::Isa isa) {
         case gqla::cpu::Isa::Scalar: return "scalar";
         case gqla::cpu::Isa::Avx2: return "avx2";
         case gqla::cpu::Isa::Avx512: return "avx512";
+        case gqla::cpu::Isa::Avx512Bf16: return "avx512-bf16";
     }
     return "?";
 }
 
-constexpr gqla::cpu::Isa kAllIsas[] = {gqla::cpu::Isa::Scalar, gqla::cpu::Isa::Avx2, gqla::cpu::Isa::Avx512};
+constexpr gqla::cpu::Isa kAllIsas[] = {gqla::cpu::Isa::Scalar, gqla::cpu::Isa::Avx2, gqla::cpu::Isa::Avx512,
+                                       gqla::cpu::Isa::Avx512Bf16};
 constexpr gqla_dtype kAllDtypes[] = {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16};
 
 }  // namespace cpu_backend_test

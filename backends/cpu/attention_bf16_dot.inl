@@ -1,0 +1,282 @@
+// GQA-form decode over a bf16 cache with AVX512-BF16 dot products
+// (vdpbf16ps: 16 lanes, each += a[2i] b[2i] + a[2i+1] b[2i+1], f32 sums).
+// Included after attention_kernels.inl inside an AVX-512 unit compiled with
+// -mavx512bf16; reuses its softmax, block walk and prefetch.
+//
+// Why: the f32 kernel spends per token and row one FMA per 16 dims on the
+// keys and one on the values, plus a bf16 -> f32 conversion of every cache
+// vector; on a 2-core host that arithmetic, not DRAM, bounded GQA decode.
+// Here the cache vectors feed the dot products as they are stored:
+//   scores: the rows' queries are rounded to bf16 once per item, and each
+//           64-byte key vector (32 dims) is one vdpbf16ps per row;
+//   values: two tokens' value vectors are interleaved (vpunpck[lh]wd) into
+//           (v[t][d], v[t+1][d]) pairs and multiplied with the rows'
+//           (p[t], p[t+1]) pairs, so 32 dims of two tokens are 2 vdpbf16ps
+//           per row instead of 4 FMAs and 4 conversions.
+// Rounding the queries and probabilities to bf16 adds ~2^-9 relative error
+// per term, well inside the bf16 cache's tolerance. The interleave works per
+// 128-bit lane, so the value accumulators of each 32-dim chunk hold dims in
+// "pair order" (lo: 0-3, 8-11, 16-19, 24-27; hi: the other four groups of
+// four) during the item and are put back in order at its end. Value dims
+// past the last multiple of 32 go through the f32 tile.
+
+namespace bf16dot {
+
+constexpr int kRows = 4;        // rows per register tile (scores and values)
+constexpr int kScoreTokens = 4; // tokens per score tile: 4 x 4 accumulators
+constexpr int kPvChunks = 2;    // 32-dim chunks per value tile: 4 rows x 2 x (lo, hi) accumulators
+
+static inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+// Queries of all rows as bf16, each key segment padded with zeros to 32.
+static inline void round_queries(const GqaItem& it, uint16_t* qb, int64_t qb_ld) {
+    const int p1 = (it.d1 + 31) / 32 * 32;
+    for (int r = 0; r < it.rows; ++r) {
+        const float* q = it.q + static_cast<int64_t>(r) * it.q_ld;
+        uint16_t* dst = qb + r * qb_ld;
+        for (int seg = 0; seg < 2; ++seg) {
+            const int dk = seg == 0 ? it.d1 : it.d2;
+            const float* src = seg == 0 ? q : q + it.d1;
+            uint16_t* out = seg == 0 ? dst : dst + p1;
+            const int padded = (dk + 31) / 32 * 32;
+            for (int d = 0; d < padded; d += 16) {
+                const int n = dk - d;
+                const __mmask16 m = n >= 16 ? static_cast<__mmask16>(0xffff)
+                                            : n > 0 ? static_cast<__mmask16>((1u << n) - 1) : static_cast<__mmask16>(0);
+                const __m512 v = _mm512_maskz_loadu_ps(m, src + d);
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + d), (__m256i)_mm512_cvtneps_pbh(v));
+            }
+        }
+    }
+}
+
+// s[r][t] = q[r] . [k1[t] | k2[t]] for RB rows x NT tokens.
+template <int RB, int NT>
+static inline void score_tile(const uint16_t* qb, int64_t qb_ld, const uint16_t* k1, int d1, const uint16_t* k2,
+                              int d2, float* s, int s_ld) {
+    __m512 acc[RB * NT];
+    GQLA_UNROLL
+    for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();
+    const int p1 = (d1 + 31) / 32 * 32;
+    for (int seg = 0; seg < 2; ++seg) {
+        const uint16_t* k = seg == 0 ? k1 : k2;
+        const int dk = seg == 0 ? d1 : d2;
+        const uint16_t* qs = seg == 0 ? qb : qb + p1;
+        for (int d = 0; d < dk; d += 32) {
+            const int n = dk - d;
+            const __mmask32 m = n >= 32 ? ~static_cast<__mmask32>(0) : static_cast<__mmask32>((1u << n) - 1);
+            __m512i kv[NT];
+            GQLA_UNROLL
+            for (int t = 0; t < NT; ++t) kv[t] = _mm512_maskz_loadu_epi16(m, k + static_cast<int64_t>(t) * dk + d);
+            GQLA_UNROLL
+            for (int r = 0; r < RB; ++r) {
+                const __m512i qv = _mm512_loadu_si512(qs + r * qb_ld + d);
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qv), as_bh(kv[t]));
+            }
+        }
+    }
+    float sums[RB * NT];
+    Simd::hsum_many(acc, RB * NT, sums);
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r)
+        GQLA_UNROLL
+        for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
+}
+
+template <int RB>
+static inline void scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, int64_t qb_ld,
+                               const uint16_t* k1, const uint16_t* k2, float* s, PrefetchStream* pf) {
+    constexpr int NT = kScoreTokens;
+    const uint16_t* q = qb + r0 * qb_ld;
+    float* srow = s + r0 * kGqaTokenBlock;
+    int j = 0;
+    for (; j + NT <= n; j += NT) {
+        if (pf) pf->step();
+        score_tile<RB, NT>(q, qb_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
+                           k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock);
+    }
+    for (; j < n; ++j) {
+        if (pf) pf->step();
+        score_tile<RB, 1>(q, qb_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
+                          k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock);
+    }
+}
+
+// Probabilities of the block as bf16 pairs (p[t], p[t+1]) per row. The
+// softmax left zeros from n up to the next multiple of 16, so an odd n pairs
+// its last token with 0.
+static inline void round_probabilities(const float* s, int rows, int n, uint16_t* pb) {
+    const int n16 = (n + 15) / 16 * 16;
+    for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < n16; j += 16)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + r * kGqaTokenBlock + j),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(s + r * kGqaTokenBlock + j)));
+}
+
+// acc (pair order) = acc * corr + sum_t p[t] v[t] over RB rows x NC chunks
+// of 32 dims starting at d.
+template <int RB, int NC>
+static inline void pv_tile(const uint16_t* pb, int n, const uint16_t* v, int dv, int d, float* acc,
+                           const float* corr, PrefetchStream* pf) {
+    __m512 lo[RB * NC], hi[RB * NC];
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        const __m512 cr = _mm512_set1_ps(corr[r]);
+        GQLA_UNROLL
+        for (int c = 0; c < NC; ++c) {
+            float* a = acc + static_cast<int64_t>(r) * dv + d + c * 32;
+            lo[r * NC + c] = _mm512_mul_ps(_mm512_loadu_ps(a), cr);
+            hi[r * NC + c] = _mm512_mul_ps(_mm512_loadu_ps(a + 16), cr);
+        }
+    }
+    for (int j = 0; j < n; j += 2) {
+        if (pf) {
+            pf->step();
+            pf->step();
+        }
+        const uint16_t* v0 = v + static_cast<int64_t>(j) * dv + d;
+        const bool pair = j + 1 < n;
+        __m512i plo[NC], phi[NC];
+        GQLA_UNROLL
+        for (int c = 0; c < NC; ++c) {
+            const __m512i a = _mm512_loadu_si512(v0 + c * 32);
+            const __m512i b = pair ? _mm512_loadu_si512(v0 + dv + c * 32) : _mm512_setzero_si512();
+            plo[c] = _mm512_unpacklo_epi16(a, b);
+            phi[c] = _mm512_unpackhi_epi16(a, b);
+        }
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            uint32_t pp;
+            __builtin_memcpy(&pp, pb + r * kGqaTokenBlock + j, 4);
+            const __m512i pv = _mm512_set1_epi32(static_cast<int>(pp));
+            GQLA_UNROLL
+            for (int c = 0; c < NC; ++c) {
+                lo[r * NC + c] = _mm512_dpbf16_ps(lo[r * NC + c], as_bh(pv), as_bh(plo[c]));
+                hi[r * NC + c] = _mm512_dpbf16_ps(hi[r * NC + c], as_bh(pv), as_bh(phi[c]));
+            }
+        }
+    }
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r)
+        GQLA_UNROLL
+        for (int c = 0; c < NC; ++c) {
+            float* a = acc + static_cast<int64_t>(r) * dv + d + c * 32;
+            _mm512_storeu_ps(a, lo[r * NC + c]);
+            _mm512_storeu_ps(a + 16, hi[r * NC + c]);
+        }
+}
+
+template <int RB>
+static inline void pv_rows(const GqaItem& it, int r0, int n, const uint16_t* v, const uint16_t* pb,
+                           const float* s, const float* corr, PrefetchStream* pf) {
+    constexpr int NC = kPvChunks;
+    const int dv = it.dv;
+    const int paired = dv / 32 * 32;  // dims in pair order
+    float* acc = it.acc + static_cast<int64_t>(r0) * dv;
+    const uint16_t* pr = pb + r0 * kGqaTokenBlock;
+    const float* cr = corr + r0;
+    int d = 0;
+    // The first chunk paces the prefetch (one step per token).
+    for (; d + NC * 32 <= paired; d += NC * 32, pf = nullptr) pv_tile<RB, NC>(pr, n, v, dv, d, acc, cr, pf);
+    for (; d < paired; d += 32, pf = nullptr) pv_tile<RB, 1>(pr, n, v, dv, d, acc, cr, pf);
+    if (d == dv) return;
+    // The rest (dv % 32 dims) in f32, in natural order.
+    const float* ps = s + r0 * kGqaTokenBlock;
+    for (; d + Simd::W <= dv; d += Simd::W, pf = nullptr)
+        gqa_pv_tile<GQLA_DTYPE_BF16, RB, 1>(ps, n, v, dv, d, acc, cr, pf);
+    for (; d < dv; ++d)
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
+            for (int j = 0; j < n; ++j)
+                x += ps[r * kGqaTokenBlock + j] * Elem<GQLA_DTYPE_BF16>::scalar(v + static_cast<int64_t>(j) * dv + d);
+            acc[static_cast<int64_t>(r) * dv + d] = x;
+        }
+}
+
+// Pair order -> natural order for the first dv / 32 * 32 dims of each row.
+static inline void unpair_accumulators(const GqaItem& it) {
+    // out[0..15] = dims 0-15, out[16..31] = dims 16-31 from lo (index < 16)
+    // and hi (index >= 16): lo lane 4g + i holds dim 8g + i, hi lane 4g + i
+    // holds dim 8g + 4 + i.
+    alignas(64) int32_t first[16], second[16];
+    for (int dim = 0; dim < 32; ++dim) {
+        const int g = dim / 8, w = dim % 8;
+        const int idx = w < 4 ? 4 * g + w : 16 + 4 * g + (w - 4);
+        (dim < 16 ? first[dim] : second[dim - 16]) = idx;
+    }
+    const __m512i i0 = _mm512_load_si512(first), i1 = _mm512_load_si512(second);
+    const int paired = it.dv / 32 * 32;
+    for (int r = 0; r < it.rows; ++r)
+        for (int d = 0; d < paired; d += 32) {
+            float* a = it.acc + static_cast<int64_t>(r) * it.dv + d;
+            const __m512 lo = _mm512_loadu_ps(a), hi = _mm512_loadu_ps(a + 16);
+            _mm512_storeu_ps(a, _mm512_permutex2var_ps(lo, i0, hi));
+            _mm512_storeu_ps(a + 16, _mm512_permutex2var_ps(lo, i1, hi));
+        }
+}
+
+static void gqa_attend_bf16(const GqaItem& it) {
+    using T = uint16_t;
+    constexpr int RBmax = kRows;
+    constexpr int64_t es = sizeof(T);
+    for (int r = 0; r < it.rows; ++r) {
+        it.m[r] = kMaxFloor;
+        it.l[r] = 0.0f;
+    }
+    for (int64_t i = 0; i < static_cast<int64_t>(it.rows) * it.dv; ++i) it.acc[i] = 0.0f;
+    if (it.t0 >= it.t1) return;
+    float* s = it.scratch;
+    float* corr = it.scratch + it.rows * kGqaTokenBlock;
+    const int64_t qb_ld = gqa_bf16_query_ld(it.d1, it.d2);
+    uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
+    uint16_t* pb = qb + gqa_round16(it.rows * qb_ld / 2) * 2;
+    round_queries(it, qb, qb_ld);
+
+    GqaBlock<GQLA_DTYPE_BF16> cur = GqaBlock<GQLA_DTYPE_BF16>::at(it, it.t0);
+    for (int64_t t = it.t0; t < it.t1;) {
+        const int n = cur.n;
+        const bool has_next = t + n < it.t1;
+        const GqaBlock<GQLA_DTYPE_BF16> next = has_next ? GqaBlock<GQLA_DTYPE_BF16>::at(it, t + n) : cur;
+        // As in gqa_attend: this block's values arrive while its keys are
+        // scored, the next block's keys while the values are summed.
+        PrefetchStream values_ahead;
+        values_ahead.add(cur.v, n * it.dv * es);
+        PrefetchStream keys_ahead;
+        if (has_next) {
+            keys_ahead.add(next.k1, next.n * it.d1 * es);
+            keys_ahead.add(next.k2, next.n * it.d2 * es);
+        }
+        values_ahead.plan(n / kScoreTokens + n % kScoreTokens);
+        keys_ahead.plan(n);
+
+        int r0 = 0;
+        PrefetchStream* pf = &values_ahead;
+        for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
+            scores_rows<RBmax>(it, r0, n, qb, qb_ld, cur.k1, cur.k2, s, pf);
+        switch (it.rows - r0) {
+            case 1: scores_rows<1>(it, r0, n, qb, qb_ld, cur.k1, cur.k2, s, pf); break;
+            case 2: scores_rows<2>(it, r0, n, qb, qb_ld, cur.k1, cur.k2, s, pf); break;
+            case 3: scores_rows<3>(it, r0, n, qb, qb_ld, cur.k1, cur.k2, s, pf); break;
+            default: break;
+        }
+        gqa_softmax_block(it, t, n, s, corr);
+        round_probabilities(s, it.rows, n, pb);
+        r0 = 0;
+        pf = &keys_ahead;
+        for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
+            pv_rows<RBmax>(it, r0, n, cur.v, pb, s, corr, pf);
+        switch (it.rows - r0) {
+            case 1: pv_rows<1>(it, r0, n, cur.v, pb, s, corr, pf); break;
+            case 2: pv_rows<2>(it, r0, n, cur.v, pb, s, corr, pf); break;
+            case 3: pv_rows<3>(it, r0, n, cur.v, pb, s, corr, pf); break;
+            default: break;
+        }
+        t += n;
+        cur = next;
+    }
+    unpair_accumulators(it);
+}
+
+}  // namespace bf16dot

@@ -1,0 +1,89 @@
+// The AVX-512 (F/BW/VL/DQ) vector layer of the CPU kernels: 16 f32 lanes,
+// 32 vector registers, which allow larger register tiles than AVX2.
+// Included inside the namespace of each AVX-512 translation unit (plain and
+// BF16-dot), so every unit gets its own copy (see attention_kernels.inl).
+struct Simd {
+    using V = __m512;
+    static constexpr int W = 16;
+    static constexpr int kScoreRows = 4;     // GQA scores: 4 rows x 4 tokens = 16 accumulators
+    static constexpr int kScoreTokens = 4;
+    static constexpr int kPvChunks = 4;      // GQA values: 4 rows x 4 vectors
+    static constexpr int kAbsorbTokens = 8;  // absorb scores: 8 tokens x 2 row vectors
+    static constexpr int kAbsorbRowVecs = 2;
+    static constexpr int kAbsorbDims = 8;    // absorb values: 8 latent dims x 2 row vectors
+    static constexpr int kGemmVecs = 4;
+
+    static inline V zero() { return _mm512_setzero_ps(); }
+    static inline V set1(float x) { return _mm512_set1_ps(x); }
+    static inline V load(const float* p) { return _mm512_loadu_ps(p); }
+    static inline void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+    static inline V load_f16(const uint16_t* p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+    static inline V load_bf16(const uint16_t* p) {
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    }
+    static inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+    static inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+    static inline V add(V a, V b) { return _mm512_add_ps(a, b); }
+    static inline V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+    static inline V max(V a, V b) { return _mm512_max_ps(a, b); }
+    static inline __m256 halves(V v) {
+        return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    }
+    static inline float hsum(V v) { return _mm512_reduce_add_ps(v); }
+    static inline float hmax(V v) { return _mm512_reduce_max_ps(v); }
+    // Sixteen horizontal sums at once: each level adds the two halves of a
+    // pair of vectors with one shuffle each, so the 16 reductions cost 46
+    // shuffles/adds instead of ~5 per vector through 256-bit hadd trees.
+    static inline V hsum16(const V* a) {
+        V b[8], c[4], d[2];
+        for (int i = 0; i < 8; ++i)
+            b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                                 _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+        for (int i = 0; i < 4; ++i)
+            c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                                 _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+        // 128-bit block k of c[i] now holds 4 partial sums of a[4i + k].
+        for (int i = 0; i < 2; ++i)
+            d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44),
+                                 _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
+        const V e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+        // Lane 4k + m of e is the sum of a[4m + k].
+        const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        return _mm512_permutexvar_ps(order, e);
+    }
+    // Groups of 16 through hsum16; the rest folded to 8 lanes, four at once
+    // through a hadd tree.
+    static inline void hsum_many(const V* a, int n, float* out) {
+        int i = 0;
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, hsum16(a + i));
+        for (; i + 4 <= n; i += 4) {
+            __m256 t0 = _mm256_hadd_ps(halves(a[i]), halves(a[i + 1]));
+            __m256 t1 = _mm256_hadd_ps(halves(a[i + 2]), halves(a[i + 3]));
+            __m256 t2 = _mm256_hadd_ps(t0, t1);
+            _mm_storeu_ps(out + i, _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1)));
+        }
+        for (; i < n; ++i) out[i] = hsum(a[i]);
+    }
+    // 2^x as in the AVX2 kernels (same polynomial), exact 0 below -126.
+    static inline V exp2(V x) {
+        const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+        x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(127.0f)), _mm512_set1_ps(-126.0f));
+        const V n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const V f = _mm512_mul_ps(_mm512_sub_ps(x, n), _mm512_set1_ps(0.6931471805599453f));
+        V p = _mm512_set1_ps(1.0f / 5040.0f);
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 720.0f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+        const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+        return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(e));
+    }
+    static inline float exp2_scalar(float x) { return __builtin_exp2f(x); }
+};
