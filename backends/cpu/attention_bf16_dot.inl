@@ -1,4 +1,5 @@
-// GQA-form decode over a bf16 cache with AVX512-BF16 dot products
+// Decode over a bf16 cache with AVX512-BF16 dot products (GQA form below,
+// absorb form at the end)
 // (vdpbf16ps: 16 lanes, each += a[2i] b[2i] + a[2i+1] b[2i+1], f32 sums).
 // Included after attention_kernels.inl inside an AVX-512 unit compiled with
 // -mavx512bf16; reuses its softmax, block walk and prefetch.
@@ -277,6 +278,198 @@ static void gqa_attend_bf16(const GqaItem& it) {
         cur = next;
     }
     unpair_accumulators(it);
+}
+
+// ---------------------------------------------------------------- absorb
+// Rows (heads x query tokens) sit in lanes as in absorb_attend. Scores pair
+// the key dim: q pairs (q[k], q[k+1]) per row, built once per item, against
+// (c[j][k], c[j][k+1]) broadcast straight from the cache. Values pair the
+// tokens: (c[j][k], c[j+1][k]) from a per-block interleave of two latent
+// rows against (p[j], p[j+1]) per row. The latent is never widened to f32.
+
+constexpr int kAbsorbTokens = 8;  // score tile: 8 tokens x 2 row vectors
+constexpr int kAbsorbDims = 8;    // value tile: 8 latent dims x 2 row vectors
+
+// 16 lanes of (lo[i], hi[i]) bf16 pairs from two f32 vectors.
+static inline __m512i pair_rows(__m512 lo, __m512 hi) {
+    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo's 16 values, then hi's
+    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                           6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(order, both);
+}
+
+// qp[kp][rows] = (qt[2kp][rows], qt[2kp + 1][rows]); the c and kr segments
+// are paired separately (both even-sized).
+static inline void absorb_pair_queries(const AbsorbItem& it, uint32_t* qp) {
+    const int K = it.r + it.d_r, R = it.rows_pad;
+    for (int kp = 0; kp < K / 2; ++kp)
+        for (int i = 0; i < R; i += 16) {
+            const __m512 a = _mm512_loadu_ps(it.qt + (2 * kp) * it.qt_ld + i);
+            const __m512 b = _mm512_loadu_ps(it.qt + (2 * kp + 1) * it.qt_ld + i);
+            _mm512_storeu_si512(qp + kp * R + i, pair_rows(a, b));
+        }
+}
+
+// st[j][rows] = sum over key pairs of (c[j] pair) . (q pair) for JT tokens x
+// NV row vectors; `key` rows are `kw` bf16 apart, `pairs` pairs long.
+template <int JT, int NV>
+static inline void absorb_score_tile_bf16(const uint16_t* key, int kw, int pairs, const uint32_t* qp, int R,
+                                          float* st, bool accumulate) {
+    __m512 acc[JT * NV];
+    GQLA_UNROLL
+    for (int j = 0; j < JT; ++j)
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v)
+            acc[j * NV + v] = accumulate ? _mm512_loadu_ps(st + j * R + v * 16) : _mm512_setzero_ps();
+    for (int kp = 0; kp < pairs; ++kp) {
+        __m512i qv[NV];
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v) qv[v] = _mm512_loadu_si512(qp + kp * R + v * 16);
+        GQLA_UNROLL
+        for (int j = 0; j < JT; ++j) {
+            uint32_t c2;
+            __builtin_memcpy(&c2, key + static_cast<int64_t>(j) * kw + 2 * kp, 4);
+            const __m512i cb = _mm512_set1_epi32(static_cast<int>(c2));
+            GQLA_UNROLL
+            for (int v = 0; v < NV; ++v) acc[j * NV + v] = _mm512_dpbf16_ps(acc[j * NV + v], as_bh(cb), as_bh(qv[v]));
+        }
+    }
+    GQLA_UNROLL
+    for (int j = 0; j < JT; ++j)
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(st + j * R + v * 16, acc[j * NV + v]);
+}
+
+template <int NV>
+static inline void absorb_scores_cols_bf16(const AbsorbItem& it, int n, const uint16_t* c, const uint16_t* kr,
+                                           const uint32_t* qp, int col) {
+    constexpr int JT = kAbsorbTokens;
+    const int R = it.rows_pad, rp = it.r / 2, drp = it.d_r / 2;
+    const uint32_t* qr = qp + rp * R + col;  // rope pairs follow the latent pairs
+    float* st = it.stile + col;
+    int j = 0;
+    for (; j + JT <= n; j += JT) {
+        absorb_score_tile_bf16<JT, NV>(c + static_cast<int64_t>(j) * it.r, it.r, rp, qp + col, R, st + j * R, false);
+        if (drp)
+            absorb_score_tile_bf16<JT, NV>(kr + static_cast<int64_t>(j) * it.d_r, it.d_r, drp, qr, R, st + j * R, true);
+    }
+    for (; j < n; ++j) {
+        absorb_score_tile_bf16<1, NV>(c + static_cast<int64_t>(j) * it.r, it.r, rp, qp + col, R, st + j * R, false);
+        if (drp)
+            absorb_score_tile_bf16<1, NV>(kr + static_cast<int64_t>(j) * it.d_r, it.d_r, drp, qr, R, st + j * R, true);
+    }
+}
+
+// cp[jp][k] = (c[2jp][k], c[2jp + 1][k]) in natural k order (an odd last
+// token pairs with 0); pp[jp][rows] = (p[2jp][rows], p[2jp + 1][rows]).
+static inline void absorb_pair_block(const AbsorbItem& it, int n, const uint16_t* c, uint32_t* cp, uint32_t* pp) {
+    const int r = it.r, R = it.rows_pad;
+    // unpack[lo|hi]_epi16 pair within 128-bit lanes: lo lane 4g + i holds
+    // dim 8g + i, hi lane 4g + i dim 8g + 4 + i; the permutes restore order.
+    alignas(64) int32_t first[16], second[16];
+    for (int dim = 0; dim < 32; ++dim) {
+        const int g = dim / 8, w = dim % 8;
+        (dim < 16 ? first[dim] : second[dim - 16]) = w < 4 ? 4 * g + w : 16 + 4 * g + (w - 4);
+    }
+    const __m512i i0 = _mm512_load_si512(first), i1 = _mm512_load_si512(second);
+    for (int jp = 0; jp < (n + 1) / 2; ++jp) {
+        const uint16_t* a = c + static_cast<int64_t>(2 * jp) * r;
+        const bool pair = 2 * jp + 1 < n;
+        int k = 0;
+        for (; k + 32 <= r; k += 32) {
+            const __m512i va = _mm512_loadu_si512(a + k);
+            const __m512i vb = pair ? _mm512_loadu_si512(a + r + k) : _mm512_setzero_si512();
+            const __m512i lo = _mm512_unpacklo_epi16(va, vb), hi = _mm512_unpackhi_epi16(va, vb);
+            _mm512_storeu_si512(cp + jp * r + k, _mm512_permutex2var_epi32(lo, i0, hi));
+            _mm512_storeu_si512(cp + jp * r + k + 16, _mm512_permutex2var_epi32(lo, i1, hi));
+        }
+        for (; k < r; ++k) cp[jp * r + k] = a[k] | (pair ? static_cast<uint32_t>(a[r + k]) << 16 : 0u);
+        for (int i = 0; i < R; i += 16) {
+            const __m512 p0 = _mm512_loadu_ps(it.stile + (2 * jp) * R + i);
+            const __m512 p1 = pair ? _mm512_loadu_ps(it.stile + (2 * jp + 1) * R + i) : _mm512_setzero_ps();
+            _mm512_storeu_si512(pp + jp * R + i, pair_rows(p0, p1));
+        }
+    }
+}
+
+// acc[k][rows] = acc * corr + sum over token pairs of (c pair) . (p pair)
+// for KB latent dims x NV row vectors.
+template <int KB, int NV>
+static inline void absorb_pv_tile_bf16(const uint32_t* cp, int r, int npairs, const uint32_t* pp, int R, float* acc,
+                                       const float* corr) {
+    __m512 a[KB * NV];
+    GQLA_UNROLL
+    for (int v = 0; v < NV; ++v) {
+        const __m512 cr = _mm512_loadu_ps(corr + v * 16);
+        GQLA_UNROLL
+        for (int k = 0; k < KB; ++k) a[k * NV + v] = _mm512_mul_ps(_mm512_loadu_ps(acc + k * R + v * 16), cr);
+    }
+    for (int jp = 0; jp < npairs; ++jp) {
+        __m512i pv[NV];
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v) pv[v] = _mm512_loadu_si512(pp + jp * R + v * 16);
+        GQLA_UNROLL
+        for (int k = 0; k < KB; ++k) {
+            const __m512i cb = _mm512_set1_epi32(static_cast<int>(cp[jp * r + k]));
+            GQLA_UNROLL
+            for (int v = 0; v < NV; ++v) a[k * NV + v] = _mm512_dpbf16_ps(a[k * NV + v], as_bh(cb), as_bh(pv[v]));
+        }
+    }
+    GQLA_UNROLL
+    for (int k = 0; k < KB; ++k)
+        GQLA_UNROLL
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(acc + k * R + v * 16, a[k * NV + v]);
+}
+
+template <int NV>
+static inline void absorb_pv_cols_bf16(const AbsorbItem& it, int npairs, const uint32_t* cp, const uint32_t* pp,
+                                       int col, const float* corr) {
+    constexpr int KB = kAbsorbDims;
+    const int R = it.rows_pad;
+    int k = 0;
+    for (; k + KB <= it.r; k += KB)
+        absorb_pv_tile_bf16<KB, NV>(cp + k, it.r, npairs, pp + col, R, it.acc + k * int64_t(R) + col, corr + col);
+    for (; k < it.r; ++k)
+        absorb_pv_tile_bf16<1, NV>(cp + k, it.r, npairs, pp + col, R, it.acc + k * int64_t(R) + col, corr + col);
+}
+
+static void absorb_attend_bf16(const AbsorbItem& it) {
+    if ((it.r | it.d_r) & 1) {  // pairs need even segments
+        absorb_attend<GQLA_DTYPE_BF16>(it);
+        return;
+    }
+    const int K = it.r + it.d_r, R = it.rows_pad;
+    for (int i = 0; i < R; ++i) {
+        it.m[i] = kMaxFloor;
+        it.l[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < static_cast<int64_t>(it.r) * R; ++i) it.acc[i] = 0.0f;
+    float* corr = it.stile + kAbsorbTokenBlock * R;
+    int64_t min_limit = it.row_limit[0];
+    for (int i = 1; i < R; ++i) min_limit = it.row_limit[i] < min_limit ? it.row_limit[i] : min_limit;
+    uint32_t* qp = it.pairs;
+    uint32_t* cp = qp + gqa_round16(int64_t(K / 2) * R);
+    uint32_t* pp = cp + gqa_round16(int64_t(kAbsorbTokenBlock / 2) * it.r);
+    absorb_pair_queries(it, qp);
+
+    for (int64_t t = it.t0; t < it.t1;) {
+        const int n = block_tokens(t, it.t1, it.page_size, kAbsorbTokenBlock);
+        const int64_t page = it.page_table[t / it.page_size];
+        const int slot = static_cast<int>(t % it.page_size);
+        const uint16_t* c = static_cast<const uint16_t*>(it.c) + page * it.c_page_stride + static_cast<int64_t>(slot) * it.r;
+        const uint16_t* kr =
+            static_cast<const uint16_t*>(it.kr) + page * it.kr_page_stride + static_cast<int64_t>(slot) * it.d_r;
+        int col = 0;
+        for (; col + 32 <= R; col += 32) absorb_scores_cols_bf16<2>(it, n, c, kr, qp, col);
+        for (; col < R; col += 16) absorb_scores_cols_bf16<1>(it, n, c, kr, qp, col);
+        absorb_softmax_block(it, t, n, min_limit, corr);
+        absorb_pair_block(it, n, c, cp, pp);
+        const int npairs = (n + 1) / 2;
+        col = 0;
+        for (; col + 32 <= R; col += 32) absorb_pv_cols_bf16<2>(it, npairs, cp, pp, col, corr);
+        for (; col < R; col += 16) absorb_pv_cols_bf16<1>(it, npairs, cp, pp, col, corr);
+        t += n;
+    }
 }
 
 }  // namespace bf16dot

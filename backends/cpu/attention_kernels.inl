@@ -417,10 +417,38 @@ static inline void absorb_pv_cols(const AbsorbItem& it, int n, int K, int col, c
                               it.rows_pad, corr + col);
 }
 
+// Causal mask and online softmax of one block of scores stile[j][rows]
+// (rows in lanes): probabilities in place, per-row rescale of the old state
+// into corr. Only blocks reaching past the earliest row limit are masked.
+static inline void absorb_softmax_block(const AbsorbItem& it, int64_t t, int n, int64_t min_limit, float* corr) {
+    using V = Simd::V;
+    constexpr int W = Simd::W;
+    const int R = it.rows_pad;
+    if (t + n - 1 > min_limit)
+        for (int j = 0; j < n; ++j)
+            for (int i = 0; i < R; ++i)
+                if (t + j > it.row_limit[i]) it.stile[j * R + i] = kNegInf;
+    for (int i = 0; i < R; i += W) {
+        V mb = Simd::set1(kNegInf);
+        for (int j = 0; j < n; ++j) mb = Simd::max(mb, Simd::load(it.stile + j * R + i));
+        V m_old = Simd::load(it.m + i);
+        V m_new = Simd::max(m_old, mb);
+        V sum = Simd::zero();
+        for (int j = 0; j < n; ++j) {
+            V p = Simd::exp2(Simd::sub(Simd::load(it.stile + j * R + i), m_new));
+            Simd::store(it.stile + j * R + i, p);
+            sum = Simd::add(sum, p);
+        }
+        V cr = Simd::exp2(Simd::sub(m_old, m_new));
+        Simd::store(corr + i, cr);
+        Simd::store(it.l + i, Simd::fma(Simd::load(it.l + i), cr, sum));
+        Simd::store(it.m + i, m_new);
+    }
+}
+
 template <int DT>
 static void absorb_attend(const AbsorbItem& it) {
     using T = typename Elem<DT>::T;
-    using V = Simd::V;
     constexpr int W = Simd::W;
     constexpr int NV = Simd::kAbsorbRowVecs;
     const int K = it.r + it.d_r;
@@ -456,28 +484,7 @@ static void absorb_attend(const AbsorbItem& it) {
         int col = 0;
         for (; col + NV * W <= R; col += NV * W) absorb_scores_cols<NV>(it, n, K, col);
         for (; col < R; col += W) absorb_scores_cols<1>(it, n, K, col);
-        // Causal mask: only blocks reaching past the earliest row limit.
-        if (t + n - 1 > min_limit)
-            for (int j = 0; j < n; ++j)
-                for (int i = 0; i < R; ++i)
-                    if (t + j > it.row_limit[i]) it.stile[j * R + i] = kNegInf;
-        // Online softmax, lane-parallel over rows.
-        for (int i = 0; i < R; i += W) {
-            V mb = Simd::set1(kNegInf);
-            for (int j = 0; j < n; ++j) mb = Simd::max(mb, Simd::load(it.stile + j * R + i));
-            V m_old = Simd::load(it.m + i);
-            V m_new = Simd::max(m_old, mb);
-            V sum = Simd::zero();
-            for (int j = 0; j < n; ++j) {
-                V p = Simd::exp2(Simd::sub(Simd::load(it.stile + j * R + i), m_new));
-                Simd::store(it.stile + j * R + i, p);
-                sum = Simd::add(sum, p);
-            }
-            V cr = Simd::exp2(Simd::sub(m_old, m_new));
-            Simd::store(corr + i, cr);
-            Simd::store(it.l + i, Simd::fma(Simd::load(it.l + i), cr, sum));
-            Simd::store(it.m + i, m_new);
-        }
+        absorb_softmax_block(it, t, n, min_limit, corr);
         // Values from the same tile.
         col = 0;
         for (; col + NV * W <= R; col += NV * W) absorb_pv_cols<NV>(it, n, K, col, corr);

@@ -72,6 +72,7 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
             float* t_m = t_acc + (static_cast<int64_t>(r) * RB + 15) / 16 * 16;
             float* t_l = t_m + RB;
             int64_t* t_limit = reinterpret_cast<int64_t*>(t_l + RB);
+            uint32_t* t_pairs = reinterpret_cast<uint32_t*>(t_m + (4 * RB + 15) / 16 * 16);
 
             // 1. Nope parts of the queries, group-major rows m = (b, i, hh).
 #pragma omp for schedule(static)
@@ -136,6 +137,7 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
                 }
                 it.ctile = t_ctile;
                 it.stile = t_stile;
+                it.pairs = t_pairs;
                 attend(it);
                 if (wi.partial >= 0) continue;
                 for (int lane = 0; lane < width; ++lane) {

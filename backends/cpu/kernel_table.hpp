@@ -73,7 +73,17 @@ struct AbsorbItem {
     float* l;                 // out [rows_pad]
     float* ctile;             // kAbsorbTokenBlock * (r + d_r) floats
     float* stile;             // kAbsorbTokenBlock * rows_pad + rows_pad floats
+    uint32_t* pairs;          // absorb_pair_scratch_floats(r + d_r, r, rows_pad) words (bf16-dot kernels)
 };
+
+// Scratch of the bf16-dot absorb kernel, in 4-byte words: the queries as
+// bf16 pairs over the key dim [(K + 1) / 2][rows], one block's latent as
+// pairs over tokens [kAbsorbTokenBlock / 2][r] and its probabilities as
+// pairs over tokens [kAbsorbTokenBlock / 2][rows]; each part 16-aligned.
+constexpr int64_t absorb_pair_scratch_floats(int64_t K, int64_t r, int64_t rows) {
+    return gqa_round16((K + 1) / 2 * rows) + gqa_round16(kAbsorbTokenBlock / 2 * r) +
+           gqa_round16(kAbsorbTokenBlock / 2 * rows);
+}
 
 using GqaAttendFn = void (*)(const GqaItem&);
 using AbsorbAttendFn = void (*)(const AbsorbItem&);

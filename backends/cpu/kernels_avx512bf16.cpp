@@ -1,6 +1,6 @@
-// AVX-512 kernels plus AVX512-BF16 dot products for the GQA form over a bf16
-// cache (attention_bf16_dot.inl); every other entry is the plain AVX-512
-// kernel, compiled again in this unit's own namespace.
+// AVX-512 kernels plus AVX512-BF16 dot products for both attention forms
+// over a bf16 cache (attention_bf16_dot.inl); every other entry is the plain
+// AVX-512 kernel, compiled again in this unit's own namespace.
 // GCC 12's AVX-512 headers build conversions on `__m512 __Y = __Y;`
 // (_mm512_undefined_*), which -Wuninitialized reports at every inlined use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -25,6 +25,7 @@ const KernelTable& avx512bf16_kernels() {
     static const KernelTable table = [] {
         KernelTable t = avx512bf16_isa::make_table(Isa::Avx512Bf16, "avx512-bf16");
         t.gqa_attend[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::gqa_attend_bf16;
+        t.absorb_attend[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::absorb_attend_bf16;
         return t;
     }();
     return table;

@@ -67,7 +67,7 @@ WorkspaceLayout plan_workspace(const gqla_backend_desc& d) {
         units = std::max(units, (L.rows_cap + kAbsorbRowAlign * bc_max) / RB + 2 * bc_max + 1);
         a.rows_per_unit = RB;
         a.thread_floats = round16(kAbsorbTokenBlock * K) + round16(kAbsorbTokenBlock * RB + RB) + round16(r * RB) +
-                          round16(4 * RB);
+                          round16(4 * RB) + absorb_pair_scratch_floats(K, r, RB);
         a.partial_floats = round16(r * RB + 2 * RB);
     }
     L.max_units = static_cast<int32_t>(units);

@@ -14,17 +14,14 @@ struct MachineRoofline {
     double peak_gflops = 0;       // f32 FMA peak, all threads
     double peak_bf16_gflops = 0;  // bf16 dot-product peak (CPU: AVX512-BF16; CUDA: tensor cores); 0 if none
     // Whether gqla's kernels on this device compute bf16 caches with bf16
-    // dot products: on CUDA (tensor cores) every path; on CPUs with
-    // AVX512-BF16 (and no GQLA_MAX_ISA cap below it) the GQA-form kernel
-    // only. The other CPU kernels widen bf16 to f32 and use f32 FMAs, so
-    // their roof stays the f32 FMA peak.
+    // dot products: CUDA (tensor cores), and CPUs with AVX512-BF16 unless
+    // GQLA_MAX_ISA caps below it. Otherwise the CPU kernels widen bf16 to f32
+    // and use f32 FMAs, so their roof stays the f32 FMA peak.
     bool kernels_use_bf16_dot = false;
-    bool gqa_form_uses_bf16_dot = false;
 
-    // The compute roof of gqla's kernels over a cache of this dtype on a path.
-    double peak_for(gqla_dtype cache, gqla_path path) const {
-        const bool dot = kernels_use_bf16_dot || (gqa_form_uses_bf16_dot && path == GQLA_PATH_GQA);
-        const bool bf16_roof = dot && cache == GQLA_DTYPE_BF16 && peak_bf16_gflops > peak_gflops;
+    // The compute roof of gqla's kernels over a cache of this dtype.
+    double peak_for(gqla_dtype cache) const {
+        const bool bf16_roof = kernels_use_bf16_dot && cache == GQLA_DTYPE_BF16 && peak_bf16_gflops > peak_gflops;
         return bf16_roof ? peak_bf16_gflops : peak_gflops;
     }
     std::string source;       // how they were obtained

@@ -48,9 +48,7 @@ void print_table_header(const BenchEnv& env) {
                 env.roofline.read_gbps, env.roofline.peak_gflops);
     if (env.roofline.peak_bf16_gflops > 0)
         std::printf(", %.1f GFLOP/s bf16 dot peak%s", env.roofline.peak_bf16_gflops,
-                    env.roofline.kernels_use_bf16_dot     ? " (roof of bf16 caches)"
-                    : env.roofline.gqa_form_uses_bf16_dot ? " (roof of the GQA form over bf16 caches)"
-                                                          : " (not used by the kernels)");
+                    env.roofline.kernels_use_bf16_dot ? " (roof of bf16 caches)" : " (not used by the kernels)");
     std::printf("\n  %s\n", env.roofline.source.c_str());
     std::printf("%-15s %-7s %-5s %5s %7s %4s %10s %10s %8s %9s %6s %10s %10s %8s %9s\n", "preset", "path", "dtype",
                 "batch", "context", "s_q", "ms", "device_ms", "GB/s", "GFLOP/s", "roof", "pred_ms", "naive_ms", "speedup",
@@ -113,7 +111,7 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
     j.integer("cold_sets", r.sets)
         .str("io", r.io_on_device ? "device" : "host")
         .num("read_gbps_machine", env.roofline.read_gbps, 4)
-        .num("peak_gflops_machine", env.roofline.peak_for(r.dtype, r.active), 4)
+        .num("peak_gflops_machine", env.roofline.peak_for(r.dtype), 4)
         .num("peak_fma_gflops_machine", env.roofline.peak_gflops, 4);
     std::printf("%s\n", j.dump().c_str());
 }
@@ -193,7 +191,7 @@ std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const Be
                 // CUDA: the cost model knows which peak (SIMT or tensor) the kernel uses.
                 const double compute_floor = env.device == GQLA_DEVICE_CUDA
                                                  ? r.cost.compute_s
-                                                 : r.cost.flops / (env.roofline.peak_for(dtype, r.active) * 1e9);
+                                                 : r.cost.flops / (env.roofline.peak_for(dtype) * 1e9);
                 r.floor_s = std::max(memory_floor, compute_floor);
             } catch (const GqlaError& e) {
                 r.error = e.what();

@@ -161,7 +161,7 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
         .num("pred_within_35pct", pred_pairs ? static_cast<double>(pred_close) / pred_pairs : NAN, 4)
         .integer("pred_pairs", pred_pairs)
         .num("read_gbps_machine", env.roofline.read_gbps, 4)
-        .num("peak_gflops_machine", env.roofline.peak_for(dtype, GQLA_PATH_ABSORB), 4)  // the compute-bound path
+        .num("peak_gflops_machine", env.roofline.peak_for(dtype), 4)
         .num("seconds", now_s() - t_start, 3)
         .str("note", on_cpu ? "GQLA presets only (GQA kind has one path); on CPU cells whose GQA-path cache exceeds "
                               "1.25 GiB are dropped (listed in 'dropped')"
