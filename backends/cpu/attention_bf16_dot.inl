@@ -342,18 +342,20 @@ static inline void absorb_score_tile_bf16(const uint16_t* key, int kw, int pairs
 
 template <int NV>
 static inline void absorb_scores_cols_bf16(const AbsorbItem& it, int n, const uint16_t* c, const uint16_t* kr,
-                                           const uint32_t* qp, int col) {
+                                           const uint32_t* qp, int col, PrefetchStream* pf) {
     constexpr int JT = kAbsorbTokens;
     const int R = it.rows_pad, rp = it.r / 2, drp = it.d_r / 2;
     const uint32_t* qr = qp + rp * R + col;  // rope pairs follow the latent pairs
     float* st = it.stile + col;
     int j = 0;
     for (; j + JT <= n; j += JT) {
+        if (pf) pf->step();
         absorb_score_tile_bf16<JT, NV>(c + static_cast<int64_t>(j) * it.r, it.r, rp, qp + col, R, st + j * R, false);
         if (drp)
             absorb_score_tile_bf16<JT, NV>(kr + static_cast<int64_t>(j) * it.d_r, it.d_r, drp, qr, R, st + j * R, true);
     }
     for (; j < n; ++j) {
+        if (pf) pf->step();
         absorb_score_tile_bf16<1, NV>(c + static_cast<int64_t>(j) * it.r, it.r, rp, qp + col, R, st + j * R, false);
         if (drp)
             absorb_score_tile_bf16<1, NV>(kr + static_cast<int64_t>(j) * it.d_r, it.d_r, drp, qr, R, st + j * R, true);
@@ -452,16 +454,31 @@ static void absorb_attend_bf16(const AbsorbItem& it) {
     uint32_t* pp = cp + gqa_round16(int64_t(kAbsorbTokenBlock / 2) * it.r);
     absorb_pair_queries(it, qp);
 
+    // Latent and rope rows of the block of `n` tokens at position t.
+    auto rows_at = [&](int64_t t, const uint16_t** c, const uint16_t** kr) {
+        const int64_t page = it.page_table[t / it.page_size];
+        const int64_t slot = t % it.page_size;
+        *c = static_cast<const uint16_t*>(it.c) + page * it.c_page_stride + slot * it.r;
+        *kr = static_cast<const uint16_t*>(it.kr) + page * it.kr_page_stride + slot * it.d_r;
+    };
     for (int64_t t = it.t0; t < it.t1;) {
         const int n = block_tokens(t, it.t1, it.page_size, kAbsorbTokenBlock);
-        const int64_t page = it.page_table[t / it.page_size];
-        const int slot = static_cast<int>(t % it.page_size);
-        const uint16_t* c = static_cast<const uint16_t*>(it.c) + page * it.c_page_stride + static_cast<int64_t>(slot) * it.r;
-        const uint16_t* kr =
-            static_cast<const uint16_t*>(it.kr) + page * it.kr_page_stride + static_cast<int64_t>(slot) * it.d_r;
+        const uint16_t *c, *kr;
+        rows_at(t, &c, &kr);
+        // The next block's rows are fetched while this one is scored.
+        PrefetchStream ahead;
+        if (t + n < it.t1) {
+            const int next_n = block_tokens(t + n, it.t1, it.page_size, kAbsorbTokenBlock);
+            const uint16_t *nc, *nkr;
+            rows_at(t + n, &nc, &nkr);
+            ahead.add(nc, int64_t(next_n) * it.r * 2);
+            ahead.add(nkr, int64_t(next_n) * it.d_r * 2);
+        }
+        ahead.plan(n / kAbsorbTokens + n % kAbsorbTokens);
+        PrefetchStream* pf = &ahead;
         int col = 0;
-        for (; col + 32 <= R; col += 32) absorb_scores_cols_bf16<2>(it, n, c, kr, qp, col);
-        for (; col < R; col += 16) absorb_scores_cols_bf16<1>(it, n, c, kr, qp, col);
+        for (; col + 32 <= R; col += 32, pf = nullptr) absorb_scores_cols_bf16<2>(it, n, c, kr, qp, col, pf);
+        for (; col < R; col += 16, pf = nullptr) absorb_scores_cols_bf16<1>(it, n, c, kr, qp, col, pf);
         absorb_softmax_block(it, t, n, min_limit, corr);
         absorb_pair_block(it, n, c, cp, pp);
         const int npairs = (n + 1) / 2;

@@ -494,9 +494,10 @@ static void absorb_attend(const AbsorbItem& it) {
 }
 
 // ------------------------------------------------------------------ GEMM
-template <int MB, int NV>
-static inline void gemm_tile(int K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-                             int64_t ldc) {
+// B in f32 or bf16 (DT), widened as it is loaded; f32 accumulation.
+template <int DT, int MB, int NV>
+static inline void gemm_tile(int K, const float* A, int64_t lda, const typename Elem<DT>::T* B, int64_t ldb,
+                             float* C, int64_t ldc) {
     using V = Simd::V;
     constexpr int W = Simd::W;
     V acc[MB * NV];
@@ -505,7 +506,7 @@ static inline void gemm_tile(int K, const float* A, int64_t lda, const float* B,
     for (int k = 0; k < K; ++k) {
         V bv[NV];
         GQLA_UNROLL
-        for (int v = 0; v < NV; ++v) bv[v] = Simd::load(B + k * ldb + v * W);
+        for (int v = 0; v < NV; ++v) bv[v] = Elem<DT>::load(B + k * ldb + v * W);
         GQLA_UNROLL
         for (int m = 0; m < MB; ++m) {
             V ab = Simd::set1(A[m * lda + k]);
@@ -519,28 +520,29 @@ static inline void gemm_tile(int K, const float* A, int64_t lda, const float* B,
         for (int v = 0; v < NV; ++v) Simd::store(C + m * ldc + v * W, acc[m * NV + v]);
 }
 
-template <int MB>
-static inline void gemm_rows(int N, int K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-                             int64_t ldc) {
+template <int DT, int MB>
+static inline void gemm_rows(int N, int K, const float* A, int64_t lda, const typename Elem<DT>::T* B, int64_t ldb,
+                             float* C, int64_t ldc) {
     constexpr int W = Simd::W;
     constexpr int NV = Simd::kGemmVecs;
     int n = 0;
-    for (; n + NV * W <= N; n += NV * W) gemm_tile<MB, NV>(K, A, lda, B + n, ldb, C + n, ldc);
-    for (; n + W <= N; n += W) gemm_tile<MB, 1>(K, A, lda, B + n, ldb, C + n, ldc);
+    for (; n + NV * W <= N; n += NV * W) gemm_tile<DT, MB, NV>(K, A, lda, B + n, ldb, C + n, ldc);
+    for (; n + W <= N; n += W) gemm_tile<DT, MB, 1>(K, A, lda, B + n, ldb, C + n, ldc);
     for (; n < N; ++n)
         GQLA_UNROLL
         for (int m = 0; m < MB; ++m) {
             float s = 0.0f;
-            for (int k = 0; k < K; ++k) s += A[m * lda + k] * B[k * ldb + n];
+            for (int k = 0; k < K; ++k) s += A[m * lda + k] * Elem<DT>::scalar(B + k * ldb + n);
             C[m * ldc + n] = s;
         }
 }
 
-static void gemm(int M, int N, int K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-                 int64_t ldc) {
+template <int DT>
+static void gemm_any(int M, int N, int K, const float* A, int64_t lda, const typename Elem<DT>::T* B, int64_t ldb,
+                     float* C, int64_t ldc) {
     int m = 0;
-    for (; m + 4 <= M; m += 4) gemm_rows<4>(N, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc);
-    for (; m < M; ++m) gemm_rows<1>(N, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc);
+    for (; m + 4 <= M; m += 4) gemm_rows<DT, 4>(N, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc);
+    for (; m < M; ++m) gemm_rows<DT, 1>(N, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc);
 }
 
 static const KernelTable& make_table(Isa isa, const char* name) {
@@ -549,7 +551,8 @@ static const KernelTable& make_table(Isa isa, const char* name) {
         name,
         {gqa_attend<GQLA_DTYPE_F32>, gqa_attend<GQLA_DTYPE_F16>, gqa_attend<GQLA_DTYPE_BF16>},
         {absorb_attend<GQLA_DTYPE_F32>, absorb_attend<GQLA_DTYPE_F16>, absorb_attend<GQLA_DTYPE_BF16>},
-        gemm,
+        gemm_any<GQLA_DTYPE_F32>,
+        gemm_any<GQLA_DTYPE_BF16>,
     };
     return table;
 }

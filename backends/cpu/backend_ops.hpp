@@ -17,6 +17,9 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* args);
 // out[n][G*(d_c+d_v)] = latent[n][r] * W^T of one layer (oneDNN matmul when
 // built with it, else the kernel table's GEMM), on the context's threads.
 gqla_status expansion_gemm(CpuContext* ctx, const LayerWeights& w, int64_t n, const float* latent, float* out);
+// Which f32 copy expansion_gemm reads: W^T (LayerWeights::wt, the kernel
+// table's GEMM) or W (LayerWeights::w, oneDNN reads it as W^T by strides).
+bool expansion_reads_wt();
 
 // Fills the factors measured for the CPU kernels (see efficiency.cpp).
 void efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout);

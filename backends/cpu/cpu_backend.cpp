@@ -117,7 +117,7 @@ void cpu_memory_usage(void* p, int64_t out[4]) {
     out[0] = static_cast<int64_t>(ctx->kept[0].mem.size() + ctx->kept[1].mem.size());
     out[1] = static_cast<int64_t>(ctx->expanded[0].mem.size() + ctx->expanded[1].mem.size());
     int64_t w = 0;
-    for (const LayerWeights& lw : ctx->weights) w += static_cast<int64_t>(lw.w.size() + lw.wt.size());
+    for (const LayerWeights& lw : ctx->weights) w += static_cast<int64_t>(lw.bytes());
     out[2] = w;
     out[3] = static_cast<int64_t>(ctx->workspace.size());
 }
@@ -133,14 +133,27 @@ gqla_status cpu_set_weights(void* p, int32_t layer, const gqla_view* wv) {
         return fail(ctx, GQLA_ERR_INVALID_ARGUMENT, "set_weights: expected a host [%lld, %lld] tensor",
                     static_cast<long long>(rows), static_cast<long long>(r));
     LayerWeights fresh;
-    const size_t bytes = static_cast<size_t>(rows * r) * sizeof(float);
-    if (!fresh.w.allocate(bytes) || !fresh.wt.allocate(bytes))
-        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "set_weights: cannot allocate %zu bytes", 2 * bytes);
+    const size_t elems = static_cast<size_t>(rows * r), bytes = elems * sizeof(float);
+    const bool bf16 = d.cache_dtype == GQLA_DTYPE_BF16;
+    if (!fresh.w.allocate(bytes) || !fresh.wt.allocate(bytes) ||
+        (bf16 && (!fresh.w16.allocate(elems * 2) || !fresh.wt16.allocate(elems * 2))))
+        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "set_weights: cannot allocate %zu bytes", (bf16 ? 3 : 2) * bytes);
     float* w = fresh.w.as<float>();
     float* wt = fresh.wt.as<float>();
     for (int64_t i = 0; i < rows; ++i) load_row_f32(view_at(*wv, i), wv->dtype, static_cast<int>(r), 1.0f, w + i * r);
     for (int64_t i = 0; i < rows; ++i)
         for (int64_t k = 0; k < r; ++k) wt[k * rows + i] = w[i * r + k];
+    if (bf16) {
+        uint16_t* w16 = fresh.w16.as<uint16_t>();
+        uint16_t* wt16 = fresh.wt16.as<uint16_t>();
+        for (size_t i = 0; i < elems; ++i) {
+            w16[i] = f32_to_bf16(w[i]);
+            wt16[i] = f32_to_bf16(wt[i]);
+        }
+        // Keep only the f32 copy the expansion GEMM reads.
+        if (expansion_reads_wt()) fresh.w = AlignedBuffer{};
+        else fresh.wt = AlignedBuffer{};
+    }
     ctx->weights[static_cast<size_t>(layer)] = std::move(fresh);
     return GQLA_OK;
 }

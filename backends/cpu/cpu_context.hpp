@@ -22,7 +22,15 @@ struct LayerWeights {
     // [r][G*(d_c+d_v)], the transpose: B operand of the expansion GEMM
     // (c * W^T) and, at column offset g*(d_c+d_v)+d_c, of o = o~ * W_UV[g]^T.
     AlignedBuffer wt;
-    bool set() const { return !w.empty(); }
+    // bf16 caches: the absorb projections read bf16 copies of W (w16, the
+    // layout of w) and of W^T (wt16) instead, halving the weight traffic of
+    // every decode step, which at small batch is most of it; of w and wt only
+    // the one the expansion GEMM reads is kept (expansion_reads_wt()).
+    AlignedBuffer w16;
+    AlignedBuffer wt16;
+    bool set() const { return !w.empty() || !w16.empty(); }
+    bool bf16() const { return !w16.empty(); }
+    size_t bytes() const { return w.size() + wt.size() + w16.size() + wt16.size(); }
 };
 
 // One cache pool: [layer][page][page_elems] elements of the cache dtype.

@@ -38,9 +38,16 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
     const int blocks = (Rpad + RB - 1) / RB;
     const float q_scale = d.softmax_scale * kLog2e;
     const AbsorbAttendFn attend = ctx->kernels->absorb_attend[d.cache_dtype - 1];
-    const GemmFn gemm = ctx->kernels->gemm;
     const float* w = lw.w.as<float>();
     const float* wt = lw.wt.as<float>();
+    const uint16_t* w16 = lw.w16.as<uint16_t>();
+    const uint16_t* wt16 = lw.wt16.as<uint16_t>();
+    // C = A * (columns of W or W^T from element offset `off`, leading dim ldb).
+    auto project = [&](int M, int N, int K, const float* A, int64_t lda, int64_t off, bool transposed, int64_t ldb,
+                       float* C, int64_t ldc) {
+        if (lw.bf16()) ctx->kernels->gemm_bf16(M, N, K, A, lda, (transposed ? wt16 : w16) + off, ldb, C, ldc);
+        else ctx->kernels->gemm(M, N, K, A, lda, (transposed ? wt : w) + off, ldb, C, ldc);
+    };
     const char* cpool = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], a->layer));
     const char* krpool = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], a->layer));
 
@@ -88,8 +95,8 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
             for (int task = 0; task < G * col_tasks_q; ++task) {
                 const int64_t g = task / col_tasks_q;
                 const int n0 = task % col_tasks_q * kGemmCols;
-                gemm(static_cast<int>(M), std::min(kGemmCols, r - n0), dc, qc + g * M * dc, dc,
-                     w + g * (dc + dv) * static_cast<int64_t>(r) + n0, r, qt + g * M * r + n0, r);
+                project(static_cast<int>(M), std::min(kGemmCols, r - n0), dc, qc + g * M * dc, dc,
+                        g * (dc + dv) * static_cast<int64_t>(r) + n0, false, r, qt + g * M * r + n0, r);
             }
             // 3. Transposed query blocks [q~ | qr] per sequence; padding rows are 0.
 #pragma omp for schedule(static)
@@ -188,8 +195,8 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
             for (int task = 0; task < G * col_tasks_o; ++task) {
                 const int64_t g = task / col_tasks_o;
                 const int n0 = task % col_tasks_o * kGemmCols;
-                gemm(static_cast<int>(M), std::min(kGemmCols, dv - n0), r, qt + g * M * r, r,
-                     wt + g * (dc + dv) + dc + n0, NW, out + g * M * dv + n0, dv);
+                project(static_cast<int>(M), std::min(kGemmCols, dv - n0), r, qt + g * M * r, r,
+                        g * (dc + dv) + dc + n0, true, NW, out + g * M * dv + n0, dv);
             }
             // 7. Output rows in the io dtype.
 #pragma omp for schedule(static)

@@ -41,6 +41,14 @@ private:
 
 }  // namespace
 
+bool expansion_reads_wt() {
+#ifdef GQLA_WITH_ONEDNN
+    return false;
+#else
+    return true;
+#endif
+}
+
 gqla_status expansion_gemm(CpuContext* ctx, const LayerWeights& w, int64_t n, const float* latent, float* out) {
     if (n <= 0) return GQLA_OK;
 #ifdef GQLA_WITH_ONEDNN

@@ -90,6 +90,9 @@ using AbsorbAttendFn = void (*)(const AbsorbItem&);
 // C[M,N] = A[M,K] * B[K,N]; row-major with leading dimensions, f32.
 using GemmFn = void (*)(int M, int N, int K, const float* A, int64_t lda,
                         const float* B, int64_t ldb, float* C, int64_t ldc);
+// The same with B in bf16 (widened in registers, f32 accumulation).
+using GemmBf16Fn = void (*)(int M, int N, int K, const float* A, int64_t lda,
+                            const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
 
 struct KernelTable {
     Isa isa;
@@ -98,6 +101,7 @@ struct KernelTable {
     GqaAttendFn gqa_attend[3];
     AbsorbAttendFn absorb_attend[3];
     GemmFn gemm;
+    GemmBf16Fn gemm_bf16;
 };
 
 const KernelTable& scalar_kernels();
