@@ -26,6 +26,11 @@ DecodeWorkload::DecodeWorkload(const WorkloadSpec& spec) : spec_(spec) {
     if (p.is_gqla()) shape.path = GQLA_PATH_ABSORB;
     const int64_t page = shape.page_size > 0 ? shape.page_size : 64;
     shape.max_tokens = nseq * ((spec.context + page - 1) / page) * page;
+    if (!spec.lengths.empty()) {
+        int64_t per_batch = 0;
+        for (int64_t len : spec.lengths) per_batch += (len + page - 1) / page * page;
+        shape.max_tokens = spec.sets * per_batch;
+    }
     shape.max_sequences = static_cast<int>(nseq);
     shape.max_batch = std::max(spec.batch, 1);
     shape.max_q_len = std::max(spec.max_s_q, 1);
@@ -53,9 +58,11 @@ void DecodeWorkload::fill(const Preset& p, const SessionShape& shape, gqla_path 
         check(gqla_set_weights(session_, 0, &tw), "gqla_set_weights");
     }
 
-    // One block of random tokens, appended to every sequence: the timing does
-    // not depend on the values, and generating gigabytes of noise would.
-    const int64_t n = spec.context;
+    // One block of random tokens, appended (whole or a prefix) to every
+    // sequence: the timing does not depend on the values, and generating
+    // gigabytes of noise would.
+    const int64_t n = spec.lengths.empty() ? spec.context
+                                           : *std::max_element(spec.lengths.begin(), spec.lengths.end());
     const int64_t a_row = p.is_gqla() ? p.r : static_cast<int64_t>(p.G) * p.D;
     const int64_t b_row = p.is_gqla() ? p.d_r : static_cast<int64_t>(p.G) * p.Dv;
     std::vector<float> a = random_vector(static_cast<size_t>(n * a_row), 11);
@@ -63,9 +70,10 @@ void DecodeWorkload::fill(const Preset& p, const SessionShape& shape, gqla_path 
     gqla_tensor ta = p.is_gqla() ? host_tensor(a.data(), {n, p.r}) : host_tensor(a.data(), {n, p.G, p.D});
     gqla_tensor tb = p.is_gqla() ? host_tensor(b.data(), {n, p.d_r}) : host_tensor(b.data(), {n, p.G, p.Dv});
     seqs_.resize(static_cast<size_t>(nseq));
-    for (auto& s : seqs_) {
-        check(gqla_sequence_add(session_, &s), "gqla_sequence_add");
-        check(gqla_append(session_, 0, s, &ta, &tb), "gqla_append");
+    for (size_t i = 0; i < seqs_.size(); ++i) {
+        check(gqla_sequence_add(session_, &seqs_[i]), "gqla_sequence_add");
+        if (!spec.lengths.empty()) ta.shape[0] = tb.shape[0] = spec.lengths[i % spec.lengths.size()];
+        check(gqla_append(session_, 0, seqs_[i], &ta, &tb), "gqla_append");
     }
     if (p.is_gqla() && wanted != GQLA_PATH_ABSORB) select_path(wanted);
 

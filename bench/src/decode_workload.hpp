@@ -18,7 +18,8 @@ struct WorkloadSpec {
     const Preset* preset = nullptr;
     SessionShape shape;        // device, path, cache dtype, threads, page size
     int batch = 1;
-    int64_t context = 1024;
+    int64_t context = 1024;    // tokens per sequence (the mean when `lengths` is given)
+    std::vector<int64_t> lengths;  // if not empty: length of sequence i of every batch, i < batch
     int max_s_q = 1;           // largest s_q decoded on this workload
     int sets = 1;              // disjoint batches to rotate over
 };

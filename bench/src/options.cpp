@@ -18,6 +18,9 @@ const char* kUsage =
     "  --dtype bf16|f16|f32[,...]  cache dtype (default bf16)\n"
     "  --batch N[,N...]            sequences per decode call (default 1,16)\n"
     "  --context N[,N...]          cached tokens per sequence (default 1024,4096,16384; k suffix ok)\n"
+    "  --mixed MIN:MAX             lengths of a batch's sequences spread evenly over [MIN, MAX]\n"
+    "                              (replaces --context), each case followed by the uniform case\n"
+    "                              with the same total tokens\n"
     "  --s-q N[,N...]              query tokens per sequence (default 1)\n"
     "  --threads N                 CPU threads (default: all available)\n"
     "  --reps N                    timed decode calls per case, median reported (default 20)\n"
@@ -112,7 +115,14 @@ Options parse_options(int argc, char** argv) {
             for (const std::string& d : split(value())) o.dtypes.push_back(parse_dtype(d));
         } else if (a == "--batch") o.batches = parse_counts<int>(a, value());
         else if (a == "--context") o.contexts = parse_counts<int64_t>(a, value());
-        else if (a == "--s-q") o.s_qs = parse_counts<int>(a, value());
+        else if (a == "--mixed") {
+            const std::string v = value();
+            const size_t colon = v.find(':');
+            if (colon == std::string::npos) fail("--mixed: expected MIN:MAX, got '" + v + "'");
+            o.mixed_min = parse_count(a, v.substr(0, colon));
+            o.mixed_max = parse_count(a, v.substr(colon + 1));
+            if (o.mixed_min < 1 || o.mixed_max < o.mixed_min) fail("--mixed: expected 1 <= MIN <= MAX, got '" + v + "'");
+        } else if (a == "--s-q") o.s_qs = parse_counts<int>(a, value());
         else if (a == "--threads") o.threads = static_cast<int>(parse_count(a, value()));
         else if (a == "--reps") o.reps = static_cast<int>(parse_count(a, value()));
         else if (a == "--page-size") o.page_size = static_cast<int>(parse_count(a, value()));

@@ -17,6 +17,11 @@ struct Options {
     std::vector<gqla_dtype> dtypes{GQLA_DTYPE_BF16};
     std::vector<int> batches{1, 16};
     std::vector<int64_t> contexts{1024, 4096, 16384};
+    // --mixed MIN:MAX: the sequences of a batch hold lengths spread evenly
+    // over [MIN, MAX]; each such case is followed by the uniform case with
+    // the same total tokens (context = mean length), so the two times show
+    // how well the work is balanced over the threads. 0: off.
+    int64_t mixed_min = 0, mixed_max = 0;
     std::vector<int> s_qs{1};
     int threads = 0;
     int reps = 20;

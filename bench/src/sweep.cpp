@@ -24,7 +24,8 @@ struct CaseResult {
     gqla_path active = GQLA_PATH_AUTO;
     gqla_dtype dtype = GQLA_DTYPE_BF16;
     int batch = 0, s_q = 0;
-    int64_t context = 0;
+    int64_t context = 0;        // mean length with --mixed
+    std::string lengths;        // "" (uniform), "mixed MIN:MAX" or "uniform (mean of mixed)"
     int sets = 0;
     bool io_on_device = false;  // q/o in GPU memory (no copies in the time)
     double seconds = 0;
@@ -61,6 +62,7 @@ void print_table_row(const CaseResult& r) {
                     dtype_label(r.dtype), r.batch, static_cast<long long>(r.context), r.s_q, r.error.c_str());
         return;
     }
+    if (!r.lengths.empty()) std::printf("  (%s)\n", r.lengths.c_str());
     char naive[32] = "-", speedup[32] = "-", err[32] = "-", dev[32] = "-";
     if (r.device_seconds > 0) std::snprintf(dev, sizeof dev, "%.3f", r.device_seconds * 1e3);
     if (r.baseline_s) {
@@ -85,6 +87,7 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
         .integer("G", r.preset->G)
         .integer("batch", r.batch)
         .integer("context", r.context)
+        .str("lengths", r.lengths.empty() ? "uniform" : r.lengths)
         .integer("s_q", r.s_q)
         .str("dtype", dtype_label(r.dtype));
     if (!r.error.empty()) {
@@ -121,8 +124,10 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
 namespace {
 
 WorkloadSpec workload_spec(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype dtype,
-                           gqla_path path, int batch, int64_t context, std::string* why_not) {
+                           gqla_path path, int batch, int64_t context, const std::vector<int64_t>& lengths,
+                           std::string* why_not) {
     WorkloadSpec spec;
+    spec.lengths = lengths;
     spec.preset = &p;
     spec.shape.device = env.device;
     spec.shape.path = path;
@@ -156,9 +161,10 @@ WorkloadSpec workload_spec(const Preset& p, const Options& opt, const BenchEnv& 
 
 // Times every s_q of one (preset, dtype, path, batch, context) on one session.
 std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype dtype,
-                                   gqla_path path, int batch, int64_t context, WorkloadSpec* spec_out) {
+                                   gqla_path path, int batch, int64_t context, const std::vector<int64_t>& lengths,
+                                   const std::string& lengths_label, WorkloadSpec* spec_out) {
     std::string why_not;
-    const WorkloadSpec spec = workload_spec(p, opt, env, dtype, path, batch, context, &why_not);
+    const WorkloadSpec spec = workload_spec(p, opt, env, dtype, path, batch, context, lengths, &why_not);
     *spec_out = spec;
     std::vector<CaseResult> results;
     std::unique_ptr<DecodeWorkload> work;
@@ -176,6 +182,7 @@ std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const Be
         r.dtype = dtype;
         r.batch = batch;
         r.context = context;
+        r.lengths = lengths_label;
         r.s_q = s_q;
         r.sets = spec.sets;
         r.error = why_not;
@@ -202,6 +209,34 @@ std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const Be
     return results;
 }
 
+// The sequence lengths of the cases of one batch size: every --context, or
+// with --mixed the spread lengths followed by their uniform equivalent.
+struct LengthCase {
+    int64_t context;
+    std::vector<int64_t> lengths;
+    std::string label;
+};
+std::vector<LengthCase> length_cases(const Options& opt, int batch) {
+    std::vector<LengthCase> cases;
+    if (opt.mixed_max == 0) {
+        for (int64_t c : opt.contexts) cases.push_back({c, {}, ""});
+        return cases;
+    }
+    LengthCase mixed;
+    int64_t total = 0;
+    for (int i = 0; i < batch; ++i) {
+        const int64_t len = batch == 1 ? opt.mixed_max
+                                       : opt.mixed_min + (opt.mixed_max - opt.mixed_min) * i / (batch - 1);
+        mixed.lengths.push_back(len);
+        total += len;
+    }
+    mixed.context = total / batch;
+    mixed.label = "mixed " + std::to_string(opt.mixed_min) + ":" + std::to_string(opt.mixed_max);
+    cases.push_back(mixed);
+    cases.push_back({mixed.context, {}, "uniform (mean of mixed)"});
+    return cases;
+}
+
 }  // namespace
 
 int run_sweep(const Options& opt, const BenchEnv& env) {
@@ -216,10 +251,12 @@ int run_sweep(const Options& opt, const BenchEnv& env) {
         for (gqla_dtype dtype : opt.dtypes)
             for (gqla_path path : paths_for(p, opt))
                 for (int batch : opt.batches)
-                    for (int64_t context : opt.contexts) {
+                    for (const LengthCase& lc : length_cases(opt, batch)) {
+                        const int64_t context = lc.context;
                         WorkloadSpec spec;
                         // The session is gone before the baseline allocates its own cache.
-                        std::vector<CaseResult> results = time_cases(p, opt, env, dtype, path, batch, context, &spec);
+                        std::vector<CaseResult> results =
+                            time_cases(p, opt, env, dtype, path, batch, context, lc.lengths, lc.label, &spec);
                         for (CaseResult& r : results) {
                             if (!r.error.empty()) {
                                 if (r.error.find("memory cap") == std::string::npos) ++failures;
