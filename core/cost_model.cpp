@@ -59,14 +59,29 @@ Efficiency default_efficiency(gqla_device_type device) {
     return e;
 }
 
+namespace {
+
+// CPUs whose kernels run bf16 caches on AVX512-BF16 dot products (twice the
+// f32 FMA rate; AMX tiles are not used, so its peak does not count).
+bool cpu_bf16_dot(const gqla_config& cfg, const gqla_probe_info& probe) {
+    const uint64_t need = GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL | GQLA_ISA_AVX512BF16;
+    return probe.device == GQLA_DEVICE_CPU && cfg.cache_dtype == GQLA_DTYPE_BF16 && (probe.isa_flags & need) == need;
+}
+
+}  // namespace
+
 gqla_dtype weight_storage_dtype(const gqla_config& cfg, gqla_device_type device) {
-    return device == GQLA_DEVICE_CUDA ? cfg.cache_dtype : GQLA_DTYPE_F32;
+    // CUDA stores W in the cache dtype; the CPU keeps bf16 copies of W for
+    // the absorb projections when the cache is bf16, f32 otherwise.
+    if (device == GQLA_DEVICE_CUDA || cfg.cache_dtype == GQLA_DTYPE_BF16) return cfg.cache_dtype;
+    return GQLA_DTYPE_F32;
 }
 
 double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe) {
     const bool sixteen_bit = cfg.cache_dtype == GQLA_DTYPE_BF16 || cfg.cache_dtype == GQLA_DTYPE_F16;
     if (probe.device == GQLA_DEVICE_CUDA && sixteen_bit && probe.peak_gflops_bf16 > 0)
         return probe.peak_gflops_bf16;
+    if (cpu_bf16_dot(cfg, probe)) return 2.0 * probe.peak_gflops_f32;
     return probe.peak_gflops_f32;
 }
 

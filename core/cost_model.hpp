@@ -40,13 +40,15 @@ struct Efficiency {
 Efficiency default_efficiency(gqla_device_type device);
 
 // Storage dtype of W_UKV as the backend of `device` keeps it, which prices the
-// absorb path's weight traffic: the CPU backend packs weights as f32 for its
-// GEMMs; the CUDA backend stores them in the cache dtype (16-bit tensor-core
-// operands for bf16/f16 caches, f32 otherwise).
+// absorb path's weight traffic: the CPU backend's projections read bf16
+// copies for bf16 caches and f32 otherwise; the CUDA backend stores them in
+// the cache dtype (16-bit tensor-core operands for bf16/f16 caches, f32
+// otherwise).
 gqla_dtype weight_storage_dtype(const gqla_config& cfg, gqla_device_type device);
 
 // Peak FLOP/s (1e9) the cost model prices compute with: CUDA uses the tensor
-// (bf16) peak for 16-bit caches and the f32 peak otherwise; CPU the f32 peak.
+// (bf16) peak for 16-bit caches and the f32 peak otherwise; CPU the f32 FMA
+// peak, doubled for bf16 caches on AVX512-BF16 hosts (bf16 dot kernels).
 double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe);
 
 // Bytes and FLOPs of one decode step for both paths and the one-time cost of

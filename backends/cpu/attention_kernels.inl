@@ -526,6 +526,12 @@ static inline void gemm_rows(int N, int K, const float* A, int64_t lda, const ty
     constexpr int W = Simd::W;
     constexpr int NV = Simd::kGemmVecs;
     int n = 0;
+    // One row (a GEMV, as the decode projections are at batch 1): wide
+    // passes, so each B row is read in long contiguous runs the hardware
+    // prefetchers follow, instead of NV vectors per row and pass.
+    if (MB == 1)
+        for (; n + Simd::kGemvVecs * W <= N; n += Simd::kGemvVecs * W)
+            gemm_tile<DT, 1, Simd::kGemvVecs>(K, A, lda, B + n, ldb, C + n, ldc);
     for (; n + NV * W <= N; n += NV * W) gemm_tile<DT, MB, NV>(K, A, lda, B + n, ldb, C + n, ldc);
     for (; n + W <= N; n += W) gemm_tile<DT, MB, 1>(K, A, lda, B + n, ldb, C + n, ldc);
     for (; n < N; ++n)

@@ -135,9 +135,12 @@ gqla_status cpu_set_weights(void* p, int32_t layer, const gqla_view* wv) {
     LayerWeights fresh;
     const size_t elems = static_cast<size_t>(rows * r), bytes = elems * sizeof(float);
     const bool bf16 = d.cache_dtype == GQLA_DTYPE_BF16;
+    const int64_t G = d.num_kv_heads, dc = d.nope_dim, dv = d.value_dim;
+    const size_t uv_elems = static_cast<size_t>(G * r * dv);
     if (!fresh.w.allocate(bytes) || !fresh.wt.allocate(bytes) ||
-        (bf16 && (!fresh.w16.allocate(elems * 2) || !fresh.wt16.allocate(elems * 2))))
-        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "set_weights: cannot allocate %zu bytes", (bf16 ? 3 : 2) * bytes);
+        (bf16 && (!fresh.w16.allocate(elems * 2) || !fresh.wuv16.allocate(uv_elems * 2))))
+        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "set_weights: cannot allocate %zu bytes",
+                    2 * bytes + (bf16 ? (elems + uv_elems) * 2 : 0));
     float* w = fresh.w.as<float>();
     float* wt = fresh.wt.as<float>();
     for (int64_t i = 0; i < rows; ++i) load_row_f32(view_at(*wv, i), wv->dtype, static_cast<int>(r), 1.0f, w + i * r);
@@ -145,11 +148,13 @@ gqla_status cpu_set_weights(void* p, int32_t layer, const gqla_view* wv) {
         for (int64_t k = 0; k < r; ++k) wt[k * rows + i] = w[i * r + k];
     if (bf16) {
         uint16_t* w16 = fresh.w16.as<uint16_t>();
-        uint16_t* wt16 = fresh.wt16.as<uint16_t>();
-        for (size_t i = 0; i < elems; ++i) {
-            w16[i] = f32_to_bf16(w[i]);
-            wt16[i] = f32_to_bf16(wt[i]);
-        }
+        uint16_t* wuv16 = fresh.wuv16.as<uint16_t>();
+        for (size_t i = 0; i < elems; ++i) w16[i] = f32_to_bf16(w[i]);
+        // wuv16[g][k][n] = W_UV[g][n][k]: row g*(dc+dv)+dc+n of w.
+        for (int64_t g = 0; g < G; ++g)
+            for (int64_t k = 0; k < r; ++k)
+                for (int64_t n = 0; n < dv; ++n)
+                    wuv16[(g * r + k) * dv + n] = f32_to_bf16(w[(g * (dc + dv) + dc + n) * r + k]);
         // Keep only the f32 copy the expansion GEMM reads.
         if (expansion_reads_wt()) fresh.w = AlignedBuffer{};
         else fresh.wt = AlignedBuffer{};

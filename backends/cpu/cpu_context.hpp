@@ -22,15 +22,18 @@ struct LayerWeights {
     // [r][G*(d_c+d_v)], the transpose: B operand of the expansion GEMM
     // (c * W^T) and, at column offset g*(d_c+d_v)+d_c, of o = o~ * W_UV[g]^T.
     AlignedBuffer wt;
-    // bf16 caches: the absorb projections read bf16 copies of W (w16, the
-    // layout of w) and of W^T (wt16) instead, halving the weight traffic of
-    // every decode step, which at small batch is most of it; of w and wt only
-    // the one the expansion GEMM reads is kept (expansion_reads_wt()).
+    // bf16 caches: the absorb projections read bf16 copies instead, halving
+    // the weight traffic of every decode step, which at small batch is most
+    // of it: w16 in the layout of w (W_UK[g] is a contiguous [d_c][r] block)
+    // and wuv16 = W_UV[g]^T as contiguous [r][d_v] blocks per group (in wt
+    // its rows lie G*(d_c+d_v) elements apart, a TLB miss per row at
+    // DeepSeek-V3 sizes). Of w and wt only the one the expansion GEMM reads
+    // is kept then (expansion_reads_wt()).
     AlignedBuffer w16;
-    AlignedBuffer wt16;
+    AlignedBuffer wuv16;
     bool set() const { return !w.empty() || !w16.empty(); }
     bool bf16() const { return !w16.empty(); }
-    size_t bytes() const { return w.size() + wt.size() + w16.size() + wt16.size(); }
+    size_t bytes() const { return w.size() + wt.size() + w16.size() + wuv16.size(); }
 };
 
 // One cache pool: [layer][page][page_elems] elements of the cache dtype.

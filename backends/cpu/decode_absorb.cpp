@@ -18,8 +18,11 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-// Columns of one GEMM task (a multiple of every vector width).
+// Columns of one GEMM task (a multiple of every vector width); wider when
+// there are only a few rows per group, so each task streams long runs of its
+// weight rows (see gemm_rows).
 constexpr int kGemmCols = 64;
+constexpr int kGemvCols = 256;
 
 }  // namespace
 
@@ -41,13 +44,9 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
     const float* w = lw.w.as<float>();
     const float* wt = lw.wt.as<float>();
     const uint16_t* w16 = lw.w16.as<uint16_t>();
-    const uint16_t* wt16 = lw.wt16.as<uint16_t>();
-    // C = A * (columns of W or W^T from element offset `off`, leading dim ldb).
-    auto project = [&](int M, int N, int K, const float* A, int64_t lda, int64_t off, bool transposed, int64_t ldb,
-                       float* C, int64_t ldc) {
-        if (lw.bf16()) ctx->kernels->gemm_bf16(M, N, K, A, lda, (transposed ? wt16 : w16) + off, ldb, C, ldc);
-        else ctx->kernels->gemm(M, N, K, A, lda, (transposed ? wt : w) + off, ldb, C, ldc);
-    };
+    const uint16_t* wuv16 = lw.wuv16.as<uint16_t>();
+    const GemmFn gemm = ctx->kernels->gemm;
+    const GemmBf16Fn gemm_bf16 = ctx->kernels->gemm_bf16;
     const char* cpool = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], a->layer));
     const char* krpool = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], a->layer));
 
@@ -67,8 +66,9 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
         const int64_t M = static_cast<int64_t>(nb) * s_q * n_rep;  // rows per group
         const int units = nb * blocks;
         plan_decode(plan, units, [&](int32_t u) { return a->seqs[b0 + u / blocks].length; }, L);
-        const int col_tasks_q = (r + kGemmCols - 1) / kGemmCols;
-        const int col_tasks_o = (dv + kGemmCols - 1) / kGemmCols;
+        const int cols = M <= 3 ? kGemvCols : kGemmCols;
+        const int col_tasks_q = (r + cols - 1) / cols;
+        const int col_tasks_o = (dv + cols - 1) / cols;
 #pragma omp parallel num_threads(L.threads)
         {
             const int tid = omp_get_thread_num();
@@ -94,9 +94,12 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
 #pragma omp for schedule(static)
             for (int task = 0; task < G * col_tasks_q; ++task) {
                 const int64_t g = task / col_tasks_q;
-                const int n0 = task % col_tasks_q * kGemmCols;
-                project(static_cast<int>(M), std::min(kGemmCols, r - n0), dc, qc + g * M * dc, dc,
-                        g * (dc + dv) * static_cast<int64_t>(r) + n0, false, r, qt + g * M * r + n0, r);
+                const int n0 = task % col_tasks_q * cols;
+                const int64_t off = g * (dc + dv) * static_cast<int64_t>(r) + n0;  // W_UK[g], columns n0..
+                if (lw.bf16()) gemm_bf16(static_cast<int>(M), std::min(cols, r - n0), dc, qc + g * M * dc, dc,
+                                         w16 + off, r, qt + g * M * r + n0, r);
+                else gemm(static_cast<int>(M), std::min(cols, r - n0), dc, qc + g * M * dc, dc, w + off, r,
+                          qt + g * M * r + n0, r);
             }
             // 3. Transposed query blocks [q~ | qr] per sequence; padding rows are 0.
 #pragma omp for schedule(static)
@@ -194,9 +197,13 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
 #pragma omp for schedule(static)
             for (int task = 0; task < G * col_tasks_o; ++task) {
                 const int64_t g = task / col_tasks_o;
-                const int n0 = task % col_tasks_o * kGemmCols;
-                project(static_cast<int>(M), std::min(kGemmCols, dv - n0), r, qt + g * M * r, r,
-                        g * (dc + dv) + dc + n0, true, NW, out + g * M * dv + n0, dv);
+                const int n0 = task % col_tasks_o * cols;
+                // W_UV[g]^T, columns n0..: a contiguous [r][dv] block in bf16,
+                // G*(d_c+d_v) apart inside W^T in f32.
+                if (lw.bf16()) gemm_bf16(static_cast<int>(M), std::min(cols, dv - n0), r, qt + g * M * r, r,
+                                         wuv16 + g * r * static_cast<int64_t>(dv) + n0, dv, out + g * M * dv + n0, dv);
+                else gemm(static_cast<int>(M), std::min(cols, dv - n0), r, qt + g * M * r, r,
+                          wt + g * (dc + dv) + dc + n0, NW, out + g * M * dv + n0, dv);
             }
             // 7. Output rows in the io dtype.
 #pragma omp for schedule(static)

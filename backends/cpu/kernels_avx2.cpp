@@ -20,6 +20,7 @@ struct Simd {
     static constexpr int kAbsorbRowVecs = 2;
     static constexpr int kAbsorbDims = 6;    // absorb values: 6 latent dims x 2 row vectors
     static constexpr int kGemmVecs = 2;
+    static constexpr int kGemvVecs = 8;  // single-row GEMM: vectors per row pass
 
     static inline V zero() { return _mm256_setzero_ps(); }
     static inline V set1(float x) { return _mm256_set1_ps(x); }

@@ -18,6 +18,7 @@ struct Simd {
     static constexpr int kAbsorbRowVecs = 4;
     static constexpr int kAbsorbDims = 4;
     static constexpr int kGemmVecs = 4;
+    static constexpr int kGemvVecs = 4;  // single-row GEMM: vectors per row pass
 
     static inline V zero() { return 0.0f; }
     static inline V set1(float x) { return x; }

@@ -12,6 +12,7 @@ struct Simd {
     static constexpr int kAbsorbRowVecs = 2;
     static constexpr int kAbsorbDims = 8;    // absorb values: 8 latent dims x 2 row vectors
     static constexpr int kGemmVecs = 4;
+    static constexpr int kGemvVecs = 16;  // single-row GEMM: vectors per row pass
 
     static inline V zero() { return _mm512_setzero_ps(); }
     static inline V set1(float x) { return _mm512_set1_ps(x); }

@@ -113,17 +113,23 @@ TEST_CASE("cost model: bytes and FLOPs of a small GQLA config, counted by hand")
     CHECK(r.chosen == GQLA_PATH_GQA);
 }
 
-TEST_CASE("cost model: weights are priced in the cache dtype on CUDA, f32 on CPU") {
+TEST_CASE("cost model: weights are priced in the cache dtype on CUDA; on CPU bf16 for bf16 caches, else f32") {
     gqla_config c = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_BF16, GQLA_DTYPE_F32);
     gqla_probe_info cuda = unit_cpu_probe();
     cuda.device = GQLA_DEVICE_CUDA;
     cuda.peak_gflops_bf16 = 1;
     const gqla_workload w = workload(2, 10, 3);
     const double qo = 1152, latent = 20 * 10 * 2;
-    CHECK(gqla::predict_cost(c, unit_cpu_probe(), w, pure_roofline()).absorb.bytes == latent + 160 * 4 + qo);
+    CHECK(gqla::predict_cost(c, unit_cpu_probe(), w, pure_roofline()).absorb.bytes == latent + 160 * 2 + qo);
     CHECK(gqla::predict_cost(c, cuda, w, pure_roofline()).absorb.bytes == latent + 160 * 2 + qo);
-    CHECK(gqla::weight_storage_dtype(c, GQLA_DEVICE_CPU) == GQLA_DTYPE_F32);
+    CHECK(gqla::weight_storage_dtype(c, GQLA_DEVICE_CPU) == GQLA_DTYPE_BF16);
     CHECK(gqla::weight_storage_dtype(c, GQLA_DEVICE_CUDA) == GQLA_DTYPE_BF16);
+    gqla_config f16 = c;
+    f16.cache_dtype = GQLA_DTYPE_F16;
+    const double latent16 = 20 * 10 * 2;
+    CHECK(gqla::predict_cost(f16, unit_cpu_probe(), w, pure_roofline()).absorb.bytes == latent16 + 160 * 4 + qo);
+    CHECK(gqla::weight_storage_dtype(f16, GQLA_DEVICE_CPU) == GQLA_DTYPE_F32);
+    CHECK(gqla::weight_storage_dtype(f16, GQLA_DEVICE_CUDA) == GQLA_DTYPE_F16);
 }
 
 TEST_CASE("cost model: peak by device and cache dtype") {
@@ -134,6 +140,14 @@ TEST_CASE("cost model: peak by device and cache dtype") {
     CHECK(gqla::priced_peak_gflops(bf16, gpu) == doctest::Approx(100e3));
     CHECK(gqla::priced_peak_gflops(f32, gpu) == doctest::Approx(100e3 / 16));
     gqla_probe_info cpu = unit_cpu_probe();
+    CHECK(gqla::priced_peak_gflops(bf16, cpu) == doctest::Approx(1));
+    // AVX512-BF16 hosts run bf16 caches on bf16 dot products: twice the f32
+    // FMA rate (and never the AMX peak, which the kernels do not use).
+    cpu.isa_flags = GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL | GQLA_ISA_AVX512BF16 | GQLA_ISA_AMX;
+    cpu.peak_gflops_bf16 = 32;
+    CHECK(gqla::priced_peak_gflops(bf16, cpu) == doctest::Approx(2));
+    CHECK(gqla::priced_peak_gflops(f32, cpu) == doctest::Approx(1));
+    cpu.isa_flags &= ~static_cast<uint64_t>(GQLA_ISA_AVX512BF16);
     CHECK(gqla::priced_peak_gflops(bf16, cpu) == doctest::Approx(1));
 }
 
