@@ -150,16 +150,39 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
         // S = Q K^T, scaled to log2 units, causal mask.
         for (int pair = warp; pair < MR * (BN / 16); pair += NW) {
             const int rt = pair / (BN / 16), tc = pair % (BN / 16);
+            // KSETS independent accumulator pairs over interleaved k-steps:
+            // with one pair, the 36 k-steps of a 576-wide latent key were one
+            // chain of dependent MMAs per tile (the absorb path's bound).
+            constexpr int KSETS = 4;
             float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            float sk[KSETS - 1][2][4] = {};
             const T* qrow = sQ + (rt * 16 + (lane & 15)) * L.k_stride + (lane >> 4) * 8;
             const T* krow = tK + (tc * 16 + (lane & 7) + ((lane >> 4) << 3)) * L.k_stride + ((lane >> 3) & 1) * 8;
-            for (int kk = 0; kk < L.dk16; kk += 16) {
+            int kk = 0;
+            for (; kk + 16 * KSETS <= L.dk16; kk += 16 * KSETS) {
+#pragma unroll
+                for (int k = 0; k < KSETS; ++k) {
+                    uint32_t a[4], bk[4];
+                    ldmatrix_x4(a, qrow + kk + 16 * k);
+                    ldmatrix_x4(bk, krow + kk + 16 * k);
+                    float (*acc)[4] = k == 0 ? s : sk[k - 1];
+                    mma_16816<T>(acc[0], a, bk[0], bk[1]);
+                    mma_16816<T>(acc[1], a, bk[2], bk[3]);
+                }
+            }
+            for (; kk < L.dk16; kk += 16) {
                 uint32_t a[4], bk[4];
                 ldmatrix_x4(a, qrow + kk);
                 ldmatrix_x4(bk, krow + kk);
                 mma_16816<T>(s[0], a, bk[0], bk[1]);
                 mma_16816<T>(s[1], a, bk[2], bk[3]);
             }
+#pragma unroll
+            for (int k = 0; k < KSETS - 1; ++k)
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[n][e] += sk[k][n][e];
 #pragma unroll
             for (int n = 0; n < 2; ++n)
 #pragma unroll

@@ -217,16 +217,19 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
         const T* tV = tK + 16 * L.k_stride;
 
         // S^T = K Q^T: A = K rows (16 tokens) from smem, B = Q^T registers.
-        float s[4] = {0.f, 0.f, 0.f, 0.f};
+        // Even and odd k-steps in two accumulators: half the dependent chain.
+        float s[4] = {0.f, 0.f, 0.f, 0.f}, s_odd[4] = {0.f, 0.f, 0.f, 0.f};
         const T* krow = tK + (lane & 15) * L.k_stride + (lane >> 4) * 8;
 #pragma unroll
         for (int ks = 0; ks < MAX_KS; ++ks) {
             if (ks < k_steps) {
                 uint32_t a[4];
                 ldmatrix_x4(a, krow + ks * 16);
-                mma_16816<T>(s, a, qb[ks][0], qb[ks][1]);
+                mma_16816<T>(ks % 2 ? s_odd : s, a, qb[ks][0], qb[ks][1]);
             }
         }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[e] += s_odd[e];
         // s[e]: token fr (+8 for e >= 2), query row 2fc + (e & 1).
         const int tok0 = chunk_first(c);
         float alpha[2];
