@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/cpu_features.hpp"
 #include "core/dtype.hpp"
 
 namespace gqla {
@@ -64,8 +65,8 @@ namespace {
 // CPUs whose kernels run bf16 caches on AVX512-BF16 dot products (twice the
 // f32 FMA rate; AMX tiles are not used, so its peak does not count).
 bool cpu_bf16_dot(const gqla_config& cfg, const gqla_probe_info& probe) {
-    const uint64_t need = GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL | GQLA_ISA_AVX512BF16;
-    return probe.device == GQLA_DEVICE_CPU && cfg.cache_dtype == GQLA_DTYPE_BF16 && (probe.isa_flags & need) == need;
+    return probe.device == GQLA_DEVICE_CPU && cfg.cache_dtype == GQLA_DTYPE_BF16 &&
+           isa_has(probe.isa_flags, kIsaBf16Dot);
 }
 
 }  // namespace

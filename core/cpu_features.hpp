@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "gqla/gqla.h"
+
 namespace gqla {
 
 struct CpuIdentity {
@@ -25,6 +27,15 @@ uint64_t cpu_isa_flags_uncapped();
 // "amx"/"all" (case-insensitive). NULL, "" or an unknown value leave the flags
 // unchanged, as oneDNN does with ONEDNN_MAX_CPU_ISA.
 uint64_t cap_isa_flags(uint64_t flags, const char* max_isa);
+
+// ISA bits of the CPU backend's kernel tables, in one place for the dispatch,
+// the cost model (which prices what the kernels use) and the bench: the
+// AVX-512 kernels, and the AVX-512 bf16 dot products that bf16 caches run on
+// where the AVX-512 kernels run.
+constexpr uint64_t kIsaAvx512Kernels =
+    GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL | GQLA_ISA_FMA | GQLA_ISA_F16C;
+constexpr uint64_t kIsaBf16Dot = GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL | GQLA_ISA_AVX512BF16;
+constexpr bool isa_has(uint64_t flags, uint64_t need) { return (flags & need) == need; }
 
 // Names of the set bits in order ("sse4.2", "avx", ..., "amx"); writes up to
 // `max` pointers to static strings and returns how many bits are set.

@@ -2,11 +2,11 @@
 // described from cpuid and sysfs, with roofline numbers measured once per
 // process (and ISA cap) or estimated from specs.
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <chrono>
 #include <mutex>
 #include <new>
 #include <string>

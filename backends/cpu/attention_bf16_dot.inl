@@ -29,6 +29,17 @@ constexpr int kPvChunks = 2;    // 32-dim chunks per value tile: 4 rows x 2 x (l
 
 static inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
+// vpunpck[lh]wd pair two vectors within 128-bit lanes: of 32 dims, lo lane
+// 4g + i holds dim 8g + i and hi lane 4g + i dim 8g + 4 + i ("pair order").
+// permutex2var(lo, pair_order_first(), hi) gives dims 0-15 in order,
+// permutex2var(lo, pair_order_second(), hi) dims 16-31 (index >= 16: hi).
+static inline __m512i pair_order_first() {
+    return _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+}
+static inline __m512i pair_order_second() {
+    return _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+}
+
 // Queries of all rows as bf16, each key segment padded with zeros to 32.
 static inline void round_queries(const GqaItem& it, uint16_t* qb, int64_t qb_ld) {
     const int p1 = (it.d1 + 31) / 32 * 32;
@@ -198,16 +209,7 @@ static inline void pv_rows(const GqaItem& it, int r0, int n, const uint16_t* v, 
 
 // Pair order -> natural order for the first dv / 32 * 32 dims of each row.
 static inline void unpair_accumulators(const GqaItem& it) {
-    // out[0..15] = dims 0-15, out[16..31] = dims 16-31 from lo (index < 16)
-    // and hi (index >= 16): lo lane 4g + i holds dim 8g + i, hi lane 4g + i
-    // holds dim 8g + 4 + i.
-    alignas(64) int32_t first[16], second[16];
-    for (int dim = 0; dim < 32; ++dim) {
-        const int g = dim / 8, w = dim % 8;
-        const int idx = w < 4 ? 4 * g + w : 16 + 4 * g + (w - 4);
-        (dim < 16 ? first[dim] : second[dim - 16]) = idx;
-    }
-    const __m512i i0 = _mm512_load_si512(first), i1 = _mm512_load_si512(second);
+    const __m512i i0 = pair_order_first(), i1 = pair_order_second();
     const int paired = it.dv / 32 * 32;
     for (int r = 0; r < it.rows; ++r)
         for (int d = 0; d < paired; d += 32) {
@@ -232,7 +234,7 @@ static void gqa_attend_bf16(const GqaItem& it) {
     float* corr = it.scratch + it.rows * kGqaTokenBlock;
     const int64_t qb_ld = gqa_bf16_query_ld(it.d1, it.d2);
     uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
-    uint16_t* pb = qb + gqa_round16(it.rows * qb_ld / 2) * 2;
+    uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
     round_queries(it, qb, qb_ld);
 
     GqaBlock<GQLA_DTYPE_BF16> cur = GqaBlock<GQLA_DTYPE_BF16>::at(it, it.t0);
@@ -366,14 +368,7 @@ static inline void absorb_scores_cols_bf16(const AbsorbItem& it, int n, const ui
 // token pairs with 0); pp[jp][rows] = (p[2jp][rows], p[2jp + 1][rows]).
 static inline void absorb_pair_block(const AbsorbItem& it, int n, const uint16_t* c, uint32_t* cp, uint32_t* pp) {
     const int r = it.r, R = it.rows_pad;
-    // unpack[lo|hi]_epi16 pair within 128-bit lanes: lo lane 4g + i holds
-    // dim 8g + i, hi lane 4g + i dim 8g + 4 + i; the permutes restore order.
-    alignas(64) int32_t first[16], second[16];
-    for (int dim = 0; dim < 32; ++dim) {
-        const int g = dim / 8, w = dim % 8;
-        (dim < 16 ? first[dim] : second[dim - 16]) = w < 4 ? 4 * g + w : 16 + 4 * g + (w - 4);
-    }
-    const __m512i i0 = _mm512_load_si512(first), i1 = _mm512_load_si512(second);
+    const __m512i i0 = pair_order_first(), i1 = pair_order_second();  // back to natural k order
     for (int jp = 0; jp < (n + 1) / 2; ++jp) {
         const uint16_t* a = c + static_cast<int64_t>(2 * jp) * r;
         const bool pair = 2 * jp + 1 < n;
@@ -450,8 +445,8 @@ static void absorb_attend_bf16(const AbsorbItem& it) {
     int64_t min_limit = it.row_limit[0];
     for (int i = 1; i < R; ++i) min_limit = it.row_limit[i] < min_limit ? it.row_limit[i] : min_limit;
     uint32_t* qp = it.pairs;
-    uint32_t* cp = qp + gqa_round16(int64_t(K / 2) * R);
-    uint32_t* pp = cp + gqa_round16(int64_t(kAbsorbTokenBlock / 2) * it.r);
+    uint32_t* cp = qp + round16(int64_t(K / 2) * R);
+    uint32_t* pp = cp + round16(int64_t(kAbsorbTokenBlock / 2) * it.r);
     absorb_pair_queries(it, qp);
 
     // Latent and rope rows of the block of `n` tokens at position t.

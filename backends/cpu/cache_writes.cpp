@@ -25,10 +25,47 @@ Slot slot_of(const int32_t* page_table, int64_t pos, int32_t page_size) {
     return Slot{page_table[pos / page_size], pos % page_size};
 }
 
+// Calls f(slot, row) for every position the items write, row being the
+// position's row in the appended tensors.
+template <typename F>
+void for_each_position(const gqla_append_item* items, int32_t num_items, int32_t page_size, F f) {
+    for (int32_t it = 0; it < num_items; ++it) {
+        const gqla_append_item& item = items[it];
+        for (int64_t i = 0; i < item.count; ++i)
+            f(slot_of(item.page_table, item.start + i, page_size), item.row_offset + i);
+    }
+}
+
+// Latent rows (as stored, widened to f32) gathered for expand_slots.
+struct LatentRows {
+    std::vector<Slot> slots;
+    std::vector<float> latent;
+
+    // Room for the items' positions; false when out of memory.
+    bool reserve(const gqla_append_item* items, int32_t num_items, int64_t r) {
+        int64_t n = 0;
+        for (int32_t it = 0; it < num_items; ++it) n += items[it].count;
+        try {
+            slots.reserve(static_cast<size_t>(n));
+            latent.resize(static_cast<size_t>(n * r));
+        } catch (const std::bad_alloc&) {
+            return false;
+        }
+        return true;
+    }
+    // Appends the latent row stored at `c_row` for slot s.
+    void add(const CpuContext* ctx, const void* c_row, Slot s) {
+        load_row_f32(c_row, ctx->desc.cache_dtype, ctx->desc.latent_dim, 1.0f,
+                     latent.data() + slots.size() * ctx->desc.latent_dim);
+        slots.push_back(s);
+    }
+};
+
 // Expands the latent rows (already rounded to the cache dtype, as f32) of
 // the given slots into KC/VE of `layer`.
-gqla_status expand_slots(CpuContext* ctx, int32_t layer, const std::vector<Slot>& slots,
-                         const std::vector<float>& latent) {
+gqla_status expand_slots(CpuContext* ctx, int32_t layer, const LatentRows& rows) {
+    const std::vector<Slot>& slots = rows.slots;
+    const std::vector<float>& latent = rows.latent;
     const gqla_backend_desc& d = ctx->desc;
     const LayerWeights& w = ctx->weights[static_cast<size_t>(layer)];
     if (!w.set()) return fail(ctx, GQLA_ERR_INVALID_STATE, "weights of layer %d are not set", layer);
@@ -68,19 +105,14 @@ gqla_status append_gqa_kind(CpuContext* ctx, const gqla_append_args* a) {
     char* K = static_cast<char*>(ctx->pool_layer(ctx->kept[0], a->layer));
     char* V = static_cast<char*>(ctx->pool_layer(ctx->kept[1], a->layer));
     const size_t es = ctx->elem_size;
-    for (int32_t it = 0; it < a->num_items; ++it) {
-        const gqla_append_item& item = a->items[it];
-        for (int64_t i = 0; i < item.count; ++i) {
-            const Slot s = slot_of(item.page_table, item.start + i, d.page_size);
-            const int64_t row = item.row_offset + i;
-            for (int64_t g = 0; g < d.num_kv_heads; ++g) {
-                const int64_t k_off = s.page * ctx->kept[0].page_elems + (g * P + s.slot) * D;
-                const int64_t v_off = s.page * ctx->kept[1].page_elems + (g * P + s.slot) * Dv;
-                convert_row(view_at(a->a, row, g), a->a.dtype, K + k_off * es, d.cache_dtype, static_cast<int>(D));
-                convert_row(view_at(a->b, row, g), a->b.dtype, V + v_off * es, d.cache_dtype, static_cast<int>(Dv));
-            }
+    for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t row) {
+        for (int64_t g = 0; g < d.num_kv_heads; ++g) {
+            const int64_t k_off = s.page * ctx->kept[0].page_elems + (g * P + s.slot) * D;
+            const int64_t v_off = s.page * ctx->kept[1].page_elems + (g * P + s.slot) * Dv;
+            convert_row(view_at(a->a, row, g), a->a.dtype, K + k_off * es, d.cache_dtype, static_cast<int>(D));
+            convert_row(view_at(a->b, row, g), a->b.dtype, V + v_off * es, d.cache_dtype, static_cast<int>(Dv));
         }
-    }
+    });
     return GQLA_OK;
 }
 
@@ -93,39 +125,22 @@ gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
         if (!ctx->weights[static_cast<size_t>(a->layer)].set())
             return fail(ctx, GQLA_ERR_INVALID_STATE, "append: weights of layer %d are not set", a->layer);
     }
-    std::vector<Slot> slots;
-    std::vector<float> latent;
-    if (expand) {
-        int64_t n = 0;
-        for (int32_t it = 0; it < a->num_items; ++it) n += a->items[it].count;
-        try {
-            slots.reserve(static_cast<size_t>(n));
-            latent.resize(static_cast<size_t>(n * r));
-        } catch (const std::bad_alloc&) {
-            return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
-        }
-    }
+    LatentRows expanded;
+    if (expand && !expanded.reserve(a->items, a->num_items, r))
+        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
     char* C = static_cast<char*>(ctx->pool_layer(ctx->kept[0], a->layer));
     char* KR = static_cast<char*>(ctx->pool_layer(ctx->kept[1], a->layer));
     const size_t es = ctx->elem_size;
-    for (int32_t it = 0; it < a->num_items; ++it) {
-        const gqla_append_item& item = a->items[it];
-        for (int64_t i = 0; i < item.count; ++i) {
-            const Slot s = slot_of(item.page_table, item.start + i, d.page_size);
-            const int64_t row = item.row_offset + i;
-            char* c_dst = C + (s.page * ctx->kept[0].page_elems + s.slot * r) * es;
-            convert_row(view_at(a->a, row), a->a.dtype, c_dst, d.cache_dtype, static_cast<int>(r));
-            convert_row(view_at(a->b, row), a->b.dtype, KR + (s.page * ctx->kept[1].page_elems + s.slot * dr) * es,
-                        d.cache_dtype, static_cast<int>(dr));
-            if (expand) {
-                // The expansion sees the latent as stored, so it matches a
-                // later re-expansion from the cache bit for bit.
-                load_row_f32(c_dst, d.cache_dtype, static_cast<int>(r), 1.0f, latent.data() + slots.size() * r);
-                slots.push_back(s);
-            }
-        }
-    }
-    return expand ? expand_slots(ctx, a->layer, slots, latent) : GQLA_OK;
+    for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t row) {
+        char* c_dst = C + (s.page * ctx->kept[0].page_elems + s.slot * r) * es;
+        convert_row(view_at(a->a, row), a->a.dtype, c_dst, d.cache_dtype, static_cast<int>(r));
+        convert_row(view_at(a->b, row), a->b.dtype, KR + (s.page * ctx->kept[1].page_elems + s.slot * dr) * es,
+                    d.cache_dtype, static_cast<int>(dr));
+        // The expansion sees the latent as stored, so it matches a later
+        // re-expansion from the cache bit for bit.
+        if (expand) expanded.add(ctx, c_dst, s);
+    });
+    return expand ? expand_slots(ctx, a->layer, expanded) : GQLA_OK;
 }
 
 }  // namespace
@@ -142,29 +157,15 @@ gqla_status expand_tokens(CpuContext* ctx, const gqla_expand_args* a) {
         return fail(ctx, GQLA_ERR_INVALID_STATE, "expand: no expanded cache");
     if (a->layer < 0 || a->layer >= d.num_layers)
         return fail(ctx, GQLA_ERR_INVALID_ARGUMENT, "expand: layer %d", a->layer);
-    const int64_t r = d.latent_dim;
-    int64_t n = 0;
-    for (int32_t it = 0; it < a->num_items; ++it) n += a->items[it].count;
-    if (n == 0) return GQLA_OK;
-    std::vector<Slot> slots;
-    std::vector<float> latent;
-    try {
-        slots.reserve(static_cast<size_t>(n));
-        latent.resize(static_cast<size_t>(n * r));
-    } catch (const std::bad_alloc&) {
+    LatentRows rows;
+    if (!rows.reserve(a->items, a->num_items, d.latent_dim))
         return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "expand: out of memory");
-    }
+    if (rows.latent.empty()) return GQLA_OK;
     const char* C = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], a->layer));
-    for (int32_t it = 0; it < a->num_items; ++it) {
-        const gqla_append_item& item = a->items[it];
-        for (int64_t i = 0; i < item.count; ++i) {
-            const Slot s = slot_of(item.page_table, item.start + i, d.page_size);
-            load_row_f32(C + (s.page * ctx->kept[0].page_elems + s.slot * r) * ctx->elem_size, d.cache_dtype,
-                         static_cast<int>(r), 1.0f, latent.data() + slots.size() * r);
-            slots.push_back(s);
-        }
-    }
-    return expand_slots(ctx, a->layer, slots, latent);
+    for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t) {
+        rows.add(ctx, C + (s.page * ctx->kept[0].page_elems + s.slot * d.latent_dim) * ctx->elem_size, s);
+    });
+    return expand_slots(ctx, a->layer, rows);
 }
 
 gqla_status copy_pages(CpuContext* ctx, int32_t n, const int32_t* src, const int32_t* dst) {

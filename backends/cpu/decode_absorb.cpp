@@ -74,12 +74,12 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
             const int tid = omp_get_thread_num();
             float* tws = ws + W.thread_off + W.thread_floats * static_cast<size_t>(tid);
             float* t_ctile = tws;
-            float* t_stile = t_ctile + (kAbsorbTokenBlock * K + 15) / 16 * 16;
-            float* t_acc = t_stile + (kAbsorbTokenBlock * RB + RB + 15) / 16 * 16;
-            float* t_m = t_acc + (static_cast<int64_t>(r) * RB + 15) / 16 * 16;
+            float* t_stile = t_ctile + round16(kAbsorbTokenBlock * K);
+            float* t_acc = t_stile + round16(kAbsorbTokenBlock * RB + RB);
+            float* t_m = t_acc + round16(static_cast<int64_t>(r) * RB);
             float* t_l = t_m + RB;
             int64_t* t_limit = reinterpret_cast<int64_t*>(t_l + RB);
-            uint32_t* t_pairs = reinterpret_cast<uint32_t*>(t_m + (4 * RB + 15) / 16 * 16);
+            uint32_t* t_pairs = reinterpret_cast<uint32_t*>(t_m + round16(4 * RB));
 
             // 1. Nope parts of the queries, group-major rows m = (b, i, hh).
 #pragma omp for schedule(static)

@@ -86,7 +86,7 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
             float* tws = ws + W.thread_off + W.thread_floats * static_cast<size_t>(tid);
             float* t_scratch = tws;
             float* t_acc = t_scratch + gqa_scratch_floats(rows, dk);
-            float* t_m = t_acc + (static_cast<int64_t>(rows) * dv + 15) / 16 * 16;
+            float* t_m = t_acc + round16(static_cast<int64_t>(rows) * dv);
             float* t_l = t_m + rows;
             int64_t* t_limit = reinterpret_cast<int64_t*>(t_l + rows);  // 2 * rows floats past an aligned start
 

@@ -1,6 +1,7 @@
 // Runtime choice of the kernel table from the probe's ISA bits (which honor
 // the GQLA_MAX_ISA cap, so a capped run exercises the narrower kernels).
 #include "backends/cpu/kernel_table.hpp"
+#include "core/cpu_features.hpp"
 #include "core/probe.hpp"
 
 namespace gqla::cpu {
@@ -11,16 +12,9 @@ bool host_has(Isa isa) {
     const uint64_t f = cpu_isa_flags();
     switch (isa) {
         case Isa::Scalar: return true;
-        case Isa::Avx2: {
-            const uint64_t need = GQLA_ISA_AVX2 | GQLA_ISA_FMA | GQLA_ISA_F16C;
-            return (f & need) == need;
-        }
-        case Isa::Avx512: {
-            const uint64_t need = GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL | GQLA_ISA_FMA |
-                                  GQLA_ISA_F16C;
-            return (f & need) == need;
-        }
-        case Isa::Avx512Bf16: return host_has(Isa::Avx512) && (f & GQLA_ISA_AVX512BF16) != 0;
+        case Isa::Avx2: return isa_has(f, GQLA_ISA_AVX2 | GQLA_ISA_FMA | GQLA_ISA_F16C);
+        case Isa::Avx512: return isa_has(f, kIsaAvx512Kernels);
+        case Isa::Avx512Bf16: return isa_has(f, kIsaAvx512Kernels | kIsaBf16Dot);
     }
     return false;
 }

@@ -20,12 +20,13 @@ constexpr int kAbsorbTokenBlock = 32;
 // the score block and the per-row rescale, then room for the rows' queries
 // and probabilities as bf16 pairs (kernels with bf16 dot products; each key
 // segment padded to 32 elements). Offsets are multiples of 16 floats.
-constexpr int64_t gqa_round16(int64_t n) { return (n + 15) / 16 * 16; }
-constexpr int64_t gqa_scratch_scores_floats(int64_t rows) { return gqa_round16(rows * (kGqaTokenBlock + 1)); }
+// Workspace parts start at multiples of 16 floats (64 bytes).
+constexpr int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+constexpr int64_t gqa_scratch_scores_floats(int64_t rows) { return round16(rows * (kGqaTokenBlock + 1)); }
 constexpr int64_t gqa_bf16_query_ld(int64_t d1, int64_t d2) { return (d1 + 31) / 32 * 32 + (d2 + 31) / 32 * 32; }
 constexpr int64_t gqa_scratch_floats(int64_t rows, int64_t dk) {
-    return gqa_scratch_scores_floats(rows) + gqa_round16(rows * ((dk + 31) / 32 * 32 + 32) / 2) +
-           gqa_round16(rows * kGqaTokenBlock / 2);
+    return gqa_scratch_scores_floats(rows) + round16(rows * ((dk + 31) / 32 * 32 + 32) / 2) +
+           round16(rows * kGqaTokenBlock / 2);
 }
 
 // Query rows of the absorb kernel live in SIMD lanes; blocks are padded to
@@ -81,8 +82,8 @@ struct AbsorbItem {
 // pairs over tokens [kAbsorbTokenBlock / 2][r] and its probabilities as
 // pairs over tokens [kAbsorbTokenBlock / 2][rows]; each part 16-aligned.
 constexpr int64_t absorb_pair_scratch_floats(int64_t K, int64_t r, int64_t rows) {
-    return gqa_round16((K + 1) / 2 * rows) + gqa_round16(kAbsorbTokenBlock / 2 * r) +
-           gqa_round16(kAbsorbTokenBlock / 2 * rows);
+    return round16((K + 1) / 2 * rows) + round16(kAbsorbTokenBlock / 2 * r) +
+           round16(kAbsorbTokenBlock / 2 * rows);
 }
 
 using GqaAttendFn = void (*)(const GqaItem&);

@@ -14,13 +14,11 @@ namespace {
 constexpr int64_t kChunkRows = 4096;
 constexpr int kAbsorbMaxRowBlock = 64;
 
-size_t round16(size_t n) { return (n + 15) / 16 * 16; }
-
 struct Bump {
     size_t at = 0;
     size_t take(size_t floats) {
         size_t off = at;
-        at += round16(floats);
+        at += static_cast<size_t>(round16(static_cast<int64_t>(floats)));
         return off;
     }
 };

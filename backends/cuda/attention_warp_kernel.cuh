@@ -15,6 +15,7 @@
 
 #include "attention_common.cuh"
 #include "mma_primitives.cuh"
+#include "row_copies.cuh"
 
 namespace gqla::cuda {
 
@@ -42,34 +43,6 @@ __host__ __device__ inline WarpLayout warp_layout(int dk, int dv, bool alias, in
     L.f_off = L.kv_off + max_int(kWarpKernelWarps * L.warp_bytes, 16 * dv16 * 4);
     L.bytes = L.f_off + (2 * kWarpKernelWarps * 16 + 2 * 16) * 4;  // per-warp m, l; merged l, m
     return L;
-}
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16*) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, __half*) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// Copies 16 rows of `dim` elements into smem rows `stride` apart. Lane r < 16
-// holds row r's source (`row_src`, null past the end of the sequence).
-template <typename T>
-__device__ __forceinline__ void copy_rows16(T* dst, int stride, const T* row_src, int dim, const T* any_valid,
-                                            int lane) {
-    const int per_row = dim >> 3;  // 16-byte pieces per row (dims are multiples of 8)
-    const int total = 16 * per_row;
-    for (int idx = lane; idx - lane < total; idx += 32) {
-        // Every lane joins the shuffles, also those past the last piece.
-        const int row = idx < total ? idx / per_row : 0;
-        const T* src = reinterpret_cast<const T*>(
-            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row_src), row));
-        if (idx < total) {
-            const int c = (idx - row * per_row) << 3;
-            cp_async_16(dst + row * stride + c, src ? src + c : any_valid, src != nullptr);
-        }
-    }
 }
 
 template <typename T, int ST>
@@ -140,9 +113,9 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         T* v = k + 16 * L.k_stride;
         const bool valid = tb >= 0;
         const int64_t base = valid ? tb : 0;
-        copy_rows16(k, L.k_stride, valid ? k1 + pool_offset(p.k1, base, g) : nullptr, dk1, k1, lane);
-        if (dk2) copy_rows16(k + dk1, L.k_stride, valid ? k2 + pool_offset(p.k2, base, g) : nullptr, dk2, k2, lane);
-        if (!p.v_aliases_k1) copy_rows16(v, L.v_stride, valid ? vb + pool_offset(p.v, base, g) : nullptr, dv, vb, lane);
+        copy_scattered_rows16(k, L.k_stride, valid ? k1 + pool_offset(p.k1, base, g) : nullptr, dk1, k1, lane);
+        if (dk2) copy_scattered_rows16(k + dk1, L.k_stride, valid ? k2 + pool_offset(p.k2, base, g) : nullptr, dk2, k2, lane);
+        if (!p.v_aliases_k1) copy_scattered_rows16(v, L.v_stride, valid ? vb + pool_offset(p.v, base, g) : nullptr, dv, vb, lane);
     };
 
     float acc[MAX_NT][4];
@@ -213,10 +186,10 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         }
         // S accumulators (m16n8 x2) are exactly the A fragment of P (m16k16).
         uint32_t pa[4];
-        pa[0] = pack2(s[0][0], s[0][1], static_cast<T*>(nullptr));
-        pa[1] = pack2(s[0][2], s[0][3], static_cast<T*>(nullptr));
-        pa[2] = pack2(s[1][0], s[1][1], static_cast<T*>(nullptr));
-        pa[3] = pack2(s[1][2], s[1][3], static_cast<T*>(nullptr));
+        pa[0] = pack_pair(s[0][0], s[0][1], static_cast<T*>(nullptr));
+        pa[1] = pack_pair(s[0][2], s[0][3], static_cast<T*>(nullptr));
+        pa[2] = pack_pair(s[1][0], s[1][1], static_cast<T*>(nullptr));
+        pa[3] = pack_pair(s[1][2], s[1][3], static_cast<T*>(nullptr));
         const T* vrow = tV + ((lane & 7) + ((lane >> 3) & 1) * 8) * vstride + (lane >> 4) * 8;
 #pragma unroll
         for (int i = 0; i < MAX_NT; i += 2) {

@@ -24,52 +24,54 @@ int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int sm
     return o.blocks;
 }
 
+// Depth of a per-warp streaming kernel (narrow-group or per-warp) whose
+// depth st in [min_st, max_st] has occupancy slot slot0 + st - min_st: the
+// most resident CTAs first, then the deeper pipeline. These kernels are bound
+// by each warp's instruction latency, so warps that can issue matter more
+// than bytes in flight (H200, GQA 32/8: 2 stages x 3 CTAs per SM beat 3 x 2
+// by 7%, and 4 x 1 ran at half speed). Fills stages, smem and blocks of
+// *plan; false when no depth fits (or the pinned one does not).
+template <typename SmemOf>
+bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, int max_st, SmemOf smem_of,
+                           AttentionPlan* plan) {
+    int best_blocks = 0;
+    for (int st = min_st; st <= max_st; ++st) {
+        if (s.pinned_stages != 0 && st != s.pinned_stages) continue;
+        const int smem = smem_of(st);
+        const int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, slot0 + st - min_st, cache, smem, false) : 0;
+        if (blocks == 0 || blocks < best_blocks) continue;
+        best_blocks = blocks;
+        plan->stages = st;
+        plan->smem_bytes = smem;
+        plan->blocks_per_sm = blocks;
+    }
+    return best_blocks > 0;
+}
+
 }  // namespace
 
 AttentionPlan plan_attention(Session& s, const AttentionParams& p) {
     AttentionPlan plan;
     const gqla_dtype cache = s.desc.cache_dtype;
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
-    if (cache != GQLA_DTYPE_F32 && mma_dims && s.use_narrow_kernel && narrow_kernel_fits(p)) {
-        // Most resident CTAs first, then the deeper pipeline (see below).
-        int best_blocks = 0;
-        for (int st = kNarrowStagesMin; st <= kNarrowStagesMax; ++st) {
-            if (s.pinned_stages != 0 && st != s.pinned_stages) continue;
-            const int smem = narrow_smem_bytes(p, st);
-            const int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, kNarrowSlot0 + st - kNarrowStagesMin, cache, smem, false) : 0;
-            if (blocks == 0 || blocks < best_blocks) continue;
-            best_blocks = blocks;
-            plan.narrow = true;
-            plan.stages = st;
-            plan.rows_per_cta = kNarrowRows;
-            plan.tile_tokens = kNarrowTokens;
-            plan.smem_bytes = smem;
-            plan.blocks_per_sm = blocks;
-        }
-        if (plan.narrow) return plan;
+    const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
+    if (tensor_cores && s.use_narrow_kernel && narrow_kernel_fits(p) &&
+        plan_streaming_kernel(s, cache, kNarrowSlot0, kNarrowStagesMin, kNarrowStagesMax,
+                              [&](int st) { return narrow_smem_bytes(p, st); }, &plan)) {
+        plan.narrow = true;
+        plan.rows_per_cta = kNarrowRows;
+        plan.tile_tokens = kNarrowTokens;
+        return plan;
     }
-    if (cache != GQLA_DTYPE_F32 && mma_dims && s.use_warp_kernel && warp_kernel_fits(p)) {
-        // Most resident CTAs first, then the deeper pipeline: these kernels are
-        // bound by each warp's instruction latency, so warps that can issue
-        // matter more than bytes in flight (H200, GQA 32/8: 2 stages x 3 CTAs
-        // per SM beat 3 x 2 by 7%, and 4 x 1 ran at half speed).
-        int best_blocks = 0;
-        for (int st = kWarpStagesMin; st <= kWarpStagesMax; ++st) {
-            if (s.pinned_stages != 0 && st != s.pinned_stages) continue;
-            const int smem = warp_smem_bytes(p, st);
-            const int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, kWarpSlot0 + st - kWarpStagesMin, cache, smem, false) : 0;
-            if (blocks == 0 || blocks < best_blocks) continue;
-            best_blocks = blocks;
-            plan.per_warp = true;
-            plan.stages = st;
-            plan.rows_per_cta = kWarpRows;
-            plan.tile_tokens = kWarpTile;
-            plan.smem_bytes = smem;
-            plan.blocks_per_sm = blocks;
-        }
-        if (plan.per_warp) return plan;
+    if (tensor_cores && s.use_warp_kernel && warp_kernel_fits(p) &&
+        plan_streaming_kernel(s, cache, kWarpSlot0, kWarpStagesMin, kWarpStagesMax,
+                              [&](int st) { return warp_smem_bytes(p, st); }, &plan)) {
+        plan.per_warp = true;
+        plan.rows_per_cta = kWarpRows;
+        plan.tile_tokens = kWarpTile;
+        return plan;
     }
-    if (cache != GQLA_DTYPE_F32 && mma_dims) {
+    if (tensor_cores) {
         // Fewest rows per CTA that hold the group's rows, so K/V tiles are shared
         // by as many rows as possible without padding waste.
         MmaVariant order[3];

@@ -34,6 +34,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) 
                  : "r"(smem_addr(p)));
 }
 
+// Two floats as one register of packed 16-bit values (lo in the low half):
+// an MMA operand built from f32 accumulators.
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16*) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half*) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
 // Transposes an 8x8 b16 matrix held in the MMA fragment layout (lane holds
 // row lane/4, columns 2*(lane%4) and +1): the accumulator of S^T becomes the
 // B operand of the next product without a shared-memory round trip.

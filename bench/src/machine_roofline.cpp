@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/cpu_features.hpp"
 #include "support.hpp"
 
 namespace gqla::bench {
@@ -181,9 +182,8 @@ MachineRoofline measure_cpu_roofline(int threads) {
     gqla_probe_info info;
     std::memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
-    const uint64_t need = GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL | GQLA_ISA_AVX512BF16;
     m.kernels_use_bf16_dot = bf16_dot && gqla_probe(GQLA_DEVICE_CPU, 0, 0, &info) == GQLA_OK &&
-                             (info.isa_flags & need) == need;
+                             isa_has(info.isa_flags, kIsaBf16Dot);
     m.source = "measured: streaming sum over 1 GiB, " + std::to_string(kChains) + " independent FMA chains (" +
                m.isa + (bf16_dot ? "; and avx512bf16 dot chains" : "") + "), " + std::to_string(threads) + " threads";
     return m;
