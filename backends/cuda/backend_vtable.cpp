@@ -129,27 +129,27 @@ gqla_status vt_synchronize(void* ctx) {
 // probe's calibrated ~4000 GB/s read bandwidth and ~765 TFLOP/s bf16 peak.
 // The data and the fit are in bench/results/h200_validate_auto.json and
 // bench/fit_efficiency.py (least mean squared log error per path). On that
-// data the cheaper predicted path is the measured-faster one in 75 of 78
-// cells (mean regret 0.6%, max 35%: mla16 at batch 64, context 512, where
-// the absorb path's fixed cost is smaller than the fit's average).
-//   GQA path: streams the expanded cache at 0.72 of the probe bandwidth
+// data the cheaper predicted path is the measured-faster one in 76 of 78
+// cells (mean regret 0.05%, max 3.2%; 97% of predictions within 35%).
+//   GQA path: streams the expanded cache at 0.75 of the probe bandwidth
 //     (the narrow-group kernel; 0.8-0.95 on large batches, less on short or
 //     single sequences where the split combine and launches weigh in); its
-//     compute factor (0.045 of the tensor peak) only shows at s_q = 4, so it
-//     is the least certain number here; ~36 us per call.
-//   Absorb path: 0.54 of the bandwidth but 0.14 of the tensor peak (the
-//     mma.sync attention kernel is far from cuBLAS rates), and ~180 us per
-//     call: five launches (reorder, cuBLAS q projection, attention, cuBLAS
-//     o projection, reorder) against one fused kernel on the GQA path.
+//     compute factor (0.047 of the tensor peak) only shows at s_q = 4, so it
+//     is the least certain number here; ~35 us per call.
+//   Absorb path: 0.67 of the bandwidth and 0.35 of the tensor peak (the
+//     sm_90a latent kernel: one CTA per SM, its softmax between the two
+//     products not overlapped with them), ~89 us per call: five launches
+//     (reorder, cuBLAS q projection, attention, cuBLAS o projection,
+//     reorder) against one fused kernel on the GQA path.
 // Refit (rerun the bench, then the script) whenever these kernels change.
 void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
     (void)desc;
-    inout->memory[0] = 0.718;
-    inout->compute[0] = 0.0445;
-    inout->overhead_s[0] = 36.0e-6;
-    inout->memory[1] = 0.541;
-    inout->compute[1] = 0.1385;
-    inout->overhead_s[1] = 181.4e-6;
+    inout->memory[0] = 0.752;
+    inout->compute[0] = 0.047;
+    inout->overhead_s[0] = 34.8e-6;
+    inout->memory[1] = 0.67;
+    inout->compute[1] = 0.35;
+    inout->overhead_s[1] = 88.6e-6;
 }
 
 const gqla_backend_vtable kVtable = {

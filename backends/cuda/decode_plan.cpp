@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "latent_wgmma.hpp"
+
 namespace gqla::cuda {
 
 namespace {
@@ -55,6 +57,14 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p) {
     const gqla_dtype cache = s.desc.cache_dtype;
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
+    if (s.use_latent_wgmma && latent_wgmma_fits(p)) {
+        plan.latent_wgmma = true;
+        plan.rows_per_cta = kLatentRows;
+        plan.tile_tokens = kLatentTile;
+        plan.smem_bytes = latent_wgmma_smem_bytes();
+        plan.blocks_per_sm = 1;
+        return plan;
+    }
     if (tensor_cores && s.use_narrow_kernel && narrow_kernel_fits(p) &&
         plan_streaming_kernel(s, cache, kNarrowSlot0, kNarrowStagesMin, kNarrowStagesMax,
                               [&](int st) { return narrow_smem_bytes(p, st); }, &plan)) {

@@ -12,6 +12,7 @@ struct AttentionPlan {
     bool simt = false;
     bool per_warp = false;
     bool narrow = false;
+    bool latent_wgmma = false;  // absorb path on Hopper warpgroup MMAs
     int stages = 0;  // per-warp / narrow kernels: K/V chunks buffered per warp
     MmaVariant variant = MmaVariant::Small;
     int rows_per_cta = 0;

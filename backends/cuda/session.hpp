@@ -65,9 +65,11 @@ struct Session {
     struct Occupancy { int smem = -1; int blocks = 0; };
     Occupancy occupancy[9][2];
     // Tuning/debug knobs: GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0
-    // turn those kernels off; GQLA_CUDA_STAGES=n pins their depth (0: planned).
+    // / GQLA_CUDA_LATENT_WGMMA=0 turn those kernels off; GQLA_CUDA_STAGES=n pins their depth (0: planned).
     bool use_narrow_kernel = true;
     bool use_warp_kernel = true;
+    // sm_90a latent kernel for the absorb path (off: GQLA_CUDA_LATENT_WGMMA=0).
+    bool use_latent_wgmma = false;
     int pinned_stages = 0;
 };
 

@@ -329,6 +329,10 @@ int main() {
         run("gqla odd", [&] { test_gqla(t, 6, 2, 384, 96, 32, 80, 63, {1, 64, 65, 900}); });
         run("gqla mla", [&] { test_gqla(t, 16, 16, 512, 128, 64, 128, 64, {5, 700, 2000}); });
         run("gqla 32/8", [&] { test_gqla(t, 32, 8, 512, 64, 64, 128, 64, {3, 1500}); });
+        // Latent kernel shapes with pages that cut its 64-token tiles, a
+        // partial second row block (72 heads) and the DeepSeek-V3 head count.
+        run("gqla mla odd pages", [&] { test_gqla(t, 72, 8, 512, 64, 64, 64, 37, {2, 500, 1300}); });
+        run("gqla mla 128", [&] { test_gqla(t, 128, 128, 512, 32, 64, 32, 64, {70, 900}); });
         run("graph", [&] { test_graph_replay(t); });
     }
     std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);

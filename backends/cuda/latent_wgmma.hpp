@@ -1,0 +1,37 @@
+// Latent-attention decode kernel of the absorb path on Hopper warpgroup MMAs
+// (wgmma, sm_90a). Serves the MLA shape: keys = [latent (512) | rope (0 or
+// 64)], value = the same latent, up to 64 query rows (heads x s_q) per CTA.
+// Built only when the module targets sm_90 (as sm_90a code) and used only on
+// a device of compute capability 9.0; other shapes and GPUs keep the
+// mma.sync kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "attention_params.hpp"
+#include "gqla/gqla.h"
+
+namespace gqla::cuda {
+
+constexpr int kLatentRows = 64;    // query rows per CTA (the wgmma M)
+constexpr int kLatentTile = 64;    // tokens per pipeline stage
+constexpr int kLatentThreads = 256;  // two warpgroups, each owning half of the value columns
+
+#if GQLA_CUDA_HAS_SM90A
+// True when device `device` can run the kernel (compute capability 9.0).
+bool latent_wgmma_available(int device);
+// True when the launch's dims are the ones the kernel is built for.
+bool latent_wgmma_fits(const AttentionParams& p);
+int latent_wgmma_smem_bytes();
+void prepare_latent_wgmma_kernel(int device, int smem_optin);
+void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, dim3 grid, cudaStream_t stream);
+#else
+// Module built without sm_90a code: the mma.sync kernels serve every GPU.
+inline bool latent_wgmma_available(int) { return false; }
+inline bool latent_wgmma_fits(const AttentionParams&) { return false; }
+inline int latent_wgmma_smem_bytes() { return 0; }
+inline void prepare_latent_wgmma_kernel(int, int) {}
+inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, dim3, cudaStream_t) {}
+#endif
+
+}  // namespace gqla::cuda
