@@ -110,7 +110,7 @@ void DecodeWorkload::decode(int64_t first, int batch, int s_q, bool timed) {
     check(gqla_session_synchronize(session_), "gqla_session_synchronize");
 }
 
-double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_total_s, bool hot) {
+double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_total_s, bool hot, double min_total_s) {
     const int64_t groups = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(seqs_.size()) / batch);
     auto next = [&]() {
         const int64_t g = next_group_ % groups;
@@ -121,7 +121,8 @@ double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_tota
     for (int64_t i = 0; i < warmup; ++i) decode(next(), batch, s_q);
     std::vector<double> times, device_times;
     double spent = 0;
-    for (int i = 0; i < reps; ++i) {
+    constexpr int kMaxReps = 100000;
+    for (int i = 0; i < kMaxReps && (i < reps || spent < min_total_s); ++i) {
         const int64_t first = next();
         const double t0 = now_s();
         decode(first, batch, s_q, true);

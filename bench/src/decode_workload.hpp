@@ -46,8 +46,11 @@ public:
     // Median wall time (seconds) of `reps` decodes of `batch` sequences
     // (batch <= spec.batch), rotating over all disjoint groups of `batch`
     // sequences the session holds, after a short warm-up; stops early once
-    // `max_total_s` is spent (>= 3 reps). hot: always the first group.
-    double time_decode(int batch, int s_q, int reps, double max_total_s = 3.0, bool hot = false);
+    // `max_total_s` is spent (>= 3 reps), and goes on past `reps` until
+    // `min_total_s` is spent (short calls: the median then spans long enough
+    // to outvote a busy moment of the machine). hot: always the first group.
+    double time_decode(int batch, int s_q, int reps, double max_total_s = 3.0, bool hot = false,
+                       double min_total_s = 0.0);
     // CUDA sessions with device q/o: median device time (CUDA events around
     // each call, no host launch/sync latency) of the last time_decode; else 0.
     double last_device_seconds() const { return last_device_s_; }
