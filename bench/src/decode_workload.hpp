@@ -49,6 +49,10 @@ public:
     // `max_total_s` is spent (>= 3 reps), and goes on past `reps` until
     // `min_total_s` is spent (short calls: the median then spans long enough
     // to outvote a busy moment of the machine). hot: always the first group.
+    // Cold CPU timings also sweep twice the last-level cache before each
+    // call (untimed): the rotation keeps the cache cold, but the layer's
+    // weights, read by every call, would otherwise stay cached, which they
+    // are not in a model whose other layers run in between.
     double time_decode(int batch, int s_q, int reps, double max_total_s = 3.0, bool hot = false,
                        double min_total_s = 0.0);
     // CUDA sessions with device q/o: median device time (CUDA events around
@@ -77,6 +81,7 @@ private:
     std::unique_ptr<CudaEventTimer> timer_;
     double last_device_s_ = 0;
     int64_t next_group_ = 0;
+    std::vector<float> flush_;  // CPU cold timings: 2x the last-level cache, swept before each call
 };
 
 }  // namespace gqla::bench
