@@ -19,19 +19,30 @@ constexpr float kMaxFloor = -1e30f;
 // ---------------------------------------------------------- element access
 // Cache elements: f32 as is, f16 through F16C (or bits), bf16 by a shift.
 template <int DT> struct Elem;
+// load2 reads 2W consecutive elements into two vectors. For f32 and f16
+// they are the two halves in order; for bf16 (kPaired) the even-indexed and
+// the odd-indexed elements, which widen without shuffles (load_bf16_pair):
+// whatever meets them lane by lane (queries, accumulators) is kept in that
+// "pair order" over whole 2W blocks (see pair_order below).
 template <> struct Elem<GQLA_DTYPE_F32> {
     using T = float;
+    static constexpr bool kPaired = false;
     static inline Simd::V load(const T* p) { return Simd::load(p); }
+    static inline void load2(const T* p, Simd::V& a, Simd::V& b) { a = load(p); b = load(p + Simd::W); }
     static inline float scalar(const T* p) { return *p; }
 };
 template <> struct Elem<GQLA_DTYPE_F16> {
     using T = uint16_t;
+    static constexpr bool kPaired = false;
     static inline Simd::V load(const T* p) { return Simd::load_f16(p); }
+    static inline void load2(const T* p, Simd::V& a, Simd::V& b) { a = load(p); b = load(p + Simd::W); }
     static inline float scalar(const T* p) { return Simd::f16_scalar(*p); }
 };
 template <> struct Elem<GQLA_DTYPE_BF16> {
     using T = uint16_t;
+    static constexpr bool kPaired = true;
     static inline Simd::V load(const T* p) { return Simd::load_bf16(p); }
+    static inline void load2(const T* p, Simd::V& a, Simd::V& b) { Simd::load_bf16_pair(p, a, b); }
     static inline float scalar(const T* p) {
         uint32_t u = static_cast<uint32_t>(*p) << 16;
         float f;
@@ -39,6 +50,32 @@ template <> struct Elem<GQLA_DTYPE_BF16> {
         return f;
     }
 };
+
+// Pair order of a vector of n floats: every whole 2W block [x0 x1 ... x2W-1]
+// becomes [x0 x2 ... x2W-2 | x1 x3 ... x2W-1]; the tail past the last whole
+// block stays as is. to_pair_order copies src into dst in that order;
+// from_pair_order restores x in place.
+static inline void to_pair_order(const float* src, float* dst, int n) {
+    constexpr int W = Simd::W;
+    int b = 0;
+    for (; b + 2 * W <= n; b += 2 * W)
+        for (int i = 0; i < W; ++i) {
+            dst[b + i] = src[b + 2 * i];
+            dst[b + W + i] = src[b + 2 * i + 1];
+        }
+    for (; b < n; ++b) dst[b] = src[b];
+}
+static inline void from_pair_order(float* x, int n) {
+    constexpr int W = Simd::W;
+    float block[2 * W];
+    for (int b = 0; b + 2 * W <= n; b += 2 * W) {
+        for (int i = 0; i < W; ++i) {
+            block[2 * i] = x[b + i];
+            block[2 * i + 1] = x[b + W + i];
+        }
+        for (int i = 0; i < 2 * W; ++i) x[b + i] = block[i];
+    }
+}
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int64_t lmin(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -116,6 +153,22 @@ static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<
         const float* qs = seg == 0 ? q : q + d1;
         if (dk == 0) continue;
         int d = 0;
+        // Whole 2W blocks through load2 (queries in pair order), then W.
+        for (; d + 2 * W <= dk; d += 2 * W) {
+            V ka[NT], kb[NT];
+            GQLA_UNROLL
+            for (int t = 0; t < NT; ++t) Elem<DT>::load2(k + static_cast<int64_t>(t) * dk + d, ka[t], kb[t]);
+            GQLA_UNROLL
+            for (int r = 0; r < RB; ++r) {
+                V qa = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d);
+                V qb = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d + W);
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t) {
+                    acc[r * NT + t] = Simd::fma(qa, ka[t], acc[r * NT + t]);
+                    acc[r * NT + t] = Simd::fma(qb, kb[t], acc[r * NT + t]);
+                }
+            }
+        }
         for (; d + W <= dk; d += W) {
             V kv[NT];
             GQLA_UNROLL
@@ -185,8 +238,14 @@ static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T
     for (int j = 0; j < n; ++j) {
         if (pf) pf->step();
         V vv[NC];
-        GQLA_UNROLL
-        for (int c = 0; c < NC; ++c) vv[c] = Elem<DT>::load(v + static_cast<int64_t>(j) * dv + d + c * W);
+        if constexpr (NC % 2 == 0) {
+            // Whole 2W blocks: the accumulators of this tile hold them in pair order.
+            GQLA_UNROLL
+            for (int c = 0; c < NC; c += 2) Elem<DT>::load2(v + static_cast<int64_t>(j) * dv + d + c * W, vv[c], vv[c + 1]);
+        } else {
+            GQLA_UNROLL
+            for (int c = 0; c < NC; ++c) vv[c] = Elem<DT>::load(v + static_cast<int64_t>(j) * dv + d + c * W);
+        }
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
             V pb = Simd::set1(p[r * kGqaTokenBlock + j]);
@@ -274,10 +333,24 @@ struct GqaBlock {
 };
 
 template <int DT>
-static void gqa_attend(const GqaItem& it) {
+static void gqa_attend(const GqaItem& item) {
     using T = typename Elem<DT>::T;
     constexpr int RBmax = Simd::kScoreRows;
     constexpr int64_t es = sizeof(T);
+    static_assert(Simd::kPvChunks % 2 == 0, "value tiles must cover whole 2W blocks");
+    GqaItem it = item;
+    if constexpr (Elem<DT>::kPaired) {
+        // Queries in pair order, per key segment, to meet the keys' load2.
+        const int dk = it.d1 + it.d2;
+        float* qp = it.scratch + gqa_scratch_pair_query_offset(it.rows, dk);
+        for (int r = 0; r < it.rows; ++r) {
+            const float* src = item.q + static_cast<int64_t>(r) * item.q_ld;
+            to_pair_order(src, qp + static_cast<int64_t>(r) * dk, it.d1);
+            to_pair_order(src + it.d1, qp + static_cast<int64_t>(r) * dk + it.d1, it.d2);
+        }
+        it.q = qp;
+        it.q_ld = dk;
+    }
     for (int r = 0; r < it.rows; ++r) {
         it.m[r] = kMaxFloor;
         it.l[r] = 0.0f;
@@ -328,6 +401,12 @@ static void gqa_attend(const GqaItem& it) {
         }
         t += n;
         cur = next;
+    }
+    if constexpr (Elem<DT>::kPaired) {
+        // The value tiles of kPvChunks vectors kept their columns in pair order.
+        constexpr int tile = Simd::kPvChunks * Simd::W;
+        const int paired = it.dv / tile * tile;
+        for (int r = 0; r < it.rows; ++r) from_pair_order(it.acc + static_cast<int64_t>(r) * it.dv, paired);
     }
 }
 

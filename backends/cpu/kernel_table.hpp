@@ -24,9 +24,14 @@ constexpr int kAbsorbTokenBlock = 32;
 constexpr int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 constexpr int64_t gqa_scratch_scores_floats(int64_t rows) { return round16(rows * (kGqaTokenBlock + 1)); }
 constexpr int64_t gqa_bf16_query_ld(int64_t d1, int64_t d2) { return (d1 + 31) / 32 * 32 + (d2 + 31) / 32 * 32; }
-constexpr int64_t gqa_scratch_floats(int64_t rows, int64_t dk) {
+// ... and last the rows' f32 queries in pair order (f32-arithmetic kernels on
+// bf16 caches: see pair_order in attention_kernels.inl).
+constexpr int64_t gqa_scratch_pair_query_offset(int64_t rows, int64_t dk) {
     return gqa_scratch_scores_floats(rows) + round16(rows * ((dk + 31) / 32 * 32 + 32) / 2) +
            round16(rows * kGqaTokenBlock / 2);
+}
+constexpr int64_t gqa_scratch_floats(int64_t rows, int64_t dk) {
+    return gqa_scratch_pair_query_offset(rows, dk) + round16(rows * dk);
 }
 
 // Query rows of the absorb kernel live in SIMD lanes; blocks are padded to

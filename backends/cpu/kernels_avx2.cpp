@@ -33,6 +33,16 @@ struct Simd {
         __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
         return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
     }
+    // 2W bf16 elements as two vectors: even-indexed and odd-indexed ones.
+    // A bf16 is the top half of an f32, so within each 32-bit pair a shift
+    // widens the even element and a mask the odd one: one ALU op per 8
+    // values, no cross-lane shuffle (load_bf16 needs a widening shuffle and a
+    // shift). The caller works in the permuted order (see PairOrder).
+    static inline void load_bf16_pair(const uint16_t* p, V& even, V& odd) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+        odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+    }
     static inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
     static inline V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
     static inline V mul(V a, V b) { return _mm256_mul_ps(a, b); }

@@ -52,6 +52,11 @@ struct Simd {
         __builtin_memcpy(&f, &u, 4);
         return f;
     }
+    // 2W bf16 elements as two vectors: even-indexed and odd-indexed ones.
+    static inline void load_bf16_pair(const uint16_t* p, V& even, V& odd) {
+        even = load_bf16(p);
+        odd = load_bf16(p + 1);
+    }
     static inline V fma(V a, V b, V c) { return a * b + c; }
     static inline V mul(V a, V b) { return a * b; }
     static inline V add(V a, V b) { return a + b; }

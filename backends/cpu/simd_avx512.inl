@@ -25,6 +25,13 @@ struct Simd {
         __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
         return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
     }
+    // 2W bf16 elements as even-indexed and odd-indexed vectors (see the
+    // AVX2 layer): a shift and a mask instead of a widening shuffle.
+    static inline void load_bf16_pair(const uint16_t* p, V& even, V& odd) {
+        const __m512i x = _mm512_loadu_si512(p);
+        even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+    }
     static inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
     static inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
     static inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
