@@ -441,16 +441,24 @@ static inline void absorb_score_tile(const float* ctile, int K, const float* qt,
         for (int v = 0; v < NV; ++v) Simd::store(st + j * st_ld + v * W, acc[j * NV + v]);
 }
 
+// Tile calls of one column block of the score / value pass (prefetch pacing).
+static inline int absorb_score_steps(int n) { return n / Simd::kAbsorbTokens + n % Simd::kAbsorbTokens; }
+static inline int absorb_pv_steps(int r) { return r / Simd::kAbsorbDims + r % Simd::kAbsorbDims; }
+
 template <int NV>
-static inline void absorb_scores_cols(const AbsorbItem& it, int n, int K, int col) {
+static inline void absorb_scores_cols(const AbsorbItem& it, int n, int K, int col, PrefetchStream* pf) {
     constexpr int JT = Simd::kAbsorbTokens;
     int j = 0;
-    for (; j + JT <= n; j += JT)
+    for (; j + JT <= n; j += JT) {
+        if (pf) pf->step();
         absorb_score_tile<JT, NV>(it.ctile + j * K, K, it.qt + col, it.qt_ld, it.stile + j * it.rows_pad + col,
                                   it.rows_pad);
-    for (; j < n; ++j)
+    }
+    for (; j < n; ++j) {
+        if (pf) pf->step();
         absorb_score_tile<1, NV>(it.ctile + j * K, K, it.qt + col, it.qt_ld, it.stile + j * it.rows_pad + col,
                                  it.rows_pad);
+    }
 }
 
 // acc[k][rows] = acc * corr + sum_j ctile[j][k] * p[j][rows] for KB latent
@@ -485,15 +493,20 @@ static inline void absorb_pv_tile(const float* ctile, int K, int n, const float*
 }
 
 template <int NV>
-static inline void absorb_pv_cols(const AbsorbItem& it, int n, int K, int col, const float* corr) {
+static inline void absorb_pv_cols(const AbsorbItem& it, int n, int K, int col, const float* corr,
+                                  PrefetchStream* pf) {
     constexpr int KB = Simd::kAbsorbDims;
     int k = 0;
-    for (; k + KB <= it.r; k += KB)
+    for (; k + KB <= it.r; k += KB) {
+        if (pf) pf->step();
         absorb_pv_tile<KB, NV>(it.ctile + k, K, n, it.stile + col, it.rows_pad, it.acc + k * int64_t(it.rows_pad) + col,
                                it.rows_pad, corr + col);
-    for (; k < it.r; ++k)
+    }
+    for (; k < it.r; ++k) {
+        if (pf) pf->step();
         absorb_pv_tile<1, NV>(it.ctile + k, K, n, it.stile + col, it.rows_pad, it.acc + k * int64_t(it.rows_pad) + col,
                               it.rows_pad, corr + col);
+    }
 }
 
 // Causal mask and online softmax of one block of scores stile[j][rows]
@@ -541,12 +554,31 @@ static void absorb_attend(const AbsorbItem& it) {
     int64_t min_limit = it.row_limit[0];
     for (int i = 1; i < R; ++i) min_limit = it.row_limit[i] < min_limit ? it.row_limit[i] : min_limit;
 
-    for (int64_t t = it.t0; t < it.t1;) {
-        const int n = block_tokens(t, it.t1, it.page_size, kAbsorbTokenBlock);
+    // Latent rows of the block at position t (one page).
+    auto latent_at = [&](int64_t t, const T** c, const T** kr) {
         const int64_t page = it.page_table[t / it.page_size];
         const int slot = static_cast<int>(t % it.page_size);
-        const T* c = static_cast<const T*>(it.c) + page * it.c_page_stride + static_cast<int64_t>(slot) * it.r;
-        const T* kr = static_cast<const T*>(it.kr) + page * it.kr_page_stride + static_cast<int64_t>(slot) * it.d_r;
+        *c = static_cast<const T*>(it.c) + page * it.c_page_stride + static_cast<int64_t>(slot) * it.r;
+        *kr = static_cast<const T*>(it.kr) + page * it.kr_page_stride + static_cast<int64_t>(slot) * it.d_r;
+    };
+    for (int64_t t = it.t0; t < it.t1;) {
+        const int n = block_tokens(t, it.t1, it.page_size, kAbsorbTokenBlock);
+        const T* c;
+        const T* kr;
+        latent_at(t, &c, &kr);
+        // The next block's latent arrives while this one is computed on (see
+        // PrefetchStream): converting a block that is not in cache would
+        // otherwise stall on every line of it.
+        PrefetchStream next_block;
+        if (t + n < it.t1) {
+            const int n_next = block_tokens(t + n, it.t1, it.page_size, kAbsorbTokenBlock);
+            const T* c_next;
+            const T* kr_next;
+            latent_at(t + n, &c_next, &kr_next);
+            next_block.add(c_next, static_cast<int64_t>(n_next) * it.r * static_cast<int64_t>(sizeof(T)));
+            next_block.add(kr_next, static_cast<int64_t>(n_next) * it.d_r * static_cast<int64_t>(sizeof(T)));
+        }
+        next_block.plan(absorb_score_steps(n) + absorb_pv_steps(it.r));
         // Latent tile to f32: [c | kr] per token.
         for (int j = 0; j < n; ++j) {
             float* dst = it.ctile + j * K;
@@ -560,14 +592,17 @@ static void absorb_attend(const AbsorbItem& it) {
             for (; k < it.d_r; ++k) dst[it.r + k] = Elem<DT>::scalar(kj + k);
         }
         // Scores for every row vector.
+        // The first column block paces the prefetch.
+        PrefetchStream* pf = &next_block;
         int col = 0;
-        for (; col + NV * W <= R; col += NV * W) absorb_scores_cols<NV>(it, n, K, col);
-        for (; col < R; col += W) absorb_scores_cols<1>(it, n, K, col);
+        for (; col + NV * W <= R; col += NV * W, pf = nullptr) absorb_scores_cols<NV>(it, n, K, col, pf);
+        for (; col < R; col += W, pf = nullptr) absorb_scores_cols<1>(it, n, K, col, pf);
         absorb_softmax_block(it, t, n, min_limit, corr);
         // Values from the same tile.
+        pf = &next_block;
         col = 0;
-        for (; col + NV * W <= R; col += NV * W) absorb_pv_cols<NV>(it, n, K, col, corr);
-        for (; col < R; col += W) absorb_pv_cols<1>(it, n, K, col, corr);
+        for (; col + NV * W <= R; col += NV * W, pf = nullptr) absorb_pv_cols<NV>(it, n, K, col, corr, pf);
+        for (; col < R; col += W, pf = nullptr) absorb_pv_cols<1>(it, n, K, col, corr, pf);
         t += n;
     }
 }
