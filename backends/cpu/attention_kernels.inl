@@ -154,18 +154,37 @@ static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<
         if (dk == 0) continue;
         int d = 0;
         // Whole 2W blocks through load2 (queries in pair order), then W.
+        // With few vector registers (AVX2: 16) go token by token, one key
+        // pair live at a time; holding all NT pairs plus a row's two query
+        // vectors spilled there. With 32 (AVX-512), load each query vector
+        // once for all tokens instead.
+        constexpr bool kTokenOuter = RB * NT + 2 * NT + 4 >= Simd::kVectorRegisters;
         for (; d + 2 * W <= dk; d += 2 * W) {
-            V ka[NT], kb[NT];
-            GQLA_UNROLL
-            for (int t = 0; t < NT; ++t) Elem<DT>::load2(k + static_cast<int64_t>(t) * dk + d, ka[t], kb[t]);
-            GQLA_UNROLL
-            for (int r = 0; r < RB; ++r) {
-                V qa = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d);
-                V qb = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d + W);
+            if constexpr (kTokenOuter) {
                 GQLA_UNROLL
                 for (int t = 0; t < NT; ++t) {
-                    acc[r * NT + t] = Simd::fma(qa, ka[t], acc[r * NT + t]);
-                    acc[r * NT + t] = Simd::fma(qb, kb[t], acc[r * NT + t]);
+                    V ka, kb;
+                    Elem<DT>::load2(k + static_cast<int64_t>(t) * dk + d, ka, kb);
+                    GQLA_UNROLL
+                    for (int r = 0; r < RB; ++r) {
+                        const float* qr = qs + static_cast<int64_t>(r) * q_ld + d;
+                        acc[r * NT + t] = Simd::fma(Simd::load(qr), ka, acc[r * NT + t]);
+                        acc[r * NT + t] = Simd::fma(Simd::load(qr + W), kb, acc[r * NT + t]);
+                    }
+                }
+            } else {
+                V ka[NT], kb[NT];
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t) Elem<DT>::load2(k + static_cast<int64_t>(t) * dk + d, ka[t], kb[t]);
+                GQLA_UNROLL
+                for (int r = 0; r < RB; ++r) {
+                    const V qa = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d);
+                    const V qb = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d + W);
+                    GQLA_UNROLL
+                    for (int t = 0; t < NT; ++t) {
+                        acc[r * NT + t] = Simd::fma(qa, ka[t], acc[r * NT + t]);
+                        acc[r * NT + t] = Simd::fma(qb, kb[t], acc[r * NT + t]);
+                    }
                 }
             }
         }
@@ -235,6 +254,8 @@ static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T
         for (int c = 0; c < NC; ++c)
             a[r * NC + c] = Simd::mul(Simd::load(acc + static_cast<int64_t>(r) * dv + d + c * W), cr);
     }
+    // Stepped through a local copy: stepping *pf itself kept its offset in
+    // memory, a store-to-load chain through every token of this loop.
     for (int j = 0; j < n; ++j) {
         if (pf) pf->step();
         V vv[NC];

@@ -13,6 +13,7 @@ namespace avx2_isa {
 struct Simd {
     using V = __m256;
     static constexpr int W = 8;
+    static constexpr int kVectorRegisters = 16;  // ymm0-15
     static constexpr int kScoreRows = 4;     // GQA scores: 4 rows x 2 tokens = 8 accumulators
     static constexpr int kScoreTokens = 2;
     static constexpr int kPvChunks = 2;      // GQA values: 4 rows x 2 vectors

@@ -11,6 +11,7 @@ namespace scalar_isa {
 struct Simd {
     using V = float;
     static constexpr int W = 1;
+    static constexpr int kVectorRegisters = 32;  // (scalar: no register tiles to fit)
     static constexpr int kScoreRows = 4;
     static constexpr int kScoreTokens = 2;
     static constexpr int kPvChunks = 4;

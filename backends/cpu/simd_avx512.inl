@@ -5,6 +5,7 @@
 struct Simd {
     using V = __m512;
     static constexpr int W = 16;
+    static constexpr int kVectorRegisters = 32;  // zmm0-31
     static constexpr int kScoreRows = 4;     // GQA scores: 4 rows x 4 tokens = 16 accumulators
     static constexpr int kScoreTokens = 4;
     static constexpr int kPvChunks = 4;      // GQA values: 4 rows x 4 vectors
