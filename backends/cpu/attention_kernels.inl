@@ -463,8 +463,32 @@ static inline void absorb_score_tile(const float* ctile, int K, const float* qt,
 }
 
 // Tile calls of one column block of the score / value pass (prefetch pacing).
-static inline int absorb_score_steps(int n) { return n / Simd::kAbsorbTokens + n % Simd::kAbsorbTokens; }
-static inline int absorb_pv_steps(int r) { return r / Simd::kAbsorbDims + r % Simd::kAbsorbDims; }
+static inline int absorb_score_steps(int n) { return n / Simd::kAbsorbTokens + (n % Simd::kAbsorbTokens != 0); }
+static inline int absorb_pv_steps(int r) { return r / Simd::kAbsorbDims + (r % Simd::kAbsorbDims != 0); }
+
+// Calls f(std::integral_constant<int, R>) for the runtime count 1 <= rem < MAX:
+// a tile's remainder then runs as one narrower register tile. One token (or
+// dim) at a time would leave NV dependent FMA chains, a sixth of the ILP:
+// with 64-token blocks and 6-token tiles the 4 leftover tokens took about a
+// quarter of the AVX2 score pass.
+template <int MAX, int R = 1, class F>
+static inline void with_remainder(int rem, F&& f) {
+    if constexpr (R < MAX) {
+        if (rem == R) f(std::integral_constant<int, R>{});
+        else with_remainder<MAX, R + 1>(rem, f);
+    }
+}
+
+// The leftover tokens of a block as one narrower tile. Out of line: inlined,
+// the remainder tiles changed the main loops' code (AVX-512, whose 64-token
+// blocks have no remainder, ran ~5% slower).
+template <int NV>
+[[gnu::noinline]] static void absorb_score_remainder(const AbsorbItem& it, int rem, int K, int col, int j) {
+    with_remainder<Simd::kAbsorbTokens>(rem, [&](auto r) {
+        absorb_score_tile<decltype(r)::value, NV>(it.ctile + j * K, K, it.qt + col, it.qt_ld,
+                                                  it.stile + j * it.rows_pad + col, it.rows_pad);
+    });
+}
 
 template <int NV>
 static inline void absorb_scores_cols(const AbsorbItem& it, int n, int K, int col, PrefetchStream* pf) {
@@ -475,10 +499,9 @@ static inline void absorb_scores_cols(const AbsorbItem& it, int n, int K, int co
         absorb_score_tile<JT, NV>(it.ctile + j * K, K, it.qt + col, it.qt_ld, it.stile + j * it.rows_pad + col,
                                   it.rows_pad);
     }
-    for (; j < n; ++j) {
+    if (j < n) {
         if (pf) pf->step();
-        absorb_score_tile<1, NV>(it.ctile + j * K, K, it.qt + col, it.qt_ld, it.stile + j * it.rows_pad + col,
-                                 it.rows_pad);
+        absorb_score_remainder<NV>(it, n - j, K, col, j);
     }
 }
 
@@ -513,6 +536,16 @@ static inline void absorb_pv_tile(const float* ctile, int K, int n, const float*
         for (int v = 0; v < NV; ++v) Simd::store(acc + k * acc_ld + v * W, a[k * NV + v]);
 }
 
+// The leftover latent dims as one narrower tile (out of line, as above).
+template <int NV>
+[[gnu::noinline]] static void absorb_pv_remainder(const AbsorbItem& it, int rem, int K, int n, int col, int k,
+                                                  const float* corr) {
+    with_remainder<Simd::kAbsorbDims>(rem, [&](auto r) {
+        absorb_pv_tile<decltype(r)::value, NV>(it.ctile + k, K, n, it.stile + col, it.rows_pad,
+                                               it.acc + k * int64_t(it.rows_pad) + col, it.rows_pad, corr + col);
+    });
+}
+
 template <int NV>
 static inline void absorb_pv_cols(const AbsorbItem& it, int n, int K, int col, const float* corr,
                                   PrefetchStream* pf) {
@@ -523,10 +556,9 @@ static inline void absorb_pv_cols(const AbsorbItem& it, int n, int K, int col, c
         absorb_pv_tile<KB, NV>(it.ctile + k, K, n, it.stile + col, it.rows_pad, it.acc + k * int64_t(it.rows_pad) + col,
                                it.rows_pad, corr + col);
     }
-    for (; k < it.r; ++k) {
+    if (k < it.r) {
         if (pf) pf->step();
-        absorb_pv_tile<1, NV>(it.ctile + k, K, n, it.stile + col, it.rows_pad, it.acc + k * int64_t(it.rows_pad) + col,
-                              it.rows_pad, corr + col);
+        absorb_pv_remainder<NV>(it, it.r - k, K, n, col, k, corr);
     }
 }
 

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>  // std::integral_constant, used by attention_kernels.inl
 
 #include "backends/cpu/kernel_table.hpp"
 #include "gqla/gqla.h"

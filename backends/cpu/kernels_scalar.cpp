@@ -1,6 +1,7 @@
 // Portable kernels: one f32 "lane", plain C++ arithmetic. The reference for
 // the SIMD kernels and the fallback on hosts without AVX2/FMA/F16C.
 #include <cstdint>
+#include <type_traits>  // std::integral_constant, used by attention_kernels.inl
 
 #include "backends/cpu/kernel_table.hpp"
 #include "gqla/gqla.h"
