@@ -28,6 +28,31 @@ __device__ __forceinline__ SplitRange split_tiles(int length, int tile, int spli
     return {begin, max(begin, end)};
 }
 
+// The work of one CTA of a decode launch: grid.x = groups x row blocks of
+// `rows_per_cta` rows, grid.y = the launch's sequences, grid.z = splits of
+// their tokens into tiles of `tile`.
+struct CtaWork {
+    int rb, g;              // row block within the group, group
+    int b;                  // sequence index in the decode call
+    int split;
+    int length;             // tokens of the sequence in this layer
+    const int32_t* table;   // its page table
+    SplitRange range;       // tiles this split owns
+};
+__device__ __forceinline__ CtaWork cta_work(const AttentionParams& p, int rows_per_cta, int tile) {
+    CtaWork w;
+    const int row_blocks = (p.rows + rows_per_cta - 1) / rows_per_cta;
+    w.rb = blockIdx.x % row_blocks;
+    w.g = blockIdx.x / row_blocks;
+    const int bl = blockIdx.y, seq_slot = p.slots[bl];
+    w.b = p.batch_offset + bl;
+    w.split = blockIdx.z;
+    w.length = __ldg(p.lengths + seq_slot);
+    w.table = p.page_tables + seq_slot * p.table_stride;
+    w.range = split_tiles(w.length, tile, w.split, p.num_splits);
+    return w;
+}
+
 // Element offset of token j's row in a pool (page from the device table).
 __device__ __forceinline__ int64_t token_base(const int32_t* table, int j, int page_size, int page_shift) {
     int page_idx, slot;

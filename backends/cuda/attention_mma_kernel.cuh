@@ -43,16 +43,10 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
     float* sFinalL = sFinalM + ROWS;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int row_blocks = (p.rows + ROWS - 1) / ROWS;
-    const int rb = blockIdx.x % row_blocks;
-    const int g = blockIdx.x / row_blocks;
-    const int bl = blockIdx.y;
-    const int b = p.batch_offset + bl;
-    const int seq_slot = p.slots[bl];
-    const int split = blockIdx.z;
-    const int length = __ldg(p.lengths + seq_slot);
-    const int32_t* table = p.page_tables + seq_slot * p.table_stride;
-    const SplitRange range = split_tiles(length, BN, split, p.num_splits);
+    const CtaWork w = cta_work(p, ROWS, BN);
+    const int rb = w.rb, g = w.g, b = w.b, split = w.split, length = w.length;
+    const int32_t* table = w.table;
+    const SplitRange range = w.range;
     const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = dk1 + dk2, dv = p.v.dim;
     const int vstride = L.v_stride;
 

@@ -64,11 +64,11 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fr = lane >> 2, fc = lane & 3;  // fragment row / column pair of this lane
-    const int grp = blockIdx.x;
-    const int bl = blockIdx.y, b = p.batch_offset + bl, seq_slot = p.slots[bl], split = blockIdx.z;
-    const int length = __ldg(p.lengths + seq_slot);
-    const int32_t* table = p.page_tables + seq_slot * p.table_stride;
-    const SplitRange range = split_tiles(length, kNarrowTile, split, p.num_splits);
+    // All rows of a group fit one CTA (p.rows <= kNarrowMaxRows): grid.x = groups.
+    const CtaWork w = cta_work(p, kNarrowMaxRows, kNarrowTile);
+    const int grp = w.g, b = w.b, split = w.split, length = w.length;
+    const int32_t* table = w.table;
+    const SplitRange range = w.range;
 
     // Q^T as B fragments: b0 = Q[row fr][16ks + 2fc, +1], b1 = the same +8.
     uint32_t qb[MAX_KS][2];

@@ -46,12 +46,10 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
     float* sL = sM + kSimtRows;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int row_blocks = (p.rows + kSimtRows - 1) / kSimtRows;
-    const int rb = blockIdx.x % row_blocks, g = blockIdx.x / row_blocks;
-    const int bl = blockIdx.y, b = p.batch_offset + bl, seq_slot = p.slots[bl], split = blockIdx.z;
-    const int length = p.lengths[seq_slot];
-    const int32_t* table = p.page_tables + seq_slot * p.table_stride;
-    const SplitRange range = split_tiles(length, kSimtTile, split, p.num_splits);
+    const CtaWork w = cta_work(p, kSimtRows, kSimtTile);
+    const int rb = w.rb, g = w.g, b = w.b, split = w.split, length = w.length;
+    const int32_t* table = w.table;
+    const SplitRange range = w.range;
     const int cache_dtype = p.cache_dtype;
 
     for (int i = tid; i < kSimtRows * dk; i += kThreads) {

@@ -60,12 +60,10 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
     float* sRowM = sRowL + 16;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int row_blocks = (p.rows + 15) / 16;
-    const int rb = blockIdx.x % row_blocks, g = blockIdx.x / row_blocks;
-    const int bl = blockIdx.y, b = p.batch_offset + bl, seq_slot = p.slots[bl], split = blockIdx.z;
-    const int length = __ldg(p.lengths + seq_slot);
-    const int32_t* table = p.page_tables + seq_slot * p.table_stride;
-    const SplitRange range = split_tiles(length, kWarpKernelTile, split, p.num_splits);
+    const CtaWork w = cta_work(p, 16, kWarpKernelTile);
+    const int rb = w.rb, g = w.g, b = w.b, split = w.split, length = w.length;
+    const int32_t* table = w.table;
+    const SplitRange range = w.range;
 
     for (int i = tid; i < 16 * dk16; i += NT) {
         int m = i / dk16, c = i - m * dk16, mg = rb * 16 + m;

@@ -23,14 +23,16 @@ bool latent_wgmma_available(int device);
 // True when the launch's dims are the ones the kernel is built for.
 bool latent_wgmma_fits(const AttentionParams& p);
 int latent_wgmma_smem_bytes();
-void prepare_latent_wgmma_kernel(int device, int smem_optin);
+// Raises the kernel's shared-memory limit; only where available and the
+// device's opt-in limit holds latent_wgmma_smem_bytes().
+void prepare_latent_wgmma_kernel();
 void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, dim3 grid, cudaStream_t stream);
 #else
 // Module built without sm_90a code: the mma.sync kernels serve every GPU.
 inline bool latent_wgmma_available(int) { return false; }
 inline bool latent_wgmma_fits(const AttentionParams&) { return false; }
 inline int latent_wgmma_smem_bytes() { return 0; }
-inline void prepare_latent_wgmma_kernel(int, int) {}
+inline void prepare_latent_wgmma_kernel() {}
 inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, dim3, cudaStream_t) {}
 #endif
 

@@ -97,7 +97,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     const char* latent_wgmma = std::getenv("GQLA_CUDA_LATENT_WGMMA");
     s->use_latent_wgmma = !(latent_wgmma && *latent_wgmma == '0') && latent_wgmma_available(s->device) &&
                           s->smem_optin >= latent_wgmma_smem_bytes();
-    if (s->use_latent_wgmma) prepare_latent_wgmma_kernel(s->device, s->smem_optin);
+    if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
 
     // Work goes to the legacy default stream until set_stream: it orders with
     // the caller's default-stream work (e.g. a framework producing q) for free.

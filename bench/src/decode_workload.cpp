@@ -8,6 +8,30 @@
 
 namespace gqla::bench {
 
+namespace {
+
+// Reads a buffer of twice the last-level cache (at least 32 MiB, allocated
+// once per process) so that nothing a decode call read stays cached.
+void sweep_last_level_cache() {
+    static const std::vector<float> buffer = [] {
+        gqla_probe_info info;
+        std::memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        const int64_t l3 = gqla_probe(GQLA_DEVICE_CPU, 0, 0, &info) == GQLA_OK ? int64_t(info.l3_kb) * 1024 : 0;
+        const int64_t bytes = std::max<int64_t>(2 * l3, int64_t(32) << 20);
+        return std::vector<float>(static_cast<size_t>(bytes) / sizeof(float), 1.0f);
+    }();
+    const float* f = buffer.data();
+    const int64_t n = static_cast<int64_t>(buffer.size());
+    float sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static)
+    for (int64_t k = 0; k < n; k += 16) sum += f[k];  // one load per 64-byte line
+    volatile float keep = sum;
+    (void)keep;
+}
+
+}  // namespace
+
 int sets_for_cold(const Preset& p, gqla_path path, gqla_dtype cache, int batch, int64_t context,
                   double cold_bytes, bool hot) {
     if (hot) return 1;
@@ -120,14 +144,6 @@ double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_tota
     const int64_t warmup = std::min<int64_t>(groups, 2);
     for (int64_t i = 0; i < warmup; ++i) decode(next(), batch, s_q);
     const bool flush = !hot && device() == GQLA_DEVICE_CPU;
-    if (flush && flush_.empty()) {
-        gqla_probe_info info;
-        std::memset(&info, 0, sizeof info);
-        info.struct_size = sizeof info;
-        const int64_t l3 = gqla_probe(GQLA_DEVICE_CPU, 0, 0, &info) == GQLA_OK ? int64_t(info.l3_kb) * 1024 : 0;
-        const int64_t bytes = std::max<int64_t>(2 * l3, int64_t(32) << 20);
-        flush_.assign(static_cast<size_t>(bytes) / sizeof(float), 1.0f);
-    }
     std::vector<double> times, device_times;
     double spent = 0;
     constexpr int kMaxReps = 100000;
@@ -135,13 +151,7 @@ double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_tota
         const int64_t first = next();
         if (flush) {
             const double f0 = now_s();
-            const float* f = flush_.data();
-            const int64_t n = static_cast<int64_t>(flush_.size());
-            float sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
-            for (int64_t k = 0; k < n; k += 16) sum += f[k];  // one load per 64-byte line
-            volatile float keep = sum;
-            (void)keep;
+            sweep_last_level_cache();
             spent += now_s() - f0;
         }
         const double t0 = now_s();

@@ -81,7 +81,6 @@ private:
     std::unique_ptr<CudaEventTimer> timer_;
     double last_device_s_ = 0;
     int64_t next_group_ = 0;
-    std::vector<float> flush_;  // CPU cold timings: 2x the last-level cache, swept before each call
 };
 
 }  // namespace gqla::bench

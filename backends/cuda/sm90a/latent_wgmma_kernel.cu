@@ -65,16 +65,10 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
     int* sLimit = reinterpret_cast<int*>(sSum + 2 * 64);
 
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
-    const int row_blocks = (p.rows + kLatentRows - 1) / kLatentRows;
-    const int rb = blockIdx.x % row_blocks;
-    const int g = blockIdx.x / row_blocks;
-    const int bl = blockIdx.y;
-    const int b = p.batch_offset + bl;
-    const int seq_slot = p.slots[bl];
-    const int split = blockIdx.z;
-    const int length = __ldg(p.lengths + seq_slot);
-    const int32_t* table = p.page_tables + seq_slot * p.table_stride;
-    const SplitRange range = split_tiles(length, kLatentTile, split, p.num_splits);
+    const CtaWork w = cta_work(p, kLatentRows, kLatentTile);
+    const int rb = w.rb, g = w.g, b = w.b, split = w.split, length = w.length;
+    const int32_t* table = w.table;
+    const SplitRange range = w.range;
 
     // Queries -> shared memory (any dtype -> T), swizzled, padding rows zero.
     for (int i = tid; i < kLatentRows * kKeyAtoms * 8; i += kLatentThreads) {
@@ -203,7 +197,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
         }
         if ((lane & 3) == 0) { sMax[wg * 64 + r0] = mx0; sMax[wg * 64 + r1] = mx1; }
-        named_barrier(1, kLatentThreads);  // maxima visible; exchange buffers read
+        __syncthreads();  // maxima visible
         const float n0 = fmaxf(m0, fmaxf(mx0, sMax[(wg ^ 1) * 64 + r0]));
         const float n1 = fmaxf(m1, fmaxf(mx1, sMax[(wg ^ 1) * 64 + r1]));
         const float alpha0 = n0 == -INFINITY ? 1.f : exp2f(m0 - n0);
@@ -228,7 +222,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
         l0 = l0 * alpha0 + sum0;
         l1 = l1 * alpha1 + sum1;
         fence_proxy_async_smem();
-        named_barrier(1, kLatentThreads);  // both halves of P written, maxima read
+        __syncthreads();  // both halves of P written, maxima read
 
         // O = alpha O + P V over this WG's 256 value columns (async).
 #pragma unroll
@@ -312,8 +306,7 @@ bool latent_wgmma_fits(const AttentionParams& p) {
 
 int latent_wgmma_smem_bytes() { return kSmemBytes; }
 
-void prepare_latent_wgmma_kernel(int device, int smem_optin) {
-    if (!latent_wgmma_available(device) || smem_optin < kSmemBytes) return;
+void prepare_latent_wgmma_kernel() {
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
         check_cuda(cudaFuncSetAttribute(kernel_for(t), cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
                    "cudaFuncSetAttribute(latent_wgmma_kernel)");

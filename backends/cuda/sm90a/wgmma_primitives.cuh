@@ -42,10 +42,6 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 // Orders this thread's generic-proxy shared-memory writes (st.shared,
 // cp.async) before later reads by the async proxy (wgmma operands).
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Barrier over the first `threads` threads of the CTA, id 1..15 (0 is __syncthreads).
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 // Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait.
 template <int N>
 __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
