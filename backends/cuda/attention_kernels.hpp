@@ -41,15 +41,16 @@ void launch_attention_warp(gqla_dtype cache, int stages, const AttentionParams& 
 
 // Narrow-group kernel: <= 8 rows per group (n_rep * s_q), keys <= 256 and
 // values <= 128 wide, no value aliasing: transposed MMAs put the rows on the
-// n = 8 side. One CTA per group (grid.x = groups), 64-token steps.
+// n = 8 side. One CTA per group (grid.x = groups), 64-token steps; each warp
+// streams its K and V halves through a ring of `slots` shared-memory slots.
 constexpr int kNarrowRows = 8;
 constexpr int kNarrowTokens = 64;
-constexpr int kNarrowStagesMin = 2, kNarrowStagesMax = 3;
+constexpr int kNarrowSlotsMin = 3, kNarrowSlotsMax = 5;
 bool narrow_kernel_fits(const AttentionParams& p);
-int narrow_smem_bytes(const AttentionParams& p, int stages);
+int narrow_smem_bytes(const AttentionParams& p, int slots);
 void prepare_narrow_kernels(int smem_optin);
-int narrow_blocks_per_sm(gqla_dtype cache, int stages, int smem_bytes);
-void launch_attention_narrow(gqla_dtype cache, int stages, const AttentionParams& p, dim3 grid, int smem_bytes,
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, int smem_bytes);
+void launch_attention_narrow(gqla_dtype cache, int slots, const AttentionParams& p, dim3 grid, int smem_bytes,
                              cudaStream_t stream);
 
 // Scalar f32 kernel: any dtype (the f32 cache), any dims.

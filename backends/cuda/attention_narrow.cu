@@ -1,4 +1,4 @@
-// Instantiation (bf16, f16 x pipeline depths) and launch glue of the
+// Instantiation (bf16, f16 x ring sizes) and launch glue of the
 // narrow-group decode kernel (<= 8 query rows per group).
 #include "attention_kernels.hpp"
 #include "attention_narrow_kernel.cuh"
@@ -9,16 +9,17 @@ namespace gqla::cuda {
 namespace {
 
 static_assert(kNarrowRows == kNarrowMaxRows && kNarrowTokens == kNarrowTile, "narrow kernel constants");
-static_assert(kNarrowStagesMin == 2 && kNarrowStagesMax == 3, "instantiate every depth below");
+static_assert(kNarrowSlotsMin == 3 && kNarrowSlotsMax == 5, "instantiate every ring size below");
 
 template <typename T>
-const void* narrow_kernel_of(int stages) {
-    return stages == 2 ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 2>)
-                       : reinterpret_cast<const void*>(&attention_narrow_kernel<T, 3>);
+const void* narrow_kernel_of(int slots) {
+    return slots == 3   ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 3>)
+           : slots == 4 ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 4>)
+                        : reinterpret_cast<const void*>(&attention_narrow_kernel<T, 5>);
 }
 
-const void* narrow_kernel(gqla_dtype cache, int stages) {
-    return cache == GQLA_DTYPE_F16 ? narrow_kernel_of<__half>(stages) : narrow_kernel_of<__nv_bfloat16>(stages);
+const void* narrow_kernel(gqla_dtype cache, int slots) {
+    return cache == GQLA_DTYPE_F16 ? narrow_kernel_of<__half>(slots) : narrow_kernel_of<__nv_bfloat16>(slots);
 }
 
 }  // namespace
@@ -28,30 +29,30 @@ bool narrow_kernel_fits(const AttentionParams& p) {
            !p.v_aliases_k1;
 }
 
-int narrow_smem_bytes(const AttentionParams& p, int stages) {
-    return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, stages).bytes;
+int narrow_smem_bytes(const AttentionParams& p, int slots) {
+    return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots).bytes;
 }
 
 void prepare_narrow_kernels(int smem_optin) {
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
-        for (int st = kNarrowStagesMin; st <= kNarrowStagesMax; ++st)
+        for (int st = kNarrowSlotsMin; st <= kNarrowSlotsMax; ++st)
             check_cuda(cudaFuncSetAttribute(narrow_kernel(t, st), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             smem_optin),
                        "cudaFuncSetAttribute(attention_narrow_kernel)");
 }
 
-int narrow_blocks_per_sm(gqla_dtype cache, int stages, int smem_bytes) {
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, int smem_bytes) {
     int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, narrow_kernel(cache, stages), kNarrowWarps * 32,
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, narrow_kernel(cache, slots), kNarrowWarps * 32,
                                                              smem_bytes),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor(narrow)");
     return n;
 }
 
-void launch_attention_narrow(gqla_dtype cache, int stages, const AttentionParams& p, dim3 grid, int smem_bytes,
+void launch_attention_narrow(gqla_dtype cache, int slots, const AttentionParams& p, dim3 grid, int smem_bytes,
                              cudaStream_t stream) {
     void* args[] = {const_cast<AttentionParams*>(&p)};
-    check_cuda(cudaLaunchKernel(narrow_kernel(cache, stages), grid, dim3(kNarrowWarps * 32), args,
+    check_cuda(cudaLaunchKernel(narrow_kernel(cache, slots), grid, dim3(kNarrowWarps * 32), args,
                                 static_cast<size_t>(smem_bytes), stream),
                "launch attention_narrow_kernel");
 }

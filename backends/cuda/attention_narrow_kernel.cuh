@@ -12,10 +12,15 @@
 // 16-row formulation, and half the accumulator registers to rescale.
 //
 // Work split: each warp owns 16 of every 64 tokens and streams them through
-// its own ST-stage cp.async ring (no CTA barrier per tile); warps merge their
-// (m, l, O) once at the end. When the page size is a multiple of 16, a
-// warp's 16 tokens are 16 consecutive rows of one page, so the copy is a
-// single base address plus fixed offsets; otherwise each row is looked up.
+// its own ring of R cp.async slots (no CTA barrier per tile); warps merge
+// their (m, l, O) once at the end. A slot holds half a chunk: the K rows or
+// the V rows of 16 tokens, so a slot frees as soon as its product is done
+// and the ring keeps R - 1 halves in flight for the price of R. Three slots
+// keep a chunk in flight with a quarter less shared memory than two whole
+// (K, V) stages, which lets 16 warps share an SM instead of 12.
+// When the page size is a multiple of 16, a warp's 16 tokens are 16
+// consecutive rows of one page, so the copy is a single base address plus
+// fixed offsets; otherwise each row is looked up.
 #pragma once
 
 #include "attention_common.cuh"
@@ -30,17 +35,17 @@ constexpr int kNarrowMaxRows = 8;
 constexpr int kNarrowMaxDk = 256;
 constexpr int kNarrowMaxDv = 128;
 
-struct NarrowLayout { int k_stride, v_stride, stage_elems, kv_off, warp_bytes, o_off, f_off, bytes; };
+struct NarrowLayout { int k_stride, v_stride, slot_elems, warp_bytes, o_off, f_off, bytes; };
 
-__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int stages) {
+__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots) {
     NarrowLayout L{};
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     L.k_stride = dk16 + 8;  // +8 elements: ldmatrix rows hit distinct banks
     L.v_stride = dv16 + 8;
-    L.stage_elems = 16 * L.k_stride + 16 * L.v_stride;
-    L.kv_off = 0;
-    L.warp_bytes = stages * L.stage_elems * 2;
-    // The merged O reuses the K/V stages once every warp is done with them.
+    // A slot serves as K rows or V rows in turn (odd R), so it fits either.
+    L.slot_elems = 16 * (L.k_stride > L.v_stride ? L.k_stride : L.v_stride);
+    L.warp_bytes = slots * L.slot_elems * 2;
+    // The merged O reuses the slots once every warp is done with them.
     L.o_off = 0;
     const int kv_bytes = kNarrowWarps * L.warp_bytes, o_bytes = kNarrowMaxRows * dv16 * 4;
     L.f_off = (kv_bytes > o_bytes ? kv_bytes : o_bytes);
@@ -48,14 +53,14 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int stages
     return L;
 }
 
-template <typename T, int ST>
+template <typename T, int R>
 __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(const __grid_constant__ AttentionParams p) {
     constexpr int NW = kNarrowWarps, NT = NW * 32, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
     extern __shared__ __align__(128) unsigned char smem[];
     const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = dk1 + dk2, dv = p.v.dim;
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     const int k_steps = dk16 / 16, v_tiles = dv16 / 16;
-    const NarrowLayout L = narrow_layout(dk, dv, ST);
+    const NarrowLayout L = narrow_layout(dk, dv, R);
     float* sO = reinterpret_cast<float*>(smem + L.o_off);
     float* sWarpM = reinterpret_cast<float*>(smem + L.f_off);
     float* sWarpL = sWarpM + NW * kNarrowMaxRows;
@@ -71,21 +76,36 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
     const SplitRange range = w.range;
 
     // Q^T as B fragments: b0 = Q[row fr][16ks + 2fc, +1], b1 = the same +8.
+    // The group's rows are staged through shared memory (the ring's bytes,
+    // before the ring starts) with whole-piece vector loads, so the prologue
+    // waits for one memory latency rather than for each lane's elements.
     uint32_t qb[MAX_KS][2];
     {
-        const bool row_ok = fr < p.rows;
-        int64_t qoff = 0;
-        if (row_ok) {
-            const int qi = fr / p.heads_per_group, h = grp * p.heads_per_group + (fr - qi * p.heads_per_group);
-            qoff = row_offset(p.qa, b, qi, h);
+        T* sQ = reinterpret_cast<T*>(smem);
+        const int q_stride = dk16 + 8, pieces = dk16 / 8;
+        for (int i = tid; i < kNarrowMaxRows * pieces; i += NT) {
+            const int r = i / pieces, c = (i - r * pieces) * 8;
+            float v[8];
+            int64_t qoff = 0;
+            int n = 0;
+            if (r < p.rows) {
+                const int qi = r / p.heads_per_group, h = grp * p.heads_per_group + (r - qi * p.heads_per_group);
+                qoff = row_offset(p.qa, b, qi, h) + c;
+                n = min(8, dk - c);
+            }
+            load_elems8(p.q, p.q_dtype, qoff, n, v);
+            uint4 packed{pack_pair(v[0], v[1], static_cast<T*>(nullptr)), pack_pair(v[2], v[3], static_cast<T*>(nullptr)),
+                         pack_pair(v[4], v[5], static_cast<T*>(nullptr)), pack_pair(v[6], v[7], static_cast<T*>(nullptr))};
+            *reinterpret_cast<uint4*>(sQ + r * q_stride + c) = packed;
         }
-        auto q_at = [&](int c) { return (row_ok && c < dk) ? load_elem(p.q, p.q_dtype, qoff + c) : 0.f; };
+        __syncthreads();
+        const T* qrow = sQ + fr * q_stride + 2 * fc;
 #pragma unroll
         for (int ks = 0; ks < MAX_KS; ++ks) {
-            const int c = ks * 16 + 2 * fc;
-            qb[ks][0] = ks < k_steps ? pack_pair(q_at(c), q_at(c + 1), static_cast<T*>(nullptr)) : 0u;
-            qb[ks][1] = ks < k_steps ? pack_pair(q_at(c + 8), q_at(c + 9), static_cast<T*>(nullptr)) : 0u;
+            qb[ks][0] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16) : 0u;
+            qb[ks][1] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16 + 8) : 0u;
         }
+        __syncthreads();  // the ring reuses these bytes
     }
     // Causal limit of this lane's two query rows (columns 2fc, 2fc+1 of S^T).
     int limit[2];
@@ -95,14 +115,15 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
         limit[e] = row < p.rows ? length - p.q_len + row / p.heads_per_group : length - 1;
     }
 
-    // Warp-private stages; pad columns stay zero (cp.async never writes them).
-    T* wbase = reinterpret_cast<T*>(smem + L.kv_off + warp * L.warp_bytes);
-    for (int s = 0; s < ST; ++s) {
-        T* k = wbase + s * L.stage_elems;
-        T* v = k + 16 * L.k_stride;
-        for (int i = lane; i < 16 * (dk16 - dk); i += 32) k[(i / (dk16 - dk)) * L.k_stride + dk + i % (dk16 - dk)] = from_float<T>(0.f);
-        for (int i = lane; i < 16 * (dv16 - dv); i += 32) v[(i / (dv16 - dv)) * L.v_stride + dv + i % (dv16 - dv)] = from_float<T>(0.f);
-    }
+    // Warp-private ring. With padded dims a slot's pad columns are read as K
+    // (times zero queries) or V (into output columns never written), after
+    // the slot held the other role: they only have to be finite, so the
+    // ring starts zeroed and copies never write anything but cache rows.
+    T* wbase = reinterpret_cast<T*>(smem + warp * L.warp_bytes);
+    if (dk16 != dk || dv16 != dv)
+        for (int i = lane; i < R * L.slot_elems / 8; i += 32) reinterpret_cast<uint4*>(wbase)[i] = make_uint4(0, 0, 0, 0);
+    __syncwarp();  // zeros before any cp.async into the same bytes
+    auto slot_of = [&](int half) { return wbase + (half % R) * L.slot_elems; };
 
     const T* k1 = static_cast<const T*>(p.k1.base);
     const T* k2 = static_cast<const T*>(p.k2.base);
@@ -125,28 +146,37 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
         const int j = j0 + (lane & 15);
         return (lane < 16 && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
     };
-    auto issue = [&](int stage, int c, int64_t f) {
-        T* k = wbase + stage * L.stage_elems;
-        T* v = k + 16 * L.k_stride;
+    // Half-chunk `half` = chunk half / 2: its K rows (even) or V rows (odd).
+    auto issue_half = [&](int half, int64_t f) {
+        const int c = half >> 1;
+        const bool is_v = half & 1;
+        T* dst = slot_of(half);
         if (aligned_pages) {
             const int j0 = chunk_first(c);
             const int valid_rows = f < 0 ? 0 : min(16, length - j0);
             const int slot = p.page_shift >= 0 ? j0 & (p.page_size - 1) : j0 % p.page_size;
             const int64_t tb = (f < 0 ? 0 : (f << 32)) | static_cast<uint32_t>(slot);
-            copy_contiguous_rows16(k, L.k_stride, k1 + pool_offset(p.k1, tb, grp), p.k1.row_stride, dk1, shift1,
-                                   valid_rows, lane);
-            if (dk2)
-                copy_contiguous_rows16(k + dk1, L.k_stride, k2 + pool_offset(p.k2, tb, grp), p.k2.row_stride, dk2,
-                                       shift2, valid_rows, lane);
-            copy_contiguous_rows16(v, L.v_stride, vb + pool_offset(p.v, tb, grp), p.v.row_stride, dv, shiftv,
-                                   valid_rows, lane);
+            if (is_v) {
+                copy_contiguous_rows16(dst, L.v_stride, vb + pool_offset(p.v, tb, grp), p.v.row_stride, dv, shiftv,
+                                       valid_rows, lane);
+            } else {
+                copy_contiguous_rows16(dst, L.k_stride, k1 + pool_offset(p.k1, tb, grp), p.k1.row_stride, dk1, shift1,
+                                       valid_rows, lane);
+                if (dk2)
+                    copy_contiguous_rows16(dst + dk1, L.k_stride, k2 + pool_offset(p.k2, tb, grp), p.k2.row_stride,
+                                           dk2, shift2, valid_rows, lane);
+            }
         } else {
             const bool valid = f >= 0;
-            copy_scattered_rows16(k, L.k_stride, valid ? k1 + pool_offset(p.k1, f, grp) : nullptr, dk1, k1, lane);
-            if (dk2)
-                copy_scattered_rows16(k + dk1, L.k_stride, valid ? k2 + pool_offset(p.k2, f, grp) : nullptr, dk2, k2,
+            if (is_v) {
+                copy_scattered_rows16(dst, L.v_stride, valid ? vb + pool_offset(p.v, f, grp) : nullptr, dv, vb, lane);
+            } else {
+                copy_scattered_rows16(dst, L.k_stride, valid ? k1 + pool_offset(p.k1, f, grp) : nullptr, dk1, k1,
                                       lane);
-            copy_scattered_rows16(v, L.v_stride, valid ? vb + pool_offset(p.v, f, grp) : nullptr, dv, vb, lane);
+                if (dk2)
+                    copy_scattered_rows16(dst + dk1, L.k_stride, valid ? k2 + pool_offset(p.k2, f, grp) : nullptr,
+                                          dk2, k2, lane);
+            }
         }
     };
 
@@ -155,25 +185,21 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
     for (int i = 0; i < MAX_VT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     float run_m[2] = {-INFINITY, -INFINITY}, run_l[2] = {0.f, 0.f};  // l: this lane's partial sum
 
-    // Chunks 0..ST-2 in flight before the loop; the page ids of the next two
-    // chunks to issue are held in registers so their table loads (which can
-    // queue behind the K/V traffic) have a whole iteration to land.
+    // Halves 0..R-1 in flight before the loop. Chunk c's K is half 2c, its
+    // V half 2c + 1; when a half's product is done its slot takes half + R.
+    // Page ids of chunks c+1..c+3 are held in registers so their table loads
+    // (which can queue behind the K/V traffic) have an iteration to land.
 #pragma unroll
-    for (int st = 0; st < ST - 1; ++st) {
-        issue(st, st, fetch(st));
+    for (int h = 0; h < R; ++h) {
+        if ((h >> 1) < chunks) issue_half(h, fetch(h >> 1));
         cp_async_commit();
     }
-    int64_t next_a = fetch(ST - 1), next_b = fetch(ST);
+    int64_t ids[3] = {fetch(1), fetch(2), fetch(3)};  // ids[i]: chunk c + 1 + i
     for (int c = 0; c < chunks; ++c) {
-        const int stage = c % ST;
-        if (c + ST - 1 < chunks) issue((c + ST - 1) % ST, c + ST - 1, next_a);
-        cp_async_commit();
-        next_a = next_b;
-        next_b = fetch(c + ST + 1);
-        cp_async_wait<ST - 1>();
+        cp_async_wait<R - 1>();  // this chunk's K landed
         __syncwarp();
-        const T* tK = wbase + stage * L.stage_elems;
-        const T* tV = tK + 16 * L.k_stride;
+        const T* tK = slot_of(2 * c);
+        const T* tV = slot_of(2 * c + 1);
 
         // S^T = K Q^T: A = K rows (16 tokens) from smem, B = Q^T registers.
         // Even and odd k-steps in two accumulators: half the dependent chain.
@@ -211,6 +237,13 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
             s[e] = lo;
             s[e + 2] = hi;
         }
+        // K slot done: it takes half 2c + R (chunk c + R/2). Then wait for V.
+        __syncwarp();
+        if (c + R / 2 < chunks) issue_half(2 * c + R, ids[R / 2 - 1]);
+        cp_async_commit();
+        cp_async_wait<R - 1>();
+        __syncwarp();
+
         // P^T (tokens x rows) -> B operand (k = tokens, n = rows) by transposing
         // the two 8x8 halves in registers.
         const uint32_t pb0 = movmatrix_trans(pack_pair(s[0], s[1], static_cast<T*>(nullptr)));
@@ -228,12 +261,18 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
                 mma_16816<T>(acc[i], a, pb0, pb1);
             }
         }
-        __syncwarp();  // the stage is refilled next iteration
+        // V slot done: it takes half 2c + 1 + R (chunk c + (R+1)/2).
+        __syncwarp();
+        if (c + (R + 1) / 2 < chunks) issue_half(2 * c + 1 + R, ids[(R + 1) / 2 - 1]);
+        cp_async_commit();
+        ids[0] = ids[1];
+        ids[1] = ids[2];
+        ids[2] = fetch(c + 4);
     }
     cp_async_wait<0>();
 
     // Merge the warps: per query row, max over warps, then each warp adds its
-    // rescaled O^T into the shared O (which reuses the K/V stages).
+    // rescaled O^T into the shared O (which reuses the K/V slots).
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
         run_l[e] += __shfl_xor_sync(0xffffffffu, run_l[e], 4);

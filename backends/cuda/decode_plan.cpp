@@ -11,13 +11,13 @@ namespace gqla::cuda {
 namespace {
 
 // Occupancy slots: 0..2 tensor-core variants, 3 SIMT, 4..6 per-warp by
-// depth, 7..8 narrow by depth.
+// depth, 7..9 narrow by ring size.
 constexpr int kSimtSlot = 3, kWarpSlot0 = 4, kNarrowSlot0 = 7;
 
 int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt) {
     Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
     if (o.smem != smem) {
-        o.blocks = variant_index >= kNarrowSlot0 ? narrow_blocks_per_sm(cache, kNarrowStagesMin + variant_index - kNarrowSlot0, smem)
+        o.blocks = variant_index >= kNarrowSlot0 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowSlot0, smem)
                    : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
                    : simt ? simt_blocks_per_sm(smem)
                           : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
@@ -31,8 +31,10 @@ int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int sm
 // most resident CTAs first, then the deeper pipeline. These kernels are bound
 // by each warp's instruction latency, so warps that can issue matter more
 // than bytes in flight (H200, GQA 32/8: 2 stages x 3 CTAs per SM beat 3 x 2
-// by 7%, and 4 x 1 ran at half speed). Fills stages, smem and blocks of
-// *plan; false when no depth fits (or the pinned one does not).
+// by 7%, and 4 x 1 ran at half speed; the narrow kernel's 3-slot ring at 4
+// CTAs per SM beat 4 slots at 3 by 6% at B = 1, T = 32768). Fills stages,
+// smem and blocks of *plan; false when no depth fits (or the pinned one does
+// not).
 template <typename SmemOf>
 bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, int max_st, SmemOf smem_of,
                            AttentionPlan* plan) {
@@ -66,7 +68,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p) {
         return plan;
     }
     if (tensor_cores && s.use_narrow_kernel && narrow_kernel_fits(p) &&
-        plan_streaming_kernel(s, cache, kNarrowSlot0, kNarrowStagesMin, kNarrowStagesMax,
+        plan_streaming_kernel(s, cache, kNarrowSlot0, kNarrowSlotsMin, kNarrowSlotsMax,
                               [&](int st) { return narrow_smem_bytes(p, st); }, &plan)) {
         plan.narrow = true;
         plan.rows_per_cta = kNarrowRows;

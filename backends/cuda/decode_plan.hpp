@@ -13,7 +13,7 @@ struct AttentionPlan {
     bool per_warp = false;
     bool narrow = false;
     bool latent_wgmma = false;  // absorb path on Hopper warpgroup MMAs
-    int stages = 0;  // per-warp / narrow kernels: K/V chunks buffered per warp
+    int stages = 0;  // per-warp kernel: K/V chunks buffered per warp; narrow: K/V half-chunk slots
     MmaVariant variant = MmaVariant::Small;
     int rows_per_cta = 0;
     int tile_tokens = 0;

@@ -18,6 +18,40 @@ __device__ __forceinline__ float load_elem(const void* p, int dtype, int64_t i) 
     return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
 }
 
+// Elements [i, i + n) (n <= 8) as floats, zeros past n. Whole 8-element
+// pieces at 16-byte-aligned addresses take one or two vector loads, so a
+// prologue that stages a few query rows costs one memory latency instead of
+// one per element.
+__device__ __forceinline__ void load_elems8(const void* p, int dtype, int64_t i, int n, float v[8]) {
+    if (dtype == GQLA_DTYPE_F32) {
+        const float* src = static_cast<const float*>(p) + i;
+        if (n == 8 && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+            const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
+            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+            return;
+        }
+    } else {
+        const uint16_t* src = static_cast<const uint16_t*>(p) + i;
+        if (n == 8 && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+            const uint4 u = *reinterpret_cast<const uint4*>(src);
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                if (dtype == GQLA_DTYPE_F16) {
+                    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+                    v[2 * k] = f.x; v[2 * k + 1] = f.y;
+                } else {
+                    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]));
+                    v[2 * k] = f.x; v[2 * k + 1] = f.y;
+                }
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = e < n ? load_elem(p, dtype, i + e) : 0.f;
+}
+
 __device__ __forceinline__ void store_elem(void* p, int dtype, int64_t i, float v) {
     if (dtype == GQLA_DTYPE_F32) static_cast<float*>(p)[i] = v;
     else if (dtype == GQLA_DTYPE_F16) static_cast<__half*>(p)[i] = __float2half_rn(v);

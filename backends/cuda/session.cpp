@@ -83,7 +83,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     const char* narrow_kernel = std::getenv("GQLA_CUDA_NARROW_KERNEL");
     s->use_narrow_kernel = !(narrow_kernel && *narrow_kernel == '0');
     const char* stages = std::getenv("GQLA_CUDA_STAGES");
-    if (stages && *stages) s->pinned_stages = std::clamp(std::atoi(stages), 2, 4);
+    if (stages && *stages) s->pinned_stages = std::clamp(std::atoi(stages), 2, 5);
     s->max_splits = max_splits && *max_splits ? std::max(1, std::atoi(max_splits)) : kMaxSplits;
     bind_device(*s);
     check_cuda(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, s->device),

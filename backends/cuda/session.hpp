@@ -60,10 +60,10 @@ struct Session {
     std::string error;
 
     // Per-variant occupancy, cached by shared-memory size (0-2: tensor-core
-    // variants, 3: SIMT, 4-6: per-warp kernel with 2-4 stages, 7-8: narrow
-    // kernel with 2-3 stages).
+    // variants, 3: SIMT, 4-6: per-warp kernel with 2-4 stages, 7-9: narrow
+    // kernel with 3-5 ring slots).
     struct Occupancy { int smem = -1; int blocks = 0; };
-    Occupancy occupancy[9][2];
+    Occupancy occupancy[10][2];
     // Tuning/debug knobs: GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0
     // / GQLA_CUDA_LATENT_WGMMA=0 turn those kernels off; GQLA_CUDA_STAGES=n pins their depth (0: planned).
     bool use_narrow_kernel = true;
