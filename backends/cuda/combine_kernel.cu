@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ Co
     // Loads of kBatch splits are issued before any is used: one at a time,
     // a single sequence's 40-odd splits cost as many global-memory latencies
     // in a row (~20 us at B=1, T=32768).
-    constexpr int kBatch = 8;
+    constexpr int kBatch = 16;
     const float* col0 = p.part_o + base_row * p.dv;
     const int64_t split_elems = split_stride * p.dv;
     for (int c = threadIdx.x; c < p.dv; c += blockDim.x) {

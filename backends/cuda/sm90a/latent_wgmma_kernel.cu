@@ -71,18 +71,32 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
     const SplitRange range = w.range;
 
     // Queries -> shared memory (any dtype -> T), swizzled, padding rows zero.
-    for (int i = tid; i < kLatentRows * kKeyAtoms * 8; i += kLatentThreads) {
-        const int m = i / (kKeyAtoms * 8), piece = i - m * (kKeyAtoms * 8);
-        const int mg = rb * kLatentRows + m;
-        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        if (mg < p.rows) {
-            const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
-            const int64_t off = row_offset(p.qa, b, qi, h) + piece * 8;
+    // Pieces are loaded in batches before any is stored, so the 18 pieces of
+    // a thread cost three memory latencies, not eighteen.
+    constexpr int kQPieces = kLatentRows * kKeyAtoms * 8, kQBatch = 6;
+    static_assert(kQPieces % (kLatentThreads * kQBatch) == 0, "whole batches of query pieces");
+    for (int i0 = tid; i0 < kQPieces; i0 += kLatentThreads * kQBatch) {
+        float v[kQBatch][8];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) v[e] = load_elem(p.q, p.q_dtype, off + e);
+        for (int k = 0; k < kQBatch; ++k) {
+            const int i = i0 + k * kLatentThreads;
+            const int m = i / (kKeyAtoms * 8), piece = i - m * (kKeyAtoms * 8);
+            const int mg = rb * kLatentRows + m;
+            int64_t off = 0;
+            if (mg < p.rows) {
+                const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+                off = row_offset(p.qa, b, qi, h) + piece * 8;
+            }
+            load_elems8(p.q, p.q_dtype, off, mg < p.rows ? 8 : 0, v[k]);
         }
-        uint4 packed{pack_two<T>(v[0], v[1]), pack_two<T>(v[2], v[3]), pack_two<T>(v[4], v[5]), pack_two<T>(v[6], v[7])};
-        *reinterpret_cast<uint4*>(sQ + (piece >> 3) * kAtomBytes + swizzled_offset(m, piece & 7)) = packed;
+#pragma unroll
+        for (int k = 0; k < kQBatch; ++k) {
+            const int i = i0 + k * kLatentThreads;
+            const int m = i / (kKeyAtoms * 8), piece = i - m * (kKeyAtoms * 8);
+            const float* x = v[k];
+            uint4 packed{pack_two<T>(x[0], x[1]), pack_two<T>(x[2], x[3]), pack_two<T>(x[4], x[5]), pack_two<T>(x[6], x[7])};
+            *reinterpret_cast<uint4*>(sQ + (piece >> 3) * kAtomBytes + swizzled_offset(m, piece & 7)) = packed;
+        }
     }
     for (int m = tid; m < kLatentRows; m += kLatentThreads) {
         const int mg = rb * kLatentRows + m;
