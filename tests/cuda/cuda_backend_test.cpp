@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -294,7 +295,10 @@ void test_causal_rule() {
     }
 }
 
+const char* only = nullptr;  // argv[1]: run only the cases whose name contains it
+
 void run(const char* name, const std::function<void()>& f) {
+    if (only && !std::strstr(name, only)) return;
     try {
         f();
     } catch (const std::exception& e) {
@@ -305,7 +309,8 @@ void run(const char* name, const std::function<void()>& f) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    if (argc > 1) only = argv[1];
     const gqla_backend_vtable* vt = gqla_cuda_backend_get(GQLA_BACKEND_ABI_VERSION);
     int32_t n = 0;
     if (!vt || vt->device_count(&n) != GQLA_OK || n == 0) {
@@ -323,17 +328,19 @@ int main() {
     const std::vector<int64_t> ragged = {1, 63, 64, 65, 1000, 3001};
     const std::vector<int64_t> long_ragged = {8, 130, 2000, 4097};
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16, GQLA_DTYPE_F32}) {
-        run("gqa 32/8", [&] { test_gqa(t, 32, 8, 128, 128, 64, long_ragged); });
-        run("gqa odd", [&] { test_gqa(t, 6, 2, 40, 80, 63, ragged); });
-        run("gqa odd simt dims", [&] { test_gqa(t, 6, 3, 36, 20, 65, {1, 70, 300}); });
-        run("gqla odd", [&] { test_gqla(t, 6, 2, 384, 96, 32, 80, 63, {1, 64, 65, 900}); });
-        run("gqla mla", [&] { test_gqla(t, 16, 16, 512, 128, 64, 128, 64, {5, 700, 2000}); });
-        run("gqla 32/8", [&] { test_gqla(t, 32, 8, 512, 64, 64, 128, 64, {3, 1500}); });
+        const std::string dt = t == GQLA_DTYPE_BF16 ? " bf16" : t == GQLA_DTYPE_F16 ? " f16" : " f32";
+        auto run_t = [&](const char* name, const std::function<void()>& f) { run((name + dt).c_str(), f); };
+        run_t("gqa 32/8", [&] { test_gqa(t, 32, 8, 128, 128, 64, long_ragged); });
+        run_t("gqa odd", [&] { test_gqa(t, 6, 2, 40, 80, 63, ragged); });
+        run_t("gqa odd simt dims", [&] { test_gqa(t, 6, 3, 36, 20, 65, {1, 70, 300}); });
+        run_t("gqla odd", [&] { test_gqla(t, 6, 2, 384, 96, 32, 80, 63, {1, 64, 65, 900}); });
+        run_t("gqla mla", [&] { test_gqla(t, 16, 16, 512, 128, 64, 128, 64, {5, 700, 2000}); });
+        run_t("gqla 32/8", [&] { test_gqla(t, 32, 8, 512, 64, 64, 128, 64, {3, 1500}); });
         // Latent kernel shapes with pages that cut its 64-token tiles, a
         // partial second row block (72 heads) and the DeepSeek-V3 head count.
-        run("gqla mla odd pages", [&] { test_gqla(t, 72, 8, 512, 64, 64, 64, 37, {2, 500, 1300}); });
-        run("gqla mla 128", [&] { test_gqla(t, 128, 128, 512, 32, 64, 32, 64, {70, 900}); });
-        run("graph", [&] { test_graph_replay(t); });
+        run_t("gqla mla odd pages", [&] { test_gqla(t, 72, 8, 512, 64, 64, 64, 37, {2, 500, 1300}); });
+        run_t("gqla mla 128", [&] { test_gqla(t, 128, 128, 512, 32, 64, 32, 64, {70, 900}); });
+        run_t("graph", [&] { test_graph_replay(t); });
     }
     std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
     return failures ? 1 : 0;
