@@ -75,6 +75,23 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
     const int32_t* table = w.table;
     const SplitRange range = w.range;
 
+    const bool aligned_pages = (p.page_size & 15) == 0;
+    const int chunks = range.end - range.begin;
+    // This warp's chunk c covers tokens (range.begin + c) * 64 + warp * 16 + [0, 16).
+    auto chunk_first = [&](int c) { return (range.begin + c) * kNarrowTile + warp * 16; };
+    // Aligned pages: the page id of the chunk (all lanes); otherwise lane r < 16
+    // fetches the (page << 32 | slot) of row r. -1: nothing to read.
+    auto fetch = [&](int c) -> int64_t {
+        const int j0 = chunk_first(c);
+        if (c >= chunks || j0 >= length) return -1;
+        if (aligned_pages) return __ldg(table + (p.page_shift >= 0 ? j0 >> p.page_shift : j0 / p.page_size));
+        const int j = j0 + (lane & 15);
+        return (lane < 16 && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
+    };
+    // The page ids of the first chunks are requested before the query rows are
+    // staged, so the two memory latencies overlap.
+    const int64_t first_ids[4] = {fetch(0), fetch(1), fetch(2), fetch(3)};
+
     // Q^T as B fragments: b0 = Q[row fr][16ks + 2fc, +1], b1 = the same +8.
     // The group's rows are staged through shared memory (the ring's bytes,
     // before the ring starts) with whole-piece vector loads, so the prologue
@@ -128,24 +145,11 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
     const T* k1 = static_cast<const T*>(p.k1.base);
     const T* k2 = static_cast<const T*>(p.k2.base);
     const T* vb = static_cast<const T*>(p.v.base);
-    const bool aligned_pages = (p.page_size & 15) == 0;
     auto log2_pieces = [](int dim) {
         const int n = dim >> 3;
         return (n & (n - 1)) == 0 ? __ffs(n) - 1 : -1;
     };
     const int shift1 = log2_pieces(dk1), shift2 = dk2 ? log2_pieces(dk2) : 0, shiftv = log2_pieces(dv);
-    const int chunks = range.end - range.begin;
-    // This warp's chunk c covers tokens (range.begin + c) * 64 + warp * 16 + [0, 16).
-    auto chunk_first = [&](int c) { return (range.begin + c) * kNarrowTile + warp * 16; };
-    // Aligned pages: the page id of the chunk (all lanes); otherwise lane r < 16
-    // fetches the (page << 32 | slot) of row r. -1: nothing to read.
-    auto fetch = [&](int c) -> int64_t {
-        const int j0 = chunk_first(c);
-        if (c >= chunks || j0 >= length) return -1;
-        if (aligned_pages) return __ldg(table + (p.page_shift >= 0 ? j0 >> p.page_shift : j0 / p.page_size));
-        const int j = j0 + (lane & 15);
-        return (lane < 16 && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
-    };
     // Half-chunk `half` = chunk half / 2: its K rows (even) or V rows (odd).
     auto issue_half = [&](int half, int64_t f) {
         const int c = half >> 1;
@@ -191,10 +195,10 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
     // (which can queue behind the K/V traffic) have an iteration to land.
 #pragma unroll
     for (int h = 0; h < R; ++h) {
-        if ((h >> 1) < chunks) issue_half(h, fetch(h >> 1));
+        if ((h >> 1) < chunks) issue_half(h, first_ids[h >> 1]);
         cp_async_commit();
     }
-    int64_t ids[3] = {fetch(1), fetch(2), fetch(3)};  // ids[i]: chunk c + 1 + i
+    int64_t ids[3] = {first_ids[1], first_ids[2], first_ids[3]};  // ids[i]: chunk c + 1 + i
     for (int c = 0; c < chunks; ++c) {
         cp_async_wait<R - 1>();  // this chunk's K landed
         __syncwarp();
