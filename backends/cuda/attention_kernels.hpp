@@ -47,11 +47,13 @@ constexpr int kNarrowRows = 8;
 constexpr int kNarrowTokens = 64;
 constexpr int kNarrowSlotsMin = 3, kNarrowSlotsMax = 5;
 bool narrow_kernel_fits(const AttentionParams& p);
-int narrow_smem_bytes(const AttentionParams& p, int slots);
+// Swizzled K/V rows (instead of padded ones) are possible for these dims.
+bool narrow_can_swizzle(const AttentionParams& p);
+int narrow_smem_bytes(const AttentionParams& p, int slots, bool swizzle);
 void prepare_narrow_kernels(int smem_optin);
-int narrow_blocks_per_sm(gqla_dtype cache, int slots, int smem_bytes);
-void launch_attention_narrow(gqla_dtype cache, int slots, const AttentionParams& p, dim3 grid, int smem_bytes,
-                             cudaStream_t stream);
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, bool swizzle, int smem_bytes);
+void launch_attention_narrow(gqla_dtype cache, int slots, bool swizzle, const AttentionParams& p, dim3 grid,
+                             int smem_bytes, cudaStream_t stream);
 
 // Scalar f32 kernel: any dtype (the f32 cache), any dims.
 constexpr int kSimtRows = 8;

@@ -11,15 +11,17 @@ namespace {
 static_assert(kNarrowRows == kNarrowMaxRows && kNarrowTokens == kNarrowTile, "narrow kernel constants");
 static_assert(kNarrowSlotsMin == 3 && kNarrowSlotsMax == 5, "instantiate every ring size below");
 
-template <typename T>
+template <typename T, bool SWZ>
 const void* narrow_kernel_of(int slots) {
-    return slots == 3   ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 3>)
-           : slots == 4 ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 4>)
-                        : reinterpret_cast<const void*>(&attention_narrow_kernel<T, 5>);
+    return slots == 3   ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 3, SWZ>)
+           : slots == 4 ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 4, SWZ>)
+                        : reinterpret_cast<const void*>(&attention_narrow_kernel<T, 5, SWZ>);
 }
 
-const void* narrow_kernel(gqla_dtype cache, int slots) {
-    return cache == GQLA_DTYPE_F16 ? narrow_kernel_of<__half>(slots) : narrow_kernel_of<__nv_bfloat16>(slots);
+const void* narrow_kernel(gqla_dtype cache, int slots, bool swizzle) {
+    if (cache == GQLA_DTYPE_F16)
+        return swizzle ? narrow_kernel_of<__half, true>(slots) : narrow_kernel_of<__half, false>(slots);
+    return swizzle ? narrow_kernel_of<__nv_bfloat16, true>(slots) : narrow_kernel_of<__nv_bfloat16, false>(slots);
 }
 
 }  // namespace
@@ -29,30 +31,33 @@ bool narrow_kernel_fits(const AttentionParams& p) {
            !p.v_aliases_k1;
 }
 
-int narrow_smem_bytes(const AttentionParams& p, int slots) {
-    return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots).bytes;
+bool narrow_can_swizzle(const AttentionParams& p) { return narrow_can_swizzle(p.k1.dim + p.k2.dim, p.v.dim); }
+
+int narrow_smem_bytes(const AttentionParams& p, int slots, bool swizzle) {
+    return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, swizzle).bytes;
 }
 
 void prepare_narrow_kernels(int smem_optin) {
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
         for (int st = kNarrowSlotsMin; st <= kNarrowSlotsMax; ++st)
-            check_cuda(cudaFuncSetAttribute(narrow_kernel(t, st), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            smem_optin),
-                       "cudaFuncSetAttribute(attention_narrow_kernel)");
+            for (bool swizzle : {false, true})
+                check_cuda(cudaFuncSetAttribute(narrow_kernel(t, st, swizzle),
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
+                           "cudaFuncSetAttribute(attention_narrow_kernel)");
 }
 
-int narrow_blocks_per_sm(gqla_dtype cache, int slots, int smem_bytes) {
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, bool swizzle, int smem_bytes) {
     int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, narrow_kernel(cache, slots), kNarrowWarps * 32,
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, narrow_kernel(cache, slots, swizzle), kNarrowWarps * 32,
                                                              smem_bytes),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor(narrow)");
     return n;
 }
 
-void launch_attention_narrow(gqla_dtype cache, int slots, const AttentionParams& p, dim3 grid, int smem_bytes,
+void launch_attention_narrow(gqla_dtype cache, int slots, bool swizzle, const AttentionParams& p, dim3 grid, int smem_bytes,
                              cudaStream_t stream) {
     void* args[] = {const_cast<AttentionParams*>(&p)};
-    check_cuda(cudaLaunchKernel(narrow_kernel(cache, slots), grid, dim3(kNarrowWarps * 32), args,
+    check_cuda(cudaLaunchKernel(narrow_kernel(cache, slots, swizzle && narrow_can_swizzle(p)), grid, dim3(kNarrowWarps * 32), args,
                                 static_cast<size_t>(smem_bytes), stream),
                "launch attention_narrow_kernel");
 }

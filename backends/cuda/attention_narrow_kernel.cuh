@@ -35,13 +35,21 @@ constexpr int kNarrowMaxRows = 8;
 constexpr int kNarrowMaxDk = 256;
 constexpr int kNarrowMaxDv = 128;
 
-struct NarrowLayout { int k_stride, v_stride, slot_elems, warp_bytes, o_off, f_off, bytes; };
+struct NarrowLayout { int k_stride, v_stride, slot_elems, warp_bytes, o_off, f_off, bytes; bool swizzle; };
 
-__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots) {
+// Rows a multiple of 64 elements can be swizzled (see SmemRows) instead of
+// padded by 8 elements (either way ldmatrix rows hit distinct banks). The
+// swizzle saves shared memory (GQLA's 192-wide keys fit 3 CTAs per SM instead
+// of 2) but costs registers (the swizzled offsets stay live), so the planner
+// takes whichever layout fits more CTAs.
+__host__ __device__ inline bool narrow_can_swizzle(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0; }
+
+__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots, bool swizzle) {
     NarrowLayout L{};
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
-    L.k_stride = dk16 + 8;  // +8 elements: ldmatrix rows hit distinct banks
-    L.v_stride = dv16 + 8;
+    L.swizzle = swizzle && narrow_can_swizzle(dk, dv);
+    L.k_stride = L.swizzle ? dk : dk16 + 8;
+    L.v_stride = L.swizzle ? dv : dv16 + 8;
     // A slot serves as K rows or V rows in turn (odd R), so it fits either.
     L.slot_elems = 16 * (L.k_stride > L.v_stride ? L.k_stride : L.v_stride);
     L.warp_bytes = slots * L.slot_elems * 2;
@@ -53,14 +61,14 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots)
     return L;
 }
 
-template <typename T, int R>
+template <typename T, int R, bool SWZ>
 __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(const __grid_constant__ AttentionParams p) {
     constexpr int NW = kNarrowWarps, NT = NW * 32, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
     extern __shared__ __align__(128) unsigned char smem[];
     const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = dk1 + dk2, dv = p.v.dim;
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     const int k_steps = dk16 / 16, v_tiles = dv16 / 16;
-    const NarrowLayout L = narrow_layout(dk, dv, R);
+    const NarrowLayout L = narrow_layout(dk, dv, R, SWZ);
     float* sO = reinterpret_cast<float*>(smem + L.o_off);
     float* sWarpM = reinterpret_cast<float*>(smem + L.f_off);
     float* sWarpL = sWarpM + NW * kNarrowMaxRows;
@@ -150,6 +158,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
         return (n & (n - 1)) == 0 ? __ffs(n) - 1 : -1;
     };
     const int shift1 = log2_pieces(dk1), shift2 = dk2 ? log2_pieces(dk2) : 0, shiftv = log2_pieces(dv);
+    const SmemRows k_rows{L.k_stride, SWZ}, v_rows{L.v_stride, SWZ};
     // Half-chunk `half` = chunk half / 2: its K rows (even) or V rows (odd).
     auto issue_half = [&](int half, int64_t f) {
         const int c = half >> 1;
@@ -161,25 +170,24 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
             const int slot = p.page_shift >= 0 ? j0 & (p.page_size - 1) : j0 % p.page_size;
             const int64_t tb = (f < 0 ? 0 : (f << 32)) | static_cast<uint32_t>(slot);
             if (is_v) {
-                copy_contiguous_rows16(dst, L.v_stride, vb + pool_offset(p.v, tb, grp), p.v.row_stride, dv, shiftv,
+                copy_contiguous_rows16(dst, v_rows, 0, vb + pool_offset(p.v, tb, grp), p.v.row_stride, dv, shiftv,
                                        valid_rows, lane);
             } else {
-                copy_contiguous_rows16(dst, L.k_stride, k1 + pool_offset(p.k1, tb, grp), p.k1.row_stride, dk1, shift1,
+                copy_contiguous_rows16(dst, k_rows, 0, k1 + pool_offset(p.k1, tb, grp), p.k1.row_stride, dk1, shift1,
                                        valid_rows, lane);
                 if (dk2)
-                    copy_contiguous_rows16(dst + dk1, L.k_stride, k2 + pool_offset(p.k2, tb, grp), p.k2.row_stride,
-                                           dk2, shift2, valid_rows, lane);
+                    copy_contiguous_rows16(dst, k_rows, dk1, k2 + pool_offset(p.k2, tb, grp), p.k2.row_stride, dk2,
+                                           shift2, valid_rows, lane);
             }
         } else {
             const bool valid = f >= 0;
             if (is_v) {
-                copy_scattered_rows16(dst, L.v_stride, valid ? vb + pool_offset(p.v, f, grp) : nullptr, dv, vb, lane);
+                copy_scattered_rows16(dst, v_rows, 0, valid ? vb + pool_offset(p.v, f, grp) : nullptr, dv, vb, lane);
             } else {
-                copy_scattered_rows16(dst, L.k_stride, valid ? k1 + pool_offset(p.k1, f, grp) : nullptr, dk1, k1,
-                                      lane);
+                copy_scattered_rows16(dst, k_rows, 0, valid ? k1 + pool_offset(p.k1, f, grp) : nullptr, dk1, k1, lane);
                 if (dk2)
-                    copy_scattered_rows16(dst + dk1, L.k_stride, valid ? k2 + pool_offset(p.k2, f, grp) : nullptr,
-                                          dk2, k2, lane);
+                    copy_scattered_rows16(dst, k_rows, dk1, valid ? k2 + pool_offset(p.k2, f, grp) : nullptr, dk2, k2,
+                                          lane);
             }
         }
     };
@@ -208,12 +216,18 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
         // S^T = K Q^T: A = K rows (16 tokens) from smem, B = Q^T registers.
         // Even and odd k-steps in two accumulators: half the dependent chain.
         float s[4] = {0.f, 0.f, 0.f, 0.f}, s_odd[4] = {0.f, 0.f, 0.f, 0.f};
-        const T* krow = tK + (lane & 15) * L.k_stride + (lane >> 4) * 8;
+        // Lane l reads row l % 16, piece 2 ks + l / 16 (swizzled: ^ row % 8,
+        // which only permutes the pieces within each group of 8, i.e. 4 ks):
+        // 4 row pointers, the group as an immediate offset.
+        const T* krow[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            krow[j] = tK + (lane & 15) * L.k_stride + (((2 * j + (lane >> 4)) ^ (SWZ ? lane & 7 : 0)) << 3);
 #pragma unroll
         for (int ks = 0; ks < MAX_KS; ++ks) {
             if (ks < k_steps) {
                 uint32_t a[4];
-                ldmatrix_x4(a, krow + ks * 16);
+                ldmatrix_x4(a, krow[ks & 3] + (ks >> 2) * 64);
                 mma_16816<T>(ks % 2 ? s_odd : s, a, qb[ks][0], qb[ks][1]);
             }
         }
@@ -254,14 +268,20 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
         const uint32_t pb1 = movmatrix_trans(pack_pair(s[2], s[3], static_cast<T*>(nullptr)));
 
         // O^T = alpha O^T + V^T P^T: A = V^T tiles by ldmatrix.trans of V rows.
-        const T* vrow = tV + ((lane & 7) + ((lane >> 4) << 3)) * L.v_stride + ((lane >> 3) & 1) * 8;
+        // Lane l reads row l % 8 + 8 (l / 16), piece 2i + (l / 8) % 2 (the
+        // same swizzle as K).
+        const T* vrow[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            vrow[j] = tV + ((lane & 7) + ((lane >> 4) << 3)) * L.v_stride +
+                      (((2 * j + ((lane >> 3) & 1)) ^ (SWZ ? lane & 7 : 0)) << 3);
 #pragma unroll
         for (int i = 0; i < MAX_VT; ++i) {
             if (i < v_tiles) {
                 acc[i][0] *= alpha[0]; acc[i][1] *= alpha[1];
                 acc[i][2] *= alpha[0]; acc[i][3] *= alpha[1];
                 uint32_t a[4];
-                ldmatrix_x4_trans(a, vrow + i * 16);
+                ldmatrix_x4_trans(a, vrow[i & 3] + (i >> 2) * 64);
                 mma_16816<T>(acc[i], a, pb0, pb1);
             }
         }

@@ -111,9 +111,10 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         T* v = k + 16 * L.k_stride;
         const bool valid = tb >= 0;
         const int64_t base = valid ? tb : 0;
-        copy_scattered_rows16(k, L.k_stride, valid ? k1 + pool_offset(p.k1, base, g) : nullptr, dk1, k1, lane);
-        if (dk2) copy_scattered_rows16(k + dk1, L.k_stride, valid ? k2 + pool_offset(p.k2, base, g) : nullptr, dk2, k2, lane);
-        if (!p.v_aliases_k1) copy_scattered_rows16(v, L.v_stride, valid ? vb + pool_offset(p.v, base, g) : nullptr, dv, vb, lane);
+        const SmemRows k_rows{L.k_stride, false}, v_rows{L.v_stride, false};
+        copy_scattered_rows16(k, k_rows, 0, valid ? k1 + pool_offset(p.k1, base, g) : nullptr, dk1, k1, lane);
+        if (dk2) copy_scattered_rows16(k, k_rows, dk1, valid ? k2 + pool_offset(p.k2, base, g) : nullptr, dk2, k2, lane);
+        if (!p.v_aliases_k1) copy_scattered_rows16(v, v_rows, 0, valid ? vb + pool_offset(p.v, base, g) : nullptr, dv, vb, lane);
     };
 
     float acc[MAX_NT][4];

@@ -11,13 +11,16 @@ namespace gqla::cuda {
 namespace {
 
 // Occupancy slots: 0..2 tensor-core variants, 3 SIMT, 4..6 per-warp by
-// depth, 7..9 narrow by ring size.
-constexpr int kSimtSlot = 3, kWarpSlot0 = 4, kNarrowSlot0 = 7;
+// depth, 7..9 narrow by ring size (padded rows), 10..12 the same swizzled.
+constexpr int kSimtSlot = 3, kWarpSlot0 = 4, kNarrowSlot0 = 7, kNarrowSwizzledSlot0 = 10;
 
 int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt) {
     Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
     if (o.smem != smem) {
-        o.blocks = variant_index >= kNarrowSlot0 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowSlot0, smem)
+        o.blocks = variant_index >= kNarrowSwizzledSlot0
+                       ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowSwizzledSlot0, true, smem)
+                   : variant_index >= kNarrowSlot0
+                       ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowSlot0, false, smem)
                    : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
                    : simt ? simt_blocks_per_sm(smem)
                           : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
@@ -67,13 +70,32 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p) {
         plan.blocks_per_sm = 1;
         return plan;
     }
-    if (tensor_cores && s.use_narrow_kernel && narrow_kernel_fits(p) &&
-        plan_streaming_kernel(s, cache, kNarrowSlot0, kNarrowSlotsMin, kNarrowSlotsMax,
-                              [&](int st) { return narrow_smem_bytes(p, st); }, &plan)) {
-        plan.narrow = true;
-        plan.rows_per_cta = kNarrowRows;
-        plan.tile_tokens = kNarrowTokens;
-        return plan;
+    if (tensor_cores && s.use_narrow_kernel && narrow_kernel_fits(p)) {
+        // Padded rows, then swizzled ones where the dims allow: the layout
+        // that fits more CTAs per SM (ties keep the padded one). A pinned
+        // swizzle falls back to padded rows where the dims do not allow it.
+        AttentionPlan padded = plan, swizzled = plan;
+        const bool padded_ok =
+            s.narrow_swizzle != 1 &&
+            plan_streaming_kernel(s, cache, kNarrowSlot0, kNarrowSlotsMin, kNarrowSlotsMax,
+                                  [&](int st) { return narrow_smem_bytes(p, st, false); }, &padded);
+        const bool swizzled_ok =
+            s.narrow_swizzle != 0 && narrow_can_swizzle(p) &&
+            plan_streaming_kernel(s, cache, kNarrowSwizzledSlot0, kNarrowSlotsMin, kNarrowSlotsMax,
+                                  [&](int st) { return narrow_smem_bytes(p, st, true); }, &swizzled);
+        bool padded_fallback = false;
+        if (!padded_ok && !swizzled_ok && s.narrow_swizzle == 1)
+            padded_fallback = plan_streaming_kernel(s, cache, kNarrowSlot0, kNarrowSlotsMin, kNarrowSlotsMax,
+                                                    [&](int st) { return narrow_smem_bytes(p, st, false); }, &padded);
+        if (padded_ok || swizzled_ok || padded_fallback) {
+            const bool use_swizzled = swizzled_ok && (!padded_ok || swizzled.blocks_per_sm > padded.blocks_per_sm);
+            plan = use_swizzled ? swizzled : padded;
+            plan.swizzle = use_swizzled;
+            plan.narrow = true;
+            plan.rows_per_cta = kNarrowRows;
+            plan.tile_tokens = kNarrowTokens;
+            return plan;
+        }
     }
     if (tensor_cores && s.use_warp_kernel && warp_kernel_fits(p) &&
         plan_streaming_kernel(s, cache, kWarpSlot0, kWarpStagesMin, kWarpStagesMax,

@@ -12,6 +12,7 @@ struct AttentionPlan {
     bool simt = false;
     bool per_warp = false;
     bool narrow = false;
+    bool swizzle = false;  // narrow kernel: K/V rows swizzled rather than padded
     bool latent_wgmma = false;  // absorb path on Hopper warpgroup MMAs
     int stages = 0;  // per-warp kernel: K/V chunks buffered per warp; narrow: K/V half-chunk slots
     MmaVariant variant = MmaVariant::Small;

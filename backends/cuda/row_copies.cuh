@@ -8,26 +8,39 @@
 
 namespace gqla::cuda {
 
+// Where element (row r, column c) of a 16-row shared-memory tile lives:
+// rows `stride` elements apart; with `swizzle` (rows a multiple of 64
+// elements) the 16-byte piece c/8 of row r sits at piece (c/8) ^ (r % 8) of
+// its 128-byte group, so the 8 rows an ldmatrix reads hit 8 distinct bank
+// groups without padding columns.
+struct SmemRows {
+    int stride;
+    bool swizzle;
+};
+__device__ __forceinline__ int smem_index(SmemRows s, int r, int c) {
+    return r * s.stride + (s.swizzle ? ((((c >> 3) ^ (r & 7)) << 3) | (c & 7)) : c);
+}
+
 // 16 rows of `dim` elements from rows `row_stride` apart starting at `src`
-// (rows >= valid_rows are zero-filled) into smem rows `stride` apart.
-// piece_shift: log2(dim / 8) when that is a power of two, else -1.
+// (rows >= valid_rows are zero-filled) into columns [col0, col0 + dim) of
+// the tile. piece_shift: log2(dim / 8) when that is a power of two, else -1.
 template <typename T>
-__device__ __forceinline__ void copy_contiguous_rows16(T* dst, int stride, const T* src, int row_stride, int dim,
-                                                       int piece_shift, int valid_rows, int lane) {
+__device__ __forceinline__ void copy_contiguous_rows16(T* tile, SmemRows rows, int col0, const T* src, int row_stride,
+                                                       int dim, int piece_shift, int valid_rows, int lane) {
     const int per_row = dim >> 3;
     for (int piece = lane; piece < 16 * per_row; piece += 32) {
         const int r = piece_shift >= 0 ? piece >> piece_shift : piece / per_row;
         const int c = (piece - r * per_row) << 3;
         const bool valid = r < valid_rows;
-        cp_async_16(dst + r * stride + c, valid ? src + r * row_stride + c : src, valid);
+        cp_async_16(tile + smem_index(rows, r, col0 + c), valid ? src + r * row_stride + c : src, valid);
     }
 }
 
 // Same for rows whose sources differ (pages not aligned to 16 tokens): lane
 // r < 16 holds row r's source, null when the row is past the end.
 template <typename T>
-__device__ __forceinline__ void copy_scattered_rows16(T* dst, int stride, const T* row_src, int dim, const T* any,
-                                                      int lane) {
+__device__ __forceinline__ void copy_scattered_rows16(T* tile, SmemRows rows, int col0, const T* row_src, int dim,
+                                                      const T* any, int lane) {
     const int per_row = dim >> 3;
     const int total = 16 * per_row;
     for (int idx = lane; idx - lane < total; idx += 32) {
@@ -36,7 +49,7 @@ __device__ __forceinline__ void copy_scattered_rows16(T* dst, int stride, const 
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row_src), row));
         if (idx < total) {
             const int c = (idx - row * per_row) << 3;
-            cp_async_16(dst + row * stride + c, src ? src + c : any, src != nullptr);
+            cp_async_16(tile + smem_index(rows, row, col0 + c), src ? src + c : any, src != nullptr);
         }
     }
 }

@@ -82,6 +82,8 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     s->use_warp_kernel = !(warp_kernel && *warp_kernel == '0');
     const char* narrow_kernel = std::getenv("GQLA_CUDA_NARROW_KERNEL");
     s->use_narrow_kernel = !(narrow_kernel && *narrow_kernel == '0');
+    const char* swizzle = std::getenv("GQLA_CUDA_NARROW_SWIZZLE");
+    if (swizzle && *swizzle) s->narrow_swizzle = *swizzle == '0' ? 0 : 1;
     const char* stages = std::getenv("GQLA_CUDA_STAGES");
     if (stages && *stages) s->pinned_stages = std::clamp(std::atoi(stages), 2, 5);
     s->max_splits = max_splits && *max_splits ? std::max(1, std::atoi(max_splits)) : kMaxSplits;

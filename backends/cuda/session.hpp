@@ -61,9 +61,9 @@ struct Session {
 
     // Per-variant occupancy, cached by shared-memory size (0-2: tensor-core
     // variants, 3: SIMT, 4-6: per-warp kernel with 2-4 stages, 7-9: narrow
-    // kernel with 3-5 ring slots).
+    // kernel with 3-5 ring slots and padded rows, 10-12: the same swizzled).
     struct Occupancy { int smem = -1; int blocks = 0; };
-    Occupancy occupancy[10][2];
+    Occupancy occupancy[13][2];
     // Tuning/debug knobs: GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0
     // / GQLA_CUDA_LATENT_WGMMA=0 turn those kernels off; GQLA_CUDA_STAGES=n pins their depth (0: planned).
     bool use_narrow_kernel = true;
@@ -71,6 +71,7 @@ struct Session {
     // sm_90a latent kernel for the absorb path (off: GQLA_CUDA_LATENT_WGMMA=0).
     bool use_latent_wgmma = false;
     int pinned_stages = 0;
+    int narrow_swizzle = -1;  // GQLA_CUDA_NARROW_SWIZZLE: -1 planned, 0 padded rows, 1 swizzled where the dims allow
 };
 
 // Elements per token row of each pool and the layer/page strides.
