@@ -254,8 +254,6 @@ static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T
         for (int c = 0; c < NC; ++c)
             a[r * NC + c] = Simd::mul(Simd::load(acc + static_cast<int64_t>(r) * dv + d + c * W), cr);
     }
-    // Stepped through a local copy: stepping *pf itself kept its offset in
-    // memory, a store-to-load chain through every token of this loop.
     for (int j = 0; j < n; ++j) {
         if (pf) pf->step();
         V vv[NC];

@@ -39,7 +39,8 @@ struct Simd {
     // A bf16 is the top half of an f32, so within each 32-bit pair a shift
     // widens the even element and a mask the odd one: one ALU op per 8
     // values, no cross-lane shuffle (load_bf16 needs a widening shuffle and a
-    // shift). The caller works in the permuted order (see PairOrder).
+    // shift). The caller works in that "pair order" (see to_pair_order in
+    // attention_kernels.inl).
     static inline void load_bf16_pair(const uint16_t* p, V& even, V& odd) {
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
         even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));

@@ -119,9 +119,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
                 n = min(8, dk - c);
             }
             load_elems8(p.q, p.q_dtype, qoff, n, v);
-            uint4 packed{pack_pair(v[0], v[1], static_cast<T*>(nullptr)), pack_pair(v[2], v[3], static_cast<T*>(nullptr)),
-                         pack_pair(v[4], v[5], static_cast<T*>(nullptr)), pack_pair(v[6], v[7], static_cast<T*>(nullptr))};
-            *reinterpret_cast<uint4*>(sQ + r * q_stride + c) = packed;
+            *reinterpret_cast<uint4*>(sQ + r * q_stride + c) = pack_eight<T>(v);
         }
         __syncthreads();
         const T* qrow = sQ + fr * q_stride + 2 * fc;

@@ -71,23 +71,18 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p) {
         return plan;
     }
     if (tensor_cores && s.use_narrow_kernel && narrow_kernel_fits(p)) {
-        // Padded rows, then swizzled ones where the dims allow: the layout
-        // that fits more CTAs per SM (ties keep the padded one). A pinned
-        // swizzle falls back to padded rows where the dims do not allow it.
+        // Padded or swizzled rows (where the dims allow): the layout that fits
+        // more CTAs per SM, ties keeping the padded one. A pinned swizzle
+        // takes padded rows only where swizzled ones do not fit.
+        auto plan_layout = [&](bool swizzle, AttentionPlan* out) {
+            return plan_streaming_kernel(s, cache, swizzle ? kNarrowSwizzledSlot0 : kNarrowSlot0, kNarrowSlotsMin,
+                                         kNarrowSlotsMax, [&](int st) { return narrow_smem_bytes(p, st, swizzle); },
+                                         out);
+        };
         AttentionPlan padded = plan, swizzled = plan;
-        const bool padded_ok =
-            s.narrow_swizzle != 1 &&
-            plan_streaming_kernel(s, cache, kNarrowSlot0, kNarrowSlotsMin, kNarrowSlotsMax,
-                                  [&](int st) { return narrow_smem_bytes(p, st, false); }, &padded);
-        const bool swizzled_ok =
-            s.narrow_swizzle != 0 && narrow_can_swizzle(p) &&
-            plan_streaming_kernel(s, cache, kNarrowSwizzledSlot0, kNarrowSlotsMin, kNarrowSlotsMax,
-                                  [&](int st) { return narrow_smem_bytes(p, st, true); }, &swizzled);
-        bool padded_fallback = false;
-        if (!padded_ok && !swizzled_ok && s.narrow_swizzle == 1)
-            padded_fallback = plan_streaming_kernel(s, cache, kNarrowSlot0, kNarrowSlotsMin, kNarrowSlotsMax,
-                                                    [&](int st) { return narrow_smem_bytes(p, st, false); }, &padded);
-        if (padded_ok || swizzled_ok || padded_fallback) {
+        const bool swizzled_ok = s.narrow_swizzle != 0 && narrow_can_swizzle(p) && plan_layout(true, &swizzled);
+        const bool padded_ok = (s.narrow_swizzle != 1 || !swizzled_ok) && plan_layout(false, &padded);
+        if (padded_ok || swizzled_ok) {
             const bool use_swizzled = swizzled_ok && (!padded_ok || swizzled.blocks_per_sm > padded.blocks_per_sm);
             plan = use_swizzled ? swizzled : padded;
             plan.swizzle = use_swizzled;

@@ -45,6 +45,13 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half*) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// Eight floats as 8 packed 16-bit values (one 16-byte shared-memory store).
+template <typename T>
+__device__ __forceinline__ uint4 pack_eight(const float v[8]) {
+    return uint4{pack_pair(v[0], v[1], static_cast<T*>(nullptr)), pack_pair(v[2], v[3], static_cast<T*>(nullptr)),
+                 pack_pair(v[4], v[5], static_cast<T*>(nullptr)), pack_pair(v[6], v[7], static_cast<T*>(nullptr))};
+}
+
 // Transposes an 8x8 b16 matrix held in the MMA fragment layout (lane holds
 // row lane/4, columns 2*(lane%4) and +1): the accumulator of S^T becomes the
 // B operand of the next product without a shared-memory round trip.

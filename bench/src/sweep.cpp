@@ -123,11 +123,19 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
 
 namespace {
 
+// Sequence lengths of one case: `context` tokens each, or `lengths` (mean
+// `context`) with --mixed; `label` names the kind in the output.
+struct LengthCase {
+    int64_t context;
+    std::vector<int64_t> lengths;
+    std::string label;
+};
+
 WorkloadSpec workload_spec(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype dtype,
-                           gqla_path path, int batch, int64_t context, const std::vector<int64_t>& lengths,
-                           std::string* why_not) {
+                           gqla_path path, int batch, const LengthCase& lc, std::string* why_not) {
+    const int64_t context = lc.context;
     WorkloadSpec spec;
-    spec.lengths = lengths;
+    spec.lengths = lc.lengths;
     spec.preset = &p;
     spec.shape.device = env.device;
     spec.shape.path = path;
@@ -159,12 +167,11 @@ WorkloadSpec workload_spec(const Preset& p, const Options& opt, const BenchEnv& 
     return spec;
 }
 
-// Times every s_q of one (preset, dtype, path, batch, context) on one session.
+// Times every s_q of one (preset, dtype, path, batch, lengths) on one session.
 std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype dtype,
-                                   gqla_path path, int batch, int64_t context, const std::vector<int64_t>& lengths,
-                                   const std::string& lengths_label, WorkloadSpec* spec_out) {
+                                   gqla_path path, int batch, const LengthCase& lc, WorkloadSpec* spec_out) {
     std::string why_not;
-    const WorkloadSpec spec = workload_spec(p, opt, env, dtype, path, batch, context, lengths, &why_not);
+    const WorkloadSpec spec = workload_spec(p, opt, env, dtype, path, batch, lc, &why_not);
     *spec_out = spec;
     std::vector<CaseResult> results;
     std::unique_ptr<DecodeWorkload> work;
@@ -181,8 +188,8 @@ std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const Be
         r.requested = path;
         r.dtype = dtype;
         r.batch = batch;
-        r.context = context;
-        r.lengths = lengths_label;
+        r.context = lc.context;
+        r.lengths = lc.label;
         r.s_q = s_q;
         r.sets = spec.sets;
         r.error = why_not;
@@ -209,13 +216,8 @@ std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const Be
     return results;
 }
 
-// The sequence lengths of the cases of one batch size: every --context, or
-// with --mixed the spread lengths followed by their uniform equivalent.
-struct LengthCase {
-    int64_t context;
-    std::vector<int64_t> lengths;
-    std::string label;
-};
+// The length cases of one batch size: every --context, or with --mixed the
+// spread lengths followed by their uniform equivalent.
 std::vector<LengthCase> length_cases(const Options& opt, int batch) {
     std::vector<LengthCase> cases;
     if (opt.mixed_max == 0) {
@@ -256,7 +258,7 @@ int run_sweep(const Options& opt, const BenchEnv& env) {
                         WorkloadSpec spec;
                         // The session is gone before the baseline allocates its own cache.
                         std::vector<CaseResult> results =
-                            time_cases(p, opt, env, dtype, path, batch, context, lc.lengths, lc.label, &spec);
+                            time_cases(p, opt, env, dtype, path, batch, lc, &spec);
                         for (CaseResult& r : results) {
                             if (!r.error.empty()) {
                                 if (r.error.find("memory cap") == std::string::npos) ++failures;

@@ -93,9 +93,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
         for (int k = 0; k < kQBatch; ++k) {
             const int i = i0 + k * kLatentThreads;
             const int m = i / (kKeyAtoms * 8), piece = i - m * (kKeyAtoms * 8);
-            const float* x = v[k];
-            uint4 packed{pack_two<T>(x[0], x[1]), pack_two<T>(x[2], x[3]), pack_two<T>(x[4], x[5]), pack_two<T>(x[6], x[7])};
-            *reinterpret_cast<uint4*>(sQ + (piece >> 3) * kAtomBytes + swizzled_offset(m, piece & 7)) = packed;
+            *reinterpret_cast<uint4*>(sQ + (piece >> 3) * kAtomBytes + swizzled_offset(m, piece & 7)) = pack_eight<T>(v[k]);
         }
     }
     for (int m = tid; m < kLatentRows; m += kLatentThreads) {
