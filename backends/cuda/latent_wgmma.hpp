@@ -26,14 +26,16 @@ int latent_wgmma_smem_bytes();
 // Raises the kernel's shared-memory limit; only where available and the
 // device's opt-in limit holds latent_wgmma_smem_bytes().
 void prepare_latent_wgmma_kernel();
-void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, dim3 grid, cudaStream_t stream);
+// pool_rows: token rows of one layer's pool (pages x page size), the extent
+// of the TMA view of the latent and rope pools.
+void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, int64_t pool_rows, dim3 grid, cudaStream_t stream);
 #else
 // Module built without sm_90a code: the mma.sync kernels serve every GPU.
 inline bool latent_wgmma_available(int) { return false; }
 inline bool latent_wgmma_fits(const AttentionParams&) { return false; }
 inline int latent_wgmma_smem_bytes() { return 0; }
 inline void prepare_latent_wgmma_kernel() {}
-inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, dim3, cudaStream_t) {}
+inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, int64_t, dim3, cudaStream_t) {}
 #endif
 
 }  // namespace gqla::cuda

@@ -336,9 +336,13 @@ int main(int argc, char** argv) {
         run_t("gqla odd", [&] { test_gqla(t, 6, 2, 384, 96, 32, 80, 63, {1, 64, 65, 900}); });
         run_t("gqla mla", [&] { test_gqla(t, 16, 16, 512, 128, 64, 128, 64, {5, 700, 2000}); });
         run_t("gqla 32/8", [&] { test_gqla(t, 32, 8, 512, 64, 64, 128, 64, {3, 1500}); });
-        // Latent kernel shapes with pages that cut its 64-token tiles, a
-        // partial second row block (72 heads) and the DeepSeek-V3 head count.
+        // Latent kernel shapes with pages that cut its 64-token tiles (37: no
+        // TMA box fits, copies; 16: one TMA box per page; 128: two tiles per
+        // page), a partial second row block (72 heads) and the DeepSeek-V3
+        // head count.
         run_t("gqla mla odd pages", [&] { test_gqla(t, 72, 8, 512, 64, 64, 64, 37, {2, 500, 1300}); });
+        run_t("gqla mla page 16", [&] { test_gqla(t, 16, 4, 512, 64, 64, 64, 16, {40, 777}); });
+        run_t("gqla mla page 128", [&] { test_gqla(t, 32, 8, 512, 64, 64, 64, 128, {200, 1100}); });
         run_t("gqla mla 128", [&] { test_gqla(t, 128, 128, 512, 32, 64, 32, 64, {70, 900}); });
         run_t("graph", [&] { test_graph_replay(t); });
     }

@@ -8,8 +8,12 @@
 //                O[:, 0:256] += P V with P straight from its registers (the
 //                m64n64 accumulator fragment is the A fragment of the next
 //                product); P and the rescale factors go to shared memory.
-//   WG1 (loads)  copies the tiles (16-byte cp.async, 128B-swizzled, two
-//                stages), and O[:, 256:512] += P V from the shared P.
+//   WG1 (loads)  fills the two tile stages and computes
+//                O[:, 256:512] += P V from the shared P. Whole tiles come by
+//                TMA (one lane per page segment issues 9 box loads, the
+//                hardware swizzles them); a sequence's partial last tile and
+//                page sizes TMA cannot box come by 16-byte cp.async with zero
+//                fill, so no stale pool row ever reaches the products.
 // The score product alone keeps the tensor cores busy while WG1 waits, and
 // no row maximum crosses warpgroups: WG0 owns the softmax. WG1 refills a
 // stage as soon as both products of its tile are done, so the next tile's
@@ -21,9 +25,12 @@
 //   K_EMPTY    WG0 -> WG1  WG0's product of the tile done; its stage may refill
 // Partial outputs and log2-sum-exp go through write_output/write_row_lse, so
 // the split combine kernel and the output addressing are the common ones.
+#include <cstdlib>
+
 #include "../attention_common.cuh"
 #include "../cuda_status.hpp"
 #include "../latent_wgmma.hpp"
+#include "tma_primitives.cuh"
 #include "wgmma_primitives.cuh"
 
 namespace gqla::cuda {
@@ -40,7 +47,8 @@ constexpr int kKOff = kQOff + kKeyAtoms * kAtomBytes;
 constexpr int kStageBytes = kKeyAtoms * kAtomBytes;
 constexpr int kPOff = kKOff + kStages * kStageBytes;
 constexpr int kXOff = kPOff + kAtomBytes;           // rescale [64], row max [64], row sum [64], limit [64]
-constexpr int kSmemUsed = kXOff + 4 * 64 * 4;
+constexpr int kBarOff = kXOff + 4 * 64 * 4;       // one mbarrier per stage
+constexpr int kSmemUsed = kBarOff + kStages * 8;
 constexpr int kSmemBytes = kSmemUsed + 1024;        // slack to align the base to the swizzle period
 constexpr int kWgThreads = 128;
 static_assert(kLatentRows == 64 && kLatentTile == 64 && kLatentThreads == 2 * kWgThreads, "tiling constants");
@@ -56,8 +64,17 @@ __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
     return pack_pair(lo, hi, static_cast<T*>(nullptr));
 }
 
+// Tensor maps of this layer's latent and rope pools ([pool rows][dim]); box =
+// 64 columns x box_rows token rows. box_rows == 0: no TMA for this launch.
+struct LatentTmaMaps {  // CUtensorMap carries its own 64-byte alignment
+    CUtensorMap latent;
+    CUtensorMap rope;
+    int32_t box_rows;
+};
+
 template <typename T>
-__global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const __grid_constant__ AttentionParams p) {
+__global__ void __launch_bounds__(kLatentThreads, 1)
+    latent_wgmma_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ LatentTmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -68,6 +85,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
     float* sMax = sScale + 64;
     float* sSum = sMax + 64;
     int* sLimit = reinterpret_cast<int*>(sSum + 64);
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kBarOff);
 
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3;
     const CtaWork w = cta_work(p, kLatentRows, kLatentTile);
@@ -89,7 +107,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
             tb[i] = (tile < range.end && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
         }
     };
-    auto issue_tile = [&](int stage) {
+    auto copy_tile = [&](int stage) {
         unsigned char* dst = sK + stage * kStageBytes;
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i) {
@@ -105,14 +123,50 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
             cp_async_16(dst + (kLatentDim / 64) * kAtomBytes + off, valid ? s2 : k2, valid);
         }
     };
+    // TMA serves whole tiles when pages split a tile into whole boxes; the
+    // i-th tile of the split then completes phase (i / 2) % 2 of its stage's barrier.
+    const int box_rows = maps.box_rows;
+    auto by_tma = [&](int tile) { return box_rows > 0 && (tile + 1) * kLatentTile <= length; };
+    auto issue_tile = [&](int tile, int stage) {
+        if (tile >= range.end) return;
+        if (!by_tma(tile)) {
+            if (box_rows > 0) fetch_bases(tile);  // (prefetched a tile ahead otherwise)
+            copy_tile(stage);
+            return;
+        }
+        if (tid >= kWgThreads + 32) return;  // one warp issues the boxes
+        unsigned char* dst = sK + stage * kStageBytes;
+        if (ltid == 0) mbarrier_arrive_expect_tx(bars + stage, kStageBytes);
+        __syncwarp();
+        const int segment = ltid;
+        if (segment < kLatentTile / box_rows) {
+            const int j = tile * kLatentTile + segment * box_rows;
+            const int64_t tb = token_base(table, j, p.page_size, p.page_shift);
+            const int row = static_cast<int>((tb >> 32) * p.page_size + (tb & 0xffffffff));
+            unsigned char* d = dst + segment * box_rows * kSwizzleRowBytes;
+#pragma unroll
+            for (int a = 0; a < kLatentDim / 64; ++a) tma_load_2d(d + a * kAtomBytes, &maps.latent, a * 64, row, bars + stage);
+            tma_load_2d(d + (kLatentDim / 64) * kAtomBytes, &maps.rope, 0, row, bars + stage);
+        }
+    };
+    // This thread's share of `tile` landed (all of it, for a TMA tile).
+    auto wait_tile = [&](int tile) {
+        cp_async_wait<kStages - 1>();
+        if (by_tma(tile)) mbarrier_wait(bars + ((tile - range.begin) & 1), ((tile - range.begin) >> 1) & 1);
+    };
     if (wg == 1) {  // first two tiles in flight before the queries are staged
+        if (ltid == 0) {
+            for (int st = 0; st < kStages; ++st) mbarrier_init(bars + st, 1);
+            mbarrier_init_fence();
+        }
+        __syncwarp();
 #pragma unroll
         for (int st = 0; st < kStages; ++st) {
-            fetch_bases(range.begin + st);
-            if (range.begin + st < range.end) issue_tile(st);
+            if (box_rows == 0) fetch_bases(range.begin + st);
+            issue_tile(range.begin + st, st);
             cp_async_commit();
         }
-        fetch_bases(range.begin + kStages);
+        if (box_rows == 0) fetch_bases(range.begin + kStages);
     }
 
     // Queries -> shared memory (any dtype -> T), swizzled, padding rows zero.
@@ -163,6 +217,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
             const int stage = (tile - range.begin) & 1;
             const unsigned char* tK = sK + stage * kStageBytes;
             named_barrier_sync(kBarKFull + stage, kLatentThreads);
+            if (by_tma(tile)) mbarrier_wait(bars + stage, ((tile - range.begin) >> 1) & 1);  // TMA writes -> this thread
 
             float s[32];
             wgmma_fence();
@@ -258,7 +313,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
         }
     } else {
         if (range.begin < range.end) {
-            cp_async_wait<kStages - 1>();
+            wait_tile(range.begin);
             fence_proxy_async_smem();  // this thread's copies -> wgmma's proxy
             named_barrier_arrive(kBarKFull, kLatentThreads);
         }
@@ -287,12 +342,12 @@ __global__ void __launch_bounds__(kLatentThreads, 1) latent_wgmma_kernel(const _
             // it, then hand over tile + 1 (issued a tile ago).
             if (tile + kStages < range.end) {
                 named_barrier_sync(kBarKEmpty, kLatentThreads);
-                issue_tile(stage);
+                issue_tile(tile + kStages, stage);
             }
             cp_async_commit();
-            fetch_bases(tile + kStages + 1);
+            if (box_rows == 0) fetch_bases(tile + kStages + 1);
             if (tile + 1 < range.end) {
-                cp_async_wait<kStages - 1>();
+                wait_tile(tile + 1);
                 fence_proxy_async_smem();
                 named_barrier_arrive(kBarKFull + (stage ^ 1), kLatentThreads);
             }
@@ -326,6 +381,52 @@ const void* kernel_for(gqla_dtype cache) {
                                    : reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16>);
 }
 
+// cuTensorMapEncodeTiled through the runtime's driver entry point, so the
+// module needs no link against libcuda. Null where the driver lacks it.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn encode_tiled() {
+    static const EncodeTiledFn fn = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+                cudaSuccess ||
+            found != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            return EncodeTiledFn(nullptr);
+        }
+        return reinterpret_cast<EncodeTiledFn>(f);
+    }();
+    return fn;
+}
+
+// Rows per TMA box: a whole tile when pages hold whole tiles, one page when
+// pages are a multiple of the 8-row swizzle period that divides the tile;
+// 0 (copies instead) for any other page size or when disabled.
+int tma_box_rows(int page_size) {
+    static const bool disabled = [] {
+        const char* e = std::getenv("GQLA_CUDA_LATENT_TMA");
+        return e && *e == '0';
+    }();
+    if (disabled || !encode_tiled()) return 0;
+    if (page_size % kLatentTile == 0) return kLatentTile;
+    if (page_size >= 8 && page_size % 8 == 0 && kLatentTile % page_size == 0) return page_size;
+    return 0;
+}
+
+// Map of one layer pool viewed as [pool_rows][row_stride] (pages back to back).
+bool encode_pool_map(CUtensorMap* map, gqla_dtype cache, const PoolView& pool, int64_t pool_rows, int box_rows) {
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(pool.dim), static_cast<cuuint64_t>(pool_rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(pool.row_stride) * 2};
+    const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+    const cuuint32_t steps[2] = {1, 1};
+    return encode_tiled()(map, cache == GQLA_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                          2, const_cast<void*>(pool.base), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace
 
 bool latent_wgmma_available(int device) {
@@ -348,8 +449,17 @@ void prepare_latent_wgmma_kernel() {
                    "cudaFuncSetAttribute(latent_wgmma_kernel)");
 }
 
-void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, dim3 grid, cudaStream_t stream) {
-    void* args[] = {const_cast<AttentionParams*>(&p)};
+void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, int64_t pool_rows, dim3 grid, cudaStream_t stream) {
+    LatentTmaMaps maps{};
+    maps.box_rows = tma_box_rows(p.page_size);
+    const bool contiguous_pages = p.k1.group_stride == 0 && p.k2.group_stride == 0 &&
+                                  p.k1.page_stride == int64_t(p.page_size) * p.k1.row_stride &&
+                                  p.k2.page_stride == int64_t(p.page_size) * p.k2.row_stride;
+    if (maps.box_rows > 0 &&
+        !(contiguous_pages && encode_pool_map(&maps.latent, cache, p.k1, pool_rows, maps.box_rows) &&
+          encode_pool_map(&maps.rope, cache, p.k2, pool_rows, maps.box_rows)))
+        maps.box_rows = 0;
+    void* args[] = {const_cast<AttentionParams*>(&p), &maps};
     check_cuda(cudaLaunchKernel(kernel_for(cache), grid, dim3(kLatentThreads), args, static_cast<size_t>(kSmemBytes),
                                 stream),
                "launch latent_wgmma_kernel");
