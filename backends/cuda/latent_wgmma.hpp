@@ -15,7 +15,7 @@ namespace gqla::cuda {
 
 constexpr int kLatentRows = 64;    // query rows per CTA (the wgmma M)
 constexpr int kLatentTile = 64;    // tokens per pipeline stage
-constexpr int kLatentThreads = 256;  // two warpgroups, each owning half of the value columns
+constexpr int kLatentThreads = 384;  // three warpgroups: scores + softmax, and two halves of the value columns
 
 #if GQLA_CUDA_HAS_SM90A
 // True when device `device` can run the kernel (compute capability 9.0).

@@ -2,27 +2,29 @@
 //
 // One CTA = one sequence x 64 query rows (heads x s_q) x one split of the
 // tokens, 64-token tiles of [latent (512) | rope (64)] keys whose latent part
-// is also the value. The two warpgroups have different roles:
-//   WG0 (scores) S = Q K^T over the whole tile (36 x m64n64k16, both operands
-//                in shared memory), the online softmax, then
-//                O[:, 0:256] += P V with P straight from its registers (the
-//                m64n64 accumulator fragment is the A fragment of the next
-//                product); P and the rescale factors go to shared memory.
-//   WG1 (loads)  fills the two tile stages and computes
-//                O[:, 256:512] += P V from the shared P. Whole tiles come by
-//                TMA (one lane per page segment issues 9 box loads, the
-//                hardware swizzles them); a sequence's partial last tile and
-//                page sizes TMA cannot box come by 16-byte cp.async with zero
-//                fill, so no stale pool row ever reaches the products.
-// The score product alone keeps the tensor cores busy while WG1 waits, and
-// no row maximum crosses warpgroups: WG0 owns the softmax. WG1 refills a
-// stage as soon as both products of its tile are done, so the next tile's
-// load runs under the whole compute of the current one.
-// Hand-offs use named barriers (producer arrives, consumer syncs):
-//   K_FULL[s]  WG1 -> WG0  stage s landed (and fenced for the async proxy)
-//   P_READY    WG0 -> WG1  P and the rescale factors of the tile written
-//   P_FREE     WG1 -> WG0  WG1's product read them; they may be overwritten
-//   K_EMPTY    WG0 -> WG1  WG0's product of the tile done; its stage may refill
+// is also the value. Three warpgroups with different roles:
+//   WG0 (scores)  S = Q K^T per tile (36 x m64n64k16, both operands in
+//                 shared memory), the online softmax, and hands P (bf16/f16)
+//                 and the rescale factors to the others.
+//   WG1, WG2      O[:, 0:256] and O[:, 256:512] += P V, the latent tile read
+//                 transposed as the value (m64n256k16); WG1 also loads.
+// WG0 scores tile t + 1 while WG1/WG2 multiply tile t, so the softmax and the
+// score products overlap the value products. Shared memory holds Q + two
+// 72 KiB tile stages + P; a stage refills as soon as both value products of
+// its tile are done. (Queries in registers would make room for a third stage,
+// but 144 fragment registers + the scores do not fit the scoring warpgroup
+// next to two 128-accumulator warpgroups.)
+// Loads: whole tiles by TMA (one lane per page segment issues 9 box loads,
+// the hardware swizzles them into the layout wgmma reads); a sequence's
+// partial last tile and page sizes TMA cannot box come by 16-byte cp.async
+// with zero fill, so no stale pool row ever reaches the products.
+// Hand-offs (named barriers: producers arrive, consumers sync):
+//   K_FULL_CP  WG1 -> WG0      a copied (not TMA) tile landed; TMA tiles
+//                              complete on their stage's mbarrier instead
+//   P_READY    WG0 -> WG1/WG2  P and the rescale factors of the tile written
+//   P_FREE     WG1/WG2 -> WG0  both products read them; they may be overwritten
+//   K_EMPTY    WG2 -> WG1      WG2's product of the tile done; its stage may refill
+//   OUT        WG1 <-> WG2     normalised output rows staged for the stores
 // Partial outputs and log2-sum-exp go through write_output/write_row_lse, so
 // the split combine kernel and the output addressing are the common ones.
 #include <cstdlib>
@@ -41,23 +43,27 @@ constexpr int kLatentDim = 512;                 // value width = latent width
 constexpr int kAtomBytes = kLatentRows * kSwizzleRowBytes;  // 64 rows x 64 columns
 constexpr int kRopeDim = 64;
 constexpr int kKeyAtoms = (kLatentDim + kRopeDim) / 64;  // 9: compile-time trip counts keep wgmma asynchronous
+constexpr int kKeySteps = kKeyAtoms * 4;                 // k16 steps of the score product
 constexpr int kStages = 2;
-constexpr int kQOff = 0;
-constexpr int kKOff = kQOff + kKeyAtoms * kAtomBytes;
 constexpr int kStageBytes = kKeyAtoms * kAtomBytes;
+constexpr int kQOff = 0;
+constexpr int kKOff = kQOff + kStageBytes;          // Q is one tile's size: 64 rows x 576
 constexpr int kPOff = kKOff + kStages * kStageBytes;
 constexpr int kXOff = kPOff + kAtomBytes;           // rescale [64], row max [64], row sum [64], limit [64]
 constexpr int kBarOff = kXOff + 4 * 64 * 4;       // one mbarrier per stage
 constexpr int kSmemUsed = kBarOff + kStages * 8;
 constexpr int kSmemBytes = kSmemUsed + 1024;        // slack to align the base to the swizzle period
 constexpr int kWgThreads = 128;
-static_assert(kLatentRows == 64 && kLatentTile == 64 && kLatentThreads == 2 * kWgThreads, "tiling constants");
+static_assert(kLatentRows == 64 && kLatentTile == 64 && kLatentThreads == 3 * kWgThreads, "tiling constants");
+static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 
 // Named barrier ids (0 is __syncthreads).
-constexpr int kBarKFull = 1;  // + stage
-constexpr int kBarPReady = 3;
-constexpr int kBarPFree = 4;
-constexpr int kBarKEmpty = 5;
+constexpr int kBarKFullCopy = 1;
+constexpr int kBarPReady = 2;
+constexpr int kBarPFree = 3;
+constexpr int kBarKEmpty = 4;
+constexpr int kBarOut = 5;
+constexpr int kBarEnd = 6;  // all: products done, row max / sum written  // WG1 + WG2: normalised rows staged
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
@@ -78,7 +84,6 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    unsigned char* sQ = smem + kQOff;
     unsigned char* sK = smem + kKOff;
     unsigned char* sP = smem + kPOff;
     float* sScale = reinterpret_cast<float*>(smem + kXOff);
@@ -92,6 +97,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     const int rb = w.rb, g = w.g, b = w.b, split = w.split, length = w.length;
     const int32_t* table = w.table;
     const SplitRange range = w.range;
+    auto stage_of = [&](int tile) { return (tile - range.begin) % kStages; };
+    auto phase_of = [&](int tile) { return static_cast<uint32_t>((tile - range.begin) / kStages) & 1u; };
 
     // Tile copies (WG1): 8 threads per token row (piece = tid % 8 of every
     // 128-byte atom row), rows tid/8 + 16 i of the tile.
@@ -124,54 +131,56 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         }
     };
     // TMA serves whole tiles when pages split a tile into whole boxes; the
-    // i-th tile of the split then completes phase (i / 2) % 2 of its stage's barrier.
+    // n-th tile of a stage completes phase n % 2 of that stage's barrier.
     const int box_rows = maps.box_rows;
     auto by_tma = [&](int tile) { return box_rows > 0 && (tile + 1) * kLatentTile <= length; };
-    auto issue_tile = [&](int tile, int stage) {
+    // Called by all of WG1 (and at most once per tile).
+    auto issue_tile = [&](int tile) {
         if (tile >= range.end) return;
+        const int stage = stage_of(tile);
         if (!by_tma(tile)) {
-            if (box_rows > 0) fetch_bases(tile);  // (prefetched a tile ahead otherwise)
+            fetch_bases(tile);
             copy_tile(stage);
             return;
         }
-        if (tid >= kWgThreads + 32) return;  // one warp issues the boxes
+        if (ltid >= 32) return;  // one warp issues the boxes
         unsigned char* dst = sK + stage * kStageBytes;
         if (ltid == 0) mbarrier_arrive_expect_tx(bars + stage, kStageBytes);
         __syncwarp();
         const int segment = ltid;
         if (segment < kLatentTile / box_rows) {
             const int j = tile * kLatentTile + segment * box_rows;
-            const int64_t tb = token_base(table, j, p.page_size, p.page_shift);
-            const int row = static_cast<int>((tb >> 32) * p.page_size + (tb & 0xffffffff));
+            const int64_t tbs = token_base(table, j, p.page_size, p.page_shift);
+            const int row = static_cast<int>((tbs >> 32) * p.page_size + (tbs & 0xffffffff));
             unsigned char* d = dst + segment * box_rows * kSwizzleRowBytes;
 #pragma unroll
             for (int a = 0; a < kLatentDim / 64; ++a) tma_load_2d(d + a * kAtomBytes, &maps.latent, a * 64, row, bars + stage);
             tma_load_2d(d + (kLatentDim / 64) * kAtomBytes, &maps.rope, 0, row, bars + stage);
         }
     };
-    // This thread's share of `tile` landed (all of it, for a TMA tile).
-    auto wait_tile = [&](int tile) {
-        cp_async_wait<kStages - 1>();
-        if (by_tma(tile)) mbarrier_wait(bars + ((tile - range.begin) & 1), ((tile - range.begin) >> 1) & 1);
+    // WG1 after its copies of `tile` landed: lets WG0 read a copied tile.
+    auto publish_copied = [&](int tile) {
+        if (tile < range.end && !by_tma(tile)) {
+            fence_proxy_async_smem();  // this thread's copies -> wgmma's proxy
+            named_barrier_arrive(kBarKFullCopy, 2 * kWgThreads);
+        }
     };
-    if (wg == 1) {  // first two tiles in flight before the queries are staged
+    if (wg == 1) {  // both stages in flight before the queries are staged
         if (ltid == 0) {
             for (int st = 0; st < kStages; ++st) mbarrier_init(bars + st, 1);
             mbarrier_init_fence();
         }
         __syncwarp();
-#pragma unroll
-        for (int st = 0; st < kStages; ++st) {
-            if (box_rows == 0) fetch_bases(range.begin + st);
-            issue_tile(range.begin + st, st);
-            cp_async_commit();
-        }
-        if (box_rows == 0) fetch_bases(range.begin + kStages);
+        issue_tile(range.begin);
+        cp_async_commit();
+        issue_tile(range.begin + 1);
+        cp_async_commit();
     }
 
     // Queries -> shared memory (any dtype -> T), swizzled, padding rows zero.
-    // Pieces are loaded in batches before any is stored, so the 18 pieces of
-    // a thread cost three memory latencies, not eighteen.
+    // Pieces are loaded in batches before any is stored, so the 12 pieces of
+    // a thread cost two memory latencies, not twelve.
+    unsigned char* sQ = smem + kQOff;
     constexpr int kQPieces = kLatentRows * kKeyAtoms * 8, kQBatch = 6;
     static_assert(kQPieces % (kLatentThreads * kQBatch) == 0, "whole batches of query pieces");
     for (int i0 = tid; i0 < kQPieces; i0 += kLatentThreads * kQBatch) {
@@ -206,23 +215,20 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     // columns 8j + 2*(lane % 4) + {0, 1} in registers 4j + {0, 1} / 4j + {2, 3}.
     const int r0 = wi * 16 + (lane >> 2), r1 = r0 + 8;
     const int c_lane = 2 * (lane & 3);
-    float o[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.f;
 
     if (wg == 0) {
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
         const int lim0 = sLimit[r0], lim1 = sLimit[r1];
         for (int tile = range.begin; tile < range.end; ++tile) {
-            const int stage = (tile - range.begin) & 1;
+            const int stage = stage_of(tile);
             const unsigned char* tK = sK + stage * kStageBytes;
-            named_barrier_sync(kBarKFull + stage, kLatentThreads);
-            if (by_tma(tile)) mbarrier_wait(bars + stage, ((tile - range.begin) >> 1) & 1);  // TMA writes -> this thread
+            if (by_tma(tile)) mbarrier_wait(bars + stage, phase_of(tile));
+            else named_barrier_sync(kBarKFullCopy, 2 * kWgThreads);
 
             float s[32];
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < kKeyAtoms * 4; ++ks) {
+            for (int ks = 0; ks < kKeySteps; ++ks) {
                 const int off = (ks >> 2) * kAtomBytes + (ks & 3) * 32;
                 wgmma_m64n64k16<T>(s, smem_desc_sw128(sQ + off, 16, kSwizzleGroupBytes),
                                    smem_desc_sw128(tK + off, 16, kSwizzleGroupBytes), ks != 0);
@@ -231,19 +237,27 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             wgmma_wait<0>();
             fence_accumulators(s);
 
-            // Causal/length mask, scale to log2 units, row maxima over the 4 lanes of a row.
-            float mx0 = -INFINITY, mx1 = -INFINITY;
+            // Scale to log2 units; the causal/length mask only where the tile
+            // reaches past a row's last visible token.
             const int j_base = tile * kLatentTile + c_lane;
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int i = 0; i < 32; ++i) s[i] *= p.scale_log2;
+            if (tile * kLatentTile + kLatentTile - 1 > min(lim0, lim1)) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int jj = j_base + 8 * j + e;
-                    s[4 * j + e] = jj <= lim0 ? s[4 * j + e] * p.scale_log2 : -INFINITY;
-                    s[4 * j + 2 + e] = jj <= lim1 ? s[4 * j + 2 + e] * p.scale_log2 : -INFINITY;
-                    mx0 = fmaxf(mx0, s[4 * j + e]);
-                    mx1 = fmaxf(mx1, s[4 * j + 2 + e]);
-                }
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int jj = j_base + 8 * j + e;
+                        if (jj > lim0) s[4 * j + e] = -INFINITY;
+                        if (jj > lim1) s[4 * j + 2 + e] = -INFINITY;
+                    }
+            }
+            float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+                mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+            }
 #pragma unroll
             for (int off = 1; off < 4; off <<= 1) {
                 mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
@@ -254,26 +268,22 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             const float alpha1 = n1 == -INFINITY ? 1.f : exp2f(m1 - n1);
             m0 = n0;
             m1 = n1;
-            // P in the A-fragment order of m64nNk16: k-chunk kk = registers 4kk..4kk+3.
+            const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;  // exp2(-inf - 0) = 0
             uint32_t pa[16];
             float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                float e[4];
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    const float mk = k < 2 ? n0 : n1;
-                    e[k] = mk == -INFINITY ? 0.f : exp2f(s[4 * j + k] - mk);
-                }
-                sum0 += e[0] + e[1];
-                sum1 += e[2] + e[3];
-                pa[2 * j] = pack_two<T>(e[0], e[1]);
-                pa[2 * j + 1] = pack_two<T>(e[2], e[3]);
+                const float e0 = exp2f(s[4 * j] - b0), e1 = exp2f(s[4 * j + 1] - b0);
+                const float e2 = exp2f(s[4 * j + 2] - b1), e3 = exp2f(s[4 * j + 3] - b1);
+                sum0 += e0 + e1;
+                sum1 += e2 + e3;
+                pa[2 * j] = pack_two<T>(e0, e1);
+                pa[2 * j + 1] = pack_two<T>(e2, e3);
             }
             l0 = l0 * alpha0 + sum0;
             l1 = l1 * alpha1 + sum1;
 
-            // Hand P and the rescale factors to WG1 (once it is done with the previous ones).
+            // Hand P and the rescale factors over once the previous ones were consumed.
             if (tile > range.begin) named_barrier_sync(kBarPFree, kLatentThreads);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
@@ -284,22 +294,6 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             if ((lane & 3) == 0) { sScale[r0] = alpha0; sScale[r1] = alpha1; }
             fence_proxy_async_smem();
             named_barrier_arrive(kBarPReady, kLatentThreads);
-
-            // O[:, 0:256] = alpha O + P V, P from registers.
-#pragma unroll
-            for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? alpha1 : alpha0;
-            fence_accumulators(o);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kLatentTile / 16; ++kk) {
-                const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-                wgmma_m64n256k16_rs_bt<T>(
-                    o, a, smem_desc_sw128(tK + kk * 16 * kSwizzleRowBytes, kAtomBytes, kSwizzleGroupBytes));
-            }
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_accumulators(o);
-            if (tile + kStages < range.end) named_barrier_arrive(kBarKEmpty, kLatentThreads);
         }
         // Row sums over the 4 lanes of a row; WG0's softmax state is the CTA's.
 #pragma unroll
@@ -311,67 +305,87 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             sMax[r0] = m0; sMax[r1] = m1;
             sSum[r0] = l0; sSum[r1] = l1;
         }
-    } else {
-        if (range.begin < range.end) {
-            wait_tile(range.begin);
-            fence_proxy_async_smem();  // this thread's copies -> wgmma's proxy
-            named_barrier_arrive(kBarKFull, kLatentThreads);
+        named_barrier_sync(kBarEnd, kLatentThreads);  // row max / sum visible
+        const int mg0 = rb * kLatentRows + r0, mg1 = rb * kLatentRows + r1;
+        if ((lane & 3) == 0) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int mg = half ? mg1 : mg0;
+                if (mg >= p.rows) continue;
+                const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+                write_row_lse(p, split, b, qi, h, half ? m1 : m0, half ? l1 : l0);
+            }
         }
-        for (int tile = range.begin; tile < range.end; ++tile) {
-            const int stage = (tile - range.begin) & 1;
-            const unsigned char* tK = sK + stage * kStageBytes;
-            named_barrier_sync(kBarPReady, kLatentThreads);
-            const float alpha0 = sScale[r0], alpha1 = sScale[r1];
+        return;
+    }
+
+    // WG1 / WG2: value products over their 256 columns.
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    if (wg == 1) {
+        cp_async_wait<kStages - 1>();
+        publish_copied(range.begin);
+    }
+    const int col_atom = (wg - 1) * 4;
+    for (int tile = range.begin; tile < range.end; ++tile) {
+        const int stage = stage_of(tile);
+        const unsigned char* tK = sK + stage * kStageBytes;
+        named_barrier_sync(kBarPReady, kLatentThreads);
+        const float alpha0 = sScale[r0], alpha1 = sScale[r1];
+        if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {  // the running max moved
 #pragma unroll
             for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? alpha1 : alpha0;
-            fence_accumulators(o);
-            wgmma_fence();
+        }
+        fence_accumulators(o);
+        wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < kLatentTile / 16; ++kk) {
-                const uint64_t da = smem_desc_sw128(sP + kk * 32, 16, kSwizzleGroupBytes);
-                const uint64_t db = smem_desc_sw128(tK + 4 * kAtomBytes + kk * 16 * kSwizzleRowBytes, kAtomBytes,
-                                                    kSwizzleGroupBytes);
-                wgmma_m64n256k16_bt<T>(o, da, db, 1);
-            }
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_accumulators(o);
-            if (tile + 1 < range.end) named_barrier_arrive(kBarPFree, kLatentThreads);
-
-            // Refill this stage with tile + 2 once WG0's product is done with
-            // it, then hand over tile + 1 (issued a tile ago).
+        for (int kk = 0; kk < kLatentTile / 16; ++kk) {
+            const uint64_t da = smem_desc_sw128(sP + kk * 32, 16, kSwizzleGroupBytes);
+            const uint64_t db = smem_desc_sw128(tK + col_atom * kAtomBytes + kk * 16 * kSwizzleRowBytes, kAtomBytes,
+                                                kSwizzleGroupBytes);
+            wgmma_m64n256k16_bt<T>(o, da, db, 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_accumulators(o);
+        if (tile + 1 < range.end) named_barrier_arrive(kBarPFree, kLatentThreads);
+        if (wg == 2) {
+            if (tile + kStages < range.end) named_barrier_arrive(kBarKEmpty, 2 * kWgThreads);
+        } else {
+            // Refill this stage with tile + 2 once WG2 is done with it too,
+            // then publish tile + 1 if it was copied.
             if (tile + kStages < range.end) {
-                named_barrier_sync(kBarKEmpty, kLatentThreads);
-                issue_tile(tile + kStages, stage);
+                named_barrier_sync(kBarKEmpty, 2 * kWgThreads);
+                issue_tile(tile + kStages);
             }
             cp_async_commit();
-            if (box_rows == 0) fetch_bases(tile + kStages + 1);
-            if (tile + 1 < range.end) {
-                wait_tile(tile + 1);
-                fence_proxy_async_smem();
-                named_barrier_arrive(kBarKFull + (stage ^ 1), kLatentThreads);
-            }
+            cp_async_wait<kStages - 1>();
+            publish_copied(tile + 1);
         }
-        cp_async_wait<0>();
     }
-    __syncthreads();  // WG0's row max / sum visible
-
-    const float L0 = sSum[r0], L1 = sSum[r1];
-    const float M0 = sMax[r0], M1 = sMax[r1];
-    const int mg0 = rb * kLatentRows + r0, mg1 = rb * kLatentRows + r1;
+    if (wg == 1) cp_async_wait<0>();
+    // Normalised rows through shared memory (the stages are free now), so the
+    // stores below walk each output row with consecutive threads.
+    float* sO = reinterpret_cast<float*>(sK);  // [64][512]
+    named_barrier_sync(kBarEnd, kLatentThreads);  // every product done; WG0's row max / sum visible
+    {
+        const float L0 = sSum[r0], L1 = sSum[r1];
+        const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int mg = half ? mg1 : mg0;
-        if (mg >= p.rows) continue;
-        const float L = half ? L1 : L0;
-        const float inv = L > 0.f ? 1.f / L : 0.f;
+        for (int j = 0; j < 32; ++j) {
+            const int c = (wg - 1) * 256 + 8 * j + c_lane;
+            *reinterpret_cast<float2*>(sO + r0 * kLatentDim + c) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            *reinterpret_cast<float2*>(sO + r1 * kLatentDim + c) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        }
+    }
+    named_barrier_sync(kBarOut, 2 * kWgThreads);
+    const int vtid = tid - kWgThreads;
+    for (int m = 0; m < kLatentRows; ++m) {
+        const int mg = rb * kLatentRows + m;
+        if (mg >= p.rows) break;
         const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-                write_output(p, split, b, qi, h, wg * 256 + 8 * j + c_lane + e, o[4 * j + 2 * half + e] * inv);
-        if (wg == 0 && (lane & 3) == 0) write_row_lse(p, split, b, qi, h, half ? M1 : M0, L);
+        for (int c = vtid; c < kLatentDim; c += 2 * kWgThreads) write_output(p, split, b, qi, h, c, sO[m * kLatentDim + c]);
     }
 #endif
 }
