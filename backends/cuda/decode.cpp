@@ -87,7 +87,9 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
                          plan.latent_wgmma ? "latent-wgmma" : plan.narrow ? (plan.swizzle ? "narrow-swizzled" : "narrow") : plan.per_warp ? "per-warp" : plan.simt ? "simt" : (plan.variant == MmaVariant::Small ? "mma-small" : plan.variant == MmaVariant::Medium ? "mma-medium" : "mma-large"),
                          p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm, plan.stages, (long long)max_len);
         if (plan.latent_wgmma)
-            launch_latent_wgmma(s.desc.cache_dtype, p, int64_t(s.desc.num_pages) * s.desc.page_size, grid, s.stream);
+            launch_latent_wgmma(s.desc.cache_dtype, p,
+                                s.latent_maps.empty() ? LatentTmaMaps{} : s.latent_maps[static_cast<size_t>(a.layer)],
+                                grid, s.stream);
         else if (plan.narrow) launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.swizzle, p, grid, plan.smem_bytes, s.stream);
         else if (plan.per_warp) launch_attention_warp(s.desc.cache_dtype, plan.stages, p, grid, plan.smem_bytes, s.stream);
         else if (plan.simt) launch_attention_simt(p, grid, plan.smem_bytes, s.stream);

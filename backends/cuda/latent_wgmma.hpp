@@ -6,6 +6,7 @@
 // mma.sync kernels.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (a plain struct: nothing links libcuda)
 #include <cuda_runtime.h>
 
 #include "attention_params.hpp"
@@ -17,6 +18,16 @@ constexpr int kLatentRows = 64;    // query rows per CTA (the wgmma M)
 constexpr int kLatentTile = 64;    // tokens per pipeline stage
 constexpr int kLatentThreads = 384;  // three warpgroups: scores + softmax, and two halves of the value columns
 
+// TMA view of one layer's latent and rope pools ([pool rows][dim]); a box is
+// 64 columns x box_rows token rows. box_rows == 0: the kernel copies every
+// tile instead. Encoded once per layer at session creation (the pools never
+// move), passed to each launch by value.
+struct LatentTmaMaps {  // CUtensorMap carries its own 64-byte alignment
+    CUtensorMap latent;
+    CUtensorMap rope;
+    int32_t box_rows;
+};
+
 #if GQLA_CUDA_HAS_SM90A
 // True when device `device` can run the kernel (compute capability 9.0).
 bool latent_wgmma_available(int device);
@@ -26,16 +37,21 @@ int latent_wgmma_smem_bytes();
 // Raises the kernel's shared-memory limit; only where available and the
 // device's opt-in limit holds latent_wgmma_smem_bytes().
 void prepare_latent_wgmma_kernel();
-// pool_rows: token rows of one layer's pool (pages x page size), the extent
-// of the TMA view of the latent and rope pools.
-void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, int64_t pool_rows, dim3 grid, cudaStream_t stream);
+// Maps of the layer whose pools are `latent` and `rope` (pool_rows token rows
+// each); box_rows == 0 where the page size, the pool layout or the driver
+// rules TMA out.
+LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const PoolView& rope, int page_size,
+                              int64_t pool_rows);
+void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
+                         cudaStream_t stream);
 #else
 // Module built without sm_90a code: the mma.sync kernels serve every GPU.
 inline bool latent_wgmma_available(int) { return false; }
 inline bool latent_wgmma_fits(const AttentionParams&) { return false; }
 inline int latent_wgmma_smem_bytes() { return 0; }
 inline void prepare_latent_wgmma_kernel() {}
-inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, int64_t, dim3, cudaStream_t) {}
+inline LatentTmaMaps latent_tma_maps(gqla_dtype, const PoolView&, const PoolView&, int, int64_t) { return {}; }
+inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, const LatentTmaMaps&, dim3, cudaStream_t) {}
 #endif
 
 }  // namespace gqla::cuda

@@ -13,6 +13,7 @@
 #include "attention_params.hpp"
 #include "core/backend_api.h"
 #include "device_buffer.hpp"
+#include "latent_wgmma.hpp"
 
 namespace gqla::cuda {
 
@@ -68,8 +69,10 @@ struct Session {
     // / GQLA_CUDA_LATENT_WGMMA=0 turn those kernels off; GQLA_CUDA_STAGES=n pins their depth (0: planned).
     bool use_narrow_kernel = true;
     bool use_warp_kernel = true;
-    // sm_90a latent kernel for the absorb path (off: GQLA_CUDA_LATENT_WGMMA=0).
+    // sm_90a latent kernel for the absorb path (off: GQLA_CUDA_LATENT_WGMMA=0)
+    // and its per-layer TMA maps (empty, i.e. copies only: GQLA_CUDA_LATENT_TMA=0).
     bool use_latent_wgmma = false;
+    std::vector<LatentTmaMaps> latent_maps;
     int pinned_stages = 0;
     int narrow_swizzle = -1;  // GQLA_CUDA_NARROW_SWIZZLE: -1 planned, 0 padded rows, 1 swizzled where the dims allow
 };

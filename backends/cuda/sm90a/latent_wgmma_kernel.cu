@@ -27,7 +27,7 @@
 //   OUT        WG1 <-> WG2     normalised output rows staged for the stores
 // Partial outputs and log2-sum-exp go through write_output/write_row_lse, so
 // the split combine kernel and the output addressing are the common ones.
-#include <cstdlib>
+#include <cstdint>
 
 #include "../attention_common.cuh"
 #include "../cuda_status.hpp"
@@ -62,21 +62,13 @@ constexpr int kBarKFullCopy = 1;
 constexpr int kBarPReady = 2;
 constexpr int kBarPFree = 3;
 constexpr int kBarKEmpty = 4;
-constexpr int kBarOut = 5;
-constexpr int kBarEnd = 6;  // all: products done, row max / sum written  // WG1 + WG2: normalised rows staged
+constexpr int kBarOut = 5;  // WG1 + WG2: normalised rows staged
+constexpr int kBarEnd = 6;  // all: products done, row max / sum written
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
     return pack_pair(lo, hi, static_cast<T*>(nullptr));
 }
-
-// Tensor maps of this layer's latent and rope pools ([pool rows][dim]); box =
-// 64 columns x box_rows token rows. box_rows == 0: no TMA for this launch.
-struct LatentTmaMaps {  // CUtensorMap carries its own 64-byte alignment
-    CUtensorMap latent;
-    CUtensorMap rope;
-    int32_t box_rows;
-};
 
 template <typename T>
 __global__ void __launch_bounds__(kLatentThreads, 1)
@@ -106,16 +98,15 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     const T* k2 = static_cast<const T*>(p.k2.base);
     const int ltid = tid & (kWgThreads - 1), piece = ltid & 7, row0 = ltid >> 3;
     constexpr int kRowsPerThread = kLatentTile / (kWgThreads / 8);
-    int64_t tb[kRowsPerThread];
-    auto fetch_bases = [&](int tile) {
+    // Rows past the sequence's end are zero-filled.
+    auto copy_tile = [&](int tile, int stage) {
+        unsigned char* dst = sK + stage * kStageBytes;
+        int64_t tb[kRowsPerThread];  // all page lookups first: one latency, not four
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i) {
             const int j = tile * kLatentTile + row0 + 16 * i;
-            tb[i] = (tile < range.end && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
+            tb[i] = j < length ? token_base(table, j, p.page_size, p.page_shift) : -1;
         }
-    };
-    auto copy_tile = [&](int stage) {
-        unsigned char* dst = sK + stage * kStageBytes;
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i) {
             const int r = row0 + 16 * i;
@@ -139,8 +130,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         if (tile >= range.end) return;
         const int stage = stage_of(tile);
         if (!by_tma(tile)) {
-            fetch_bases(tile);
-            copy_tile(stage);
+            copy_tile(tile, stage);
             return;
         }
         if (ltid >= 32) return;  // one warp issues the boxes
@@ -417,13 +407,8 @@ EncodeTiledFn encode_tiled() {
 
 // Rows per TMA box: a whole tile when pages hold whole tiles, one page when
 // pages are a multiple of the 8-row swizzle period that divides the tile;
-// 0 (copies instead) for any other page size or when disabled.
+// 0 (copies instead) for any other page size.
 int tma_box_rows(int page_size) {
-    static const bool disabled = [] {
-        const char* e = std::getenv("GQLA_CUDA_LATENT_TMA");
-        return e && *e == '0';
-    }();
-    if (disabled || !encode_tiled()) return 0;
     if (page_size % kLatentTile == 0) return kLatentTile;
     if (page_size >= 8 && page_size % 8 == 0 && kLatentTile % page_size == 0) return page_size;
     return 0;
@@ -463,17 +448,24 @@ void prepare_latent_wgmma_kernel() {
                    "cudaFuncSetAttribute(latent_wgmma_kernel)");
 }
 
-void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, int64_t pool_rows, dim3 grid, cudaStream_t stream) {
+LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const PoolView& rope, int page_size,
+                              int64_t pool_rows) {
     LatentTmaMaps maps{};
-    maps.box_rows = tma_box_rows(p.page_size);
-    const bool contiguous_pages = p.k1.group_stride == 0 && p.k2.group_stride == 0 &&
-                                  p.k1.page_stride == int64_t(p.page_size) * p.k1.row_stride &&
-                                  p.k2.page_stride == int64_t(p.page_size) * p.k2.row_stride;
-    if (maps.box_rows > 0 &&
-        !(contiguous_pages && encode_pool_map(&maps.latent, cache, p.k1, pool_rows, maps.box_rows) &&
-          encode_pool_map(&maps.rope, cache, p.k2, pool_rows, maps.box_rows)))
-        maps.box_rows = 0;
-    void* args[] = {const_cast<AttentionParams*>(&p), &maps};
+    // The kernel's box coordinates are page * page_size + slot rows of int32.
+    const bool fits = latent.dim == kLatentDim && rope.dim == kRopeDim && latent.group_stride == 0 &&
+                      rope.group_stride == 0 && latent.page_stride == int64_t(page_size) * latent.row_stride &&
+                      rope.page_stride == int64_t(page_size) * rope.row_stride && pool_rows <= INT32_MAX &&
+                      (cache == GQLA_DTYPE_BF16 || cache == GQLA_DTYPE_F16) && encode_tiled();
+    const int box_rows = fits ? tma_box_rows(page_size) : 0;
+    if (box_rows > 0 && encode_pool_map(&maps.latent, cache, latent, pool_rows, box_rows) &&
+        encode_pool_map(&maps.rope, cache, rope, pool_rows, box_rows))
+        maps.box_rows = box_rows;
+    return maps;
+}
+
+void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
+                         cudaStream_t stream) {
+    void* args[] = {const_cast<AttentionParams*>(&p), const_cast<LatentTmaMaps*>(&maps)};
     check_cuda(cudaLaunchKernel(kernel_for(cache), grid, dim3(kLatentThreads), args, static_cast<size_t>(kSmemBytes),
                                 stream),
                "launch latent_wgmma_kernel");
