@@ -48,12 +48,12 @@ __global__ void table_update_kernel(const __grid_constant__ TableUpdateParams p)
 }
 
 __global__ void convert_2d_kernel(const void* src, int dtype, int64_t rows, int64_t cols, int64_t row_stride,
-                                  float* dst) {
+                                  void* dst, int dst_dtype) {
     const int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         int64_t r = i / cols, c = i % cols;
-        dst[i] = load_elem(src, dtype, r * row_stride + c);
+        store_elem(dst, dst_dtype, i, load_elem(src, dtype, r * row_stride + c));
     }
 }
 
@@ -85,12 +85,12 @@ void launch_table_update(const TableUpdateParams& p, cudaStream_t stream) {
     check_launch("table_update_kernel");
 }
 
-void launch_convert_2d_f32(const void* src, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride,
-                           float* dst, cudaStream_t stream) {
+void launch_convert_2d(const void* src, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride, void* dst,
+                       int32_t dst_dtype, cudaStream_t stream) {
     int64_t n = rows * cols;
     if (n == 0) return;
     int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
-    convert_2d_kernel<<<blocks, 256, 0, stream>>>(src, dtype, rows, cols, row_stride, dst);
+    convert_2d_kernel<<<blocks, 256, 0, stream>>>(src, dtype, rows, cols, row_stride, dst, dst_dtype);
     check_launch("convert_2d_kernel");
 }
 

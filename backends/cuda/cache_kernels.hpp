@@ -1,7 +1,7 @@
 // Host entry points of the kernels that move cache rows and tables: writing
 // appended rows into the paged pools (with dtype conversion), reading latent
 // rows back for expansion, copy-on-write page copies, the device-side
-// sequence tables, and 2-D conversions to f32 (weights).
+// sequence tables, and 2-D dtype conversions (weights).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -52,8 +52,8 @@ struct TableUpdateParams {
 };
 void launch_table_update(const TableUpdateParams& p, cudaStream_t stream);
 
-// dst[r][c] (f32, contiguous) = src[r*row_stride + c] of any dtype.
-void launch_convert_2d_f32(const void* src, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride,
-                           float* dst, cudaStream_t stream);
+// dst[r][c] (contiguous, dst_dtype) = src[r*row_stride + c] of any dtype.
+void launch_convert_2d(const void* src, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride, void* dst,
+                       int32_t dst_dtype, cudaStream_t stream);
 
 }  // namespace gqla::cuda

@@ -131,8 +131,12 @@ void send_table_update(Session& s, int32_t slot, int32_t page_begin, const int32
 void set_weights(Session& s, int32_t layer, const gqla_view& w) {
     const gqla_backend_desc& d = s.desc;
     const int64_t rows = static_cast<int64_t>(d.num_kv_heads) * (d.nope_dim + d.value_dim), cols = d.latent_dim;
-    DeviceBuffer fresh;
+    // Both copies are allocated before anything is replaced, so a failure
+    // leaves the layer's previous weights in place.
+    DeviceBuffer fresh, fresh_proj;
     fresh.allocate(static_cast<size_t>(rows * cols) * 4, "weights");
+    const bool proj16 = projects_in_16bit(s);
+    if (proj16) fresh_proj.allocate(static_cast<size_t>(rows * cols) * 2, "16-bit projection weights");
     DeviceBuffer raw;
     const void* src = w.data;
     int64_t row_stride = w.strides[0];
@@ -146,9 +150,11 @@ void set_weights(Session& s, int32_t layer, const gqla_view& w) {
         src = raw.get();
         row_stride = cols;
     }
-    launch_convert_2d_f32(src, w.dtype, rows, cols, row_stride, fresh.get<float>(), s.stream);
+    launch_convert_2d(src, w.dtype, rows, cols, row_stride, fresh.get(), GQLA_DTYPE_F32, s.stream);
+    if (proj16) launch_convert_2d(fresh.get(), GQLA_DTYPE_F32, rows, cols, cols, fresh_proj.get(), s.desc.cache_dtype, s.stream);
     check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(weights)");
     s.weights[static_cast<size_t>(layer)].swap(fresh);  // the old weights go with `fresh`
+    s.weights_proj[static_cast<size_t>(layer)].swap(fresh_proj);
 }
 
 void set_expanded(Session& s, bool enable) {

@@ -2,7 +2,8 @@
 //   GQA kind / GQLA GQA path : one attention launch (+ combine when split)
 //   GQLA absorb path         : pack q -> cuBLAS q~ = W_UK^T qc (batched over
 //                              groups) -> MQA attention over the latent ->
-//                              cuBLAS o = W_UV o~ -> unpack.
+//                              cuBLAS o = W_UV o~ -> unpack; the projections
+//                              take 16-bit operands for 16-bit caches.
 // With device tensors nothing here allocates or synchronizes, so the whole
 // sequence can be captured in a CUDA graph. Host tensors go through pinned
 // staging and the call synchronizes before returning.
@@ -150,25 +151,30 @@ void decode_gqa_path(Session& s, const gqla_decode_args& a, const Rows3& q, cons
 void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, const Rows3& o, float* lse,
                         const int64_t lse_s[3]) {
     const gqla_backend_desc& d = s.desc;
-    const float* w = s.weights[static_cast<size_t>(a.layer)].get<float>();
+    const size_t layer = static_cast<size_t>(a.layer);
+    const bool proj16 = projects_in_16bit(s);
+    const void* w = proj16 ? s.weights_proj[layer].get() : s.weights[layer].get();
     if (!w) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA decode: weights of layer " + std::to_string(a.layer) + " not set");
     const int n_rep = d.num_heads / d.num_kv_heads;
     const int r = d.latent_dim, dc = d.nope_dim, dr = d.rope_dim, dv = d.value_dim;
     const int64_t rows_g = static_cast<int64_t>(a.batch) * a.q_len * n_rep;  // GEMM columns per group
     const int64_t w_group = static_cast<int64_t>(dc + dv) * r;
+    // Queries, latent queries and latent outputs are in the projections' dtype.
+    const int32_t work = proj16 ? d.cache_dtype : GQLA_DTYPE_F32;
+    const cudaDataType_t work_cu = proj16 ? (d.cache_dtype == GQLA_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F) : CUDA_R_32F;
+    const size_t work_es = proj16 ? 2 : 4;
 
     AbsorbLayout lay{a.batch, a.q_len, d.num_heads, n_rep, dc, dr, r, dv};
-    launch_absorb_pack_q(lay, q.data, q.dtype, q.s, s.q_nope.get<float>(), s.q_att.get<float>(), s.stream);
+    launch_absorb_pack_q(lay, q.data, q.dtype, q.s, s.q_nope.get(), s.q_att.get(), work, s.stream);
 
-    // TF32 only where the cache is bf16 anyway; f16/f32 caches keep f32 accuracy.
-    const cublasComputeType_t compute =
-        d.cache_dtype == GQLA_DTYPE_BF16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    // f32 caches keep f32 products (no TF32): their tolerance is 1e-5.
+    const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
     const float one = 1.f, zero = 0.f;
     // q~ [rows][r] (ld r + d_r) = q_nope [rows][d_c] . W_UK[g] [d_c][r]
     check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_N, CUBLAS_OP_N, r, static_cast<int>(rows_g), dc, &one,
-                                            w, CUDA_R_32F, r, w_group, s.q_nope.get<float>(), CUDA_R_32F, dc,
-                                            rows_g * dc, &zero, s.q_att.get<float>(), CUDA_R_32F, r + dr,
-                                            rows_g * (r + dr), d.num_kv_heads, compute, CUBLAS_GEMM_DEFAULT),
+                                            w, work_cu, r, w_group, s.q_nope.get(), work_cu, dc, rows_g * dc, &zero,
+                                            s.q_att.get(), work_cu, r + dr, rows_g * (r + dr), d.num_kv_heads, compute,
+                                            CUBLAS_GEMM_DEFAULT),
                  "absorb query projection (GemmStridedBatchedEx)");
 
     AttentionParams p = common_params(s, a);
@@ -178,17 +184,17 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     p.v_aliases_k1 = 1;
     p.heads_per_group = d.num_heads;
     p.rows = a.q_len * d.num_heads;
-    p.q = s.q_att.get(); p.q_dtype = GQLA_DTYPE_F32; p.qa = group_major_rows(a.batch, a.q_len, n_rep, r + dr);
-    p.o = s.o_att.get(); p.o_dtype = GQLA_DTYPE_F32; p.oa = group_major_rows(a.batch, a.q_len, n_rep, r);
+    p.q = s.q_att.get(); p.q_dtype = work; p.qa = group_major_rows(a.batch, a.q_len, n_rep, r + dr);
+    p.o = s.o_att.get(); p.o_dtype = work; p.oa = group_major_rows(a.batch, a.q_len, n_rep, r);
     p.lse = lse; p.lse_sB = lse_s[0]; p.lse_sQ = lse_s[1]; p.lse_sH = lse_s[2];
     run_attention(s, p, a, 1);
 
-    // o [rows][d_v] = o~ [rows][r] . W_UV[g]^T
+    // o [rows][d_v] (f32) = o~ [rows][r] . W_UV[g]^T
     check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, dv, static_cast<int>(rows_g), r, &one,
-                                            w + static_cast<int64_t>(dc) * r, CUDA_R_32F, r, w_group,
-                                            s.o_att.get<float>(), CUDA_R_32F, r, rows_g * r, &zero,
-                                            s.o_proj.get<float>(), CUDA_R_32F, dv, rows_g * dv, d.num_kv_heads,
-                                            compute, CUBLAS_GEMM_DEFAULT),
+                                            static_cast<const unsigned char*>(w) + static_cast<int64_t>(dc) * r * work_es,
+                                            work_cu, r, w_group, s.o_att.get(), work_cu, r, rows_g * r, &zero,
+                                            s.o_proj.get(), CUDA_R_32F, dv, rows_g * dv, d.num_kv_heads, compute,
+                                            CUBLAS_GEMM_DEFAULT),
                  "absorb output projection (GemmStridedBatchedEx)");
     launch_absorb_unpack_o(lay, s.o_proj.get<float>(), o.data, o.dtype, o.s, s.stream);
 }

@@ -58,6 +58,39 @@ __device__ __forceinline__ void store_elem(void* p, int dtype, int64_t i, float 
     else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
 }
 
+// Stores v[0, n) (n <= 8) at elements [i, i + n): one or two vector stores
+// for a whole piece at a 16-byte-aligned address, element stores otherwise.
+__device__ __forceinline__ void store_elems8(void* p, int dtype, int64_t i, int n, const float v[8]) {
+    if (dtype == GQLA_DTYPE_F32) {
+        float* dst = static_cast<float*>(p) + i;
+        if (n == 8 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+            reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+            reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+            return;
+        }
+    } else {
+        uint16_t* dst = static_cast<uint16_t*>(p) + i;
+        if (n == 8 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+            uint32_t w[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                if (dtype == GQLA_DTYPE_F16) {
+                    const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+                    w[k] = *reinterpret_cast<const uint32_t*>(&h);
+                } else {
+                    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+                    w[k] = *reinterpret_cast<const uint32_t*>(&h);
+                }
+            }
+            *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+            return;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+        if (e < n) store_elem(p, dtype, i + e, v[e]);
+}
+
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {

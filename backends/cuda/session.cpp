@@ -120,6 +120,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
         s->pool_a.allocate(bytes_of(L * pool_geometry(*s, 1, d.latent_dim).layer_stride, es), "latent cache");
         s->pool_b.allocate(bytes_of(L * pool_geometry(*s, 1, d.rope_dim).layer_stride, es), "rope-key cache");
         s->weights.resize(static_cast<size_t>(L));
+        s->weights_proj.resize(static_cast<size_t>(L));
         const char* latent_tma = std::getenv("GQLA_CUDA_LATENT_TMA");
         if (s->use_latent_wgmma && !(latent_tma && *latent_tma == '0'))
             for (int layer = 0; layer < L; ++layer)

@@ -32,6 +32,9 @@ struct Session {
     // GQLA expanded cache KC, VE (while the GQA path is enabled).
     DeviceBuffer pool_kc, pool_ve;
     std::vector<DeviceBuffer> weights;  // GQLA: W_UKV per layer, f32 [G*(d_c+d_v)][r]
+    // The same in the cache dtype for the absorb projections of 16-bit caches
+    // (empty for f32 caches). The f32 copy stays for the expansion GEMM.
+    std::vector<DeviceBuffer> weights_proj;
 
     // Device mirrors of the core's tables, read by decode at run (or replay) time.
     DeviceBuffer page_tables;  // int32 [max_sequences][table_stride]
@@ -86,6 +89,11 @@ PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_
                    bool shared_by_groups);
 
 size_t cache_elem_size(const Session& s);
+
+// 16-bit caches run the absorb projections on 16-bit operands (W, queries,
+// latent outputs) with f32 accumulation: half the weight traffic of f32/TF32,
+// at a rounding the 16-bit cache's own rounding already dominates.
+inline bool projects_in_16bit(const Session& s) { return s.desc.cache_dtype != GQLA_DTYPE_F32; }
 
 // Waits until the pinned staging buffer may be overwritten, then grows it.
 void* acquire_pinned(Session& s, size_t bytes);
