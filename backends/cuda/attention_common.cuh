@@ -1,6 +1,7 @@
 // Pieces shared by the tensor-core and the SIMT decode kernels: which tokens
 // a split owns, where a query/output row lives, the page lookup, and how a
-// finished row (output + log-sum-exp) is written.
+// finished row (output + log-sum-exp) is written, and the programmatic
+// dependent launch hand-off to the combine pass.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,21 @@
 namespace gqla::cuda {
 
 constexpr float kLn2 = 0.6931471805599453f;
+
+// Programmatic dependent launch (compute capability 9.0+; no-ops before).
+// An attention kernel signals early that the dependent grid (the combine
+// pass) may be scheduled; the dependent waits, before its first read, until
+// the attention grid has completed and its writes are visible.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ int64_t row_offset(const RowAddress& a, int b, int qi, int h) {
     return b * a.sB + qi * a.sQ + (h / a.nrep) * a.sG + (h % a.nrep) * a.sHi;
@@ -39,7 +55,9 @@ struct CtaWork {
     const int32_t* table;   // its page table
     SplitRange range;       // tiles this split owns
 };
+// Also lets the combine pass be scheduled (every attention kernel starts here).
 __device__ __forceinline__ CtaWork cta_work(const AttentionParams& p, int rows_per_cta, int tile) {
+    allow_dependent_launch();
     CtaWork w;
     const int row_blocks = (p.rows + rows_per_cta - 1) / rows_per_cta;
     w.rb = blockIdx.x % row_blocks;

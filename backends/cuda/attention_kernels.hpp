@@ -64,6 +64,8 @@ void prepare_simt_kernel(int smem_optin);
 void launch_attention_simt(const AttentionParams& p, dim3 grid, int smem_bytes, cudaStream_t stream);
 
 constexpr int kMaxSplits = 128;
-void launch_combine(const CombineParams& p, cudaStream_t stream);
+// dependent: launch as a programmatic dependent of the preceding kernel in
+// the stream (compute capability 9.0+ only).
+void launch_combine(const CombineParams& p, bool dependent, cudaStream_t stream);
 
 }  // namespace gqla::cuda

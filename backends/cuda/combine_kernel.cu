@@ -1,6 +1,22 @@
 // Merges the split partials of each (sequence, query token, head) row:
 // o = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse2_s - max), and the row's
-// natural-log lse. One CTA per row; splits are few (<= kMaxSplits).
+// natural-log lse.
+// One thread per (row, kVec output columns). Each thread reads the row's
+// split lse values itself (the row's threads share them through L1) in the
+// same batch as its partial outputs, merging batch by batch with a running
+// maximum, so a batch of kBatch splits costs one memory latency: no lse
+// pass, no shared memory, no block barrier. Many rows (the absorb path's
+// 2048 x 512 columns at batch 64) take 16-byte vectors; few rows (batch 1)
+// take one column per thread, so more SMs issue loads. (Many rows come with
+// few splits: the planner splits only where the batch leaves SMs idle.)
+// A CTA-per-row version with a separate lse pass and scalar loads took 13 us
+// for that absorb case (12 MB, ~3 us of traffic).
+//
+// On compute capability 9.0+ the pass is launched as a programmatic
+// dependent of the attention kernel: its CTAs are scheduled while the
+// attention kernel's last CTAs still run and wait in griddepcontrol.wait
+// (which returns once that grid has completed and its writes are visible),
+// so the launch latency between the two kernels is hidden.
 #include "attention_common.cuh"
 #include "attention_kernels.hpp"
 #include "cuda_status.hpp"
@@ -9,61 +25,97 @@ namespace gqla::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ CombineParams p) {
-    __shared__ float weight[kMaxSplits];
-    __shared__ float total;
-    const int row = blockIdx.x;  // (bl, qi, h) of this launch
+constexpr int kThreads = 256;
+// Below this many 4-column items per launch (~2 waves of CTAs on an H200),
+// one column per thread.
+constexpr int64_t kMinVectorItems = 65536;
+
+template <int kVec>
+__device__ __forceinline__ void load_vec(const float* src, float (&v)[kVec]) {
+    if constexpr (kVec == 4) {
+        const float4 x = *reinterpret_cast<const float4*>(src);
+        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+    } else {
+        v[0] = *src;
+    }
+}
+
+template <int kVec, int kBatch>
+__global__ void __launch_bounds__(kThreads, kVec == 4 ? 4 : 2) combine_kernel(const __grid_constant__ CombineParams p) {
+    grid_dependency_wait();
+    const int vecs_per_row = p.dv / kVec;
+    const int64_t item = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+    const int64_t rows = static_cast<int64_t>(p.batch) * p.q_len * p.num_heads;
+    if (item >= rows * vecs_per_row) return;
+    const int row = static_cast<int>(item / vecs_per_row);  // (bl, qi, h) of this launch
+    const int c = static_cast<int>(item - static_cast<int64_t>(row) * vecs_per_row) * kVec;
     const int h = row % p.num_heads, qi = (row / p.num_heads) % p.q_len, bl = row / (p.num_heads * p.q_len);
     const int b = p.batch_offset + bl;
     const int64_t split_stride = static_cast<int64_t>(p.part_batch) * p.q_len * p.num_heads;
     const int64_t base_row = (static_cast<int64_t>(b) * p.q_len + qi) * p.num_heads + h;
-
-    if (threadIdx.x < 32) {
-        float mx = -INFINITY;
-        for (int s = threadIdx.x; s < p.num_splits; s += 32) mx = fmaxf(mx, p.part_lse2[s * split_stride + base_row]);
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float sum = 0.f;
-        for (int s = threadIdx.x; s < p.num_splits; s += 32) {
-            float l2 = p.part_lse2[s * split_stride + base_row];
-            float w = (l2 == -INFINITY) ? 0.f : exp2f(l2 - mx);
-            weight[s] = w;
-            sum += w;
-        }
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (threadIdx.x == 0) {
-            total = sum;
-            if (p.lse) p.lse[b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH] = (sum > 0.f) ? (mx + log2f(sum)) * kLn2 : -INFINITY;
-        }
-    }
-    __syncthreads();
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    const int64_t out = row_offset(p.oa, b, qi, h);
-    // Loads of kBatch splits are issued before any is used: one at a time,
-    // a single sequence's 40-odd splits cost as many global-memory latencies
-    // in a row (~20 us at B=1, T=32768).
-    constexpr int kBatch = 16;
-    const float* col0 = p.part_o + base_row * p.dv;
+    const float* lse2 = p.part_lse2 + base_row;
+    const float* col = p.part_o + base_row * p.dv + c;
     const int64_t split_elems = split_stride * p.dv;
-    for (int c = threadIdx.x; c < p.dv; c += blockDim.x) {
-        float acc = 0.f;
-        int s = 0;
-        for (; s + kBatch <= p.num_splits; s += kBatch) {
-            float x[kBatch];
+
+    float mx = -INFINITY, sum = 0.f, acc[kVec] = {};
+    for (int s0 = 0; s0 < p.num_splits; s0 += kBatch) {
+        float l[kBatch], x[kBatch][kVec];
 #pragma unroll
-            for (int j = 0; j < kBatch; ++j) x[j] = col0[(s + j) * split_elems + c];
+        for (int j = 0; j < kBatch; ++j) {
+            const bool in = s0 + j < p.num_splits;
+            l[j] = in ? lse2[(s0 + j) * split_stride] : -INFINITY;
 #pragma unroll
-            for (int j = 0; j < kBatch; ++j) acc = fmaf(weight[s + j], x[j], acc);  // empty splits hold 0 (weight 0)
+            for (int e = 0; e < kVec; ++e) x[j][e] = 0.f;
+            if (in) load_vec<kVec>(col + (s0 + j) * split_elems, x[j]);
         }
-        for (; s < p.num_splits; ++s) acc = fmaf(weight[s], col0[s * split_elems + c], acc);
-        store_elem(p.o, p.o_dtype, out + c, acc * inv);
+        float m = mx;
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) m = fmaxf(m, l[j]);
+        if (m == -INFINITY) continue;  // only empty splits so far
+        const float rescale = exp2f(mx - m);  // 0 while mx is -inf
+        sum *= rescale;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[e] *= rescale;
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const float w = l[j] == -INFINITY ? 0.f : exp2f(l[j] - m);  // empty splits hold 0 (weight 0)
+            sum += w;
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) acc[e] = fmaf(w, x[j][e], acc[e]);
+        }
+        mx = m;
     }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const int64_t out = row_offset(p.oa, b, qi, h) + c;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) store_elem(p.o, p.o_dtype, out + e, acc[e] * inv);
+    if (c == 0 && p.lse)
+        p.lse[b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+}
+
+template <int kVec, int kBatch>
+void launch(const CombineParams& p, int64_t items, bool dependent, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>((items + kThreads - 1) / kThreads));
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = dependent ? 1 : 0;
+    check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel<kVec, kBatch>, p), "launch combine_kernel");
 }
 
 }  // namespace
 
-void launch_combine(const CombineParams& p, cudaStream_t stream) {
-    combine_kernel<<<p.batch * p.q_len * p.num_heads, 128, 0, stream>>>(p);
-    check_launch("combine_kernel");
+void launch_combine(const CombineParams& p, bool dependent, cudaStream_t stream) {
+    const int64_t rows = static_cast<int64_t>(p.batch) * p.q_len * p.num_heads;
+    // Partial rows start at multiples of dv floats: 16-byte vectors need dv % 4 == 0.
+    if (p.dv % 4 == 0 && rows * (p.dv / 4) >= kMinVectorItems)
+        launch<4, 4>(p, rows * (p.dv / 4), dependent, stream);
+    else
+        launch<1, 16>(p, rows * p.dv, dependent, stream);
 }
 
 }  // namespace gqla::cuda

@@ -102,7 +102,7 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
             c.part_o = p.part_o; c.part_lse2 = p.part_lse2;
             c.o = p.o; c.o_dtype = p.o_dtype; c.oa = p.oa;
             c.lse = p.lse; c.lse_sB = p.lse_sB; c.lse_sQ = p.lse_sQ; c.lse_sH = p.lse_sH;
-            launch_combine(c, s.stream);
+            launch_combine(c, s.dependent_launch, s.stream);
         }
     }
 }

@@ -96,6 +96,10 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     prepare_simt_kernel(s->smem_optin);
     prepare_warp_kernels(s->smem_optin);
     prepare_narrow_kernels(s->smem_optin);
+    int cc_major = 0;
+    check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, s->device), "compute capability");
+    const char* pdl = std::getenv("GQLA_CUDA_PDL");
+    s->dependent_launch = cc_major >= 9 && !(pdl && *pdl == '0');
     const char* latent_wgmma = std::getenv("GQLA_CUDA_LATENT_WGMMA");
     s->use_latent_wgmma = !(latent_wgmma && *latent_wgmma == '0') && latent_wgmma_available(s->device) &&
                           s->smem_optin >= latent_wgmma_smem_bytes();

@@ -50,6 +50,7 @@ struct Session {
     DeviceBuffer part_o, part_lse2;                    // split partials
     bool trace = false;                                // GQLA_CUDA_TRACE=1: print launch plans
     int max_splits = 0;                                // GQLA_CUDA_MAX_SPLITS caps the split heuristic
+    bool dependent_launch = false;                     // combine as a programmatic dependent (cc 9.0+; off: GQLA_CUDA_PDL=0)
     DeviceBuffer q_nope, q_att, o_att, o_proj;         // absorb path
 
     // Expansion workspace (latent rows in, expanded rows out), chunked.
