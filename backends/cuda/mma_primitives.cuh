@@ -15,8 +15,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // Copies 16 bytes, or writes 16 zero bytes when !valid (src is then not read).
+// The L2::128B qualifier has L2 fetch the whole 128-byte line of each piece
+// from memory at once: a warp's 16-byte pieces cover whole rows, so nothing
+// is fetched in vain, and the H200 streamed K/V 2.6-3.5% faster with it
+// (GQA decode at batch 64-128; the 256-byte variant was slower for 192-wide
+// keys, whose rows are not a multiple of 256 bytes; an L2 evict-first
+// policy on top changed nothing measurable).
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                  "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
