@@ -160,9 +160,8 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     const int64_t rows_g = static_cast<int64_t>(a.batch) * a.q_len * n_rep;  // GEMM columns per group
     const int64_t w_group = static_cast<int64_t>(dc + dv) * r;
     // Queries, latent queries and latent outputs are in the projections' dtype.
-    const int32_t work = proj16 ? d.cache_dtype : GQLA_DTYPE_F32;
+    const gqla_dtype work = proj16 ? d.cache_dtype : GQLA_DTYPE_F32;
     const cudaDataType_t work_cu = proj16 ? (d.cache_dtype == GQLA_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F) : CUDA_R_32F;
-    const size_t work_es = proj16 ? 2 : 4;
 
     AbsorbLayout lay{a.batch, a.q_len, d.num_heads, n_rep, dc, dr, r, dv};
     launch_absorb_pack_q(lay, q.data, q.dtype, q.s, s.q_nope.get(), s.q_att.get(), work, s.stream);
@@ -190,9 +189,9 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     run_attention(s, p, a, 1);
 
     // o [rows][d_v] (f32) = o~ [rows][r] . W_UV[g]^T
+    const void* w_uv = static_cast<const unsigned char*>(w) + static_cast<int64_t>(dc) * r * dtype_size(work);
     check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, dv, static_cast<int>(rows_g), r, &one,
-                                            static_cast<const unsigned char*>(w) + static_cast<int64_t>(dc) * r * work_es,
-                                            work_cu, r, w_group, s.o_att.get(), work_cu, r, rows_g * r, &zero,
+                                            w_uv, work_cu, r, w_group, s.o_att.get(), work_cu, r, rows_g * r, &zero,
                                             s.o_proj.get(), CUDA_R_32F, dv, rows_g * dv, d.num_kv_heads, compute,
                                             CUBLAS_GEMM_DEFAULT),
                  "absorb output projection (GemmStridedBatchedEx)");

@@ -18,6 +18,24 @@ __device__ __forceinline__ float load_elem(const void* p, int dtype, int64_t i) 
     return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
 }
 
+// Two floats as one register of packed 16-bit values (lo in the low half):
+// an MMA operand built from f32 accumulators, or half of a vector store.
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16*) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half*) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Eight floats as 8 packed 16-bit values (one 16-byte store).
+template <typename T>
+__device__ __forceinline__ uint4 pack_eight(const float v[8]) {
+    return uint4{pack_pair(v[0], v[1], static_cast<T*>(nullptr)), pack_pair(v[2], v[3], static_cast<T*>(nullptr)),
+                 pack_pair(v[4], v[5], static_cast<T*>(nullptr)), pack_pair(v[6], v[7], static_cast<T*>(nullptr))};
+}
+
 // Elements [i, i + n) (n <= 8) as floats, zeros past n. Whole 8-element
 // pieces at 16-byte-aligned addresses take one or two vector loads, so a
 // prologue that stages a few query rows costs one memory latency instead of
@@ -71,18 +89,7 @@ __device__ __forceinline__ void store_elems8(void* p, int dtype, int64_t i, int 
     } else {
         uint16_t* dst = static_cast<uint16_t*>(p) + i;
         if (n == 8 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-            uint32_t w[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                if (dtype == GQLA_DTYPE_F16) {
-                    const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-                    w[k] = *reinterpret_cast<const uint32_t*>(&h);
-                } else {
-                    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-                    w[k] = *reinterpret_cast<const uint32_t*>(&h);
-                }
-            }
-            *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+            *reinterpret_cast<uint4*>(dst) = dtype == GQLA_DTYPE_F16 ? pack_eight<__half>(v) : pack_eight<__nv_bfloat16>(v);
             return;
         }
     }

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "device_dtype.cuh"  // pack_pair / pack_eight: f32 -> packed 16-bit operands
+
 namespace gqla::cuda {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -38,24 +40,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) 
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
-}
-
-// Two floats as one register of packed 16-bit values (lo in the low half):
-// an MMA operand built from f32 accumulators.
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __nv_bfloat16*) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi, __half*) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// Eight floats as 8 packed 16-bit values (one 16-byte shared-memory store).
-template <typename T>
-__device__ __forceinline__ uint4 pack_eight(const float v[8]) {
-    return uint4{pack_pair(v[0], v[1], static_cast<T*>(nullptr)), pack_pair(v[2], v[3], static_cast<T*>(nullptr)),
-                 pack_pair(v[4], v[5], static_cast<T*>(nullptr)), pack_pair(v[6], v[7], static_cast<T*>(nullptr))};
 }
 
 // Transposes an 8x8 b16 matrix held in the MMA fragment layout (lane holds
