@@ -3,6 +3,7 @@
 // know how to launch a given variant.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (a plain struct: nothing links libcuda)
 #include <cuda_runtime.h>
 
 #include "attention_params.hpp"
@@ -46,14 +47,35 @@ void launch_attention_warp(gqla_dtype cache, int stages, const AttentionParams& 
 constexpr int kNarrowRows = 8;
 constexpr int kNarrowTokens = 64;
 constexpr int kNarrowSlotsMin = 3, kNarrowSlotsMax = 5;
+// How K/V rows sit in the slots: padded by 8 elements; swizzled (rows a
+// multiple of 64 elements); or swizzled in the boxes TMA loads write
+// (Hopper, pages a multiple of 16 tokens, every key/value part a multiple of
+// 64 wide, the layer's NarrowTmaMaps valid).
+enum class NarrowRows { Padded = 0, Swizzled = 1, TmaBoxes = 2 };
+
+// TMA view of one layer's key parts and value pool for the narrow kernel:
+// each pool as [rows][dim] token rows; the row of (page, group, slot) is
+// page * page_rows + group * group_rows + slot.
+struct PoolRows { int32_t page_rows, group_rows; };
+struct NarrowTmaMaps {  // CUtensorMap carries its own 64-byte alignment
+    CUtensorMap k1, k2, v;
+    PoolRows k1_rows, k2_rows, v_rows;
+    int32_t valid;  // 0: this layer's pools cannot be loaded by TMA
+};
+// Maps of the layer whose pools are k1, k2 (dim 0: none) and v, pools of
+// num_pages pages of page_size tokens.
+NarrowTmaMaps narrow_tma_maps(gqla_dtype cache, const PoolView& k1, const PoolView& k2, const PoolView& v, int page_size,
+                              int64_t num_pages);
+
 bool narrow_kernel_fits(const AttentionParams& p);
 // Swizzled K/V rows (instead of padded ones) are possible for these dims.
 bool narrow_can_swizzle(const AttentionParams& p);
-int narrow_smem_bytes(const AttentionParams& p, int slots, bool swizzle);
+int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows);
 void prepare_narrow_kernels(int smem_optin);
-int narrow_blocks_per_sm(gqla_dtype cache, int slots, bool swizzle, int smem_bytes);
-void launch_attention_narrow(gqla_dtype cache, int slots, bool swizzle, const AttentionParams& p, dim3 grid,
-                             int smem_bytes, cudaStream_t stream);
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, int smem_bytes);
+// maps: the layer's (read only by the TmaBoxes layout).
+void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, const AttentionParams& p,
+                             const NarrowTmaMaps& maps, dim3 grid, int smem_bytes, cudaStream_t stream);
 
 // Scalar f32 kernel: any dtype (the f32 cache), any dims.
 constexpr int kSimtRows = 8;

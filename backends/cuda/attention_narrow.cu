@@ -1,8 +1,11 @@
-// Instantiation (bf16, f16 x ring sizes) and launch glue of the
-// narrow-group decode kernel (<= 8 query rows per group).
+// Instantiation (bf16, f16 x ring sizes x row layouts), TMA maps and launch
+// glue of the narrow-group decode kernel (<= 8 query rows per group).
+#include <climits>
+
 #include "attention_kernels.hpp"
 #include "attention_narrow_kernel.cuh"
 #include "cuda_status.hpp"
+#include "tensor_maps.hpp"
 
 namespace gqla::cuda {
 
@@ -11,20 +14,57 @@ namespace {
 static_assert(kNarrowRows == kNarrowMaxRows && kNarrowTokens == kNarrowTile, "narrow kernel constants");
 static_assert(kNarrowSlotsMin == 3 && kNarrowSlotsMax == 5, "instantiate every ring size below");
 
-template <typename T, bool SWZ>
+template <typename T, NarrowRows ROWS>
 const void* narrow_kernel_of(int slots) {
-    return slots == 3   ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 3, SWZ>)
-           : slots == 4 ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 4, SWZ>)
-                        : reinterpret_cast<const void*>(&attention_narrow_kernel<T, 5, SWZ>);
+    return slots == 3   ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 3, ROWS>)
+           : slots == 4 ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 4, ROWS>)
+                        : reinterpret_cast<const void*>(&attention_narrow_kernel<T, 5, ROWS>);
 }
 
-const void* narrow_kernel(gqla_dtype cache, int slots, bool swizzle) {
-    if (cache == GQLA_DTYPE_F16)
-        return swizzle ? narrow_kernel_of<__half, true>(slots) : narrow_kernel_of<__half, false>(slots);
-    return swizzle ? narrow_kernel_of<__nv_bfloat16, true>(slots) : narrow_kernel_of<__nv_bfloat16, false>(slots);
+template <typename T>
+const void* narrow_kernel_of(int slots, NarrowRows rows) {
+    switch (rows) {
+        case NarrowRows::Padded: return narrow_kernel_of<T, NarrowRows::Padded>(slots);
+        case NarrowRows::Swizzled: return narrow_kernel_of<T, NarrowRows::Swizzled>(slots);
+        case NarrowRows::TmaBoxes: return narrow_kernel_of<T, NarrowRows::TmaBoxes>(slots);
+    }
+    return nullptr;
+}
+
+const void* narrow_kernel(gqla_dtype cache, int slots, NarrowRows rows) {
+    return cache == GQLA_DTYPE_F16 ? narrow_kernel_of<__half>(slots, rows) : narrow_kernel_of<__nv_bfloat16>(slots, rows);
+}
+
+// Token rows of a pool viewed as [rows][dim]; false where a page's or a
+// group's rows are not whole rows apart or the row count overflows a TMA
+// coordinate.
+bool pool_rows(const PoolView& pool, int64_t num_pages, PoolRows* out) {
+    if (pool.row_stride <= 0 || pool.page_stride % pool.row_stride != 0 || pool.group_stride % pool.row_stride != 0)
+        return false;
+    const int64_t page_rows = pool.page_stride / pool.row_stride;
+    if (page_rows * num_pages > INT_MAX) return false;
+    out->page_rows = static_cast<int32_t>(page_rows);
+    out->group_rows = static_cast<int32_t>(pool.group_stride / pool.row_stride);
+    return true;
+}
+
+bool pool_map(gqla_dtype cache, const PoolView& pool, int64_t num_pages, CUtensorMap* map, PoolRows* rows) {
+    return pool.dim % 64 == 0 && pool_rows(pool, num_pages, rows) &&
+           encode_row_map(map, cache, pool.base, pool.dim, int64_t(rows->page_rows) * num_pages, pool.row_stride, 16);
 }
 
 }  // namespace
+
+NarrowTmaMaps narrow_tma_maps(gqla_dtype cache, const PoolView& k1, const PoolView& k2, const PoolView& v, int page_size,
+                              int64_t num_pages) {
+    NarrowTmaMaps maps{};
+    if (page_size % 16 != 0 || k1.dim + k2.dim > kNarrowMaxDk || v.dim > kNarrowMaxDv) return maps;
+    const bool ok = pool_map(cache, k1, num_pages, &maps.k1, &maps.k1_rows) &&
+                    (k2.dim == 0 || pool_map(cache, k2, num_pages, &maps.k2, &maps.k2_rows)) &&
+                    pool_map(cache, v, num_pages, &maps.v, &maps.v_rows);
+    maps.valid = ok ? 1 : 0;
+    return maps;
+}
 
 bool narrow_kernel_fits(const AttentionParams& p) {
     return p.rows <= kNarrowMaxRows && p.k1.dim + p.k2.dim <= kNarrowMaxDk && p.v.dim <= kNarrowMaxDv &&
@@ -33,31 +73,35 @@ bool narrow_kernel_fits(const AttentionParams& p) {
 
 bool narrow_can_swizzle(const AttentionParams& p) { return narrow_can_swizzle(p.k1.dim + p.k2.dim, p.v.dim); }
 
-int narrow_smem_bytes(const AttentionParams& p, int slots, bool swizzle) {
-    return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, swizzle).bytes;
+int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows) {
+    return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, rows).bytes;
 }
 
 void prepare_narrow_kernels(int smem_optin) {
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
         for (int st = kNarrowSlotsMin; st <= kNarrowSlotsMax; ++st)
-            for (bool swizzle : {false, true})
-                check_cuda(cudaFuncSetAttribute(narrow_kernel(t, st, swizzle),
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
+            for (NarrowRows rows : {NarrowRows::Padded, NarrowRows::Swizzled, NarrowRows::TmaBoxes})
+                check_cuda(cudaFuncSetAttribute(narrow_kernel(t, st, rows), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                smem_optin),
                            "cudaFuncSetAttribute(attention_narrow_kernel)");
 }
 
-int narrow_blocks_per_sm(gqla_dtype cache, int slots, bool swizzle, int smem_bytes) {
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, int smem_bytes) {
     int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, narrow_kernel(cache, slots, swizzle), kNarrowWarps * 32,
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, narrow_kernel(cache, slots, rows), kNarrowWarps * 32,
                                                              smem_bytes),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor(narrow)");
     return n;
 }
 
-void launch_attention_narrow(gqla_dtype cache, int slots, bool swizzle, const AttentionParams& p, dim3 grid, int smem_bytes,
-                             cudaStream_t stream) {
-    void* args[] = {const_cast<AttentionParams*>(&p)};
-    check_cuda(cudaLaunchKernel(narrow_kernel(cache, slots, swizzle && narrow_can_swizzle(p)), grid, dim3(kNarrowWarps * 32), args,
+void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, const AttentionParams& p,
+                             const NarrowTmaMaps& maps, dim3 grid, int smem_bytes, cudaStream_t stream) {
+    // A swizzled kernel on dims that cannot swizzle would address its slots
+    // wrongly, and the TMA one needs the layer's maps: fall back, never misread.
+    if (rows != NarrowRows::Padded && !narrow_can_swizzle(p)) rows = NarrowRows::Padded;
+    if (rows == NarrowRows::TmaBoxes && !maps.valid) rows = NarrowRows::Swizzled;
+    void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
+    check_cuda(cudaLaunchKernel(narrow_kernel(cache, slots, rows), grid, dim3(kNarrowWarps * 32), args,
                                 static_cast<size_t>(smem_bytes), stream),
                "launch attention_narrow_kernel");
 }

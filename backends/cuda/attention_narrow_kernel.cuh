@@ -21,11 +21,19 @@
 // When the page size is a multiple of 16, a warp's 16 tokens are 16
 // consecutive rows of one page, so the copy is a single base address plus
 // fixed offsets; otherwise each row is looked up.
+// On Hopper those 16 rows are also one TMA box per 64 columns: in the
+// TmaBoxes layout lane 0 issues a half with 2-4 tensor loads that complete
+// on the slot's mbarrier, instead of every lane issuing 16-byte cp.async
+// copies and their address arithmetic (8 per lane for 128-wide rows). Halves
+// with rows past the sequence's end still go through zero-filling cp.async,
+// which arrive on the same barrier.
 #pragma once
 
 #include "attention_common.cuh"
+#include "attention_kernels.hpp"
 #include "mma_primitives.cuh"
 #include "row_copies.cuh"
+#include "tma_primitives.cuh"
 
 namespace gqla::cuda {
 
@@ -35,7 +43,12 @@ constexpr int kNarrowMaxRows = 8;
 constexpr int kNarrowMaxDk = 256;
 constexpr int kNarrowMaxDv = 128;
 
-struct NarrowLayout { int k_stride, v_stride, slot_elems, warp_bytes, o_off, f_off, bytes; bool swizzle; };
+struct NarrowLayout {
+    int k_stride, v_stride;  // elements between rows of a K / V slot
+    int block;               // elements between 64-column groups (see SmemRows)
+    int slot_elems, warp_bytes, o_off, f_off, bar_off, bytes;
+    bool swizzle, boxes;
+};
 
 // Rows a multiple of 64 elements can be swizzled (see SmemRows) instead of
 // padded by 8 elements (either way ldmatrix rows hit distinct banks). The
@@ -44,31 +57,47 @@ struct NarrowLayout { int k_stride, v_stride, slot_elems, warp_bytes, o_off, f_o
 // takes whichever layout fits more CTAs.
 __host__ __device__ inline bool narrow_can_swizzle(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0; }
 
-__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots, bool swizzle) {
+// TmaBoxes also needs the first key part's width a multiple of 64 (its
+// boxes and the second part's must not share a column group).
+__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots, NarrowRows rows) {
     NarrowLayout L{};
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
-    L.swizzle = swizzle && narrow_can_swizzle(dk, dv);
-    L.k_stride = L.swizzle ? dk : dk16 + 8;
-    L.v_stride = L.swizzle ? dv : dv16 + 8;
-    // A slot serves as K rows or V rows in turn (odd R), so it fits either.
-    L.slot_elems = 16 * (L.k_stride > L.v_stride ? L.k_stride : L.v_stride);
+    L.swizzle = rows != NarrowRows::Padded && narrow_can_swizzle(dk, dv);
+    L.boxes = rows == NarrowRows::TmaBoxes && L.swizzle;
+    L.k_stride = L.boxes ? 64 : L.swizzle ? dk : dk16 + 8;
+    L.v_stride = L.boxes ? 64 : L.swizzle ? dv : dv16 + 8;
+    L.block = L.boxes ? 16 * 64 : 64;
+    // A slot serves as K rows or V rows in turn (odd R), so it fits either
+    // (boxes: 16 rows x 64 columns each, as many as the wider of the two).
+    const int k_row = L.boxes ? dk : L.k_stride, v_row = L.boxes ? dv : L.v_stride;
+    L.slot_elems = 16 * (k_row > v_row ? k_row : v_row);
     L.warp_bytes = slots * L.slot_elems * 2;
     // The merged O reuses the slots once every warp is done with them.
     L.o_off = 0;
     const int kv_bytes = kNarrowWarps * L.warp_bytes, o_bytes = kNarrowMaxRows * dv16 * 4;
     L.f_off = (kv_bytes > o_bytes ? kv_bytes : o_bytes);
-    L.bytes = L.f_off + (2 * kNarrowWarps * kNarrowMaxRows + 2 * kNarrowMaxRows) * 4;
+    L.bar_off = L.f_off + (2 * kNarrowWarps * kNarrowMaxRows + 2 * kNarrowMaxRows) * 4;  // a multiple of 8
+    L.bytes = L.bar_off;
+    // Boxes: one mbarrier per slot, and slack to align the base to the
+    // 1024-byte period of the 128B swizzle (slots are multiples of 2 KiB).
+    if (L.boxes) L.bytes += kNarrowWarps * slots * 8 + 1024;
     return L;
 }
 
-template <typename T, int R, bool SWZ>
-__global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(const __grid_constant__ AttentionParams p) {
+// TMA boxes: registers for 4 CTAs (16 warps) per SM with 3 slots, which is
+// what 128-wide rows fit in shared memory; deeper rings fit 3 at most.
+template <typename T, int R, NarrowRows ROWS>
+__global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxes ? (R == 3 ? 4 : 3) : 1)
+    attention_narrow_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ NarrowTmaMaps maps) {
     constexpr int NW = kNarrowWarps, NT = NW * 32, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
-    extern __shared__ __align__(128) unsigned char smem[];
+    constexpr bool SWZ = ROWS != NarrowRows::Padded, TMA = ROWS == NarrowRows::TmaBoxes;
+    constexpr int BLOCK = TMA ? 16 * 64 : 64;  // NarrowLayout::block
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    unsigned char* smem = TMA ? smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) : smem_raw;
     const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = dk1 + dk2, dv = p.v.dim;
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     const int k_steps = dk16 / 16, v_tiles = dv16 / 16;
-    const NarrowLayout L = narrow_layout(dk, dv, R, SWZ);
+    const NarrowLayout L = narrow_layout(dk, dv, R, ROWS);
     float* sO = reinterpret_cast<float*>(smem + L.o_off);
     float* sWarpM = reinterpret_cast<float*>(smem + L.f_off);
     float* sWarpL = sWarpM + NW * kNarrowMaxRows;
@@ -83,7 +112,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
     const int32_t* table = w.table;
     const SplitRange range = w.range;
 
-    const bool aligned_pages = (p.page_size & 15) == 0;
+    const bool aligned_pages = TMA || (p.page_size & 15) == 0;  // the host maps only such pages
     const int chunks = range.end - range.begin;
     // This warp's chunk c covers tokens (range.begin + c) * 64 + warp * 16 + [0, 16).
     auto chunk_first = [&](int c) { return (range.begin + c) * kNarrowTile + warp * 16; };
@@ -128,6 +157,12 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
             qb[ks][0] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16) : 0u;
             qb[ks][1] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16 + 8) : 0u;
         }
+        if constexpr (TMA) {
+            if (lane == 0)
+                for (int i = 0; i < R; ++i) mbarrier_init(reinterpret_cast<uint64_t*>(smem + L.bar_off) + warp * R + i, 1);
+            mbarrier_init_fence();
+            fence_proxy_async_smem();  // these reads of sQ before TMA writes into the same bytes
+        }
         __syncthreads();  // the ring reuses these bytes
     }
     // Causal limit of this lane's two query rows (columns 2fc, 2fc+1 of S^T).
@@ -143,6 +178,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
     // the slot held the other role: they only have to be finite, so the
     // ring starts zeroed and copies never write anything but cache rows.
     T* wbase = reinterpret_cast<T*>(smem + warp * L.warp_bytes);
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar_off) + warp * R;  // TMA: slot i completes on bars[i]
     if (dk16 != dk || dv16 != dv)
         for (int i = lane; i < R * L.slot_elems / 8; i += 32) reinterpret_cast<uint4*>(wbase)[i] = make_uint4(0, 0, 0, 0);
     __syncwarp();  // zeros before any cp.async into the same bytes
@@ -156,7 +192,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
         return (n & (n - 1)) == 0 ? __ffs(n) - 1 : -1;
     };
     const int shift1 = log2_pieces(dk1), shift2 = dk2 ? log2_pieces(dk2) : 0, shiftv = log2_pieces(dv);
-    const SmemRows k_rows{L.k_stride, SWZ}, v_rows{L.v_stride, SWZ};
+    const SmemRows k_rows{L.k_stride, SWZ, BLOCK}, v_rows{L.v_stride, SWZ, BLOCK};
     // Half-chunk `half` = chunk half / 2: its K rows (even) or V rows (odd).
     auto issue_half = [&](int half, int64_t f) {
         const int c = half >> 1;
@@ -166,6 +202,28 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
             const int j0 = chunk_first(c);
             const int valid_rows = f < 0 ? 0 : min(16, length - j0);
             const int slot = p.page_shift >= 0 ? j0 & (p.page_size - 1) : j0 % p.page_size;
+            if constexpr (TMA) {
+                uint64_t* bar = bars + half % R;
+                if (valid_rows == 16) {
+                    if (lane == 0) {
+                        const int page = static_cast<int>(f);
+                        if (is_v) {
+                            mbarrier_arrive_expect_tx(bar, 16 * dv * 2);
+                            const int y = page * maps.v_rows.page_rows + grp * maps.v_rows.group_rows + slot;
+                            for (int x = 0; x < dv; x += 64) tma_load_2d(dst + x * 16, &maps.v, x, y, bar);
+                        } else {
+                            mbarrier_arrive_expect_tx(bar, 16 * dk * 2);
+                            const int y1 = page * maps.k1_rows.page_rows + grp * maps.k1_rows.group_rows + slot;
+                            for (int x = 0; x < dk1; x += 64) tma_load_2d(dst + x * 16, &maps.k1, x, y1, bar);
+                            const int y2 = page * maps.k2_rows.page_rows + grp * maps.k2_rows.group_rows + slot;
+                            for (int x = 0; x < dk2; x += 64) tma_load_2d(dst + (dk1 + x) * 16, &maps.k2, x, y2, bar);
+                        }
+                    }
+                    return;
+                }
+                // Rows past the end: zero-filling copies below, then every
+                // lane's copies and lane 0's arrival complete the phase.
+            }
             const int64_t tb = (f < 0 ? 0 : (f << 32)) | static_cast<uint32_t>(slot);
             if (is_v) {
                 copy_contiguous_rows16(dst, v_rows, 0, vb + pool_offset(p.v, tb, grp), p.v.row_stride, dv, shiftv,
@@ -176,6 +234,11 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
                 if (dk2)
                     copy_contiguous_rows16(dst, k_rows, dk1, k2 + pool_offset(p.k2, tb, grp), p.k2.row_stride, dk2,
                                            shift2, valid_rows, lane);
+            }
+            if constexpr (TMA) {
+                cp_async_mbarrier_arrive(bars + half % R);
+                __syncwarp();
+                if (lane == 0) mbarrier_arrive(bars + half % R);
             }
         } else {
             const bool valid = f >= 0;
@@ -205,9 +268,18 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
         cp_async_commit();
     }
     int64_t ids[3] = {first_ids[1], first_ids[2], first_ids[3]};  // ids[i]: chunk c + 1 + i
+    // Waits until half `half` has landed in its slot (cp.async: every group
+    // but the R - 1 newest, which are the halves after it).
+    auto wait_half = [&](int half) {
+        if constexpr (TMA) {
+            mbarrier_wait(bars + half % R, (half / R) & 1);
+        } else {
+            cp_async_wait<R - 1>();
+            __syncwarp();
+        }
+    };
     for (int c = 0; c < chunks; ++c) {
-        cp_async_wait<R - 1>();  // this chunk's K landed
-        __syncwarp();
+        wait_half(2 * c);  // this chunk's K
         const T* tK = slot_of(2 * c);
         const T* tV = slot_of(2 * c + 1);
 
@@ -225,7 +297,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
         for (int ks = 0; ks < MAX_KS; ++ks) {
             if (ks < k_steps) {
                 uint32_t a[4];
-                ldmatrix_x4(a, krow[ks & 3] + (ks >> 2) * 64);
+                ldmatrix_x4(a, krow[ks & 3] + (ks >> 2) * BLOCK);
                 mma_16816<T>(ks % 2 ? s_odd : s, a, qb[ks][0], qb[ks][1]);
             }
         }
@@ -257,8 +329,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
         __syncwarp();
         if (c + R / 2 < chunks) issue_half(2 * c + R, ids[R / 2 - 1]);
         cp_async_commit();
-        cp_async_wait<R - 1>();
-        __syncwarp();
+        wait_half(2 * c + 1);  // and its V
 
         // P^T (tokens x rows) -> B operand (k = tokens, n = rows) by transposing
         // the two 8x8 halves in registers.
@@ -279,7 +350,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32) attention_narrow_kernel(con
                 acc[i][0] *= alpha[0]; acc[i][1] *= alpha[1];
                 acc[i][2] *= alpha[0]; acc[i][3] *= alpha[1];
                 uint32_t a[4];
-                ldmatrix_x4_trans(a, vrow[i & 3] + (i >> 2) * 64);
+                ldmatrix_x4_trans(a, vrow[i & 3] + (i >> 2) * BLOCK);
                 mma_16816<T>(acc[i], a, pb0, pb1);
             }
         }

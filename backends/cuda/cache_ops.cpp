@@ -161,6 +161,7 @@ void set_expanded(Session& s, bool enable) {
     const gqla_backend_desc& d = s.desc;
     if (!enable) {
         check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(disable expanded)");
+        s.narrow_maps.clear();
         s.pool_kc.reset();
         s.pool_ve.reset();
         return;
@@ -170,8 +171,10 @@ void set_expanded(Session& s, bool enable) {
     DeviceBuffer kc, ve;
     kc.allocate(d.num_layers * pool_geometry(s, d.num_kv_heads, d.nope_dim).layer_stride * es, "expanded key cache");
     ve.allocate(d.num_layers * pool_geometry(s, d.num_kv_heads, d.value_dim).layer_stride * es, "expanded value cache");
+    std::vector<NarrowTmaMaps> maps = narrow_maps_for(s, kc, ve);  // the buffers keep their addresses when swapped
     s.pool_kc.swap(kc);
     s.pool_ve.swap(ve);
+    s.narrow_maps.swap(maps);
 }
 
 void append(Session& s, const gqla_append_args& a) {

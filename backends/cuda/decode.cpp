@@ -63,9 +63,11 @@ void unpack_host_rows(const unsigned char* src, int64_t dim, size_t es, const gq
 }
 
 // Launches attention (+ combine) over the whole batch in chunks of kMaxLaunchBatch.
-void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int groups) {
-    const AttentionPlan plan = plan_attention(s, p);
-    const int row_blocks = (p.rows + plan.rows_per_cta - 1) / plan.rows_per_cta;
+// narrow_maps: TMA maps of the layer's pools for the narrow kernel, or null.
+void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int groups,
+                   const NarrowTmaMaps* narrow_maps = nullptr) {
+    const AttentionPlan base_plan = plan_attention(s, p, narrow_maps && narrow_maps->valid);
+    const int row_blocks = (p.rows + base_plan.rows_per_cta - 1) / base_plan.rows_per_cta;
     const int64_t per_split_rows = static_cast<int64_t>(a.batch) * a.q_len * p.num_heads;
     const int split_cap = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(s.max_splits, s.part_rows / per_split_rows)));
     p.part_o = s.part_o.get<float>();
@@ -81,17 +83,20 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         p.batch = nb;
         p.batch_offset = first;
         const int64_t base_ctas = static_cast<int64_t>(nb) * groups * row_blocks;
+        const AttentionPlan& plan = base_plan;
         p.num_splits = choose_splits(s, plan, base_ctas, max_len, split_cap);
         dim3 grid(groups * row_blocks, nb, p.num_splits);
         if (s.trace)
             std::fprintf(stderr, "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld\n",
-                         plan.latent_wgmma ? "latent-wgmma" : plan.narrow ? (plan.swizzle ? "narrow-swizzled" : "narrow") : plan.per_warp ? "per-warp" : plan.simt ? "simt" : (plan.variant == MmaVariant::Small ? "mma-small" : plan.variant == MmaVariant::Medium ? "mma-medium" : "mma-large"),
+                         plan.latent_wgmma ? "latent-wgmma" : plan.narrow ? (plan.narrow_rows == NarrowRows::TmaBoxes ? "narrow-tma" : plan.narrow_rows == NarrowRows::Swizzled ? "narrow-swizzled" : "narrow") : plan.per_warp ? "per-warp" : plan.simt ? "simt" : (plan.variant == MmaVariant::Small ? "mma-small" : plan.variant == MmaVariant::Medium ? "mma-medium" : "mma-large"),
                          p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm, plan.stages, (long long)max_len);
         if (plan.latent_wgmma)
             launch_latent_wgmma(s.desc.cache_dtype, p,
                                 s.latent_maps.empty() ? LatentTmaMaps{} : s.latent_maps[static_cast<size_t>(a.layer)],
                                 grid, s.stream);
-        else if (plan.narrow) launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.swizzle, p, grid, plan.smem_bytes, s.stream);
+        else if (plan.narrow)
+            launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.narrow_rows, p,
+                                    narrow_maps ? *narrow_maps : NarrowTmaMaps{}, grid, plan.smem_bytes, s.stream);
         else if (plan.per_warp) launch_attention_warp(s.desc.cache_dtype, plan.stages, p, grid, plan.smem_bytes, s.stream);
         else if (plan.simt) launch_attention_simt(p, grid, plan.smem_bytes, s.stream);
         else launch_attention_mma(plan.variant, s.desc.cache_dtype, p, grid, plan.smem_bytes, s.stream);
@@ -145,7 +150,8 @@ void decode_gqa_path(Session& s, const gqla_decode_args& a, const Rows3& q, cons
     p.q = q.data; p.q_dtype = q.dtype; p.qa = user_rows(q, n_rep);
     p.o = o.data; p.o_dtype = o.dtype; p.oa = user_rows(o, n_rep);
     p.lse = lse; p.lse_sB = lse_s[0]; p.lse_sQ = lse_s[1]; p.lse_sH = lse_s[2];
-    run_attention(s, p, a, d.num_kv_heads);
+    const size_t layer = static_cast<size_t>(a.layer);
+    run_attention(s, p, a, d.num_kv_heads, layer < s.narrow_maps.size() ? &s.narrow_maps[layer] : nullptr);
 }
 
 void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, const Rows3& o, float* lse,

@@ -11,16 +11,23 @@ namespace gqla::cuda {
 namespace {
 
 // Occupancy slots: 0..2 tensor-core variants, 3 SIMT, 4..6 per-warp by
-// depth, 7..9 narrow by ring size (padded rows), 10..12 the same swizzled.
-constexpr int kSimtSlot = 3, kWarpSlot0 = 4, kNarrowSlot0 = 7, kNarrowSwizzledSlot0 = 10;
+// depth, 7..9 narrow by ring size (padded rows), 10..12 the same swizzled,
+// 13..15 the same in TMA boxes.
+constexpr int kSimtSlot = 3, kWarpSlot0 = 4, kNarrowSlot0 = 7, kNarrowSwizzledSlot0 = 10, kNarrowTmaSlot0 = 13;
+static_assert(kNarrowTmaSlot0 + kNarrowSlotsMax - kNarrowSlotsMin + 1 == Session::kOccupancySlots, "occupancy slots");
 
 int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt) {
     Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
     if (o.smem != smem) {
-        o.blocks = variant_index >= kNarrowSwizzledSlot0
-                       ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowSwizzledSlot0, true, smem)
+        o.blocks = variant_index >= kNarrowTmaSlot0
+                       ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowTmaSlot0,
+                                              NarrowRows::TmaBoxes, smem)
+                   : variant_index >= kNarrowSwizzledSlot0
+                       ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowSwizzledSlot0,
+                                              NarrowRows::Swizzled, smem)
                    : variant_index >= kNarrowSlot0
-                       ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowSlot0, false, smem)
+                       ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowSlot0, NarrowRows::Padded,
+                                              smem)
                    : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
                    : simt ? simt_blocks_per_sm(smem)
                           : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
@@ -57,7 +64,7 @@ bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, 
 
 }  // namespace
 
-AttentionPlan plan_attention(Session& s, const AttentionParams& p) {
+AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma) {
     AttentionPlan plan;
     const gqla_dtype cache = s.desc.cache_dtype;
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
@@ -73,19 +80,28 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p) {
     if (tensor_cores && s.use_narrow_kernel && narrow_kernel_fits(p)) {
         // Padded or swizzled rows (where the dims allow): the layout that fits
         // more CTAs per SM, ties keeping the padded one. A pinned swizzle
-        // takes padded rows only where swizzled ones do not fit.
-        auto plan_layout = [&](bool swizzle, AttentionPlan* out) {
-            return plan_streaming_kernel(s, cache, swizzle ? kNarrowSwizzledSlot0 : kNarrowSlot0, kNarrowSlotsMin,
-                                         kNarrowSlotsMax, [&](int st) { return narrow_smem_bytes(p, st, swizzle); },
-                                         out);
+        // takes padded rows only where swizzled ones do not fit. TMA boxes
+        // (where the layer has maps) win over both unless they fit fewer CTAs.
+        auto plan_layout = [&](NarrowRows rows, AttentionPlan* out) {
+            const int slot0 = rows == NarrowRows::TmaBoxes   ? kNarrowTmaSlot0
+                              : rows == NarrowRows::Swizzled ? kNarrowSwizzledSlot0
+                                                             : kNarrowSlot0;
+            return plan_streaming_kernel(s, cache, slot0, kNarrowSlotsMin, kNarrowSlotsMax,
+                                         [&](int st) { return narrow_smem_bytes(p, st, rows); }, out);
         };
-        AttentionPlan padded = plan, swizzled = plan;
-        const bool swizzled_ok = s.narrow_swizzle != 0 && narrow_can_swizzle(p) && plan_layout(true, &swizzled);
-        const bool padded_ok = (s.narrow_swizzle != 1 || !swizzled_ok) && plan_layout(false, &padded);
-        if (padded_ok || swizzled_ok) {
+        AttentionPlan padded = plan, swizzled = plan, boxes = plan;
+        const bool swizzled_ok = s.narrow_swizzle != 0 && narrow_can_swizzle(p) && plan_layout(NarrowRows::Swizzled, &swizzled);
+        const bool padded_ok = (s.narrow_swizzle != 1 || !swizzled_ok) && plan_layout(NarrowRows::Padded, &padded);
+        const bool boxes_ok = narrow_tma && s.narrow_swizzle != 0 && narrow_can_swizzle(p) &&
+                              plan_layout(NarrowRows::TmaBoxes, &boxes);
+        if (padded_ok || swizzled_ok || boxes_ok) {
             const bool use_swizzled = swizzled_ok && (!padded_ok || swizzled.blocks_per_sm > padded.blocks_per_sm);
             plan = use_swizzled ? swizzled : padded;
-            plan.swizzle = use_swizzled;
+            plan.narrow_rows = use_swizzled ? NarrowRows::Swizzled : NarrowRows::Padded;
+            if (boxes_ok && (!(padded_ok || swizzled_ok) || boxes.blocks_per_sm >= plan.blocks_per_sm)) {
+                plan = boxes;
+                plan.narrow_rows = NarrowRows::TmaBoxes;
+            }
             plan.narrow = true;
             plan.rows_per_cta = kNarrowRows;
             plan.tile_tokens = kNarrowTokens;

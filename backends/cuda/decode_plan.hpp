@@ -12,7 +12,7 @@ struct AttentionPlan {
     bool simt = false;
     bool per_warp = false;
     bool narrow = false;
-    bool swizzle = false;  // narrow kernel: K/V rows swizzled rather than padded
+    NarrowRows narrow_rows = NarrowRows::Padded;  // narrow kernel: how K/V rows sit in its slots
     bool latent_wgmma = false;  // absorb path on Hopper warpgroup MMAs
     int stages = 0;  // per-warp kernel: K/V chunks buffered per warp; narrow: K/V half-chunk slots
     MmaVariant variant = MmaVariant::Small;
@@ -22,8 +22,9 @@ struct AttentionPlan {
     int blocks_per_sm = 0;
 };
 
-// p: dims, dtype and rows filled in.
-AttentionPlan plan_attention(Session& s, const AttentionParams& p);
+// p: dims, dtype and rows filled in; narrow_tma: the layer's pools have
+// valid NarrowTmaMaps.
+AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma);
 
 // Splits for a launch of base_ctas CTAs (before splitting) over sequences of
 // up to max_len tokens; at most split_cap.

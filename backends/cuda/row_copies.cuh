@@ -12,13 +12,18 @@ namespace gqla::cuda {
 // rows `stride` elements apart; with `swizzle` (rows a multiple of 64
 // elements) the 16-byte piece c/8 of row r sits at piece (c/8) ^ (r % 8) of
 // its 128-byte group, so the 8 rows an ldmatrix reads hit 8 distinct bank
-// groups without padding columns.
+// groups without padding columns. `block` is how far apart the groups of 64
+// columns are: 64 when they follow each other within a row, 16 * 64 when
+// the tile is stored as the boxes a TMA load writes (64 columns x 16 rows
+// each, stride 64; the same swizzle, which is the hardware's 128B one).
 struct SmemRows {
     int stride;
     bool swizzle;
+    int block = 64;
 };
 __device__ __forceinline__ int smem_index(SmemRows s, int r, int c) {
-    return r * s.stride + (s.swizzle ? ((((c >> 3) ^ (r & 7)) << 3) | (c & 7)) : c);
+    if (s.block == 64) return r * s.stride + (s.swizzle ? ((((c >> 3) ^ (r & 7)) << 3) | (c & 7)) : c);
+    return (c >> 6) * s.block + r * s.stride + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
 }
 
 // 16 rows of `dim` elements from rows `row_stride` apart starting at `src`

@@ -46,6 +46,20 @@ PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_
     return v;
 }
 
+std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer& keys, const DeviceBuffer& values) {
+    std::vector<NarrowTmaMaps> maps;
+    if (!s.narrow_tma || !keys.get() || !values.get()) return maps;
+    const gqla_backend_desc& d = s.desc;
+    const bool gqla = d.kind == GQLA_KIND_GQLA;
+    for (int layer = 0; layer < d.num_layers; ++layer) {
+        const PoolView k1 = pool_view(s, keys, layer, d.num_kv_heads, gqla ? d.nope_dim : d.head_dim, false);
+        const PoolView k2 = gqla ? pool_view(s, s.pool_b, layer, 1, d.rope_dim, true) : PoolView{};
+        const PoolView v = pool_view(s, values, layer, d.num_kv_heads, d.value_dim, false);
+        maps.push_back(narrow_tma_maps(d.cache_dtype, k1, k2, v, d.page_size, d.num_pages));
+    }
+    return maps;
+}
+
 void bind_device(const Session& s) { check_cuda(cudaSetDevice(s.device), "cudaSetDevice"); }
 
 void* acquire_pinned(Session& s, size_t bytes) {
@@ -100,6 +114,8 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, s->device), "compute capability");
     const char* pdl = std::getenv("GQLA_CUDA_PDL");
     s->dependent_launch = cc_major >= 9 && !(pdl && *pdl == '0');
+    const char* narrow_tma = std::getenv("GQLA_CUDA_NARROW_TMA");
+    s->narrow_tma = cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && !(narrow_tma && *narrow_tma == '0');
     const char* latent_wgmma = std::getenv("GQLA_CUDA_LATENT_WGMMA");
     s->use_latent_wgmma = !(latent_wgmma && *latent_wgmma == '0') && latent_wgmma_available(s->device) &&
                           s->smem_optin >= latent_wgmma_smem_bytes();
@@ -120,6 +136,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     if (!gqla) {
         s->pool_a.allocate(bytes_of(L * pool_geometry(*s, G, d.head_dim).layer_stride, es), "K cache");
         s->pool_b.allocate(bytes_of(L * pool_geometry(*s, G, d.value_dim).layer_stride, es), "V cache");
+        s->narrow_maps = narrow_maps_for(*s, s->pool_a, s->pool_b);
     } else {
         s->pool_a.allocate(bytes_of(L * pool_geometry(*s, 1, d.latent_dim).layer_stride, es), "latent cache");
         s->pool_b.allocate(bytes_of(L * pool_geometry(*s, 1, d.rope_dim).layer_stride, es), "rope-key cache");

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_kernels.hpp"
 #include "attention_params.hpp"
 #include "core/backend_api.h"
 #include "device_buffer.hpp"
@@ -66,9 +67,11 @@ struct Session {
 
     // Per-variant occupancy, cached by shared-memory size (0-2: tensor-core
     // variants, 3: SIMT, 4-6: per-warp kernel with 2-4 stages, 7-9: narrow
-    // kernel with 3-5 ring slots and padded rows, 10-12: the same swizzled).
+    // kernel with 3-5 ring slots and padded rows, 10-12: the same swizzled,
+    // 13-15: the same in TMA boxes).
     struct Occupancy { int smem = -1; int blocks = 0; };
-    Occupancy occupancy[13][2];
+    static constexpr int kOccupancySlots = 16;
+    Occupancy occupancy[kOccupancySlots][2];
     // Tuning/debug knobs: GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0
     // / GQLA_CUDA_LATENT_WGMMA=0 turn those kernels off; GQLA_CUDA_STAGES=n pins their depth (0: planned).
     bool use_narrow_kernel = true;
@@ -79,6 +82,11 @@ struct Session {
     std::vector<LatentTmaMaps> latent_maps;
     int pinned_stages = 0;
     int narrow_swizzle = -1;  // GQLA_CUDA_NARROW_SWIZZLE: -1 planned, 0 padded rows, 1 swizzled where the dims allow
+    // TMA maps of each layer's narrow-kernel pools (GQA kind: K, V; GQLA: the
+    // expanded KC, VE and KR while the GQA path is enabled). Empty where
+    // TMA is unavailable (compute capability < 9.0, GQLA_CUDA_NARROW_TMA=0).
+    bool narrow_tma = false;
+    std::vector<NarrowTmaMaps> narrow_maps;
 };
 
 // Elements per token row of each pool and the layer/page strides.
@@ -90,6 +98,12 @@ PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_
                    bool shared_by_groups);
 
 size_t cache_elem_size(const Session& s);
+
+// TMA maps of every layer for the narrow kernel over these key and value
+// pools (GQA kind: K and V; GQLA: the expanded KC and VE, with the session's
+// KR as the second key part). Empty when the session does not use them or a
+// pool is not allocated.
+std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer& keys, const DeviceBuffer& values);
 
 // 16-bit caches run the absorb projections on 16-bit operands (W, queries,
 // latent outputs) with f32 accumulation: half the weight traffic of f32/TF32,

@@ -332,6 +332,12 @@ int main(int argc, char** argv) {
         auto run_t = [&](const char* name, const std::function<void()>& f) { run((name + dt).c_str(), f); };
         run_t("gqa 32/8", [&] { test_gqa(t, 32, 8, 128, 128, 64, long_ragged); });
         run_t("gqa odd", [&] { test_gqa(t, 6, 2, 40, 80, 63, ragged); });
+        // Pages that hold whole 16-token TMA boxes but are not a power of two
+        // (48) or one box (16), and 256-wide keys (four boxes per key half);
+        // lengths end mid-box so the last box of a sequence is copied instead.
+        run_t("gqa tma pages 48", [&] { test_gqa(t, 16, 4, 128, 128, 48, {1, 17, 100, 1000}); });
+        run_t("gqa tma pages 16", [&] { test_gqa(t, 8, 8, 64, 64, 16, {15, 16, 33, 700}); });
+        run_t("gqa tma keys 256", [&] { test_gqa(t, 16, 2, 256, 128, 32, {31, 64, 500}); });
         run_t("gqa odd simt dims", [&] { test_gqa(t, 6, 3, 36, 20, 65, {1, 70, 300}); });
         run_t("gqla odd", [&] { test_gqla(t, 6, 2, 384, 96, 32, 80, 63, {1, 64, 65, 900}); });
         run_t("gqla mla", [&] { test_gqla(t, 16, 16, 512, 128, 64, 128, 64, {5, 700, 2000}); });

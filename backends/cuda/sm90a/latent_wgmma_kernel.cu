@@ -32,7 +32,8 @@
 #include "../attention_common.cuh"
 #include "../cuda_status.hpp"
 #include "../latent_wgmma.hpp"
-#include "tma_primitives.cuh"
+#include "../tensor_maps.hpp"
+#include "../tma_primitives.cuh"
 #include "wgmma_primitives.cuh"
 
 namespace gqla::cuda {
@@ -385,26 +386,6 @@ const void* kernel_for(gqla_dtype cache) {
                                    : reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16>);
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point, so the
-// module needs no link against libcuda. Null where the driver lacks it.
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiledFn encode_tiled() {
-    static const EncodeTiledFn fn = [] {
-        void* f = nullptr;
-        cudaDriverEntryPointQueryResult found{};
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
-                cudaSuccess ||
-            found != cudaDriverEntryPointSuccess) {
-            (void)cudaGetLastError();
-            return EncodeTiledFn(nullptr);
-        }
-        return reinterpret_cast<EncodeTiledFn>(f);
-    }();
-    return fn;
-}
-
 // Rows per TMA box: a whole tile when pages hold whole tiles, one page when
 // pages are a multiple of the 8-row swizzle period that divides the tile;
 // 0 (copies instead) for any other page size.
@@ -412,18 +393,6 @@ int tma_box_rows(int page_size) {
     if (page_size % kLatentTile == 0) return kLatentTile;
     if (page_size >= 8 && page_size % 8 == 0 && kLatentTile % page_size == 0) return page_size;
     return 0;
-}
-
-// Map of one layer pool viewed as [pool_rows][row_stride] (pages back to back).
-bool encode_pool_map(CUtensorMap* map, gqla_dtype cache, const PoolView& pool, int64_t pool_rows, int box_rows) {
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(pool.dim), static_cast<cuuint64_t>(pool_rows)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(pool.row_stride) * 2};
-    const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
-    const cuuint32_t steps[2] = {1, 1};
-    return encode_tiled()(map, cache == GQLA_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                          2, const_cast<void*>(pool.base), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -455,10 +424,10 @@ LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const Po
     const bool fits = latent.dim == kLatentDim && rope.dim == kRopeDim && latent.group_stride == 0 &&
                       rope.group_stride == 0 && latent.page_stride == int64_t(page_size) * latent.row_stride &&
                       rope.page_stride == int64_t(page_size) * rope.row_stride && pool_rows <= INT32_MAX &&
-                      (cache == GQLA_DTYPE_BF16 || cache == GQLA_DTYPE_F16) && encode_tiled();
+                      (cache == GQLA_DTYPE_BF16 || cache == GQLA_DTYPE_F16);
     const int box_rows = fits ? tma_box_rows(page_size) : 0;
-    if (box_rows > 0 && encode_pool_map(&maps.latent, cache, latent, pool_rows, box_rows) &&
-        encode_pool_map(&maps.rope, cache, rope, pool_rows, box_rows))
+    if (box_rows > 0 && encode_row_map(&maps.latent, cache, latent.base, latent.dim, pool_rows, latent.row_stride, box_rows) &&
+        encode_row_map(&maps.rope, cache, rope.base, rope.dim, pool_rows, rope.row_stride, box_rows))
         maps.box_rows = box_rows;
     return maps;
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "mma_primitives.cuh"
+#include "tma_primitives.cuh"  // fence_proxy_async_smem
 
 namespace gqla::cuda {
 
@@ -40,9 +41,6 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// Orders this thread's generic-proxy shared-memory writes (st.shared,
-// cp.async) before later reads by the async proxy (wgmma operands).
-__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads:
 // producers arrive without waiting, consumers sync (wait for the count).
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {

@@ -1,0 +1,75 @@
+// Hopper tensor-memory-accelerator (TMA) loads and the shared-memory
+// barriers (mbarrier) they complete on (compute capability 9.0; the bodies
+// are empty when compiled for older targets, where the host never launches a
+// kernel that uses them). A tensor map (CUtensorMap, encoded on the host, see
+// tensor_maps.hpp) describes a 2-D global array and the box one load moves;
+// the hardware writes the box into shared memory already 128B-swizzled, so
+// one thread issues a whole tile in a few instructions instead of every
+// thread issuing 16-byte copies.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "mma_primitives.cuh"
+
+namespace gqla::cuda {
+
+// Every body is guarded: compiled for an older target they are empty.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GQLA_HOPPER_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define GQLA_HOPPER_ASM(...) do {} while (0)
+#endif
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+    GQLA_HOPPER_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+// Makes barrier initialisation visible to the async proxy (the TMA unit).
+__device__ __forceinline__ void mbarrier_init_fence() {
+    GQLA_HOPPER_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Orders this thread's generic-proxy shared-memory accesses (st.shared,
+// cp.async, ldmatrix) before later async-proxy ones (wgmma operand reads,
+// TMA writes into the same bytes).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    GQLA_HOPPER_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` of transactions for this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    GQLA_HOPPER_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// One plain arrival.
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+    GQLA_HOPPER_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// An arrival the hardware makes once every cp.async this thread issued so far
+// has landed; it first raises the pending count by one, so it neither
+// completes nor delays the phase by itself.
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
+    GQLA_HOPPER_ASM("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Blocks until the barrier's phase with parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+    GQLA_HOPPER_ASM(
+        "{\n.reg .pred done;\n"
+        "wait_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+// Box at element coordinates (x = column, y = row) of `map` -> shared memory
+// at `dst` (1024-byte aligned for the 128B swizzle); completes on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+    GQLA_HOPPER_ASM(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+        : "memory");
+}
+
+#undef GQLA_HOPPER_ASM
+
+}  // namespace gqla::cuda
