@@ -83,7 +83,8 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         p.batch = nb;
         p.batch_offset = first;
         const int64_t base_ctas = static_cast<int64_t>(nb) * groups * row_blocks;
-        const AttentionPlan& plan = base_plan;
+        AttentionPlan plan = base_plan;
+        fit_small_launch(s, p, base_ctas, &plan);
         p.num_splits = choose_splits(s, plan, base_ctas, max_len, split_cap);
         dim3 grid(groups * row_blocks, nb, p.num_splits);
         if (s.trace)

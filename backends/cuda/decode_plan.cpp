@@ -148,6 +148,25 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
     return plan;
 }
 
+void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, AttentionPlan* plan) {
+    // Measured on the H200 (bf16, GQA 32/8, B = 1): T = 32768 took 52.9 us
+    // with 3 slots and 66 splits (4 CTAs per SM), 48.5 us with 4 slots and
+    // 32 splits (2 per SM, 16 tiles each); T = 1024 (16 one-tile splits)
+    // 14.0 -> 13.2 us. At B = 16 of the GQLA GQA path (128 unsplit CTAs)
+    // the 4-slot ring was 3% slower, hence only a quarter of the SMs.
+    constexpr int kRing = 4, kCtasPerSm = 2;
+    if (!plan->narrow || plan->narrow_rows != NarrowRows::TmaBoxes || s.pinned_stages != 0 ||
+        base_ctas * 4 > s.sm_count)
+        return;
+    const int smem = narrow_smem_bytes(p, kRing, NarrowRows::TmaBoxes);
+    if (smem > s.smem_optin ||
+        cached_blocks_per_sm(s, kNarrowTmaSlot0 + kRing - kNarrowSlotsMin, s.desc.cache_dtype, smem, false) < kCtasPerSm)
+        return;
+    plan->stages = kRing;
+    plan->smem_bytes = smem;
+    plan->blocks_per_sm = kCtasPerSm;  // what the splits fill, not what fits
+}
+
 int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap) {
     const int64_t slots = static_cast<int64_t>(s.sm_count) * plan.blocks_per_sm;
     const int64_t tiles = std::max<int64_t>(1, (max_len + plan.tile_tokens - 1) / plan.tile_tokens);

@@ -26,6 +26,13 @@ struct AttentionPlan {
 // valid NarrowTmaMaps.
 AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma);
 
+// A launch whose unsplit CTAs fill at most a quarter of the SMs (a few
+// sequences) is split many ways, and short splits pay their prologue (length,
+// page table, first loads) against few tiles: with TMA boxes it takes fewer,
+// longer splits, 2 CTAs per SM, each with a 4-slot ring that keeps more of
+// its own stream in flight. No change for other plans or a pinned ring.
+void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, AttentionPlan* plan);
+
 // Splits for a launch of base_ctas CTAs (before splitting) over sequences of
 // up to max_len tokens; at most split_cap.
 int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap);
