@@ -85,9 +85,11 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
 }
 
 // TMA boxes: registers for 4 CTAs (16 warps) per SM with 3 slots, which is
-// what 128-wide rows fit in shared memory; deeper rings fit 3 at most.
+// what 128-wide rows fit in shared memory; deeper rings fit 3 at most. The
+// copy layouts state no minimum (0): an explicit 1 let ptxas spend more
+// registers (the swizzled 3-slot ring 164 -> 180, 3 -> 2 CTAs per SM).
 template <typename T, int R, NarrowRows ROWS>
-__global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxes ? (R == 3 ? 4 : 3) : 1)
+__global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxes ? (R == 3 ? 4 : 3) : 0)
     attention_narrow_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ NarrowTmaMaps maps) {
     constexpr int NW = kNarrowWarps, NT = NW * 32, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
     constexpr bool SWZ = ROWS != NarrowRows::Padded, TMA = ROWS == NarrowRows::TmaBoxes;
