@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fr = lane >> 2, fc = lane & 3;  // fragment row / column pair of this lane
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar_off) + warp * R;  // TMA: slot i completes on bars[i]
     // All rows of a group fit one CTA (p.rows <= kNarrowMaxRows): grid.x = groups.
     const CtaWork w = cta_work(p, kNarrowMaxRows, kNarrowTile);
     const int grp = w.g, b = w.b, split = w.split, length = w.length;
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
         }
         if constexpr (TMA) {
             if (lane == 0)
-                for (int i = 0; i < R; ++i) mbarrier_init(reinterpret_cast<uint64_t*>(smem + L.bar_off) + warp * R + i, 1);
+                for (int i = 0; i < R; ++i) mbarrier_init(bars + i, 1);
             mbarrier_init_fence();
             fence_proxy_async_smem();  // these reads of sQ before TMA writes into the same bytes
         }
@@ -180,7 +181,6 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
     // the slot held the other role: they only have to be finite, so the
     // ring starts zeroed and copies never write anything but cache rows.
     T* wbase = reinterpret_cast<T*>(smem + warp * L.warp_bytes);
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar_off) + warp * R;  // TMA: slot i completes on bars[i]
     if (dk16 != dk || dv16 != dv)
         for (int i = lane; i < R * L.slot_elems / 8; i += 32) reinterpret_cast<uint4*>(wbase)[i] = make_uint4(0, 0, 0, 0);
     __syncwarp();  // zeros before any cp.async into the same bytes
@@ -200,25 +200,25 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
         const int c = half >> 1;
         const bool is_v = half & 1;
         T* dst = slot_of(half);
+        uint64_t* bar = bars + half % R;  // TMA layout only
         if (aligned_pages) {
             const int j0 = chunk_first(c);
             const int valid_rows = f < 0 ? 0 : min(16, length - j0);
             const int slot = p.page_shift >= 0 ? j0 & (p.page_size - 1) : j0 % p.page_size;
             if constexpr (TMA) {
-                uint64_t* bar = bars + half % R;
                 if (valid_rows == 16) {
                     if (lane == 0) {
-                        const int page = static_cast<int>(f);
+                        // Boxes of 64 columns x 16 rows; box x of a part lands at column x of the slot.
+                        auto load_part = [&](const CUtensorMap& map, PoolRows rows, int dim, int col0) {
+                            const int y = static_cast<int>(f) * rows.page_rows + grp * rows.group_rows + slot;
+                            for (int x = 0; x < dim; x += 64) tma_load_2d(dst + (col0 + x) * 16, &map, x, y, bar);
+                        };
+                        mbarrier_arrive_expect_tx(bar, 16 * (is_v ? dv : dk) * 2);
                         if (is_v) {
-                            mbarrier_arrive_expect_tx(bar, 16 * dv * 2);
-                            const int y = page * maps.v_rows.page_rows + grp * maps.v_rows.group_rows + slot;
-                            for (int x = 0; x < dv; x += 64) tma_load_2d(dst + x * 16, &maps.v, x, y, bar);
+                            load_part(maps.v, maps.v_rows, dv, 0);
                         } else {
-                            mbarrier_arrive_expect_tx(bar, 16 * dk * 2);
-                            const int y1 = page * maps.k1_rows.page_rows + grp * maps.k1_rows.group_rows + slot;
-                            for (int x = 0; x < dk1; x += 64) tma_load_2d(dst + x * 16, &maps.k1, x, y1, bar);
-                            const int y2 = page * maps.k2_rows.page_rows + grp * maps.k2_rows.group_rows + slot;
-                            for (int x = 0; x < dk2; x += 64) tma_load_2d(dst + (dk1 + x) * 16, &maps.k2, x, y2, bar);
+                            load_part(maps.k1, maps.k1_rows, dk1, 0);
+                            load_part(maps.k2, maps.k2_rows, dk2, dk1);
                         }
                     }
                     return;
@@ -238,9 +238,9 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
                                            shift2, valid_rows, lane);
             }
             if constexpr (TMA) {
-                cp_async_mbarrier_arrive(bars + half % R);
+                cp_async_mbarrier_arrive(bar);
                 __syncwarp();
-                if (lane == 0) mbarrier_arrive(bars + half % R);
+                if (lane == 0) mbarrier_arrive(bar);
             }
         } else {
             const bool valid = f >= 0;

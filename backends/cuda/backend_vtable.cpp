@@ -135,7 +135,10 @@ gqla_status vt_synchronize(void* ctx) {
 // and 97% of predictions are within 35%. The factors before this fit
 // (0.892/0.0445/28.8 us, 1.0/0.508/72.9 us, set before the 16-bit absorb
 // projections, the single-pass combine and the L2::128B copies) picked the
-// faster path in 76 cells and put 96% within 35%.
+// faster path in 76 cells and put 96% within 35%. Rechecked after the
+// narrow kernel's TMA boxes and the probe's 8-loads-in-flight calibration
+// (~4460-4515 GB/s): 75 of 78 cells, mean regret 0.08%, max 2.6%, 99% within
+// 35%; a refit on that run raised the regret (0.34%, max 22.5%), so these stay.
 //   GQA path: streams the expanded cache at 0.90 of the probe bandwidth
 //     (the narrow-group kernel; less on short or single sequences where the
 //     split combine and launches weigh in); its compute factor (0.045 of the

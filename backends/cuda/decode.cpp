@@ -89,7 +89,7 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         dim3 grid(groups * row_blocks, nb, p.num_splits);
         if (s.trace)
             std::fprintf(stderr, "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld\n",
-                         plan.latent_wgmma ? "latent-wgmma" : plan.narrow ? (plan.narrow_rows == NarrowRows::TmaBoxes ? "narrow-tma" : plan.narrow_rows == NarrowRows::Swizzled ? "narrow-swizzled" : "narrow") : plan.per_warp ? "per-warp" : plan.simt ? "simt" : (plan.variant == MmaVariant::Small ? "mma-small" : plan.variant == MmaVariant::Medium ? "mma-medium" : "mma-large"),
+                         kernel_name(plan),
                          p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm, plan.stages, (long long)max_len);
         if (plan.latent_wgmma)
             launch_latent_wgmma(s.desc.cache_dtype, p,

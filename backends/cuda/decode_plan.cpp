@@ -64,6 +64,17 @@ bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, 
 
 }  // namespace
 
+const char* kernel_name(const AttentionPlan& plan) {
+    if (plan.latent_wgmma) return "latent-wgmma";
+    if (plan.narrow)
+        return plan.narrow_rows == NarrowRows::TmaBoxes   ? "narrow-tma"
+               : plan.narrow_rows == NarrowRows::Swizzled ? "narrow-swizzled"
+                                                          : "narrow";
+    if (plan.per_warp) return "per-warp";
+    if (plan.simt) return "simt";
+    return plan.variant == MmaVariant::Small ? "mma-small" : plan.variant == MmaVariant::Medium ? "mma-medium" : "mma-large";
+}
+
 AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma) {
     AttentionPlan plan;
     const gqla_dtype cache = s.desc.cache_dtype;

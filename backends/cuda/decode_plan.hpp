@@ -22,6 +22,9 @@ struct AttentionPlan {
     int blocks_per_sm = 0;
 };
 
+// The kernel a plan launches, for traces.
+const char* kernel_name(const AttentionPlan& plan);
+
 // p: dims, dtype and rows filled in; narrow_tma: the layer's pools have
 // valid NarrowTmaMaps.
 AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma);

@@ -29,8 +29,9 @@ struct LatentTmaMaps {  // CUtensorMap carries its own 64-byte alignment
 };
 
 #if GQLA_CUDA_HAS_SM90A
-// True when device `device` can run the kernel (compute capability 9.0).
-bool latent_wgmma_available(int device);
+// True when a device of compute capability cc_major.cc_minor can run the
+// kernel (exactly 9.0: sm_90a code).
+bool latent_wgmma_available(int cc_major, int cc_minor);
 // True when the launch's dims are the ones the kernel is built for.
 bool latent_wgmma_fits(const AttentionParams& p);
 int latent_wgmma_smem_bytes();
@@ -46,7 +47,7 @@ void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const Laten
                          cudaStream_t stream);
 #else
 // Module built without sm_90a code: the mma.sync kernels serve every GPU.
-inline bool latent_wgmma_available(int) { return false; }
+inline bool latent_wgmma_available(int, int) { return false; }
 inline bool latent_wgmma_fits(const AttentionParams&) { return false; }
 inline int latent_wgmma_smem_bytes() { return 0; }
 inline void prepare_latent_wgmma_kernel() {}

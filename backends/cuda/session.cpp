@@ -110,14 +110,15 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     prepare_simt_kernel(s->smem_optin);
     prepare_warp_kernels(s->smem_optin);
     prepare_narrow_kernels(s->smem_optin);
-    int cc_major = 0;
+    int cc_major = 0, cc_minor = 0;
     check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, s->device), "compute capability");
+    check_cuda(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, s->device), "compute capability");
     const char* pdl = std::getenv("GQLA_CUDA_PDL");
     s->dependent_launch = cc_major >= 9 && !(pdl && *pdl == '0');
     const char* narrow_tma = std::getenv("GQLA_CUDA_NARROW_TMA");
     s->narrow_tma = cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && !(narrow_tma && *narrow_tma == '0');
     const char* latent_wgmma = std::getenv("GQLA_CUDA_LATENT_WGMMA");
-    s->use_latent_wgmma = !(latent_wgmma && *latent_wgmma == '0') && latent_wgmma_available(s->device) &&
+    s->use_latent_wgmma = !(latent_wgmma && *latent_wgmma == '0') && latent_wgmma_available(cc_major, cc_minor) &&
                           s->smem_optin >= latent_wgmma_smem_bytes();
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
 

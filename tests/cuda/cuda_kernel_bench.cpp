@@ -124,11 +124,10 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream");
-    std::vector<cudaGraphExec_t> execs;
+    cudaGraphExec_t exec = nullptr;
     const int steps = std::max(layers, 32 / layers * layers);
     {
         cudaGraph_t graph;
-        cudaGraphExec_t exec;
         bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess;
         int rc = GQLA_OK;
         for (int i = 0; ok && i < steps && rc == GQLA_OK; ++i) {
@@ -137,23 +136,23 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
             rc = h.vt->decode(h.ctx, &a);
         }
         if (ok && cudaStreamEndCapture(stream, &graph) == cudaSuccess && rc == GQLA_OK) {
-            if (cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) execs.push_back(exec);
+            if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) exec = nullptr;
             cudaGraphDestroy(graph);
         }
     }
     double graph_us = -1;
-    if (!execs.empty()) {
+    if (exec) {
         const int launches = std::max(3, 200 / steps);
-        cudaGraphLaunch(execs[0], stream);
+        cudaGraphLaunch(exec, stream);
         cudaEventRecord(e0, stream);
-        for (int i = 0; i < launches; ++i) cudaGraphLaunch(execs[0], stream);
+        for (int i = 0; i < launches; ++i) cudaGraphLaunch(exec, stream);
         cudaEventRecord(e1, stream);
         cudaEventSynchronize(e1);
         float ms = 0;
         cudaEventElapsedTime(&ms, e0, e1);
         graph_us = ms * 1e3 / (double(launches) * steps);
     }
-    for (cudaGraphExec_t e : execs) cudaGraphExecDestroy(e);
+    if (exec) cudaGraphExecDestroy(exec);
     expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, nullptr), "set_stream(NULL)");
     cudaStreamDestroy(stream);
 

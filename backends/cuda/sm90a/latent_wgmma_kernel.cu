@@ -397,11 +397,8 @@ int tma_box_rows(int page_size) {
 
 }  // namespace
 
-bool latent_wgmma_available(int device) {
-    int major = 0, minor = 0;
-    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
-    check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "compute capability");
-    return major == 9 && minor == 0;  // sm_90a code runs on exactly this architecture
+bool latent_wgmma_available(int cc_major, int cc_minor) {
+    return cc_major == 9 && cc_minor == 0;  // sm_90a code runs on exactly this architecture
 }
 
 bool latent_wgmma_fits(const AttentionParams& p) {
