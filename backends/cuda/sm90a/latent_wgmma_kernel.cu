@@ -208,11 +208,17 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     const int c_lane = 2 * (lane & 3);
 
     if (wg == 0) {
+        // Operand descriptors of the score product, built once per stage:
+        // a k-step only adds a constant to the start address field.
+        const uint64_t q_desc = smem_desc_sw128(sQ, 16, kSwizzleGroupBytes);
+        const uint64_t k_desc0 = smem_desc_sw128(sK, 16, kSwizzleGroupBytes);
+        const uint64_t k_desc1 = smem_desc_sw128(sK + kStageBytes, 16, kSwizzleGroupBytes);
+        static_assert(kStages == 2, "one descriptor per stage");
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
         const int lim0 = sLimit[r0], lim1 = sLimit[r1];
         for (int tile = range.begin; tile < range.end; ++tile) {
             const int stage = stage_of(tile);
-            const unsigned char* tK = sK + stage * kStageBytes;
+            const uint64_t k_desc = stage ? k_desc1 : k_desc0;
             if (by_tma(tile)) mbarrier_wait(bars + stage, phase_of(tile));
             else named_barrier_sync(kBarKFullCopy, 2 * kWgThreads);
 
@@ -220,19 +226,18 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < kKeySteps; ++ks) {
-                const int off = (ks >> 2) * kAtomBytes + (ks & 3) * 32;
-                wgmma_m64n64k16<T>(s, smem_desc_sw128(sQ + off, 16, kSwizzleGroupBytes),
-                                   smem_desc_sw128(tK + off, 16, kSwizzleGroupBytes), ks != 0);
+                const uint32_t off = (ks >> 2) * kAtomBytes + (ks & 3) * 32;
+                wgmma_m64n64k16<T>(s, desc_advance(q_desc, off), desc_advance(k_desc, off), ks != 0);
             }
             wgmma_commit();
             wgmma_wait<0>();
             fence_accumulators(s);
 
-            // Scale to log2 units; the causal/length mask only where the tile
-            // reaches past a row's last visible token.
+            // The causal/length mask only where the tile reaches past a row's
+            // last visible token. Scores stay unscaled: the scale (> 0) goes
+            // into the row max and the exponent's fma.
             const int j_base = tile * kLatentTile + c_lane;
-#pragma unroll
-            for (int i = 0; i < 32; ++i) s[i] *= p.scale_log2;
+            const float scale = p.scale_log2;
             if (tile * kLatentTile + kLatentTile - 1 > min(lim0, lim1)) {
 #pragma unroll
                 for (int j = 0; j < 8; ++j)
@@ -254,7 +259,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
                 mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
             }
-            const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+            const float n0 = fmaxf(m0, mx0 * scale), n1 = fmaxf(m1, mx1 * scale);
             const float alpha0 = n0 == -INFINITY ? 1.f : exp2f(m0 - n0);
             const float alpha1 = n1 == -INFINITY ? 1.f : exp2f(m1 - n1);
             m0 = n0;
@@ -264,8 +269,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                const float e0 = exp2f(s[4 * j] - b0), e1 = exp2f(s[4 * j + 1] - b0);
-                const float e2 = exp2f(s[4 * j + 2] - b1), e3 = exp2f(s[4 * j + 3] - b1);
+                const float e0 = exp2f(fmaf(s[4 * j], scale, -b0)), e1 = exp2f(fmaf(s[4 * j + 1], scale, -b0));
+                const float e2 = exp2f(fmaf(s[4 * j + 2], scale, -b1)), e3 = exp2f(fmaf(s[4 * j + 3], scale, -b1));
                 sum0 += e0 + e1;
                 sum1 += e2 + e3;
                 pa[2 * j] = pack_two<T>(e0, e1);
@@ -319,9 +324,12 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         publish_copied(range.begin);
     }
     const int col_atom = (wg - 1) * 4;
+    const uint64_t p_desc = smem_desc_sw128(sP, 16, kSwizzleGroupBytes);
+    const uint64_t v_desc0 = smem_desc_sw128(sK + col_atom * kAtomBytes, kAtomBytes, kSwizzleGroupBytes);
+    const uint64_t v_desc1 = smem_desc_sw128(sK + kStageBytes + col_atom * kAtomBytes, kAtomBytes, kSwizzleGroupBytes);
     for (int tile = range.begin; tile < range.end; ++tile) {
         const int stage = stage_of(tile);
-        const unsigned char* tK = sK + stage * kStageBytes;
+        const uint64_t v_desc = stage ? v_desc1 : v_desc0;
         named_barrier_sync(kBarPReady, kLatentThreads);
         const float alpha0 = sScale[r0], alpha1 = sScale[r1];
         if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {  // the running max moved
@@ -332,10 +340,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kLatentTile / 16; ++kk) {
-            const uint64_t da = smem_desc_sw128(sP + kk * 32, 16, kSwizzleGroupBytes);
-            const uint64_t db = smem_desc_sw128(tK + col_atom * kAtomBytes + kk * 16 * kSwizzleRowBytes, kAtomBytes,
-                                                kSwizzleGroupBytes);
-            wgmma_m64n256k16_bt<T>(o, da, db, 1);
+            wgmma_m64n256k16_bt<T>(o, desc_advance(p_desc, kk * 32), desc_advance(v_desc, kk * 16 * kSwizzleRowBytes), 1);
         }
         wgmma_commit();
         wgmma_wait<0>();

@@ -37,6 +37,11 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(const void* p, uint32_t lbo_
            (static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor of the operand `bytes` further on: the start address is
+// the low field (in 16-byte units), and shared addresses stay below 2^18, so
+// no carry reaches the other fields.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
