@@ -115,10 +115,10 @@ void send_table_update(Session& s, int32_t slot, int32_t page_begin, const int32
     p.slot = slot;
     while (page_count > 0 || layer_count > 0) {
         p.page_begin = page_begin;
-        p.page_count = std::min(page_count, kTablePagesPerLaunch);
+        p.page_count = std::clamp(page_count, 0, kTablePagesPerLaunch);
         std::copy(pages, pages + p.page_count, p.pages);
         p.layer_begin = layer_begin;
-        p.layer_count = std::min(layer_count, kTableLayersPerLaunch);
+        p.layer_count = std::clamp(layer_count, 0, kTableLayersPerLaunch);
         std::copy(lens, lens + p.layer_count, p.layer_lengths);
         launch_table_update(p, s.stream);
         page_begin += p.page_count; pages += p.page_count; page_count -= p.page_count;
@@ -237,16 +237,22 @@ void expand(Session& s, const gqla_expand_args& a) {
 void copy_pages(Session& s, int32_t n, const int32_t* src, const int32_t* dst) {
     const gqla_backend_desc& d = s.desc;
     struct PoolRef { const DeviceBuffer* buf; int64_t groups; int32_t dim; };
-    std::vector<PoolRef> pools;
+    PoolRef pools[4];
+    int n_pools = 0;
     if (d.kind == GQLA_KIND_GQA) {
-        pools = {{&s.pool_a, d.num_kv_heads, d.head_dim}, {&s.pool_b, d.num_kv_heads, d.value_dim}};
+        pools[n_pools++] = {&s.pool_a, d.num_kv_heads, d.head_dim};
+        pools[n_pools++] = {&s.pool_b, d.num_kv_heads, d.value_dim};
     } else {
-        pools = {{&s.pool_a, 1, d.latent_dim}, {&s.pool_b, 1, d.rope_dim}};
-        if (s.pool_kc.get())
-            pools.push_back({&s.pool_kc, d.num_kv_heads, d.nope_dim}), pools.push_back({&s.pool_ve, d.num_kv_heads, d.value_dim});
+        pools[n_pools++] = {&s.pool_a, 1, d.latent_dim};
+        pools[n_pools++] = {&s.pool_b, 1, d.rope_dim};
+        if (s.pool_kc.get()) {
+            pools[n_pools++] = {&s.pool_kc, d.num_kv_heads, d.nope_dim};
+            pools[n_pools++] = {&s.pool_ve, d.num_kv_heads, d.value_dim};
+        }
     }
     const size_t es = cache_elem_size(s);
-    for (const PoolRef& pr : pools) {
+    for (int i = 0; i < n_pools; ++i) {
+        const PoolRef& pr = pools[i];
         const PoolGeometry g = pool_geometry(s, pr.groups, pr.dim);
         CopyPagesParams p{};
         p.pool = pr.buf->get<unsigned char>();
