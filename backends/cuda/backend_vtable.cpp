@@ -128,8 +128,8 @@ gqla_status vt_synchronize(void* ctx) {
 // cache, presets llama3-8b-gqla, mla16, deepseek-v3; batch 1/8/64 x context
 // 512/4096/16384 x s_q 1/2/4, cold caches; 78 cells), priced against the
 // probe's calibrated ~4000 GB/s read bandwidth and ~750 TFLOP/s bf16 peak.
-// The data and the fit are in bench/results/h200_validate_auto.json and
-// bench/fit_efficiency.py (least mean squared log error per path). On that
+// The fit is bench/fit_efficiency.py (least mean squared log error per path);
+// bench/results/h200_validate_auto.json holds the latest recheck. On the fit's
 // data the cheaper predicted path is the measured-faster one in 77 of 78
 // cells (mean regret 0.4%; the miss: llama3-8b-gqla B=64 T=512 s_q=4, 30%),
 // and 97% of predictions are within 35%. The factors before this fit
@@ -139,6 +139,10 @@ gqla_status vt_synchronize(void* ctx) {
 // narrow kernel's TMA boxes and the probe's 8-loads-in-flight calibration
 // (~4460-4515 GB/s): 75 of 78 cells, mean regret 0.08%, max 2.6%, 99% within
 // 35%; a refit on that run raised the regret (0.34%, max 22.5%), so these stay.
+// Rechecked after the latent kernel's descriptor change (probe 4429 GB/s):
+// 77 of 78, mean regret 0.39%, the same s_q = 4 cell missed (30.5%: 16 rows
+// per group leave the narrow kernel for the 16-row MMA one, which one GQA
+// factor cannot price); a refit kept that miss and lost another pick.
 //   GQA path: streams the expanded cache at 0.90 of the probe bandwidth
 //     (the narrow-group kernel; less on short or single sequences where the
 //     split combine and launches weigh in); its compute factor (0.045 of the

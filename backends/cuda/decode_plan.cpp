@@ -11,23 +11,22 @@ namespace gqla::cuda {
 namespace {
 
 // Occupancy slots: 0..2 tensor-core variants, 3 SIMT, 4..6 per-warp by
-// depth, 7..9 narrow by ring size (padded rows), 10..12 the same swizzled,
-// 13..15 the same in TMA boxes.
-constexpr int kSimtSlot = 3, kWarpSlot0 = 4, kNarrowSlot0 = 7, kNarrowSwizzledSlot0 = 10, kNarrowTmaSlot0 = 13;
-static_assert(kNarrowTmaSlot0 + kNarrowSlotsMax - kNarrowSlotsMin + 1 == Session::kOccupancySlots, "occupancy slots");
+// depth, 7..15 narrow: one run of ring sizes per row layout (padded,
+// swizzled, TMA boxes, in NarrowRows order).
+constexpr int kSimtSlot = 3, kWarpSlot0 = 4, kNarrowSlot0 = 7;
+constexpr int kNarrowRingSizes = kNarrowSlotsMax - kNarrowSlotsMin + 1;
+static_assert(kNarrowSlot0 + 3 * kNarrowRingSizes == Session::kOccupancySlots, "occupancy slots");
+
+constexpr int narrow_slot(NarrowRows rows, int slots) {
+    return kNarrowSlot0 + static_cast<int>(rows) * kNarrowRingSizes + slots - kNarrowSlotsMin;
+}
 
 int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt) {
     Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
     if (o.smem != smem) {
-        o.blocks = variant_index >= kNarrowTmaSlot0
-                       ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowTmaSlot0,
-                                              NarrowRows::TmaBoxes, smem)
-                   : variant_index >= kNarrowSwizzledSlot0
-                       ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowSwizzledSlot0,
-                                              NarrowRows::Swizzled, smem)
-                   : variant_index >= kNarrowSlot0
-                       ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + variant_index - kNarrowSlot0, NarrowRows::Padded,
-                                              smem)
+        const int narrow = variant_index - kNarrowSlot0;
+        o.blocks = narrow >= 0 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + narrow % kNarrowRingSizes,
+                                                      static_cast<NarrowRows>(narrow / kNarrowRingSizes), smem)
                    : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
                    : simt ? simt_blocks_per_sm(smem)
                           : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
@@ -94,10 +93,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         // takes padded rows only where swizzled ones do not fit. TMA boxes
         // (where the layer has maps) win over both unless they fit fewer CTAs.
         auto plan_layout = [&](NarrowRows rows, AttentionPlan* out) {
-            const int slot0 = rows == NarrowRows::TmaBoxes   ? kNarrowTmaSlot0
-                              : rows == NarrowRows::Swizzled ? kNarrowSwizzledSlot0
-                                                             : kNarrowSlot0;
-            return plan_streaming_kernel(s, cache, slot0, kNarrowSlotsMin, kNarrowSlotsMax,
+            return plan_streaming_kernel(s, cache, narrow_slot(rows, kNarrowSlotsMin), kNarrowSlotsMin, kNarrowSlotsMax,
                                          [&](int st) { return narrow_smem_bytes(p, st, rows); }, out);
         };
         AttentionPlan padded = plan, swizzled = plan, boxes = plan;
@@ -171,7 +167,7 @@ void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, A
         return;
     const int smem = narrow_smem_bytes(p, kRing, NarrowRows::TmaBoxes);
     if (smem > s.smem_optin ||
-        cached_blocks_per_sm(s, kNarrowTmaSlot0 + kRing - kNarrowSlotsMin, s.desc.cache_dtype, smem, false) < kCtasPerSm)
+        cached_blocks_per_sm(s, narrow_slot(NarrowRows::TmaBoxes, kRing), s.desc.cache_dtype, smem, false) < kCtasPerSm)
         return;
     plan->stages = kRing;
     plan->smem_bytes = smem;

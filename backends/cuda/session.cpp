@@ -86,16 +86,20 @@ Session* create_session(const gqla_backend_desc& d) {
 }
 
 namespace {
+// Tuning/debug knobs that default to on: only a value starting with '0' turns them off.
+bool knob_on(const char* name) {
+    const char* v = std::getenv(name);
+    return !(v && *v == '0');
+}
+
 void init_session(Session* s, const gqla_backend_desc& d) {
     s->desc = d;
     s->device = d.device_index;
     const char* trace = std::getenv("GQLA_CUDA_TRACE");
     s->trace = trace && *trace && *trace != '0';
     const char* max_splits = std::getenv("GQLA_CUDA_MAX_SPLITS");  // tuning/debug knob
-    const char* warp_kernel = std::getenv("GQLA_CUDA_WARP_KERNEL");
-    s->use_warp_kernel = !(warp_kernel && *warp_kernel == '0');
-    const char* narrow_kernel = std::getenv("GQLA_CUDA_NARROW_KERNEL");
-    s->use_narrow_kernel = !(narrow_kernel && *narrow_kernel == '0');
+    s->use_warp_kernel = knob_on("GQLA_CUDA_WARP_KERNEL");
+    s->use_narrow_kernel = knob_on("GQLA_CUDA_NARROW_KERNEL");
     const char* swizzle = std::getenv("GQLA_CUDA_NARROW_SWIZZLE");
     if (swizzle && *swizzle) s->narrow_swizzle = *swizzle == '0' ? 0 : 1;
     const char* stages = std::getenv("GQLA_CUDA_STAGES");
@@ -113,12 +117,9 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     int cc_major = 0, cc_minor = 0;
     check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, s->device), "compute capability");
     check_cuda(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, s->device), "compute capability");
-    const char* pdl = std::getenv("GQLA_CUDA_PDL");
-    s->dependent_launch = cc_major >= 9 && !(pdl && *pdl == '0');
-    const char* narrow_tma = std::getenv("GQLA_CUDA_NARROW_TMA");
-    s->narrow_tma = cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && !(narrow_tma && *narrow_tma == '0');
-    const char* latent_wgmma = std::getenv("GQLA_CUDA_LATENT_WGMMA");
-    s->use_latent_wgmma = !(latent_wgmma && *latent_wgmma == '0') && latent_wgmma_available(cc_major, cc_minor) &&
+    s->dependent_launch = cc_major >= 9 && knob_on("GQLA_CUDA_PDL");
+    s->narrow_tma = cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && knob_on("GQLA_CUDA_NARROW_TMA");
+    s->use_latent_wgmma = knob_on("GQLA_CUDA_LATENT_WGMMA") && latent_wgmma_available(cc_major, cc_minor) &&
                           s->smem_optin >= latent_wgmma_smem_bytes();
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
 
@@ -143,8 +144,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
         s->pool_b.allocate(bytes_of(L * pool_geometry(*s, 1, d.rope_dim).layer_stride, es), "rope-key cache");
         s->weights.resize(static_cast<size_t>(L));
         s->weights_proj.resize(static_cast<size_t>(L));
-        const char* latent_tma = std::getenv("GQLA_CUDA_LATENT_TMA");
-        if (s->use_latent_wgmma && !(latent_tma && *latent_tma == '0'))
+        if (s->use_latent_wgmma && knob_on("GQLA_CUDA_LATENT_TMA"))
             for (int layer = 0; layer < L; ++layer)
                 s->latent_maps.push_back(latent_tma_maps(d.cache_dtype, pool_view(*s, s->pool_a, layer, 1, d.latent_dim, true),
                                                          pool_view(*s, s->pool_b, layer, 1, d.rope_dim, true), d.page_size,
