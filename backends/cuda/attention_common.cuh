@@ -13,6 +13,17 @@ namespace gqla::cuda {
 
 constexpr float kLn2 = 0.6931471805599453f;
 
+// 2^x for softmax weights and rescale factors: one special-function
+// instruction with subnormal results flushed to zero. exp2f keeps subnormals
+// at the cost of a range test and two multiplies around the same
+// instruction; a weight below 2^-126 of its row's maximum changes the row's
+// sum (>= 1) by less than that, far inside every tolerance. exp2(-inf) = 0.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Programmatic dependent launch (compute capability 9.0+; no-ops before).
 // An attention kernel signals early that the dependent grid (the combine
 // pass) may be scheduled; the dependent waits, before its first read, until

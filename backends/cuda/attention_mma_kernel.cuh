@@ -198,12 +198,12 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
 #pragma unroll
             for (int o = TPR / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
             float m_new = fmaxf(run_m, mx);
-            float alpha = (m_new == -INFINITY) ? 1.f : exp2f(run_m - m_new);
+            float alpha = (m_new == -INFINITY) ? 1.f : exp2_ftz(run_m - m_new);
             float sum = 0.f;
             T* prow = sP + smax_row * P_STRIDE;
 #pragma unroll
             for (int c = smax_sub; c < BN; c += TPR) {
-                float e = (m_new == -INFINITY) ? 0.f : exp2f(srow[c] - m_new);
+                float e = (m_new == -INFINITY) ? 0.f : exp2_ftz(srow[c] - m_new);
                 sum += e;
                 prow[c] = from_float<T>(e);
             }

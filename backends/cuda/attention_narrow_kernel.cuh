@@ -319,9 +319,9 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
             const float m_new = fmaxf(run_m[e], mx);
             const bool none = m_new == -INFINITY;
-            alpha[e] = none ? 1.f : exp2f(run_m[e] - m_new);
-            lo = none ? 0.f : exp2f(lo - m_new);
-            hi = none ? 0.f : exp2f(hi - m_new);
+            alpha[e] = none ? 1.f : exp2_ftz(run_m[e] - m_new);
+            lo = none ? 0.f : exp2_ftz(lo - m_new);
+            hi = none ? 0.f : exp2_ftz(hi - m_new);
             run_l[e] = run_l[e] * alpha[e] + lo + hi;
             run_m[e] = m_new;
             s[e] = lo;
@@ -385,12 +385,12 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
         const int r = 2 * fc + e;
         float M = -INFINITY;
         for (int w = 0; w < NW; ++w) M = fmaxf(M, sWarpM[w * kNarrowMaxRows + r]);
-        scale[e] = (run_m[e] == -INFINITY) ? 0.f : exp2f(run_m[e] - M);
+        scale[e] = (run_m[e] == -INFINITY) ? 0.f : exp2_ftz(run_m[e] - M);
         if (warp == 0 && fr == 0) {
             float tot = 0.f;
             for (int w = 0; w < NW; ++w) {
                 const float mw = sWarpM[w * kNarrowMaxRows + r];
-                if (mw != -INFINITY) tot += sWarpL[w * kNarrowMaxRows + r] * exp2f(mw - M);
+                if (mw != -INFINITY) tot += sWarpL[w * kNarrowMaxRows + r] * exp2_ftz(mw - M);
             }
             sRowL[r] = tot;
             sRowM[r] = M;

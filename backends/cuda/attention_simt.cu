@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
             float mx = s;
             for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
             float m_old = sM[m], m_new = fmaxf(m_old, mx);
-            float alpha = (m_new == -INFINITY) ? 1.f : exp2f(m_old - m_new);
-            float e = (m_new == -INFINITY) ? 0.f : exp2f(s - m_new);
+            float alpha = (m_new == -INFINITY) ? 1.f : exp2_ftz(m_old - m_new);
+            float e = (m_new == -INFINITY) ? 0.f : exp2_ftz(s - m_new);
             float sum = e;
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             sS[m * kSimtTile + lane] = e;

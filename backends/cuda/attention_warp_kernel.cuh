@@ -170,13 +170,13 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             float m_new = fmaxf(run_m[hr], mx);
-            alpha[hr] = (m_new == -INFINITY) ? 1.f : exp2f(run_m[hr] - m_new);
+            alpha[hr] = (m_new == -INFINITY) ? 1.f : exp2_ftz(run_m[hr] - m_new);
             float sum = 0.f;
 #pragma unroll
             for (int n = 0; n < 2; ++n)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    float pe = (m_new == -INFINITY) ? 0.f : exp2f(s[n][hr * 2 + e] - m_new);
+                    float pe = (m_new == -INFINITY) ? 0.f : exp2_ftz(s[n][hr * 2 + e] - m_new);
                     s[n][hr * 2 + e] = pe;
                     sum += pe;
                 }
@@ -222,11 +222,11 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         const int r = (lane >> 2) + hr * 8;
         float M = -INFINITY;
         for (int w = 0; w < NW; ++w) M = fmaxf(M, sWarpM[w * 16 + r]);
-        scale[hr] = (run_m[hr] == -INFINITY) ? 0.f : exp2f(run_m[hr] - M);
+        scale[hr] = (run_m[hr] == -INFINITY) ? 0.f : exp2_ftz(run_m[hr] - M);
         if (warp == 0 && (lane & 3) == 0) {
             float tot = 0.f;
             for (int w = 0; w < NW; ++w)
-                if (sWarpM[w * 16 + r] != -INFINITY) tot += sWarpL[w * 16 + r] * exp2f(sWarpM[w * 16 + r] - M);
+                if (sWarpM[w * 16 + r] != -INFINITY) tot += sWarpL[w * 16 + r] * exp2_ftz(sWarpM[w * 16 + r] - M);
             sRowL[r] = tot;
             sRowM[r] = M;
         }

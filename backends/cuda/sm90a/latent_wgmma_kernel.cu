@@ -260,8 +260,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
             }
             const float n0 = fmaxf(m0, mx0 * scale), n1 = fmaxf(m1, mx1 * scale);
-            const float alpha0 = n0 == -INFINITY ? 1.f : exp2f(m0 - n0);
-            const float alpha1 = n1 == -INFINITY ? 1.f : exp2f(m1 - n1);
+            const float alpha0 = n0 == -INFINITY ? 1.f : exp2_ftz(m0 - n0);
+            const float alpha1 = n1 == -INFINITY ? 1.f : exp2_ftz(m1 - n1);
             m0 = n0;
             m1 = n1;
             const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;  // exp2(-inf - 0) = 0
@@ -269,8 +269,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                const float e0 = exp2f(fmaf(s[4 * j], scale, -b0)), e1 = exp2f(fmaf(s[4 * j + 1], scale, -b0));
-                const float e2 = exp2f(fmaf(s[4 * j + 2], scale, -b1)), e3 = exp2f(fmaf(s[4 * j + 3], scale, -b1));
+                const float e0 = exp2_ftz(fmaf(s[4 * j], scale, -b0)), e1 = exp2_ftz(fmaf(s[4 * j + 1], scale, -b0));
+                const float e2 = exp2_ftz(fmaf(s[4 * j + 2], scale, -b1)), e3 = exp2_ftz(fmaf(s[4 * j + 3], scale, -b1));
                 sum0 += e0 + e1;
                 sum1 += e2 + e3;
                 pa[2 * j] = pack_two<T>(e0, e1);
