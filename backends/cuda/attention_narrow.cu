@@ -66,8 +66,8 @@ NarrowTmaMaps narrow_tma_maps(gqla_dtype cache, const PoolView& k1, const PoolVi
     return maps;
 }
 
-bool narrow_kernel_fits(const AttentionParams& p) {
-    return p.rows <= kNarrowMaxRows && p.k1.dim + p.k2.dim <= kNarrowMaxDk && p.v.dim <= kNarrowMaxDv &&
+bool narrow_kernel_fits(const AttentionParams& p, int max_rows) {
+    return p.rows <= max_rows && p.k1.dim + p.k2.dim <= kNarrowMaxDk && p.v.dim <= kNarrowMaxDv &&
            !p.v_aliases_k1;
 }
 

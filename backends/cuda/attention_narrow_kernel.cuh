@@ -1,5 +1,7 @@
-// Split-KV flash decoding for groups of at most 8 query rows (GQA decode:
-// n_rep * s_q <= 8), keys up to 256 and values up to 128 wide.
+// Split-KV flash decoding for groups of few query rows (GQA decode:
+// n_rep * s_q), 8 per CTA, keys up to 256 and values up to 128 wide. Groups
+// of more rows take one CTA per 8 rows; those CTAs read the same K/V, the
+// later ones mostly from L2.
 //
 // Decode attention of a few rows per group is bound by how many instructions
 // each byte of K/V costs, not by the tensor cores: with 16-row MMAs three
@@ -109,9 +111,14 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fr = lane >> 2, fc = lane & 3;  // fragment row / column pair of this lane
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar_off) + warp * R;  // TMA: slot i completes on bars[i]
-    // All rows of a group fit one CTA (p.rows <= kNarrowMaxRows): grid.x = groups.
+    // grid.x = groups x row blocks: this CTA's rows are the group's rows
+    // [row0, row0 + rows_here), at most kNarrowMaxRows of them.
     const CtaWork w = cta_work(p, kNarrowMaxRows, kNarrowTile);
     const int grp = w.g, b = w.b, split = w.split, length = w.length;
+    const int row0 = w.rb * kNarrowMaxRows, rows_here = min(kNarrowMaxRows, p.rows - row0);
+    // Group row -> (query token, head).
+    auto query_of = [&](int r) { return (row0 + r) / p.heads_per_group; };
+    auto head_of = [&](int r) { return grp * p.heads_per_group + (row0 + r) % p.heads_per_group; };
     const int32_t* table = w.table;
     const SplitRange range = w.range;
 
@@ -145,9 +152,8 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
             float v[8];
             int64_t qoff = 0;
             int n = 0;
-            if (r < p.rows) {
-                const int qi = r / p.heads_per_group, h = grp * p.heads_per_group + (r - qi * p.heads_per_group);
-                qoff = row_offset(p.qa, b, qi, h) + c;
+            if (r < rows_here) {
+                qoff = row_offset(p.qa, b, query_of(r), head_of(r)) + c;
                 n = min(8, dk - c);
             }
             load_elems8(p.q, p.q_dtype, qoff, n, v);
@@ -173,7 +179,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
         const int row = 2 * fc + e;
-        limit[e] = row < p.rows ? length - p.q_len + row / p.heads_per_group : length - 1;
+        limit[e] = row < rows_here ? length - p.q_len + query_of(row) : length - 1;
     }
 
     // Warp-private ring. With padded dims a slot's pad columns are read as K
@@ -412,16 +418,12 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
         }
         __syncthreads();
     }
-    for (int i = tid; i < p.rows * dv; i += NT) {
+    for (int i = tid; i < rows_here * dv; i += NT) {
         const int m = i / dv, col = i - m * dv;
         const float l = sRowL[m];
-        const int qi = m / p.heads_per_group, h = grp * p.heads_per_group + (m - qi * p.heads_per_group);
-        write_output(p, split, b, qi, h, col, l > 0.f ? sO[m * dv16 + col] / l : 0.f);
+        write_output(p, split, b, query_of(m), head_of(m), col, l > 0.f ? sO[m * dv16 + col] / l : 0.f);
     }
-    if (tid < p.rows) {
-        const int qi = tid / p.heads_per_group, h = grp * p.heads_per_group + (tid - qi * p.heads_per_group);
-        write_row_lse(p, split, b, qi, h, sRowM[tid], sRowL[tid]);
-    }
+    if (tid < rows_here) write_row_lse(p, split, b, query_of(tid), head_of(tid), sRowM[tid], sRowL[tid]);
 }
 
 }  // namespace gqla::cuda

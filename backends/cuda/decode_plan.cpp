@@ -87,7 +87,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         plan.blocks_per_sm = 1;
         return plan;
     }
-    if (tensor_cores && s.use_narrow_kernel && narrow_kernel_fits(p)) {
+    if (tensor_cores && s.use_narrow_kernel && narrow_kernel_fits(p, s.narrow_max_rows)) {
         // Padded or swizzled rows (where the dims allow): the layout that fits
         // more CTAs per SM, ties keeping the padded one. A pinned swizzle
         // takes padded rows only where swizzled ones do not fit. TMA boxes

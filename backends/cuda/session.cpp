@@ -104,6 +104,8 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     if (swizzle && *swizzle) s->narrow_swizzle = *swizzle == '0' ? 0 : 1;
     const char* stages = std::getenv("GQLA_CUDA_STAGES");
     if (stages && *stages) s->pinned_stages = std::clamp(std::atoi(stages), 2, 5);
+    const char* narrow_rows = std::getenv("GQLA_CUDA_NARROW_MAX_ROWS");
+    if (narrow_rows && *narrow_rows) s->narrow_max_rows = std::max(kNarrowRows, std::atoi(narrow_rows));
     s->max_splits = max_splits && *max_splits ? std::max(1, std::atoi(max_splits)) : kMaxSplits;
     bind_device(*s);
     check_cuda(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, s->device),

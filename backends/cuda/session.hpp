@@ -82,6 +82,9 @@ struct Session {
     std::vector<LatentTmaMaps> latent_maps;
     int pinned_stages = 0;
     int narrow_swizzle = -1;  // GQLA_CUDA_NARROW_SWIZZLE: -1 planned, 0 padded rows, 1 swizzled where the dims allow
+    // Most rows per group (n_rep * s_q) the narrow kernel takes, 8 per CTA
+    // (GQLA_CUDA_NARROW_MAX_ROWS, >= 8; 8 leaves larger groups to the 16-row kernels).
+    int narrow_max_rows = kNarrowMaxRowsDefault;
     // TMA maps of each layer's narrow-kernel pools (GQA kind: K, V; GQLA: the
     // expanded KC, VE and KR while the GQA path is enabled). Empty where
     // TMA is unavailable (compute capability < 9.0, GQLA_CUDA_NARROW_TMA=0).

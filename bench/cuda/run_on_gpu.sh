@@ -38,6 +38,7 @@ for w in $what; do
         timeout 120 "$bench" --device cuda --preset llama3-8b --batch 128 --context 8192 --json
         timeout 120 "$bench" --device cuda --preset llama3-8b --batch 1 --context 1024,32768 --json
         timeout 120 "$bench" --device cuda --preset llama3-8b-gqla --path both --batch 16,64 --context 4096 --json
+        timeout 120 "$bench" --device cuda --preset llama3-8b --batch 16,64 --context 4096 --s-q 4,8 --json
         timeout 120 "$bench" --device cuda --preset llama3-8b-gqla,deepseek-v3 --path absorb --batch 64 --context 16384 --json
       } >"$out/bench.jsonl" 2>"$out/bench.err" || status=1
       ;;
@@ -64,7 +65,8 @@ for line in open(sys.argv[1]):
     if "ms" not in r:
         continue
     dev_ms = r.get('device_ms', r['ms'])
-    print(f"{r.get('preset', r.get('kind', '')):<15}{r['path']:<7}{r['batch']:>4}{r['context']:>7}"
+    sq = r.get('s_q', 1)
+    print(f"{r.get('preset', r.get('kind', '')) + (f' s_q={sq}' if sq > 1 else ''):<15}{r['path']:<7}{r['batch']:>4}{r['context']:>7}"
           f"{r['ms'] * 1e3:>9.1f}{dev_ms * 1e3:>9.1f}{r['bytes'] / dev_ms / 1e6:>9.0f}"
           f"{r.get('device_roofline_frac', r['roofline_frac']) * 100:>6.0f}%{r['rel_err']:>9.1e}")
 EOF
