@@ -127,30 +127,28 @@ gqla_status vt_synchronize(void* ctx) {
 // Fitted to `gqla-bench --validate-auto --device cuda` on one H200 (bf16
 // cache, presets llama3-8b-gqla, mla16, deepseek-v3; batch 1/8/64 x context
 // 512/4096/16384 x s_q 1/2/4, cold caches; 78 cells), priced against the
-// probe's calibrated ~4000 GB/s read bandwidth and ~750 TFLOP/s bf16 peak.
+// probe's calibrated ~4400 GB/s read bandwidth and ~740 TFLOP/s bf16 peak.
 // The fit is bench/fit_efficiency.py (least mean squared log error per path);
-// bench/results/h200_validate_auto.json holds the latest recheck. On the fit's
-// data the cheaper predicted path is the measured-faster one in 77 of 78
-// cells (mean regret 0.4%; the miss: llama3-8b-gqla B=64 T=512 s_q=4, 30%),
-// and 97% of predictions are within 35%. The factors before this fit
-// (0.892/0.0445/28.8 us, 1.0/0.508/72.9 us, set before the 16-bit absorb
-// projections, the single-pass combine and the L2::128B copies) picked the
-// faster path in 76 cells and put 96% within 35%. Rechecked after the
-// narrow kernel's TMA boxes and the probe's 8-loads-in-flight calibration
-// (~4460-4515 GB/s): 75 of 78 cells, mean regret 0.08%, max 2.6%, 99% within
-// 35%; a refit on that run raised the regret (0.34%, max 22.5%), so these stay.
-// Rechecked after the latent kernel's descriptor change (probe 4429 GB/s):
-// 77 of 78, mean regret 0.39%, the same s_q = 4 cell missed (30.5%: 16 rows
-// per group leave the narrow kernel for the 16-row MMA one, which one GQA
-// factor cannot price); a refit kept that miss and lost another pick.
-//   GQA path: streams the expanded cache at 0.90 of the probe bandwidth
+// bench/results/h200_validate_auto.json holds its data. Refitted when the
+// narrow kernel took groups of up to 32 rows (s_q = 4 with 4 heads per KV
+// head had run the 16-row per-warp kernel at ~40% of the bandwidth, and
+// the GQA path's compute factor had been fitted to that): with these
+// factors the cheaper predicted path is the measured-faster one in all 78
+// cells and 98% of predictions are within 35%; the factors before
+// (0.9/0.0445/28.1 us, 1.0/0.5425/67.1 us) picked absorb in one cell where
+// the GQA path was 31% faster. Earlier fits (before the 16-bit absorb
+// projections, the single-pass combine, the TMA boxes and the latent
+// kernel's changes) kept missing one s_q = 4 cell, the one whose 16 rows
+// left the narrow kernel.
+//   GQA path: streams the expanded cache at 0.95 of the probe bandwidth
 //     (the narrow-group kernel; less on short or single sequences where the
-//     split combine and launches weigh in); its compute factor (0.045 of the
-//     tensor peak) only shows at s_q = 4, so it is the least certain number
-//     here; ~28 us per call.
-//   Absorb path: the full probe bandwidth and 0.54 of the tensor peak (the
+//     split combine and launches weigh in); its compute factor (0.07 of the
+//     tensor peak) only shows at s_q = 4, where the row blocks of a group
+//     re-read each tile from L2, so it is the least certain number here;
+//     ~28 us per call.
+//   Absorb path: the full probe bandwidth and 0.58 of the tensor peak (the
 //     sm_90a latent kernel: softmax and score products overlapped with the
-//     value products), ~67 us per call: five launches (reorder, cuBLAS q
+//     value products), ~69 us per call: five launches (reorder, cuBLAS q
 //     projection, attention + split combine, cuBLAS o projection, reorder)
 //     against one fused kernel on the GQA path. A memory factor of 1 with a
 //     large fixed cost is how the fit spreads a kernel near the bandwidth
@@ -158,12 +156,12 @@ gqla_status vt_synchronize(void* ctx) {
 // Refit (rerun the bench, then the script) whenever these kernels change.
 void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
     (void)desc;
-    inout->memory[0] = 0.9;
-    inout->compute[0] = 0.0445;
-    inout->overhead_s[0] = 28.1e-6;
+    inout->memory[0] = 0.946;
+    inout->compute[0] = 0.071;
+    inout->overhead_s[0] = 28.3e-6;
     inout->memory[1] = 1.0;
-    inout->compute[1] = 0.5425;
-    inout->overhead_s[1] = 67.1e-6;
+    inout->compute[1] = 0.5775;
+    inout->overhead_s[1] = 69.0e-6;
 }
 
 const gqla_backend_vtable kVtable = {
