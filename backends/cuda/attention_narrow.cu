@@ -1,5 +1,5 @@
 // Instantiation (bf16, f16 x ring sizes x row layouts), TMA maps and launch
-// glue of the narrow-group decode kernel (<= 8 query rows per group).
+// glue of the narrow-group decode kernel (8 query rows of a group per CTA).
 #include <climits>
 
 #include "attention_kernels.hpp"
