@@ -41,7 +41,6 @@ namespace gqla::cuda {
 
 constexpr int kNarrowWarps = 4;
 constexpr int kNarrowTile = 16 * kNarrowWarps;  // tokens per CTA step
-constexpr int kNarrowMaxRows = 8;
 constexpr int kNarrowMaxDk = 256;
 constexpr int kNarrowMaxDv = 128;
 
@@ -76,9 +75,9 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
     L.warp_bytes = slots * L.slot_elems * 2;
     // The merged O reuses the slots once every warp is done with them.
     L.o_off = 0;
-    const int kv_bytes = kNarrowWarps * L.warp_bytes, o_bytes = kNarrowMaxRows * dv16 * 4;
+    const int kv_bytes = kNarrowWarps * L.warp_bytes, o_bytes = kNarrowRows * dv16 * 4;
     L.f_off = (kv_bytes > o_bytes ? kv_bytes : o_bytes);
-    L.bar_off = L.f_off + (2 * kNarrowWarps * kNarrowMaxRows + 2 * kNarrowMaxRows) * 4;  // a multiple of 8
+    L.bar_off = L.f_off + (2 * kNarrowWarps * kNarrowRows + 2 * kNarrowRows) * 4;  // a multiple of 8
     L.bytes = L.bar_off;
     // Boxes: one mbarrier per slot, and slack to align the base to the
     // 1024-byte period of the 128B swizzle (slots are multiples of 2 KiB).
@@ -104,18 +103,18 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
     const NarrowLayout L = narrow_layout(dk, dv, R, ROWS);
     float* sO = reinterpret_cast<float*>(smem + L.o_off);
     float* sWarpM = reinterpret_cast<float*>(smem + L.f_off);
-    float* sWarpL = sWarpM + NW * kNarrowMaxRows;
-    float* sRowL = sWarpL + NW * kNarrowMaxRows;
-    float* sRowM = sRowL + kNarrowMaxRows;
+    float* sWarpL = sWarpM + NW * kNarrowRows;
+    float* sRowL = sWarpL + NW * kNarrowRows;
+    float* sRowM = sRowL + kNarrowRows;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fr = lane >> 2, fc = lane & 3;  // fragment row / column pair of this lane
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar_off) + warp * R;  // TMA: slot i completes on bars[i]
     // grid.x = groups x row blocks: this CTA's rows are the group's rows
-    // [row0, row0 + rows_here), at most kNarrowMaxRows of them.
-    const CtaWork w = cta_work(p, kNarrowMaxRows, kNarrowTile);
+    // [row0, row0 + rows_here), kNarrowRows of them but in the group's last block.
+    const CtaWork w = cta_work(p, kNarrowRows, kNarrowTile);
     const int grp = w.g, b = w.b, split = w.split, length = w.length;
-    const int row0 = w.rb * kNarrowMaxRows, rows_here = min(kNarrowMaxRows, p.rows - row0);
+    const int row0 = w.rb * kNarrowRows, rows_here = min(kNarrowRows, p.rows - row0);
     // Group row -> (query token, head).
     auto query_of = [&](int r) { return (row0 + r) / p.heads_per_group; };
     auto head_of = [&](int r) { return grp * p.heads_per_group + (row0 + r) % p.heads_per_group; };
@@ -147,7 +146,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
     {
         T* sQ = reinterpret_cast<T*>(smem);
         const int q_stride = dk16 + 8, pieces = dk16 / 8;
-        for (int i = tid; i < kNarrowMaxRows * pieces; i += NT) {
+        for (int i = tid; i < kNarrowRows * pieces; i += NT) {
             const int r = i / pieces, c = (i - r * pieces) * 8;
             float v[8];
             int64_t qoff = 0;
@@ -380,8 +379,8 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
         run_l[e] += __shfl_xor_sync(0xffffffffu, run_l[e], 8);
         run_l[e] += __shfl_xor_sync(0xffffffffu, run_l[e], 16);
         if (fr == 0) {
-            sWarpM[warp * kNarrowMaxRows + 2 * fc + e] = run_m[e];
-            sWarpL[warp * kNarrowMaxRows + 2 * fc + e] = run_l[e];
+            sWarpM[warp * kNarrowRows + 2 * fc + e] = run_m[e];
+            sWarpL[warp * kNarrowRows + 2 * fc + e] = run_l[e];
         }
     }
     __syncthreads();
@@ -390,19 +389,19 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
     for (int e = 0; e < 2; ++e) {
         const int r = 2 * fc + e;
         float M = -INFINITY;
-        for (int w = 0; w < NW; ++w) M = fmaxf(M, sWarpM[w * kNarrowMaxRows + r]);
+        for (int w = 0; w < NW; ++w) M = fmaxf(M, sWarpM[w * kNarrowRows + r]);
         scale[e] = (run_m[e] == -INFINITY) ? 0.f : exp2_ftz(run_m[e] - M);
         if (warp == 0 && fr == 0) {
             float tot = 0.f;
             for (int w = 0; w < NW; ++w) {
-                const float mw = sWarpM[w * kNarrowMaxRows + r];
-                if (mw != -INFINITY) tot += sWarpL[w * kNarrowMaxRows + r] * exp2_ftz(mw - M);
+                const float mw = sWarpM[w * kNarrowRows + r];
+                if (mw != -INFINITY) tot += sWarpL[w * kNarrowRows + r] * exp2_ftz(mw - M);
             }
             sRowL[r] = tot;
             sRowM[r] = M;
         }
     }
-    for (int i = tid; i < kNarrowMaxRows * dv16; i += NT) sO[i] = 0.f;
+    for (int i = tid; i < kNarrowRows * dv16; i += NT) sO[i] = 0.f;
     __syncthreads();
     for (int w = 0; w < NW; ++w) {
         if (warp == w) {

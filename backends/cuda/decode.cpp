@@ -166,9 +166,11 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     const int r = d.latent_dim, dc = d.nope_dim, dr = d.rope_dim, dv = d.value_dim;
     const int64_t rows_g = static_cast<int64_t>(a.batch) * a.q_len * n_rep;  // GEMM columns per group
     const int64_t w_group = static_cast<int64_t>(dc + dv) * r;
-    // Queries, latent queries and latent outputs are in the projections' dtype.
-    const gqla_dtype work = proj16 ? d.cache_dtype : GQLA_DTYPE_F32;
-    const cudaDataType_t work_cu = proj16 ? (d.cache_dtype == GQLA_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F) : CUDA_R_32F;
+    // Queries, latent queries and latent outputs are in the projections'
+    // dtype, which is the cache dtype (16-bit, or f32 for f32 caches).
+    const gqla_dtype work = d.cache_dtype;
+    const cudaDataType_t work_cu =
+        work == GQLA_DTYPE_BF16 ? CUDA_R_16BF : work == GQLA_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
 
     AbsorbLayout lay{a.batch, a.q_len, d.num_heads, n_rep, dc, dr, r, dv};
     launch_absorb_pack_q(lay, q.data, q.dtype, q.s, s.q_nope.get(), s.q_att.get(), work, s.stream);
