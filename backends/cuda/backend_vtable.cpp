@@ -82,7 +82,6 @@ void vt_memory_usage(void* ctx, int64_t out[4]) {
     const Session& s = *static_cast<Session*>(ctx);
     int64_t weights = 0;
     for (const DeviceBuffer& w : s.weights) weights += static_cast<int64_t>(w.bytes());
-    for (const DeviceBuffer& w : s.weights_proj) weights += static_cast<int64_t>(w.bytes());
     out[0] = static_cast<int64_t>(s.pool_a.bytes() + s.pool_b.bytes());
     out[1] = static_cast<int64_t>(s.pool_kc.bytes() + s.pool_ve.bytes());
     out[2] = weights;

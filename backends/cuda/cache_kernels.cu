@@ -19,12 +19,12 @@ __global__ void scatter_rows_kernel(const __grid_constant__ ScatterParams p) {
 }
 
 __global__ void gather_rows_kernel(const void* pool, int dtype, int64_t page_stride, int row_stride, int page_size,
-                                   int dim, const int64_t* row_token, float* dst) {
+                                   int dim, const int64_t* row_token, void* dst, int dst_dtype) {
     const int row = blockIdx.x;
     const int64_t tok = row_token[row];
     const int64_t base = (tok / page_size) * page_stride + (tok % page_size) * row_stride;
     for (int c = threadIdx.x; c < dim; c += blockDim.x)
-        dst[static_cast<int64_t>(row) * dim + c] = load_elem(pool, dtype, base + c);
+        store_elem(dst, dst_dtype, static_cast<int64_t>(row) * dim + c, load_elem(pool, dtype, base + c));
 }
 
 __global__ void copy_pages_kernel(const __grid_constant__ CopyPagesParams p) {
@@ -65,12 +65,12 @@ void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream) {
     check_launch("scatter_rows_kernel");
 }
 
-void launch_gather_rows_f32(const void* pool, int32_t dtype, int64_t page_stride, int32_t row_stride,
-                            int32_t page_size, int32_t dim, const int64_t* row_token, int32_t rows, float* dst,
-                            cudaStream_t stream) {
+void launch_gather_rows(const void* pool, int32_t dtype, int64_t page_stride, int32_t row_stride, int32_t page_size,
+                        int32_t dim, const int64_t* row_token, int32_t rows, void* dst, int32_t dst_dtype,
+                        cudaStream_t stream) {
     if (rows == 0) return;
     gather_rows_kernel<<<rows, 128, 0, stream>>>(pool, dtype, page_stride, row_stride, page_size, dim, row_token,
-                                                 dst);
+                                                 dst, dst_dtype);
     check_launch("gather_rows_kernel");
 }
 

@@ -22,10 +22,10 @@ struct ScatterParams {
 };
 void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream);
 
-// Pool rows (one group) -> contiguous f32 [rows][dim].
-void launch_gather_rows_f32(const void* pool, int32_t dtype, int64_t page_stride, int32_t row_stride,
-                            int32_t page_size, int32_t dim, const int64_t* row_token, int32_t rows, float* dst,
-                            cudaStream_t stream);
+// Pool rows (one group) -> contiguous [rows][dim] in dst_dtype.
+void launch_gather_rows(const void* pool, int32_t dtype, int64_t page_stride, int32_t row_stride, int32_t page_size,
+                        int32_t dim, const int64_t* row_token, int32_t rows, void* dst, int32_t dst_dtype,
+                        cudaStream_t stream);
 
 // Copy whole pages src[i] -> dst[i] of every layer of one pool.
 constexpr int kCopyPagesPerLaunch = 128;

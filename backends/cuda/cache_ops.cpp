@@ -78,7 +78,7 @@ void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, in
 // E [rows][G*(d_c+d_v)] = C [rows][r] . W_UKV^T, then scattered per group.
 void expand_tokens(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
     const gqla_backend_desc& d = s.desc;
-    const float* w = s.weights[static_cast<size_t>(layer)].get<float>();
+    const void* w = s.weights[static_cast<size_t>(layer)].get();
     if (!w) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: weights of layer " + std::to_string(layer) + " not set");
     if (!s.pool_kc.get()) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: expanded cache not enabled");
     const int r = d.latent_dim, G = d.num_kv_heads, width = d.nope_dim + d.value_dim, N = G * width;
@@ -87,11 +87,13 @@ void expand_tokens(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
     const float one = 1.f, zero = 0.f;
     for (int64_t first = 0; first < n; first += s.expand_chunk) {
         const int rows = static_cast<int>(std::min<int64_t>(s.expand_chunk, n - first));
-        launch_gather_rows_f32(c_layer, d.cache_dtype, cg.page_stride, cg.row_stride, d.page_size, r,
-                               d_tokens + first, rows, s.expand_in.get<float>(), s.stream);
-        check_cublas(cublasGemmEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, r, &one, w, CUDA_R_32F, r,
-                                  s.expand_in.get<float>(), CUDA_R_32F, r, &zero, s.expand_out.get<float>(),
-                                  CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        // Latent rows in W's dtype (16-bit caches: as stored), f32 products.
+        launch_gather_rows(c_layer, d.cache_dtype, cg.page_stride, cg.row_stride, d.page_size, r, d_tokens + first,
+                           rows, s.expand_in.get(), projection_dtype(s), s.stream);
+        const cudaDataType_t in_type = projection_cuda_type(s);
+        check_cublas(cublasGemmEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, r, &one, w, in_type, r,
+                                  s.expand_in.get(), in_type, r, &zero, s.expand_out.get<float>(), CUDA_R_32F, N,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "latent expansion (GemmEx)");
         gqla_view e{};
         e.data = s.expand_out.get();
@@ -131,12 +133,11 @@ void send_table_update(Session& s, int32_t slot, int32_t page_begin, const int32
 void set_weights(Session& s, int32_t layer, const gqla_view& w) {
     const gqla_backend_desc& d = s.desc;
     const int64_t rows = static_cast<int64_t>(d.num_kv_heads) * (d.nope_dim + d.value_dim), cols = d.latent_dim;
-    // Both copies are allocated before anything is replaced, so a failure
+    // Allocated and converted before anything is replaced, so a failure
     // leaves the layer's previous weights in place.
-    DeviceBuffer fresh, fresh_proj;
-    fresh.allocate(static_cast<size_t>(rows * cols) * 4, "weights");
-    const bool proj16 = projects_in_16bit(s);
-    if (proj16) fresh_proj.allocate(static_cast<size_t>(rows * cols) * 2, "16-bit projection weights");
+    const gqla_dtype wt = projection_dtype(s);
+    DeviceBuffer fresh;
+    fresh.allocate(static_cast<size_t>(rows * cols) * dtype_size(wt), "weights");
     DeviceBuffer raw;
     const void* src = w.data;
     int64_t row_stride = w.strides[0];
@@ -150,11 +151,9 @@ void set_weights(Session& s, int32_t layer, const gqla_view& w) {
         src = raw.get();
         row_stride = cols;
     }
-    launch_convert_2d(src, w.dtype, rows, cols, row_stride, fresh.get(), GQLA_DTYPE_F32, s.stream);
-    if (proj16) launch_convert_2d(fresh.get(), GQLA_DTYPE_F32, rows, cols, cols, fresh_proj.get(), s.desc.cache_dtype, s.stream);
+    launch_convert_2d(src, w.dtype, rows, cols, row_stride, fresh.get(), wt, s.stream);
     check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(weights)");
     s.weights[static_cast<size_t>(layer)].swap(fresh);  // the old weights go with `fresh`
-    s.weights_proj[static_cast<size_t>(layer)].swap(fresh_proj);
 }
 
 void set_expanded(Session& s, bool enable) {

@@ -159,18 +159,15 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
                         const int64_t lse_s[3]) {
     const gqla_backend_desc& d = s.desc;
     const size_t layer = static_cast<size_t>(a.layer);
-    const bool proj16 = projects_in_16bit(s);
-    const void* w = proj16 ? s.weights_proj[layer].get() : s.weights[layer].get();
+    const void* w = s.weights[layer].get();
     if (!w) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA decode: weights of layer " + std::to_string(a.layer) + " not set");
     const int n_rep = d.num_heads / d.num_kv_heads;
     const int r = d.latent_dim, dc = d.nope_dim, dr = d.rope_dim, dv = d.value_dim;
     const int64_t rows_g = static_cast<int64_t>(a.batch) * a.q_len * n_rep;  // GEMM columns per group
     const int64_t w_group = static_cast<int64_t>(dc + dv) * r;
-    // Queries, latent queries and latent outputs are in the projections'
-    // dtype, which is the cache dtype (16-bit, or f32 for f32 caches).
-    const gqla_dtype work = d.cache_dtype;
-    const cudaDataType_t work_cu =
-        work == GQLA_DTYPE_BF16 ? CUDA_R_16BF : work == GQLA_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+    // Queries, latent queries and latent outputs are in the projections' dtype.
+    const gqla_dtype work = projection_dtype(s);
+    const cudaDataType_t work_cu = projection_cuda_type(s);
 
     AbsorbLayout lay{a.batch, a.q_len, d.num_heads, n_rep, dc, dr, r, dv};
     launch_absorb_pack_q(lay, q.data, q.dtype, q.s, s.q_nope.get(), s.q_att.get(), work, s.stream);

@@ -145,7 +145,6 @@ void init_session(Session* s, const gqla_backend_desc& d) {
         s->pool_a.allocate(bytes_of(L * pool_geometry(*s, 1, d.latent_dim).layer_stride, es), "latent cache");
         s->pool_b.allocate(bytes_of(L * pool_geometry(*s, 1, d.rope_dim).layer_stride, es), "rope-key cache");
         s->weights.resize(static_cast<size_t>(L));
-        s->weights_proj.resize(static_cast<size_t>(L));
         if (s->use_latent_wgmma && knob_on("GQLA_CUDA_LATENT_TMA"))
             for (int layer = 0; layer < L; ++layer)
                 s->latent_maps.push_back(latent_tma_maps(d.cache_dtype, pool_view(*s, s->pool_a, layer, 1, d.latent_dim, true),

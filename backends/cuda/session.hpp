@@ -32,10 +32,10 @@ struct Session {
     DeviceBuffer pool_a, pool_b;
     // GQLA expanded cache KC, VE (while the GQA path is enabled).
     DeviceBuffer pool_kc, pool_ve;
-    std::vector<DeviceBuffer> weights;  // GQLA: W_UKV per layer, f32 [G*(d_c+d_v)][r]
-    // The same in the cache dtype for the absorb projections of 16-bit caches
-    // (empty for f32 caches). The f32 copy stays for the expansion GEMM.
-    std::vector<DeviceBuffer> weights_proj;
+    // GQLA: W_UKV per layer, [G*(d_c+d_v)][r] in the projection dtype
+    // (projection_dtype below), read by the absorb projections and by the
+    // expansion GEMM alike.
+    std::vector<DeviceBuffer> weights;
 
     // Device mirrors of the core's tables, read by decode at run (or replay) time.
     DeviceBuffer page_tables;  // int32 [max_sequences][table_stride]
@@ -108,10 +108,19 @@ size_t cache_elem_size(const Session& s);
 // pool is not allocated.
 std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer& keys, const DeviceBuffer& values);
 
-// 16-bit caches run the absorb projections on 16-bit operands (W, queries,
-// latent outputs) with f32 accumulation: half the weight traffic of f32/TF32,
-// at a rounding the 16-bit cache's own rounding already dominates.
-inline bool projects_in_16bit(const Session& s) { return s.desc.cache_dtype != GQLA_DTYPE_F32; }
+// The absorb projections and the expansion GEMM take their operands (W,
+// queries, latent rows and outputs) in the cache dtype, with f32
+// accumulation: for 16-bit caches half the weight traffic and memory of f32
+// and tensor-core GEMMs, at a rounding the cache's own rounding already
+// dominates; f32 caches keep f32 products (no TF32: their tolerance is 1e-5).
+inline gqla_dtype projection_dtype(const Session& s) { return s.desc.cache_dtype; }
+inline cudaDataType_t projection_cuda_type(const Session& s) {
+    switch (projection_dtype(s)) {
+        case GQLA_DTYPE_BF16: return CUDA_R_16BF;
+        case GQLA_DTYPE_F16: return CUDA_R_16F;
+        default: return CUDA_R_32F;
+    }
+}
 
 // Waits until the pinned staging buffer may be overwritten, then grows it.
 void* acquire_pinned(Session& s, size_t bytes);

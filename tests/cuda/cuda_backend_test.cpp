@@ -165,6 +165,12 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
         for (int layer = 0; layer < d.num_layers; ++layer) fill_sequence(h, layer, ids.back(), L, false);
     }
     const char* cn = cache == GQLA_DTYPE_BF16 ? "bf16" : cache == GQLA_DTYPE_F16 ? "f16" : "f32";
+    // One copy of W_UKV per layer, in the cache dtype: the absorb projections
+    // and the expansion GEMM read the same one.
+    int64_t mem[4] = {0, 0, 0, 0};
+    h.vt->memory_usage(h.ctx, mem);
+    const int64_t w_bytes = int64_t(d.num_layers) * G * (dc + dv) * r * (cache == GQLA_DTYPE_F32 ? 4 : 2);
+    report(std::string("gqla weight bytes (one copy) ") + cn, std::fabs(double(mem[2] - w_bytes)) / double(w_bytes), 0.0);
     char name[160];
     const int64_t min_len = *std::min_element(lengths.begin(), lengths.end());
     for (int s_q : {1, 3}) {
