@@ -2,12 +2,14 @@
 //   GQA kind / GQLA GQA path : one attention launch (+ combine when split)
 //   GQLA absorb path         : pack q -> cuBLAS q~ = W_UK^T qc (batched over
 //                              groups) -> MQA attention over the latent ->
-//                              cuBLAS o = W_UV o~ -> unpack; the projections
-//                              take 16-bit operands for 16-bit caches.
+//                              cuBLAS o = W_UV o~ (-> unpack, unless the
+//                              output columns are evenly spaced in o); the
+//                              projections take 16-bit operands for 16-bit caches.
 // With device tensors nothing here allocates or synchronizes, so the whole
 // sequence can be captured in a CUDA graph. Host tensors go through pinned
 // staging and the call synchronizes before returning.
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 
@@ -38,6 +40,19 @@ RowAddress user_rows(const Rows3& r, int32_t n_rep) {
 // Group-major absorb workspace: row ((g*B + b)*s_q + qi)*n_rep + hi, `dim` apart.
 RowAddress group_major_rows(int64_t batch, int64_t q_len, int32_t n_rep, int64_t dim) {
     return RowAddress{q_len * n_rep * dim, n_rep * dim, batch * q_len * n_rep * dim, dim, n_rep};
+}
+
+// The absorb output projection writes group g's column c = (b*s_q + qi)*n_rep
+// + hi at o + b*sB + qi*sQ + (g*n_rep + hi)*sH. With one head per group
+// (MLA: n_rep == 1) that is o + g*sH + c*ld, evenly spaced, when s_q == 1
+// (ld = sB) or the tokens of a sequence are evenly spaced (sB == s_q*sQ,
+// ld = sQ); cuBLAS also wants ld >= dim.
+bool direct_output_columns(const Rows3& o, int64_t q_len, int n_rep, int64_t dim, int64_t* ld) {
+    if (n_rep != 1) return false;
+    if (q_len == 1) *ld = o.s[0];
+    else if (o.s[0] == q_len * o.s[1]) *ld = o.s[1];
+    else return false;
+    return *ld >= dim && *ld <= INT32_MAX;
 }
 
 // Host [B, s_q, H, dim] strided <-> contiguous copies through pinned memory.
@@ -194,14 +209,21 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     p.lse = lse; p.lse_sB = lse_s[0]; p.lse_sQ = lse_s[1]; p.lse_sH = lse_s[2];
     run_attention(s, p, a, 1);
 
-    // o [rows][d_v] (f32) = o~ [rows][r] . W_UV[g]^T
+    // o [rows][d_v] = o~ [rows][r] . W_UV[g]^T: straight into the caller's o
+    // where a group's columns are evenly spaced there and o's dtype is one
+    // cuBLAS writes from these operands (theirs or f32), else into f32 rows
+    // that a reorder pass scatters.
     const void* w_uv = static_cast<const unsigned char*>(w) + static_cast<int64_t>(dc) * r * dtype_size(work);
+    int64_t ldo = 0;
+    const bool direct = (o.dtype == work || o.dtype == GQLA_DTYPE_F32) && direct_output_columns(o, a.q_len, n_rep, dv, &ldo);
     check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, dv, static_cast<int>(rows_g), r, &one,
                                             w_uv, work_cu, r, w_group, s.o_att.get(), work_cu, r, rows_g * r, &zero,
-                                            s.o_proj.get(), CUDA_R_32F, dv, rows_g * dv, d.num_kv_heads, compute,
-                                            CUBLAS_GEMM_DEFAULT),
+                                            direct ? o.data : s.o_proj.get(),
+                                            direct ? cuda_type(static_cast<gqla_dtype>(o.dtype)) : CUDA_R_32F,
+                                            static_cast<int>(direct ? ldo : dv), direct ? o.s[2] : rows_g * dv, d.num_kv_heads,
+                                            compute, CUBLAS_GEMM_DEFAULT),
                  "absorb output projection (GemmStridedBatchedEx)");
-    launch_absorb_unpack_o(lay, s.o_proj.get<float>(), o.data, o.dtype, o.s, s.stream);
+    if (!direct) launch_absorb_unpack_o(lay, s.o_proj.get<float>(), o.data, o.dtype, o.s, s.stream);
 }
 
 }  // namespace

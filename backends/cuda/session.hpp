@@ -114,13 +114,14 @@ std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer&
 // and tensor-core GEMMs, at a rounding the cache's own rounding already
 // dominates; f32 caches keep f32 products (no TF32: their tolerance is 1e-5).
 inline gqla_dtype projection_dtype(const Session& s) { return s.desc.cache_dtype; }
-inline cudaDataType_t projection_cuda_type(const Session& s) {
-    switch (projection_dtype(s)) {
+inline cudaDataType_t cuda_type(gqla_dtype t) {
+    switch (t) {
         case GQLA_DTYPE_BF16: return CUDA_R_16BF;
         case GQLA_DTYPE_F16: return CUDA_R_16F;
         default: return CUDA_R_32F;
     }
 }
+inline cudaDataType_t projection_cuda_type(const Session& s) { return cuda_type(projection_dtype(s)); }
 
 // Waits until the pinned staging buffer may be overwritten, then grows it.
 void* acquire_pinned(Session& s, size_t bytes);
