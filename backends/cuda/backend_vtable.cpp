@@ -133,9 +133,11 @@ gqla_status vt_synchronize(void* ctx) {
 // head had run the 16-row per-warp kernel at ~40% of the bandwidth, and
 // the GQA path's compute factor had been fitted to that): with these
 // factors the cheaper predicted path is the measured-faster one in all 78
-// cells and 98% of predictions are within 35% (a fresh run of the grid
-// with them, bench/results/h200_validate_auto_check.json: 78 of 78, 97%
-// within 35%); the factors before
+// cells and 98% of predictions are within 35% (fresh runs of the grid
+// with them: 78 of 78, 97% within 35%; then, in
+// bench/results/h200_validate_auto_check.json, 77 of 78 and 98%, the miss
+// a near tie: DeepSeek-V3 B=8 T=512 s_q=4, absorb 105.1 us against the
+// GQA path's 103.7); the factors before
 // (0.9/0.0445/28.1 us, 1.0/0.5425/67.1 us) picked absorb in one cell where
 // the GQA path was 31% faster. Earlier fits (before the 16-bit absorb
 // projections, the single-pass combine, the TMA boxes and the latent
