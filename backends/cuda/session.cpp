@@ -179,13 +179,16 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     s->part_o.allocate(bytes_of(s->part_rows * att_dv, 4), "split-KV partial outputs");
     s->part_lse2.allocate(bytes_of(s->part_rows, 4), "split-KV partial lse");
     if (gqla) {
-        s->q_nope.allocate(bytes_of(R * d.nope_dim, 4), "absorb query (nope)");
-        s->q_att.allocate(bytes_of(R * (d.latent_dim + d.rope_dim), 4), "absorb latent query");
-        s->o_att.allocate(bytes_of(R * d.latent_dim, 4), "absorb latent output");
+        // The projections' operands (queries, latent queries and outputs,
+        // latent rows) are in their dtype; their products land in f32.
+        const size_t work = dtype_size(projection_dtype(*s));
+        s->q_nope.allocate(bytes_of(R * d.nope_dim, work), "absorb query (nope)");
+        s->q_att.allocate(bytes_of(R * (d.latent_dim + d.rope_dim), work), "absorb latent query");
+        s->o_att.allocate(bytes_of(R * d.latent_dim, work), "absorb latent output");
         s->o_proj.allocate(bytes_of(R * dv, 4), "absorb projected output");
         const int64_t n_exp = G * (d.nope_dim + dv);
         s->expand_chunk = static_cast<int32_t>(std::clamp<int64_t>((int64_t(1) << 22) / n_exp, 64, 2048));
-        s->expand_in.allocate(bytes_of(int64_t(s->expand_chunk) * d.latent_dim, 4), "expansion input");
+        s->expand_in.allocate(bytes_of(int64_t(s->expand_chunk) * d.latent_dim, work), "expansion input");
         s->expand_out.allocate(bytes_of(int64_t(s->expand_chunk) * n_exp, 4), "expansion output");
         s->row_tokens.allocate(bytes_of(s->expand_chunk, 8), "row token indices");
     }
