@@ -65,10 +65,8 @@ struct Session {
 
     std::string error;
 
-    // Per-variant occupancy, cached by shared-memory size (0-2: tensor-core
-    // variants, 3: SIMT, 4-6: per-warp kernel with 2-4 stages, 7-9: narrow
-    // kernel with 3-5 ring slots and padded rows, 10-12: the same swizzled,
-    // 13-15: the same in TMA boxes).
+    // Per-variant occupancy, cached by shared-memory size (slot numbering:
+    // decode_plan.cpp).
     struct Occupancy { int smem = -1; int blocks = 0; };
     static constexpr int kOccupancySlots = 16;
     Occupancy occupancy[kOccupancySlots][2];

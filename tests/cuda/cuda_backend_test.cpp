@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 
+#include "core/dtype.hpp"
 #include "core/reference.hpp"
 #include "vtable_harness.hpp"
 
@@ -169,7 +170,7 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
     // and the expansion GEMM read the same one.
     int64_t mem[4] = {0, 0, 0, 0};
     h.vt->memory_usage(h.ctx, mem);
-    const int64_t w_bytes = int64_t(d.num_layers) * G * (dc + dv) * r * (cache == GQLA_DTYPE_F32 ? 4 : 2);
+    const int64_t w_bytes = int64_t(d.num_layers) * G * (dc + dv) * r * int64_t(gqla::dtype_size(cache));
     report(std::string("gqla weight bytes (one copy) ") + cn, std::fabs(double(mem[2] - w_bytes)) / double(w_bytes), 0.0);
     char name[160];
     const int64_t min_len = *std::min_element(lengths.begin(), lengths.end());

@@ -425,8 +425,7 @@ LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const Po
     // The kernel's box coordinates are page * page_size + slot rows of int32.
     const bool fits = latent.dim == kLatentDim && rope.dim == kRopeDim && latent.group_stride == 0 &&
                       rope.group_stride == 0 && latent.page_stride == int64_t(page_size) * latent.row_stride &&
-                      rope.page_stride == int64_t(page_size) * rope.row_stride && pool_rows <= INT32_MAX &&
-                      (cache == GQLA_DTYPE_BF16 || cache == GQLA_DTYPE_F16);
+                      rope.page_stride == int64_t(page_size) * rope.row_stride && pool_rows <= INT32_MAX;
     const int box_rows = fits ? tma_box_rows(page_size) : 0;
     if (box_rows > 0 && encode_row_map(&maps.latent, cache, latent.base, latent.dim, pool_rows, latent.row_stride, box_rows) &&
         encode_row_map(&maps.rope, cache, rope.base, rope.dim, pool_rows, rope.row_stride, box_rows))
