@@ -80,9 +80,12 @@ bool narrow_kernel_fits(const AttentionParams& p, int max_rows);
 bool narrow_can_swizzle(const AttentionParams& p);
 int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows);
 void prepare_narrow_kernels(int smem_optin);
-int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, int smem_bytes);
+// Keys and values 128 wide: TmaBoxes has a kernel compiled for these dims
+// (d128 below), which needs fewer registers and instructions.
+bool narrow_d128_fits(const AttentionParams& p);
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, bool d128, int smem_bytes);
 // maps: the layer's (read only by the TmaBoxes layout).
-void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, const AttentionParams& p,
+void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, bool d128, const AttentionParams& p,
                              const NarrowTmaMaps& maps, dim3 grid, int smem_bytes, cudaStream_t stream);
 
 // Scalar f32 kernel: any dtype (the f32 cache), any dims.

@@ -21,16 +21,18 @@ constexpr int narrow_slot(NarrowRows rows, int slots) {
     return kNarrowSlot0 + static_cast<int>(rows) * kNarrowRingSizes + slots - kNarrowSlotsMin;
 }
 
-int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt) {
+// d128: the narrow kernel compiled for 128-wide keys and values (TMA boxes).
+int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt, bool d128 = false) {
     Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
-    if (o.smem != smem) {
+    if (o.smem != smem || o.d128 != d128) {
         const int narrow = variant_index - kNarrowSlot0;
         o.blocks = narrow >= 0 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + narrow % kNarrowRingSizes,
-                                                      static_cast<NarrowRows>(narrow / kNarrowRingSizes), smem)
+                                                      static_cast<NarrowRows>(narrow / kNarrowRingSizes), d128, smem)
                    : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
                    : simt ? simt_blocks_per_sm(smem)
                           : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
         o.smem = smem;
+        o.d128 = d128;
     }
     return o.blocks;
 }
@@ -46,12 +48,12 @@ int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int sm
 // not).
 template <typename SmemOf>
 bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, int max_st, SmemOf smem_of,
-                           AttentionPlan* plan) {
+                           AttentionPlan* plan, bool d128 = false) {
     int best_blocks = 0;
     for (int st = min_st; st <= max_st; ++st) {
         if (s.pinned_stages != 0 && st != s.pinned_stages) continue;
         const int smem = smem_of(st);
-        const int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, slot0 + st - min_st, cache, smem, false) : 0;
+        const int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, slot0 + st - min_st, cache, smem, false, d128) : 0;
         if (blocks == 0 || blocks < best_blocks) continue;
         best_blocks = blocks;
         plan->stages = st;
@@ -66,7 +68,7 @@ bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, 
 const char* kernel_name(const AttentionPlan& plan) {
     if (plan.latent_wgmma) return "latent-wgmma";
     if (plan.narrow)
-        return plan.narrow_rows == NarrowRows::TmaBoxes   ? "narrow-tma"
+        return plan.narrow_rows == NarrowRows::TmaBoxes   ? (plan.narrow_d128 ? "narrow-tma-d128" : "narrow-tma")
                : plan.narrow_rows == NarrowRows::Swizzled ? "narrow-swizzled"
                                                           : "narrow";
     if (plan.per_warp) return "per-warp";
@@ -92,9 +94,11 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         // more CTAs per SM, ties keeping the padded one. A pinned swizzle
         // takes padded rows only where swizzled ones do not fit. TMA boxes
         // (where the layer has maps) win over both unless they fit fewer CTAs.
+        const bool d128 = s.narrow_d128 && narrow_d128_fits(p);
         auto plan_layout = [&](NarrowRows rows, AttentionPlan* out) {
             return plan_streaming_kernel(s, cache, narrow_slot(rows, kNarrowSlotsMin), kNarrowSlotsMin, kNarrowSlotsMax,
-                                         [&](int st) { return narrow_smem_bytes(p, st, rows); }, out);
+                                         [&](int st) { return narrow_smem_bytes(p, st, rows); }, out,
+                                         d128 && rows == NarrowRows::TmaBoxes);
         };
         AttentionPlan padded = plan, swizzled = plan, boxes = plan;
         const bool swizzled_ok = s.narrow_swizzle != 0 && narrow_can_swizzle(p) && plan_layout(NarrowRows::Swizzled, &swizzled);
@@ -108,6 +112,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
             if (boxes_ok && (!(padded_ok || swizzled_ok) || boxes.blocks_per_sm >= plan.blocks_per_sm)) {
                 plan = boxes;
                 plan.narrow_rows = NarrowRows::TmaBoxes;
+                plan.narrow_d128 = d128;
             }
             plan.narrow = true;
             plan.rows_per_cta = kNarrowRows;
@@ -167,7 +172,8 @@ void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, A
         return;
     const int smem = narrow_smem_bytes(p, kRing, NarrowRows::TmaBoxes);
     if (smem > s.smem_optin ||
-        cached_blocks_per_sm(s, narrow_slot(NarrowRows::TmaBoxes, kRing), s.desc.cache_dtype, smem, false) < kCtasPerSm)
+        cached_blocks_per_sm(s, narrow_slot(NarrowRows::TmaBoxes, kRing), s.desc.cache_dtype, smem, false,
+                             plan->narrow_d128) < kCtasPerSm)
         return;
     plan->stages = kRing;
     plan->smem_bytes = smem;
