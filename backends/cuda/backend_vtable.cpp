@@ -126,32 +126,27 @@ gqla_status vt_synchronize(void* ctx) {
 // Fitted to `gqla-bench --validate-auto --device cuda` on one H200 (bf16
 // cache, presets llama3-8b-gqla, mla16, deepseek-v3; batch 1/8/64 x context
 // 512/4096/16384 x s_q 1/2/4, cold caches; 78 cells), priced against the
-// probe's calibrated ~4400 GB/s read bandwidth and ~740 TFLOP/s bf16 peak.
+// probe's calibrated ~4450 GB/s read bandwidth and ~720 TFLOP/s bf16 peak.
 // The fit is bench/fit_efficiency.py (least mean squared log error per path);
 // bench/results/h200_validate_auto.json holds its data. Refitted when the
-// narrow kernel took groups of up to 32 rows (s_q = 4 with 4 heads per KV
-// head had run the 16-row per-warp kernel at ~40% of the bandwidth, and
-// the GQA path's compute factor had been fitted to that): with these
-// factors the cheaper predicted path is the measured-faster one in all 78
-// cells and 98% of predictions are within 35% (fresh runs of the grid
-// with them: 78 of 78, 97% within 35%; then, in
-// bench/results/h200_validate_auto_check.json, 77 of 78 and 98%, the miss
-// a near tie: DeepSeek-V3 B=8 T=512 s_q=4, absorb 105.1 us against the
-// GQA path's 103.7); the factors before
-// (0.9/0.0445/28.1 us, 1.0/0.5425/67.1 us) picked absorb in one cell where
-// the GQA path was 31% faster. Earlier fits (before the 16-bit absorb
-// projections, the single-pass combine, the TMA boxes and the latent
-// kernel's changes) kept missing one s_q = 4 cell, the one whose 16 rows
-// left the narrow kernel.
-//   GQA path: streams the expanded cache at 0.95 of the probe bandwidth
+// narrow kernel got its variant compiled for 128-wide keys and values (the
+// GQA path of llama3-8b-gqla 5-10% faster): the factors before
+// (0.946/0.071/28.3 us, 1.0/0.5775/69.0 us) then picked absorb in one cell
+// where the GQA path was 7.9% faster (B=8 T=16384 s_q=4, 128 against 138 us;
+// 77 of 78 right, 96% of predictions within 35%); with these, the cheaper
+// predicted path is the measured-faster one in all 78 cells and 97% of
+// predictions are within 35% (a fresh run of the grid with them,
+// bench/results/h200_validate_auto_check.json: 78 of 78, 99%). Earlier fits kept missing an s_q = 4 cell whose
+// 16 rows per group had left the narrow kernel, then a near tie.
+//   GQA path: streams the expanded cache at 0.94 of the probe bandwidth
 //     (the narrow-group kernel; less on short or single sequences where the
-//     split combine and launches weigh in); its compute factor (0.07 of the
+//     split combine and launches weigh in); its compute factor (0.1 of the
 //     tensor peak) only shows at s_q = 4, where the row blocks of a group
 //     re-read each tile from L2, so it is the least certain number here;
-//     ~28 us per call.
-//   Absorb path: the full probe bandwidth and 0.58 of the tensor peak (the
+//     ~26 us per call.
+//   Absorb path: the full probe bandwidth and 0.6 of the tensor peak (the
 //     sm_90a latent kernel: softmax and score products overlapped with the
-//     value products), ~69 us per call: five launches (reorder, cuBLAS q
+//     value products), ~66 us per call: five launches (reorder, cuBLAS q
 //     projection, attention + split combine, cuBLAS o projection, reorder)
 //     against one fused kernel on the GQA path. A memory factor of 1 with a
 //     large fixed cost is how the fit spreads a kernel near the bandwidth
@@ -159,12 +154,12 @@ gqla_status vt_synchronize(void* ctx) {
 // Refit (rerun the bench, then the script) whenever these kernels change.
 void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
     (void)desc;
-    inout->memory[0] = 0.946;
-    inout->compute[0] = 0.071;
-    inout->overhead_s[0] = 28.3e-6;
+    inout->memory[0] = 0.941;
+    inout->compute[0] = 0.0985;
+    inout->overhead_s[0] = 25.6e-6;
     inout->memory[1] = 1.0;
-    inout->compute[1] = 0.5775;
-    inout->overhead_s[1] = 69.0e-6;
+    inout->compute[1] = 0.6025;
+    inout->overhead_s[1] = 65.7e-6;
 }
 
 const gqla_backend_vtable kVtable = {
