@@ -80,12 +80,17 @@ bool narrow_kernel_fits(const AttentionParams& p, int max_rows);
 bool narrow_can_swizzle(const AttentionParams& p);
 int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows);
 void prepare_narrow_kernels(int smem_optin);
-// Keys and values 128 wide: TmaBoxes has a kernel compiled for these dims
-// (d128 below), which needs fewer registers and instructions.
-bool narrow_d128_fits(const AttentionParams& p);
-int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, bool d128, int smem_bytes);
+// Key/value widths the TmaBoxes layout also has kernels compiled for, which
+// need fewer registers and instructions: GQA head dim 128 and the GQLA GQA
+// path's 64 + 64 keys (128/128), MLA's 128 + 64 keys (192/128). Runtime:
+// widths read at run time.
+enum class NarrowDims { Runtime = 0, K128V128 = 1, K192V128 = 2 };
+constexpr int kNarrowDimsCount = 3;
+// The compiled widths of p's keys and values, or Runtime.
+NarrowDims narrow_fixed_dims(const AttentionParams& p);
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes);
 // maps: the layer's (read only by the TmaBoxes layout).
-void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, bool d128, const AttentionParams& p,
+void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, const AttentionParams& p,
                              const NarrowTmaMaps& maps, dim3 grid, int smem_bytes, cudaStream_t stream);
 
 // Scalar f32 kernel: any dtype (the f32 cache), any dims.

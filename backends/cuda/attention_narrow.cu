@@ -14,32 +14,34 @@ namespace {
 static_assert(kNarrowTokens == kNarrowTile, "narrow kernel constants");
 static_assert(kNarrowSlotsMin == 3 && kNarrowSlotsMax == 5, "instantiate every ring size below");
 
-template <typename T, NarrowRows ROWS, bool D128 = false>
+template <typename T, NarrowRows ROWS, int DK = 0, int DV = 0>
 const void* narrow_kernel_of(int slots) {
-    return slots == 3   ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 3, ROWS, D128>)
-           : slots == 4 ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 4, ROWS, D128>)
-                        : reinterpret_cast<const void*>(&attention_narrow_kernel<T, 5, ROWS, D128>);
+    return slots == 3   ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 3, ROWS, DK, DV>)
+           : slots == 4 ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, 4, ROWS, DK, DV>)
+                        : reinterpret_cast<const void*>(&attention_narrow_kernel<T, 5, ROWS, DK, DV>);
 }
 
-// The 128-wide specialisation exists for TMA boxes only: the Hopper layout,
-// where decode of 128-wide heads runs.
+// Fixed widths exist for TMA boxes only: the Hopper layout, where these
+// shapes decode.
 template <typename T>
-const void* narrow_kernel_of(int slots, NarrowRows rows, bool d128) {
+const void* narrow_kernel_of(int slots, NarrowRows rows, NarrowDims dims) {
     switch (rows) {
         case NarrowRows::Padded: return narrow_kernel_of<T, NarrowRows::Padded>(slots);
         case NarrowRows::Swizzled: return narrow_kernel_of<T, NarrowRows::Swizzled>(slots);
         case NarrowRows::TmaBoxes:
-            return d128 ? narrow_kernel_of<T, NarrowRows::TmaBoxes, true>(slots)
-                        : narrow_kernel_of<T, NarrowRows::TmaBoxes>(slots);
+            switch (dims) {
+                case NarrowDims::K128V128: return narrow_kernel_of<T, NarrowRows::TmaBoxes, 128, 128>(slots);
+                case NarrowDims::K192V128: return narrow_kernel_of<T, NarrowRows::TmaBoxes, 192, 128>(slots);
+                case NarrowDims::Runtime: return narrow_kernel_of<T, NarrowRows::TmaBoxes>(slots);
+            }
     }
     return nullptr;
 }
 
-const void* narrow_kernel(gqla_dtype cache, int slots, NarrowRows rows, bool d128 = false) {
-    return cache == GQLA_DTYPE_F16 ? narrow_kernel_of<__half>(slots, rows, d128)
-                                   : narrow_kernel_of<__nv_bfloat16>(slots, rows, d128);
+const void* narrow_kernel(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims = NarrowDims::Runtime) {
+    return cache == GQLA_DTYPE_F16 ? narrow_kernel_of<__half>(slots, rows, dims)
+                                   : narrow_kernel_of<__nv_bfloat16>(slots, rows, dims);
 }
-
 
 // Token rows of a pool viewed as [rows][dim]; false where a page's or a
 // group's rows are not whole rows apart or the row count overflows a TMA
@@ -79,7 +81,12 @@ bool narrow_kernel_fits(const AttentionParams& p, int max_rows) {
 
 bool narrow_can_swizzle(const AttentionParams& p) { return narrow_can_swizzle(p.k1.dim + p.k2.dim, p.v.dim); }
 
-bool narrow_d128_fits(const AttentionParams& p) { return p.k1.dim + p.k2.dim == 128 && p.v.dim == 128; }
+NarrowDims narrow_fixed_dims(const AttentionParams& p) {
+    const int dk = p.k1.dim + p.k2.dim, dv = p.v.dim;
+    if (dk == 128 && dv == 128) return NarrowDims::K128V128;
+    if (dk == 192 && dv == 128) return NarrowDims::K192V128;
+    return NarrowDims::Runtime;
+}
 
 int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows) {
     return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, rows).bytes;
@@ -89,29 +96,29 @@ void prepare_narrow_kernels(int smem_optin) {
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
         for (int st = kNarrowSlotsMin; st <= kNarrowSlotsMax; ++st)
             for (NarrowRows rows : {NarrowRows::Padded, NarrowRows::Swizzled, NarrowRows::TmaBoxes})
-                for (bool d128 : {false, true})
-                    check_cuda(cudaFuncSetAttribute(narrow_kernel(t, st, rows, d128),
+                for (int dims = 0; dims < kNarrowDimsCount; ++dims)
+                    check_cuda(cudaFuncSetAttribute(narrow_kernel(t, st, rows, static_cast<NarrowDims>(dims)),
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
                                "cudaFuncSetAttribute(attention_narrow_kernel)");
 }
 
-int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, bool d128, int smem_bytes) {
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes) {
     int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, narrow_kernel(cache, slots, rows, d128), kNarrowWarps * 32,
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, narrow_kernel(cache, slots, rows, dims), kNarrowWarps * 32,
                                                              smem_bytes),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor(narrow)");
     return n;
 }
 
-void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, bool d128, const AttentionParams& p,
+void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, const AttentionParams& p,
                              const NarrowTmaMaps& maps, dim3 grid, int smem_bytes, cudaStream_t stream) {
     // A swizzled kernel on dims that cannot swizzle would address its slots
     // wrongly, and the TMA one needs the layer's maps: fall back, never misread.
     if (rows != NarrowRows::Padded && !narrow_can_swizzle(p)) rows = NarrowRows::Padded;
     if (rows == NarrowRows::TmaBoxes && !maps.valid) rows = NarrowRows::Swizzled;
-    d128 = d128 && narrow_d128_fits(p);
+    if (dims != narrow_fixed_dims(p)) dims = NarrowDims::Runtime;
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
-    check_cuda(cudaLaunchKernel(narrow_kernel(cache, slots, rows, d128), grid, dim3(kNarrowWarps * 32), args,
+    check_cuda(cudaLaunchKernel(narrow_kernel(cache, slots, rows, dims), grid, dim3(kNarrowWarps * 32), args,
                                 static_cast<size_t>(smem_bytes), stream),
                "launch attention_narrow_kernel");
 }

@@ -89,11 +89,10 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
 // what 128-wide rows fit in shared memory; deeper rings fit 3 at most. The
 // copy layouts state no minimum (0): an explicit 1 let ptxas spend more
 // registers (the swizzled 3-slot ring 164 -> 180, 3 -> 2 CTAs per SM).
-// D128: keys and values 128 wide (GQA head dim 128; the GQLA GQA path's
-// 64 + 64 keys), known at compile time: the step loops lose their guards,
-// the layout's offsets become immediates and the unused query fragments
-// their registers. 0: dims read from the launch.
-template <typename T, int R, NarrowRows ROWS, bool D128 = false>
+// DK, DV: key and value widths known at compile time (NarrowDims): the step
+// loops lose their guards, the layout's offsets become immediates and the
+// unused query fragments their registers. 0: widths read from the launch.
+template <typename T, int R, NarrowRows ROWS, int DK = 0, int DV = 0>
 __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxes ? (R == 3 ? 4 : 3) : 0)
     attention_narrow_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ NarrowTmaMaps maps) {
     constexpr int NW = kNarrowWarps, NT = NW * 32, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
@@ -101,7 +100,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
     constexpr int BLOCK = TMA ? 16 * 64 : 64;  // NarrowLayout::block
     extern __shared__ __align__(128) unsigned char smem_raw[];
     unsigned char* smem = TMA ? smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) : smem_raw;
-    const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = D128 ? 128 : dk1 + dk2, dv = D128 ? 128 : p.v.dim;
+    const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = DK ? DK : dk1 + dk2, dv = DV ? DV : p.v.dim;
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     const int k_steps = dk16 / 16, v_tiles = dv16 / 16;
     const NarrowLayout L = narrow_layout(dk, dv, R, ROWS);

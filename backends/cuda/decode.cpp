@@ -111,7 +111,7 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
                                 s.latent_maps.empty() ? LatentTmaMaps{} : s.latent_maps[static_cast<size_t>(a.layer)],
                                 grid, s.stream);
         else if (plan.narrow)
-            launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.narrow_rows, plan.narrow_d128, p,
+            launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.narrow_rows, plan.narrow_dims, p,
                                     narrow_maps ? *narrow_maps : NarrowTmaMaps{}, grid, plan.smem_bytes, s.stream);
         else if (plan.per_warp) launch_attention_warp(s.desc.cache_dtype, plan.stages, p, grid, plan.smem_bytes, s.stream);
         else if (plan.simt) launch_attention_simt(p, grid, plan.smem_bytes, s.stream);

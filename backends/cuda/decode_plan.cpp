@@ -21,18 +21,19 @@ constexpr int narrow_slot(NarrowRows rows, int slots) {
     return kNarrowSlot0 + static_cast<int>(rows) * kNarrowRingSizes + slots - kNarrowSlotsMin;
 }
 
-// d128: the narrow kernel compiled for 128-wide keys and values (TMA boxes).
-int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt, bool d128 = false) {
+// dims: the narrow kernel's compiled key/value widths (TMA boxes).
+int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt,
+                         NarrowDims dims = NarrowDims::Runtime) {
     Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
-    if (o.smem != smem || o.d128 != d128) {
+    if (o.smem != smem || o.dims != static_cast<int>(dims)) {
         const int narrow = variant_index - kNarrowSlot0;
         o.blocks = narrow >= 0 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + narrow % kNarrowRingSizes,
-                                                      static_cast<NarrowRows>(narrow / kNarrowRingSizes), d128, smem)
+                                                      static_cast<NarrowRows>(narrow / kNarrowRingSizes), dims, smem)
                    : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
                    : simt ? simt_blocks_per_sm(smem)
                           : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
         o.smem = smem;
-        o.d128 = d128;
+        o.dims = static_cast<int>(dims);
     }
     return o.blocks;
 }
@@ -48,12 +49,12 @@ int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int sm
 // not).
 template <typename SmemOf>
 bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, int max_st, SmemOf smem_of,
-                           AttentionPlan* plan, bool d128 = false) {
+                           AttentionPlan* plan, NarrowDims dims = NarrowDims::Runtime) {
     int best_blocks = 0;
     for (int st = min_st; st <= max_st; ++st) {
         if (s.pinned_stages != 0 && st != s.pinned_stages) continue;
         const int smem = smem_of(st);
-        const int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, slot0 + st - min_st, cache, smem, false, d128) : 0;
+        const int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, slot0 + st - min_st, cache, smem, false, dims) : 0;
         if (blocks == 0 || blocks < best_blocks) continue;
         best_blocks = blocks;
         plan->stages = st;
@@ -67,10 +68,13 @@ bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, 
 
 const char* kernel_name(const AttentionPlan& plan) {
     if (plan.latent_wgmma) return "latent-wgmma";
-    if (plan.narrow)
-        return plan.narrow_rows == NarrowRows::TmaBoxes   ? (plan.narrow_d128 ? "narrow-tma-d128" : "narrow-tma")
-               : plan.narrow_rows == NarrowRows::Swizzled ? "narrow-swizzled"
-                                                          : "narrow";
+    if (plan.narrow) {
+        if (plan.narrow_rows == NarrowRows::Padded) return "narrow";
+        if (plan.narrow_rows == NarrowRows::Swizzled) return "narrow-swizzled";
+        return plan.narrow_dims == NarrowDims::K128V128   ? "narrow-tma-128/128"
+               : plan.narrow_dims == NarrowDims::K192V128 ? "narrow-tma-192/128"
+                                                          : "narrow-tma";
+    }
     if (plan.per_warp) return "per-warp";
     if (plan.simt) return "simt";
     return plan.variant == MmaVariant::Small ? "mma-small" : plan.variant == MmaVariant::Medium ? "mma-medium" : "mma-large";
@@ -94,11 +98,11 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         // more CTAs per SM, ties keeping the padded one. A pinned swizzle
         // takes padded rows only where swizzled ones do not fit. TMA boxes
         // (where the layer has maps) win over both unless they fit fewer CTAs.
-        const bool d128 = s.narrow_d128 && narrow_d128_fits(p);
+        const NarrowDims dims = s.narrow_fixed_dims ? narrow_fixed_dims(p) : NarrowDims::Runtime;
         auto plan_layout = [&](NarrowRows rows, AttentionPlan* out) {
             return plan_streaming_kernel(s, cache, narrow_slot(rows, kNarrowSlotsMin), kNarrowSlotsMin, kNarrowSlotsMax,
                                          [&](int st) { return narrow_smem_bytes(p, st, rows); }, out,
-                                         d128 && rows == NarrowRows::TmaBoxes);
+                                         rows == NarrowRows::TmaBoxes ? dims : NarrowDims::Runtime);
         };
         AttentionPlan padded = plan, swizzled = plan, boxes = plan;
         const bool swizzled_ok = s.narrow_swizzle != 0 && narrow_can_swizzle(p) && plan_layout(NarrowRows::Swizzled, &swizzled);
@@ -112,7 +116,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
             if (boxes_ok && (!(padded_ok || swizzled_ok) || boxes.blocks_per_sm >= plan.blocks_per_sm)) {
                 plan = boxes;
                 plan.narrow_rows = NarrowRows::TmaBoxes;
-                plan.narrow_d128 = d128;
+                plan.narrow_dims = dims;
             }
             plan.narrow = true;
             plan.rows_per_cta = kNarrowRows;
@@ -173,7 +177,7 @@ void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, A
     const int smem = narrow_smem_bytes(p, kRing, NarrowRows::TmaBoxes);
     if (smem > s.smem_optin ||
         cached_blocks_per_sm(s, narrow_slot(NarrowRows::TmaBoxes, kRing), s.desc.cache_dtype, smem, false,
-                             plan->narrow_d128) < kCtasPerSm)
+                             plan->narrow_dims) < kCtasPerSm)
         return;
     plan->stages = kRing;
     plan->smem_bytes = smem;

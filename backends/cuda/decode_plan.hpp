@@ -13,7 +13,7 @@ struct AttentionPlan {
     bool per_warp = false;
     bool narrow = false;
     NarrowRows narrow_rows = NarrowRows::Padded;  // narrow kernel: how K/V rows sit in its slots
-    bool narrow_d128 = false;  // narrow kernel, TmaBoxes: the one compiled for 128-wide keys and values
+    NarrowDims narrow_dims = NarrowDims::Runtime;  // narrow kernel, TmaBoxes: compiled key/value widths
     bool latent_wgmma = false;  // absorb path on Hopper warpgroup MMAs
     int stages = 0;  // per-warp kernel: K/V chunks buffered per warp; narrow: K/V half-chunk slots
     MmaVariant variant = MmaVariant::Small;

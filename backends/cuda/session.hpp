@@ -67,7 +67,7 @@ struct Session {
 
     // Per-variant occupancy, cached by shared-memory size (slot numbering:
     // decode_plan.cpp).
-    struct Occupancy { int smem = -1; bool d128 = false; int blocks = 0; };
+    struct Occupancy { int smem = -1; int dims = 0; int blocks = 0; };  // dims: NarrowDims
     static constexpr int kOccupancySlots = 16;
     Occupancy occupancy[kOccupancySlots][2];
     // Tuning/debug knobs: GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0
@@ -88,9 +88,9 @@ struct Session {
     // TMA is unavailable (compute capability < 9.0, GQLA_CUDA_NARROW_TMA=0).
     bool narrow_tma = false;
     std::vector<NarrowTmaMaps> narrow_maps;
-    // Its TMA layout compiled for 128-wide keys and values where the dims are
-    // those (off: GQLA_CUDA_NARROW_D128=0).
-    bool narrow_d128 = true;
+    // Its TMA layout's kernels compiled for the layer's key/value widths,
+    // where there is one (NarrowDims; off: GQLA_CUDA_NARROW_FIXED_DIMS=0).
+    bool narrow_fixed_dims = true;
 };
 
 // Elements per token row of each pool and the layer/page strides.
