@@ -136,8 +136,10 @@ gqla_status vt_synchronize(void* ctx) {
 // 77 of 78 right, 96% of predictions within 35%); with these, the cheaper
 // predicted path is the measured-faster one in all 78 cells and 97% of
 // predictions are within 35% (a fresh run of the grid with them,
-// bench/results/h200_validate_auto_check.json: 78 of 78, 99%). Earlier fits kept missing an s_q = 4 cell whose
-// 16 rows per group had left the narrow kernel, then a near tie.
+// bench/results/h200_validate_auto_check.json: 78 of 78, 99%). Earlier
+// fits kept missing an s_q = 4 cell whose 16 rows per group had left the
+// narrow kernel, then a near tie. The 192/128 kernel (MLA's GQA path, up to
+// ~10% faster) came after this fit and is not in its data.
 //   GQA path: streams the expanded cache at 0.94 of the probe bandwidth
 //     (the narrow-group kernel; less on short or single sequences where the
 //     split combine and launches weigh in); its compute factor (0.1 of the
