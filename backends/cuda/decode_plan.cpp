@@ -25,7 +25,7 @@ constexpr int narrow_slot(NarrowRows rows, int slots) {
 int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int smem, bool simt,
                          NarrowDims dims = NarrowDims::Runtime) {
     Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
-    if (o.smem != smem || o.dims != static_cast<int>(dims)) {
+    if (o.smem != smem || o.dims != dims) {
         const int narrow = variant_index - kNarrowSlot0;
         o.blocks = narrow >= 0 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + narrow % kNarrowRingSizes,
                                                       static_cast<NarrowRows>(narrow / kNarrowRingSizes), dims, smem)
@@ -33,7 +33,7 @@ int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int sm
                    : simt ? simt_blocks_per_sm(smem)
                           : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
         o.smem = smem;
-        o.dims = static_cast<int>(dims);
+        o.dims = dims;
     }
     return o.blocks;
 }
@@ -98,7 +98,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         // more CTAs per SM, ties keeping the padded one. A pinned swizzle
         // takes padded rows only where swizzled ones do not fit. TMA boxes
         // (where the layer has maps) win over both unless they fit fewer CTAs.
-        const NarrowDims dims = s.narrow_fixed_dims ? narrow_fixed_dims(p) : NarrowDims::Runtime;
+        const NarrowDims dims = s.use_narrow_fixed_dims ? narrow_fixed_dims(p) : NarrowDims::Runtime;
         auto plan_layout = [&](NarrowRows rows, AttentionPlan* out) {
             return plan_streaming_kernel(s, cache, narrow_slot(rows, kNarrowSlotsMin), kNarrowSlotsMin, kNarrowSlotsMax,
                                          [&](int st) { return narrow_smem_bytes(p, st, rows); }, out,

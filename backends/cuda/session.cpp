@@ -121,7 +121,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     check_cuda(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, s->device), "compute capability");
     s->dependent_launch = cc_major >= 9 && knob_on("GQLA_CUDA_PDL");
     s->narrow_tma = cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && knob_on("GQLA_CUDA_NARROW_TMA");
-    s->narrow_fixed_dims = knob_on("GQLA_CUDA_NARROW_FIXED_DIMS");
+    s->use_narrow_fixed_dims = knob_on("GQLA_CUDA_NARROW_FIXED_DIMS");
     s->use_latent_wgmma = knob_on("GQLA_CUDA_LATENT_WGMMA") && latent_wgmma_available(cc_major, cc_minor) &&
                           s->smem_optin >= latent_wgmma_smem_bytes();
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();

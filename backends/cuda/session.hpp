@@ -67,7 +67,7 @@ struct Session {
 
     // Per-variant occupancy, cached by shared-memory size (slot numbering:
     // decode_plan.cpp).
-    struct Occupancy { int smem = -1; int dims = 0; int blocks = 0; };  // dims: NarrowDims
+    struct Occupancy { int smem = -1; NarrowDims dims = NarrowDims::Runtime; int blocks = 0; };
     static constexpr int kOccupancySlots = 16;
     Occupancy occupancy[kOccupancySlots][2];
     // Tuning/debug knobs: GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0
@@ -90,7 +90,7 @@ struct Session {
     std::vector<NarrowTmaMaps> narrow_maps;
     // Its TMA layout's kernels compiled for the layer's key/value widths,
     // where there is one (NarrowDims; off: GQLA_CUDA_NARROW_FIXED_DIMS=0).
-    bool narrow_fixed_dims = true;
+    bool use_narrow_fixed_dims = true;
 };
 
 // Elements per token row of each pool and the layer/page strides.
