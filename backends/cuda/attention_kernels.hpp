@@ -79,7 +79,8 @@ bool narrow_kernel_fits(const AttentionParams& p, int max_rows);
 // Swizzled K/V rows (instead of padded ones) are possible for these dims.
 bool narrow_can_swizzle(const AttentionParams& p);
 int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows);
-void prepare_narrow_kernels(int smem_optin);
+// clusters: the device runs thread-block clusters (compute capability 9.0+).
+void prepare_narrow_kernels(int smem_optin, bool clusters);
 // Key/value widths the TmaBoxes layout also has kernels compiled for, which
 // need fewer registers and instructions: GQA head dim 128 and the GQLA GQA
 // path's 64 + 64 keys (128/128), MLA's 128 + 64 keys (192/128). Runtime:
@@ -89,7 +90,17 @@ constexpr int kNarrowDimsCount = 3;
 // The compiled widths of p's keys and values, or Runtime.
 NarrowDims narrow_fixed_dims(const AttentionParams& p);
 int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes);
-// maps: the layer's (read only by the TmaBoxes layout).
+// Most splits (CTAs) of a row block that merge in one cluster: the
+// non-portable Hopper limit; the host checks that each launch's cluster
+// shape fits (narrow_max_active_clusters).
+constexpr int kMaxClusterSplits = 16;
+// Clusters of cluster_splits CTAs of this kernel (one row block's splits,
+// merged in distributed shared memory: AttentionParams::cluster_merge) that
+// can be resident at once; 0 where none fits.
+int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
+                               int cluster_splits);
+// maps: the layer's (read only by the TmaBoxes layout). p.cluster_merge:
+// launched with clusters of grid.z CTAs.
 void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, const AttentionParams& p,
                              const NarrowTmaMaps& maps, dim3 grid, int smem_bytes, cudaStream_t stream);
 

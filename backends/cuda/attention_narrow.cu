@@ -92,14 +92,19 @@ int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows) {
     return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, rows).bytes;
 }
 
-void prepare_narrow_kernels(int smem_optin) {
+void prepare_narrow_kernels(int smem_optin, bool clusters) {
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
         for (int st = kNarrowSlotsMin; st <= kNarrowSlotsMax; ++st)
             for (NarrowRows rows : {NarrowRows::Padded, NarrowRows::Swizzled, NarrowRows::TmaBoxes})
-                for (int dims = 0; dims < kNarrowDimsCount; ++dims)
-                    check_cuda(cudaFuncSetAttribute(narrow_kernel(t, st, rows, static_cast<NarrowDims>(dims)),
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
+                for (int dims = 0; dims < kNarrowDimsCount; ++dims) {
+                    const void* kernel = narrow_kernel(t, st, rows, static_cast<NarrowDims>(dims));
+                    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
                                "cudaFuncSetAttribute(attention_narrow_kernel)");
+                    // Clusters of up to 16 splits (8 is the portable limit).
+                    if (clusters)
+                        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                                   "cudaFuncSetAttribute(attention_narrow_kernel, non-portable clusters)");
+                }
 }
 
 int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes) {
@@ -107,6 +112,28 @@ int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDim
     check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, narrow_kernel(cache, slots, rows, dims), kNarrowWarps * 32,
                                                              smem_bytes),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor(narrow)");
+    return n;
+}
+
+int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
+                               int cluster_splits) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(1, 1, static_cast<unsigned>(cluster_splits));
+    cfg.blockDim = dim3(kNarrowWarps * 32);
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = static_cast<unsigned>(cluster_splits);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    // An unschedulable cluster shape is an answer (0), not an error.
+    if (cudaOccupancyMaxActiveClusters(&n, narrow_kernel(cache, slots, rows, dims), &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
     return n;
 }
 
@@ -118,9 +145,21 @@ void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, Narro
     if (rows == NarrowRows::TmaBoxes && !maps.valid) rows = NarrowRows::Swizzled;
     if (dims != narrow_fixed_dims(p)) dims = NarrowDims::Runtime;
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
-    check_cuda(cudaLaunchKernel(narrow_kernel(cache, slots, rows, dims), grid, dim3(kNarrowWarps * 32), args,
-                                static_cast<size_t>(smem_bytes), stream),
-               "launch attention_narrow_kernel");
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kNarrowWarps * 32);
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    if (p.cluster_merge) {  // a row block's splits (grid.z) form one cluster
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = 1;
+        attr.val.clusterDim.y = 1;
+        attr.val.clusterDim.z = grid.z;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+    }
+    check_cuda(cudaLaunchKernelExC(&cfg, narrow_kernel(cache, slots, rows, dims), args), "launch attention_narrow_kernel");
 }
 
 }  // namespace gqla::cuda

@@ -33,6 +33,7 @@
 
 #include "attention_common.cuh"
 #include "attention_kernels.hpp"
+#include "cluster_merge.cuh"
 #include "mma_primitives.cuh"
 #include "row_copies.cuh"
 #include "tma_primitives.cuh"
@@ -419,6 +420,13 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
             }
         }
         __syncthreads();
+    }
+    if (p.cluster_merge) {  // the splits of this row block are the CTAs of one cluster
+        merge_splits_in_cluster(p, b, rows_here, dv, dv16, sO, sRowM, sRowL, [&](int r, int* qi, int* h) {
+            *qi = query_of(r);
+            *h = head_of(r);
+        });
+        return;
     }
     for (int i = tid; i < rows_here * dv; i += NT) {
         const int m = i / dv, col = i - m * dv;

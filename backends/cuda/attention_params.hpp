@@ -52,11 +52,16 @@ struct AttentionParams {
     float* lse; int64_t lse_sB, lse_sQ, lse_sH;
 
     // Split-KV: each split writes normalized partial outputs + log2-sum-exp;
-    // the combine kernel merges them. num_splits == 1 writes o/lse directly.
+    // the combine kernel merges them. num_splits == 1 (or cluster_merge)
+    // writes o/lse directly.
     int32_t num_splits;
     float* part_o;          // [split][b][qi][h][dv]
     float* part_lse2;       // [split][b][qi][h]
     int32_t part_batch;     // b extent of the partial buffers
+    // 1: the splits of a row block are the CTAs of one thread-block cluster
+    // (grid.z = cluster.z = num_splits) and merge in distributed shared
+    // memory, writing o/lse directly (narrow kernel; no combine pass).
+    int32_t cluster_merge;
 
     float scale_log2;       // softmax scale * log2(e)
     int32_t batch;          // sequences in this launch

@@ -101,11 +101,12 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         AttentionPlan plan = base_plan;
         fit_small_launch(s, p, base_ctas, &plan);
         p.num_splits = choose_splits(s, plan, base_ctas, max_len, split_cap);
+        p.cluster_merge = cluster_merge_fits(s, plan, base_ctas, p.num_splits) ? 1 : 0;
         dim3 grid(groups * row_blocks, nb, p.num_splits);
         if (s.trace)
-            std::fprintf(stderr, "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld\n",
-                         kernel_name(plan),
-                         p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm, plan.stages, (long long)max_len);
+            std::fprintf(stderr, "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld%s\n",
+                         kernel_name(plan), p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm,
+                         plan.stages, (long long)max_len, p.cluster_merge ? " cluster-merge" : "");
         if (plan.latent_wgmma)
             launch_latent_wgmma(s.desc.cache_dtype, p,
                                 s.latent_maps.empty() ? LatentTmaMaps{} : s.latent_maps[static_cast<size_t>(a.layer)],
@@ -116,7 +117,7 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         else if (plan.per_warp) launch_attention_warp(s.desc.cache_dtype, plan.stages, p, grid, plan.smem_bytes, s.stream);
         else if (plan.simt) launch_attention_simt(p, grid, plan.smem_bytes, s.stream);
         else launch_attention_mma(plan.variant, s.desc.cache_dtype, p, grid, plan.smem_bytes, s.stream);
-        if (p.num_splits > 1) {
+        if (p.num_splits > 1 && !p.cluster_merge) {
             CombineParams c{};
             c.batch = nb; c.batch_offset = first; c.q_len = p.q_len; c.num_heads = p.num_heads;
             c.dv = p.v.dim; c.num_splits = p.num_splits; c.part_batch = p.part_batch;

@@ -38,7 +38,16 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
 void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, AttentionPlan* plan);
 
 // Splits for a launch of base_ctas CTAs (before splitting) over sequences of
-// up to max_len tokens; at most split_cap.
+// up to max_len tokens; at most split_cap. Splits that merge in a
+// thread-block cluster (cluster_merge_pays) are charged less than the
+// combine pass.
 int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap);
+
+// The launch's splits (2..kMaxClusterSplits of a row block) should merge
+// inside a thread-block cluster instead of the combine pass: the plan's
+// kernel can, the session allows it and the grid is small enough.
+bool cluster_merge_pays(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t splits);
+// cluster_merge_pays, and such a cluster of the plan's kernel fits the GPU (cached).
+bool cluster_merge_fits(Session& s, const AttentionPlan& plan, int64_t base_ctas, int splits);
 
 }  // namespace gqla::cuda

@@ -112,14 +112,15 @@ void init_session(Session* s, const gqla_backend_desc& d) {
                "cudaDeviceGetAttribute(SM count)");
     check_cuda(cudaDeviceGetAttribute(&s->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, s->device),
                "cudaDeviceGetAttribute(shared memory)");
-    prepare_attention_kernels(s->smem_optin);
-    prepare_simt_kernel(s->smem_optin);
-    prepare_warp_kernels(s->smem_optin);
-    prepare_narrow_kernels(s->smem_optin);
     int cc_major = 0, cc_minor = 0;
     check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, s->device), "compute capability");
     check_cuda(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, s->device), "compute capability");
+    prepare_attention_kernels(s->smem_optin);
+    prepare_simt_kernel(s->smem_optin);
+    prepare_warp_kernels(s->smem_optin);
+    prepare_narrow_kernels(s->smem_optin, cc_major >= 9);
     s->dependent_launch = cc_major >= 9 && knob_on("GQLA_CUDA_PDL");
+    s->use_cluster_merge = cc_major >= 9 && knob_on("GQLA_CUDA_CLUSTER_MERGE");
     s->narrow_tma = cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && knob_on("GQLA_CUDA_NARROW_TMA");
     s->use_narrow_fixed_dims = knob_on("GQLA_CUDA_NARROW_FIXED_DIMS");
     s->use_latent_wgmma = knob_on("GQLA_CUDA_LATENT_WGMMA") && latent_wgmma_available(cc_major, cc_minor) &&

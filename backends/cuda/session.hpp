@@ -6,7 +6,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,12 @@ struct Session {
     bool trace = false;                                // GQLA_CUDA_TRACE=1: print launch plans
     int max_splits = 0;                                // GQLA_CUDA_MAX_SPLITS caps the split heuristic
     bool dependent_launch = false;                     // combine as a programmatic dependent (cc 9.0+; off: GQLA_CUDA_PDL=0)
+    // Narrow kernel: up to kMaxClusterSplits splits of a row block merge in
+    // a thread-block cluster instead of the combine pass (cc 9.0+; off:
+    // GQLA_CUDA_CLUSTER_MERGE=0). Whether a cluster shape fits, by
+    // (dtype, ring slots, row layout, dims, shared memory, splits).
+    bool use_cluster_merge = false;
+    std::map<std::array<int, 6>, bool> cluster_fits;
     DeviceBuffer q_nope, q_att, o_att, o_proj;         // absorb path
 
     // Expansion workspace (latent rows in, expanded rows out), chunked.
