@@ -341,8 +341,12 @@ int main(int argc, char** argv) {
         auto run_t = [&](const char* name, const std::function<void()>& f) { run((name + dt).c_str(), f); };
         run_t("gqa 32/8", [&] { test_gqa(t, 32, 8, 128, 128, 64, long_ragged); });
         // One sequence: 2-16 splits per row block (by s_q), merged inside a
-        // thread-block cluster on Hopper.
-        run_t("gqa single", [&] { test_gqa(t, 32, 8, 128, 128, 64, {1100}); });
+        // thread-block cluster on Hopper; then more splits than a cluster
+        // holds, merged by the combine pass.
+        run_t("gqa single", [&] {
+            test_gqa(t, 32, 8, 128, 128, 64, {1100});
+            test_gqa(t, 32, 8, 128, 128, 64, {5000});
+        });
         run_t("gqa odd", [&] { test_gqa(t, 6, 2, 40, 80, 63, ragged); });
         // Pages that hold whole 16-token TMA boxes but are not a power of two
         // (48) or one box (16), and 256-wide keys (four boxes per key half);
