@@ -135,11 +135,15 @@ gqla_status vt_synchronize(void* ctx) {
 // where the GQA path was 7.9% faster (B=8 T=16384 s_q=4, 128 against 138 us;
 // 77 of 78 right, 96% of predictions within 35%); with these, the cheaper
 // predicted path is the measured-faster one in all 78 cells and 97% of
-// predictions are within 35% (a fresh run of the grid with them,
-// bench/results/h200_validate_auto_check.json: 78 of 78, 99%). Earlier
-// fits kept missing an s_q = 4 cell whose 16 rows per group had left the
-// narrow kernel, then a near tie. The 192/128 kernel (MLA's GQA path, up to
-// ~10% faster) came after this fit and is not in its data.
+// predictions are within 35%. Earlier fits kept missing an s_q = 4 cell
+// whose 16 rows per group had left the narrow kernel, then a near tie.
+// Rechecked after the 192/128 kernel (MLA's GQA path up to ~10% faster) and
+// the cluster merge of small launches' splits, which came after this fit:
+// two runs of the grid got 78 and 75 of 78 right
+// (bench/results/h200_validate_auto_check.json is the second: three
+// DeepSeek-V3 / mla16 cells within 2% of a tie, regret up to 7.6%, mean
+// 0.1%), and a refit on both runs' 156 cells picked worse (97.4% right
+// against 98.1%), so these factors stay.
 //   GQA path: streams the expanded cache at 0.94 of the probe bandwidth
 //     (the narrow-group kernel; less on short or single sequences where the
 //     split combine and launches weigh in); its compute factor (0.1 of the

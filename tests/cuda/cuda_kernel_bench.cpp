@@ -191,6 +191,9 @@ int main(int argc, char** argv) {
         {"absorb H128 G128 r512 dr64 (dsv3)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 128, 128, 0, 512, 128, 64, 128, 64, 16384},
         {"gqa-path llama3-8b-gqla", GQLA_KIND_GQLA, GQLA_PATH_GQA, 32, 8, 0, 512, 64, 64, 128, 16, 4096},
         {"gqa-path llama3-8b-gqla", GQLA_KIND_GQLA, GQLA_PATH_GQA, 32, 8, 0, 512, 64, 64, 128, 64, 4096},
+        // MLA's GQA path: 128 groups of one head, 192-wide keys (128 + the shared 64 rope).
+        {"gqa-path dsv3", GQLA_KIND_GQLA, GQLA_PATH_GQA, 128, 128, 0, 512, 128, 64, 128, 1, 4096},
+        {"gqa-path dsv3", GQLA_KIND_GQLA, GQLA_PATH_GQA, 128, 128, 0, 512, 128, 64, 128, 8, 4096},
     };
     for (const Shape& s : shapes) {
         char label[128];
