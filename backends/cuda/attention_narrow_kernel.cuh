@@ -49,6 +49,7 @@ struct NarrowLayout {
     int k_stride, v_stride;  // elements between rows of a K / V slot
     int block;               // elements between 64-column groups (see SmemRows)
     int slot_elems, warp_bytes, o_off, f_off, bar_off, bytes;
+    int o_stride;            // floats between rows of a warp's (or the merged) O
     bool swizzle, boxes;
 };
 
@@ -74,11 +75,15 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
     const int k_row = L.boxes ? dk : L.k_stride, v_row = L.boxes ? dv : L.v_stride;
     L.slot_elems = 16 * (k_row > v_row ? k_row : v_row);
     L.warp_bytes = slots * L.slot_elems * 2;
-    // The merged O reuses the slots once every warp is done with them.
+    // Each warp's rescaled O, then the merged O, reuse the slots once every
+    // warp is done with them. Rows 4 floats longer than dv16: the fragment
+    // stores of a warp (rows 2fc, 2fc + 1; columns fr + 16i) hit distinct banks.
     L.o_off = 0;
-    const int kv_bytes = kNarrowWarps * L.warp_bytes, o_bytes = kNarrowRows * dv16 * 4;
+    L.o_stride = dv16 + 4;
+    const int kv_bytes = kNarrowWarps * L.warp_bytes, o_bytes = (kNarrowWarps + 1) * kNarrowRows * L.o_stride * 4;
     L.f_off = (kv_bytes > o_bytes ? kv_bytes : o_bytes);
-    L.bar_off = L.f_off + (2 * kNarrowWarps * kNarrowRows + 2 * kNarrowRows) * 4;  // a multiple of 8
+    // Row maxima and sums per warp and per row, then each row's output offset (int64).
+    L.bar_off = L.f_off + (2 * kNarrowWarps * kNarrowRows + 2 * kNarrowRows) * 4 + kNarrowRows * 8;  // a multiple of 8
     L.bytes = L.bar_off;
     // Boxes: one mbarrier per slot, and slack to align the base to the
     // 1024-byte period of the 128B swizzle (slots are multiples of 2 KiB).
@@ -105,11 +110,13 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     const int k_steps = dk16 / 16, v_tiles = dv16 / 16;
     const NarrowLayout L = narrow_layout(dk, dv, R, ROWS);
-    float* sO = reinterpret_cast<float*>(smem + L.o_off);
+    float* sWarpO = reinterpret_cast<float*>(smem + L.o_off);  // [NW][kNarrowRows][o_stride]
+    float* sO = sWarpO + NW * kNarrowRows * L.o_stride;          // merged, for the cluster merge
     float* sWarpM = reinterpret_cast<float*>(smem + L.f_off);
     float* sWarpL = sWarpM + NW * kNarrowRows;
     float* sRowL = sWarpL + NW * kNarrowRows;
     float* sRowM = sRowL + kNarrowRows;
+    int64_t* sRowOut = reinterpret_cast<int64_t*>(sRowM + kNarrowRows);  // 8-byte aligned: f_off + 320
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fr = lane >> 2, fc = lane & 3;  // fragment row / column pair of this lane
@@ -161,6 +168,15 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
             }
             load_elems8(p.q, p.q_dtype, qoff, n, v);
             *reinterpret_cast<uint4*>(sQ + r * q_stride + c) = pack_eight<T>(v);
+        }
+        // Where each row's output goes (o, or this split's partial row): once
+        // per row rather than per element, and here, where registers are free.
+        if (tid < rows_here) {
+            const int qi = query_of(tid), h = head_of(tid);
+            sRowOut[tid] = p.num_splits == 1 || p.cluster_merge
+                               ? row_offset(p.oa, b, qi, h)
+                               : (((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + qi) * p.num_heads + h) *
+                                     p.v.dim;
         }
         __syncthreads();
         const T* qrow = sQ + fr * q_stride + 2 * fc;
@@ -375,8 +391,9 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
     }
     cp_async_wait<0>();
 
-    // Merge the warps: per query row, max over warps, then each warp adds its
-    // rescaled O^T into the shared O (which reuses the K/V slots).
+    // Merge the warps: per query row, max over warps; each warp stores its
+    // rescaled O^T in its own rows (which reuse the K/V slots), then every
+    // thread sums a column over the warps: two CTA barriers in all.
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
         run_l[e] += __shfl_xor_sync(0xffffffffu, run_l[e], 4);
@@ -405,33 +422,41 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
             sRowM[r] = M;
         }
     }
-    for (int i = tid; i < kNarrowRows * dv16; i += NT) sO[i] = 0.f;
-    __syncthreads();
-    for (int w = 0; w < NW; ++w) {
-        if (warp == w) {
+    {
+        float* own = sWarpO + warp * kNarrowRows * L.o_stride;
 #pragma unroll
-            for (int i = 0; i < MAX_VT; ++i) {
-                if (i >= v_tiles) continue;
-                const int col = i * 16 + fr;
-                sO[(2 * fc) * dv16 + col] += acc[i][0] * scale[0];
-                sO[(2 * fc + 1) * dv16 + col] += acc[i][1] * scale[1];
-                sO[(2 * fc) * dv16 + col + 8] += acc[i][2] * scale[0];
-                sO[(2 * fc + 1) * dv16 + col + 8] += acc[i][3] * scale[1];
-            }
+        for (int i = 0; i < MAX_VT; ++i) {
+            if (i >= v_tiles) continue;
+            const int col = i * 16 + fr;
+            own[(2 * fc) * L.o_stride + col] = acc[i][0] * scale[0];
+            own[(2 * fc + 1) * L.o_stride + col] = acc[i][1] * scale[1];
+            own[(2 * fc) * L.o_stride + col + 8] = acc[i][2] * scale[0];
+            own[(2 * fc + 1) * L.o_stride + col + 8] = acc[i][3] * scale[1];
         }
-        __syncthreads();
     }
+    __syncthreads();
+    // Column sums over the warps, in warp order.
+    auto merged = [&](int m, int col) {
+        float v = 0.f;
+        for (int w = 0; w < NW; ++w) v += sWarpO[(w * kNarrowRows + m) * L.o_stride + col];
+        return v;
+    };
     if (p.cluster_merge) {  // the splits of this row block are the CTAs of one cluster
-        merge_splits_in_cluster(p, b, rows_here, dv, dv16, sO, sRowM, sRowL, [&](int r, int* qi, int* h) {
-            *qi = query_of(r);
-            *h = head_of(r);
+        for (int m = 0; m < rows_here; ++m)
+            for (int col = tid; col < dv; col += NT) sO[m * L.o_stride + col] = merged(m, col);
+        merge_splits_in_cluster(p, rows_here, dv, L.o_stride, sO, sRowM, sRowL, sRowOut, [&](int r) {
+            return b * p.lse_sB + query_of(r) * p.lse_sQ + head_of(r) * p.lse_sH;
         });
         return;
     }
-    for (int i = tid; i < rows_here * dv; i += NT) {
-        const int m = i / dv, col = i - m * dv;
+    for (int m = 0; m < rows_here; ++m) {
         const float l = sRowL[m];
-        write_output(p, split, b, query_of(m), head_of(m), col, l > 0.f ? sO[m * dv16 + col] / l : 0.f);
+        const int64_t out = sRowOut[m];
+        for (int col = tid; col < dv; col += NT) {
+            const float v = l > 0.f ? merged(m, col) / l : 0.f;
+            if (p.num_splits == 1) store_elem(p.o, p.o_dtype, out + col, v);
+            else p.part_o[out + col] = v;
+        }
     }
     if (tid < rows_here) write_row_lse(p, split, b, query_of(tid), head_of(tid), sRowM[tid], sRowL[tid]);
 }

@@ -21,13 +21,14 @@ namespace gqla::cuda {
 // Every CTA of the cluster calls this with its partial: o (rows x o_stride
 // f32, not normalised, scaled to the CTA's row maxima), row maxima m (log2
 // units, -inf where the split saw no token) and row sums l, all in its own
-// shared memory and complete. Writes the merged rows to p.o (and p.lse).
-// row_of(r, &qi, &h): the query token and head of row r. Every thread of
-// every CTA of the cluster must call it (cluster barriers).
-template <typename RowOf>
-__device__ __forceinline__ void merge_splits_in_cluster(const AttentionParams& p, int b, int rows, int dv, int o_stride,
+// shared memory and complete. Writes the merged rows to p.o at out[r] + c
+// (element offsets, the same in every CTA of the cluster) and, where p.lse
+// is set, row r's natural-log lse at p.lse[lse_at(r)]. Every thread of every
+// CTA of the cluster must call it (cluster barriers).
+template <typename LseAt>
+__device__ __forceinline__ void merge_splits_in_cluster(const AttentionParams& p, int rows, int dv, int o_stride,
                                                         const float* o, const float* m, const float* l,
-                                                        RowOf row_of) {
+                                                        const int64_t* out, LseAt lse_at) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
@@ -66,11 +67,8 @@ __device__ __forceinline__ void merge_splits_in_cluster(const AttentionParams& p
                 }
             }
         }
-        int qi, h;
-        row_of(r, &qi, &h);
-        store_elem(p.o, p.o_dtype, row_offset(p.oa, b, qi, h) + c, sum > 0.f ? acc / sum : 0.f);
-        if (c == 0 && p.lse)
-            p.lse[b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+        store_elem(p.o, p.o_dtype, out[r] + c, sum > 0.f ? acc / sum : 0.f);
+        if (c == 0 && p.lse) p.lse[lse_at(r)] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
     }
     cluster.sync();  // no CTA leaves while others still read its shared memory
 #endif

@@ -114,6 +114,12 @@ void launch_combine(const CombineParams& p, bool dependent, cudaStream_t stream)
     // Partial rows start at multiples of dv floats: 16-byte vectors need dv % 4 == 0.
     if (p.dv % 4 == 0 && rows * (p.dv / 4) >= kMinVectorItems)
         launch<4, 4>(p, rows * (p.dv / 4), dependent, stream);
+    // Few splits (the usual case where the batch nearly fills the GPU) take a
+    // batch their size: the loop is unrolled for kBatch splits.
+    else if (p.num_splits <= 4)
+        launch<1, 4>(p, rows * p.dv, dependent, stream);
+    else if (p.num_splits <= 8)
+        launch<1, 8>(p, rows * p.dv, dependent, stream);
     else
         launch<1, 16>(p, rows * p.dv, dependent, stream);
 }
