@@ -107,12 +107,17 @@ __device__ __forceinline__ void write_output(const AttentionParams& p, int split
     }
 }
 
+// Element of the caller's lse for row (b, qi, h).
+__device__ __forceinline__ int64_t lse_index(const AttentionParams& p, int b, int qi, int h) {
+    return b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH;
+}
+
 // m: running max of scaled scores in log2 units, l: sum of exp2(s - m).
 __device__ __forceinline__ void write_row_lse(const AttentionParams& p, int split, int b, int qi, int h, float m,
                                               float l) {
     float lse2 = (l > 0.f) ? m + log2f(l) : -INFINITY;
     if (p.num_splits == 1) {
-        if (p.lse) p.lse[b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH] = lse2 * kLn2;
+        if (p.lse) p.lse[lse_index(p, b, qi, h)] = lse2 * kLn2;
     } else {
         int64_t row = ((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + qi) * p.num_heads + h;
         p.part_lse2[row] = lse2;

@@ -115,19 +115,34 @@ int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDim
     return n;
 }
 
-int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
-                               int cluster_splits) {
+namespace {
+
+// Launch shape of the narrow kernel; with split_cluster, the splits of a row
+// block (grid.z) form one thread-block cluster (attr is the storage).
+cudaLaunchConfig_t narrow_launch_config(dim3 grid, int smem_bytes, bool split_cluster, cudaLaunchAttribute* attr) {
     cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(1, 1, static_cast<unsigned>(cluster_splits));
+    cfg.gridDim = grid;
     cfg.blockDim = dim3(kNarrowWarps * 32);
     cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = static_cast<unsigned>(cluster_splits);
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    if (split_cluster) {
+        *attr = cudaLaunchAttribute{};
+        attr->id = cudaLaunchAttributeClusterDimension;
+        attr->val.clusterDim.x = 1;
+        attr->val.clusterDim.y = 1;
+        attr->val.clusterDim.z = grid.z;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    return cfg;
+}
+
+}  // namespace
+
+int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
+                               int cluster_splits) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg =
+        narrow_launch_config(dim3(1, 1, static_cast<unsigned>(cluster_splits)), smem_bytes, true, &attr);
     int n = 0;
     // An unschedulable cluster shape is an answer (0), not an error.
     if (cudaOccupancyMaxActiveClusters(&n, narrow_kernel(cache, slots, rows, dims), &cfg) != cudaSuccess) {
@@ -145,20 +160,9 @@ void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, Narro
     if (rows == NarrowRows::TmaBoxes && !maps.valid) rows = NarrowRows::Swizzled;
     if (dims != narrow_fixed_dims(p)) dims = NarrowDims::Runtime;
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(kNarrowWarps * 32);
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = narrow_launch_config(grid, smem_bytes, p.cluster_merge != 0, &attr);
     cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    if (p.cluster_merge) {  // a row block's splits (grid.z) form one cluster
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = 1;
-        attr.val.clusterDim.y = 1;
-        attr.val.clusterDim.z = grid.z;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-    }
     check_cuda(cudaLaunchKernelExC(&cfg, narrow_kernel(cache, slots, rows, dims), args), "launch attention_narrow_kernel");
 }
 

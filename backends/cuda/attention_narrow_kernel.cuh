@@ -445,7 +445,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
         for (int m = 0; m < rows_here; ++m)
             for (int col = tid; col < dv; col += NT) sO[m * L.o_stride + col] = merged(m, col);
         merge_splits_in_cluster(p, rows_here, dv, L.o_stride, sO, sRowM, sRowL, sRowOut, [&](int r) {
-            return b * p.lse_sB + query_of(r) * p.lse_sQ + head_of(r) * p.lse_sH;
+            return lse_index(p, b, query_of(r), head_of(r));
         });
         return;
     }
