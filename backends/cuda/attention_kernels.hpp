@@ -52,8 +52,15 @@ constexpr int kNarrowRows = 8;
 // 1034 us with the generic kernel (39% against 24% of the read bandwidth:
 // each further row block re-reads the tiles, from L2).
 constexpr int kNarrowMaxRowsDefault = 32;
-constexpr int kNarrowTokens = 64;
 constexpr int kNarrowSlotsMin = 3, kNarrowSlotsMax = 5;
+// Warps per CTA, each taking 16 of every 16 x warps tokens (a CTA step):
+// kNarrowWarps, or kNarrowWideWarps in wide CTAs (one per SM; compiled for
+// TMA boxes of 128-wide keys and values with a 3-slot ring only,
+// narrow_wide_compiled), whose warps merge a whole row block in shared
+// memory: where about one row block per SM fills the GPU they need no split
+// and no combine pass.
+constexpr int kNarrowWarps = 4, kNarrowWideWarps = 16, kNarrowWideSlots = 3;
+constexpr int narrow_step_tokens(int warps) { return 16 * warps; }
 // How K/V rows sit in the slots: padded by 8 elements; swizzled (rows a
 // multiple of 64 elements); or swizzled in the boxes TMA loads write
 // (Hopper, pages a multiple of 16 tokens, every key/value part a multiple of
@@ -78,7 +85,7 @@ NarrowTmaMaps narrow_tma_maps(gqla_dtype cache, const PoolView& k1, const PoolVi
 bool narrow_kernel_fits(const AttentionParams& p, int max_rows);
 // Swizzled K/V rows (instead of padded ones) are possible for these dims.
 bool narrow_can_swizzle(const AttentionParams& p);
-int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows);
+int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows, int warps = kNarrowWarps);
 // clusters: the device runs thread-block clusters (compute capability 9.0+).
 void prepare_narrow_kernels(int smem_optin, bool clusters);
 // Key/value widths the TmaBoxes layout also has kernels compiled for, which
@@ -89,7 +96,10 @@ enum class NarrowDims { Runtime = 0, K128V128 = 1, K192V128 = 2 };
 constexpr int kNarrowDimsCount = 3;
 // The compiled widths of p's keys and values, or Runtime.
 NarrowDims narrow_fixed_dims(const AttentionParams& p);
-int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes);
+// A wide-CTA kernel (kNarrowWideWarps) is compiled for this ring, layout and dims.
+bool narrow_wide_compiled(int slots, NarrowRows rows, NarrowDims dims);
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
+                         int warps = kNarrowWarps);
 // Most splits (CTAs) of a row block that merge in one cluster: the
 // non-portable Hopper limit; the host checks that each launch's cluster
 // shape fits (narrow_max_active_clusters).
@@ -98,11 +108,13 @@ constexpr int kMaxClusterSplits = 16;
 // merged in distributed shared memory: AttentionParams::cluster_merge) that
 // can be resident at once; 0 where none fits.
 int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
-                               int cluster_splits);
+                               int cluster_splits, int warps = kNarrowWarps);
 // maps: the layer's (read only by the TmaBoxes layout). p.cluster_merge:
-// launched with clusters of grid.z CTAs.
-void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, const AttentionParams& p,
-                             const NarrowTmaMaps& maps, dim3 grid, int smem_bytes, cudaStream_t stream);
+// launched with clusters of grid.z CTAs. warps: kNarrowWarps, or
+// kNarrowWideWarps where narrow_wide_compiled.
+void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int warps,
+                             const AttentionParams& p, const NarrowTmaMaps& maps, dim3 grid, int smem_bytes,
+                             cudaStream_t stream);
 
 // Scalar f32 kernel: any dtype (the f32 cache), any dims.
 constexpr int kSimtRows = 8;

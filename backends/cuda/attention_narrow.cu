@@ -11,7 +11,6 @@ namespace gqla::cuda {
 
 namespace {
 
-static_assert(kNarrowTokens == kNarrowTile, "narrow kernel constants");
 static_assert(kNarrowSlotsMin == 3 && kNarrowSlotsMax == 5, "instantiate every ring size below");
 
 template <typename T, NarrowRows ROWS, int DK = 0, int DV = 0>
@@ -38,7 +37,19 @@ const void* narrow_kernel_of(int slots, NarrowRows rows, NarrowDims dims) {
     return nullptr;
 }
 
-const void* narrow_kernel(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims = NarrowDims::Runtime) {
+template <typename T>
+const void* narrow_wide_kernel_of() {
+    return reinterpret_cast<const void*>(
+        &attention_narrow_kernel<T, kNarrowWideSlots, NarrowRows::TmaBoxes, 128, 128, kNarrowWideWarps>);
+}
+
+// Null for a wide CTA that is not compiled (narrow_wide_compiled).
+const void* narrow_kernel(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims = NarrowDims::Runtime,
+                          int warps = kNarrowWarps) {
+    if (warps != kNarrowWarps)
+        return !narrow_wide_compiled(slots, rows, dims) ? nullptr
+               : cache == GQLA_DTYPE_F16                ? narrow_wide_kernel_of<__half>()
+                                                        : narrow_wide_kernel_of<__nv_bfloat16>();
     return cache == GQLA_DTYPE_F16 ? narrow_kernel_of<__half>(slots, rows, dims)
                                    : narrow_kernel_of<__nv_bfloat16>(slots, rows, dims);
 }
@@ -88,29 +99,39 @@ NarrowDims narrow_fixed_dims(const AttentionParams& p) {
     return NarrowDims::Runtime;
 }
 
-int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows) {
-    return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, rows).bytes;
+int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows, int warps) {
+    return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, rows, warps).bytes;
+}
+
+// Wide CTAs hold 16 warps' rings: 3 slots of 16 rows x 128 columns fill 192
+// KiB, which is where they pay (one CTA per SM in either case).
+bool narrow_wide_compiled(int slots, NarrowRows rows, NarrowDims dims) {
+    return slots == kNarrowWideSlots && rows == NarrowRows::TmaBoxes && dims == NarrowDims::K128V128;
 }
 
 void prepare_narrow_kernels(int smem_optin, bool clusters) {
+    auto prepare = [&](const void* kernel) {
+        if (!kernel) return;  // a wide CTA that is not compiled
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
+                   "cudaFuncSetAttribute(attention_narrow_kernel)");
+        // Clusters of up to 16 splits (8 is the portable limit).
+        if (clusters)
+            check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                       "cudaFuncSetAttribute(attention_narrow_kernel, non-portable clusters)");
+    };
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
         for (int st = kNarrowSlotsMin; st <= kNarrowSlotsMax; ++st)
             for (NarrowRows rows : {NarrowRows::Padded, NarrowRows::Swizzled, NarrowRows::TmaBoxes})
-                for (int dims = 0; dims < kNarrowDimsCount; ++dims) {
-                    const void* kernel = narrow_kernel(t, st, rows, static_cast<NarrowDims>(dims));
-                    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
-                               "cudaFuncSetAttribute(attention_narrow_kernel)");
-                    // Clusters of up to 16 splits (8 is the portable limit).
-                    if (clusters)
-                        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-                                   "cudaFuncSetAttribute(attention_narrow_kernel, non-portable clusters)");
-                }
+                for (int dims = 0; dims < kNarrowDimsCount; ++dims)
+                    for (int warps : {kNarrowWarps, kNarrowWideWarps})
+                        prepare(narrow_kernel(t, st, rows, static_cast<NarrowDims>(dims), warps));
 }
 
-int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes) {
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes, int warps) {
+    const void* kernel = narrow_kernel(cache, slots, rows, dims, warps);
+    if (!kernel) return 0;
     int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, narrow_kernel(cache, slots, rows, dims), kNarrowWarps * 32,
-                                                             smem_bytes),
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, smem_bytes),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor(narrow)");
     return n;
 }
@@ -119,10 +140,11 @@ namespace {
 
 // Launch shape of the narrow kernel; with split_cluster, the splits of a row
 // block (grid.z) form one thread-block cluster (attr is the storage).
-cudaLaunchConfig_t narrow_launch_config(dim3 grid, int smem_bytes, bool split_cluster, cudaLaunchAttribute* attr) {
+cudaLaunchConfig_t narrow_launch_config(dim3 grid, int warps, int smem_bytes, bool split_cluster,
+                                        cudaLaunchAttribute* attr) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
-    cfg.blockDim = dim3(kNarrowWarps * 32);
+    cfg.blockDim = dim3(static_cast<unsigned>(warps * 32));
     cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
     if (split_cluster) {
         *attr = cudaLaunchAttribute{};
@@ -139,31 +161,37 @@ cudaLaunchConfig_t narrow_launch_config(dim3 grid, int smem_bytes, bool split_cl
 }  // namespace
 
 int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
-                               int cluster_splits) {
+                               int cluster_splits, int warps) {
+    const void* kernel = narrow_kernel(cache, slots, rows, dims, warps);
+    if (!kernel) return 0;
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg =
-        narrow_launch_config(dim3(1, 1, static_cast<unsigned>(cluster_splits)), smem_bytes, true, &attr);
+        narrow_launch_config(dim3(1, 1, static_cast<unsigned>(cluster_splits)), warps, smem_bytes, true, &attr);
     int n = 0;
     // An unschedulable cluster shape is an answer (0), not an error.
-    if (cudaOccupancyMaxActiveClusters(&n, narrow_kernel(cache, slots, rows, dims), &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
     return n;
 }
 
-void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, const AttentionParams& p,
-                             const NarrowTmaMaps& maps, dim3 grid, int smem_bytes, cudaStream_t stream) {
+void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int warps,
+                             const AttentionParams& p, const NarrowTmaMaps& maps, dim3 grid, int smem_bytes,
+                             cudaStream_t stream) {
     // A swizzled kernel on dims that cannot swizzle would address its slots
     // wrongly, and the TMA one needs the layer's maps: fall back, never misread.
+    // (Any split count is right for any tile: each CTA derives its range.)
     if (rows != NarrowRows::Padded && !narrow_can_swizzle(p)) rows = NarrowRows::Padded;
     if (rows == NarrowRows::TmaBoxes && !maps.valid) rows = NarrowRows::Swizzled;
     if (dims != narrow_fixed_dims(p)) dims = NarrowDims::Runtime;
+    if (!narrow_wide_compiled(slots, rows, dims)) warps = kNarrowWarps;
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
     cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = narrow_launch_config(grid, smem_bytes, p.cluster_merge != 0, &attr);
+    cudaLaunchConfig_t cfg = narrow_launch_config(grid, warps, smem_bytes, p.cluster_merge != 0, &attr);
     cfg.stream = stream;
-    check_cuda(cudaLaunchKernelExC(&cfg, narrow_kernel(cache, slots, rows, dims), args), "launch attention_narrow_kernel");
+    check_cuda(cudaLaunchKernelExC(&cfg, narrow_kernel(cache, slots, rows, dims, warps), args),
+               "launch attention_narrow_kernel");
 }
 
 }  // namespace gqla::cuda

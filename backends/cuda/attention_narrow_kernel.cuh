@@ -13,9 +13,12 @@
 // transposes, in registers. Per 16 tokens x 128 dims: 8 + 8 MMAs, half of the
 // 16-row formulation, and half the accumulator registers to rescale.
 //
-// Work split: each warp owns 16 of every 64 tokens and streams them through
-// its own ring of R cp.async slots (no CTA barrier per tile); warps merge
-// their (m, l, O) once at the end. A slot holds half a chunk: the K rows or
+// Work split: each warp owns 16 of every 16 NW tokens and streams them
+// through its own ring of R cp.async slots (no CTA barrier per tile); warps
+// merge their (m, l, O) once at the end. NW is 4 (several CTAs per SM), or
+// 16 in wide CTAs (one per SM, 128-wide keys and values, 3 slots): there
+// the warps of an SM share a row block's tokens and merge them in shared
+// memory, so a grid of about one row block per SM needs no combine pass. A slot holds half a chunk: the K rows or
 // the V rows of 16 tokens, so a slot frees as soon as its product is done
 // and the ring keeps R - 1 halves in flight for the price of R. Three slots
 // keep a chunk in flight with a quarter less shared memory than two whole
@@ -40,8 +43,6 @@
 
 namespace gqla::cuda {
 
-constexpr int kNarrowWarps = 4;
-constexpr int kNarrowTile = 16 * kNarrowWarps;  // tokens per CTA step
 constexpr int kNarrowMaxDk = 256;
 constexpr int kNarrowMaxDv = 128;
 
@@ -62,7 +63,7 @@ __host__ __device__ inline bool narrow_can_swizzle(int dk, int dv) { return dk %
 
 // TmaBoxes also needs the first key part's width a multiple of 64 (its
 // boxes and the second part's must not share a column group).
-__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots, NarrowRows rows) {
+__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots, NarrowRows rows, int warps) {
     NarrowLayout L{};
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     L.swizzle = rows != NarrowRows::Padded && narrow_can_swizzle(dk, dv);
@@ -80,14 +81,14 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
     // stores of a warp (rows 2fc, 2fc + 1; columns fr + 16i) hit distinct banks.
     L.o_off = 0;
     L.o_stride = dv16 + 4;
-    const int kv_bytes = kNarrowWarps * L.warp_bytes, o_bytes = (kNarrowWarps + 1) * kNarrowRows * L.o_stride * 4;
+    const int kv_bytes = warps * L.warp_bytes, o_bytes = (warps + 1) * kNarrowRows * L.o_stride * 4;
     L.f_off = (kv_bytes > o_bytes ? kv_bytes : o_bytes);
     // Row maxima and sums per warp and per row, then each row's output offset (int64).
-    L.bar_off = L.f_off + (2 * kNarrowWarps * kNarrowRows + 2 * kNarrowRows) * 4 + kNarrowRows * 8;  // a multiple of 8
+    L.bar_off = L.f_off + (2 * warps * kNarrowRows + 2 * kNarrowRows) * 4 + kNarrowRows * 8;  // a multiple of 8
     L.bytes = L.bar_off;
     // Boxes: one mbarrier per slot, and slack to align the base to the
     // 1024-byte period of the 128B swizzle (slots are multiples of 2 KiB).
-    if (L.boxes) L.bytes += kNarrowWarps * slots * 8 + 1024;
+    if (L.boxes) L.bytes += warps * slots * 8 + 1024;
     return L;
 }
 
@@ -95,13 +96,15 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
 // what 128-wide rows fit in shared memory; deeper rings fit 3 at most. The
 // copy layouts state no minimum (0): an explicit 1 let ptxas spend more
 // registers (the swizzled 3-slot ring 164 -> 180, 3 -> 2 CTAs per SM).
+// 16-warp CTAs (one per SM) get the same 128 registers per thread.
 // DK, DV: key and value widths known at compile time (NarrowDims): the step
 // loops lose their guards, the layout's offsets become immediates and the
 // unused query fragments their registers. 0: widths read from the launch.
-template <typename T, int R, NarrowRows ROWS, int DK = 0, int DV = 0>
-__global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxes ? (R == 3 ? 4 : 3) : 0)
+// NW: warps per CTA (kNarrowWarps, or kNarrowWideWarps for wide CTAs).
+template <typename T, int R, NarrowRows ROWS, int DK = 0, int DV = 0, int NW = kNarrowWarps>
+__global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == NarrowRows::TmaBoxes ? (R == 3 ? 4 : 3) : 0)
     attention_narrow_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ NarrowTmaMaps maps) {
-    constexpr int NW = kNarrowWarps, NT = NW * 32, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
+    constexpr int NT = NW * 32, TILE = 16 * NW, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
     constexpr bool SWZ = ROWS != NarrowRows::Padded, TMA = ROWS == NarrowRows::TmaBoxes;
     constexpr int BLOCK = TMA ? 16 * 64 : 64;  // NarrowLayout::block
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -109,21 +112,21 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
     const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = DK ? DK : dk1 + dk2, dv = DV ? DV : p.v.dim;
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     const int k_steps = dk16 / 16, v_tiles = dv16 / 16;
-    const NarrowLayout L = narrow_layout(dk, dv, R, ROWS);
+    const NarrowLayout L = narrow_layout(dk, dv, R, ROWS, NW);
     float* sWarpO = reinterpret_cast<float*>(smem + L.o_off);  // [NW][kNarrowRows][o_stride]
     float* sO = sWarpO + NW * kNarrowRows * L.o_stride;          // merged, for the cluster merge
     float* sWarpM = reinterpret_cast<float*>(smem + L.f_off);
     float* sWarpL = sWarpM + NW * kNarrowRows;
     float* sRowL = sWarpL + NW * kNarrowRows;
     float* sRowM = sRowL + kNarrowRows;
-    int64_t* sRowOut = reinterpret_cast<int64_t*>(sRowM + kNarrowRows);  // 8-byte aligned: f_off + 320
+    int64_t* sRowOut = reinterpret_cast<int64_t*>(sRowM + kNarrowRows);  // 8-byte aligned: f_off + 64 (NW + 1)
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fr = lane >> 2, fc = lane & 3;  // fragment row / column pair of this lane
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar_off) + warp * R;  // TMA: slot i completes on bars[i]
     // grid.x = groups x row blocks: this CTA's rows are the group's rows
     // [row0, row0 + rows_here), kNarrowRows of them but in the group's last block.
-    const CtaWork w = cta_work(p, kNarrowRows, kNarrowTile);
+    const CtaWork w = cta_work(p, kNarrowRows, TILE);
     const int grp = w.g, b = w.b, split = w.split, length = w.length;
     const int row0 = w.rb * kNarrowRows, rows_here = min(kNarrowRows, p.rows - row0);
     // Group row -> (query token, head).
@@ -134,8 +137,8 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
 
     const bool aligned_pages = TMA || (p.page_size & 15) == 0;  // the host maps only such pages
     const int chunks = range.end - range.begin;
-    // This warp's chunk c covers tokens (range.begin + c) * 64 + warp * 16 + [0, 16).
-    auto chunk_first = [&](int c) { return (range.begin + c) * kNarrowTile + warp * 16; };
+    // This warp's chunk c covers tokens (range.begin + c) * TILE + warp * 16 + [0, 16).
+    auto chunk_first = [&](int c) { return (range.begin + c) * TILE + warp * 16; };
     // Aligned pages: the page id of the chunk (all lanes); otherwise lane r < 16
     // fetches the (page << 32 | slot) of row r. -1: nothing to read.
     auto fetch = [&](int c) -> int64_t {
@@ -441,22 +444,25 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, ROWS == NarrowRows::TmaBoxe
         for (int w = 0; w < NW; ++w) v += sWarpO[(w * kNarrowRows + m) * L.o_stride + col];
         return v;
     };
+    // Rows x columns spread over all threads (wide CTAs have more threads
+    // than a row has columns).
     if (p.cluster_merge) {  // the splits of this row block are the CTAs of one cluster
-        for (int m = 0; m < rows_here; ++m)
-            for (int col = tid; col < dv; col += NT) sO[m * L.o_stride + col] = merged(m, col);
+        for (int e = tid; e < rows_here * dv; e += NT) {
+            const int m = e / dv, col = e - m * dv;
+            sO[m * L.o_stride + col] = merged(m, col);
+        }
         merge_splits_in_cluster(p, rows_here, dv, L.o_stride, sO, sRowM, sRowL, sRowOut, [&](int r) {
             return lse_index(p, b, query_of(r), head_of(r));
         });
         return;
     }
-    for (int m = 0; m < rows_here; ++m) {
+    for (int e = tid; e < rows_here * dv; e += NT) {
+        const int m = e / dv, col = e - m * dv;
         const float l = sRowL[m];
-        const int64_t out = sRowOut[m];
-        for (int col = tid; col < dv; col += NT) {
-            const float v = l > 0.f ? merged(m, col) / l : 0.f;
-            if (p.num_splits == 1) store_elem(p.o, p.o_dtype, out + col, v);
-            else p.part_o[out + col] = v;
-        }
+        const int64_t out = sRowOut[m] + col;
+        const float v = l > 0.f ? merged(m, col) / l : 0.f;
+        if (p.num_splits == 1) store_elem(p.o, p.o_dtype, out, v);
+        else p.part_o[out] = v;
     }
     if (tid < rows_here) write_row_lse(p, split, b, query_of(tid), head_of(tid), sRowM[tid], sRowL[tid]);
 }

@@ -100,7 +100,9 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         const int64_t base_ctas = static_cast<int64_t>(nb) * groups * row_blocks;
         AttentionPlan plan = base_plan;
         fit_small_launch(s, p, base_ctas, &plan);
-        p.num_splits = choose_splits(s, plan, base_ctas, max_len, split_cap);
+        int splits = choose_splits(s, plan, base_ctas, max_len, split_cap);
+        fit_wide_ctas(s, p, base_ctas, max_len, split_cap, &plan, &splits);
+        p.num_splits = splits;
         p.cluster_merge = cluster_merge_fits(s, plan, base_ctas, p.num_splits) ? 1 : 0;
         dim3 grid(groups * row_blocks, nb, p.num_splits);
         if (s.trace)
@@ -112,8 +114,9 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
                                 s.latent_maps.empty() ? LatentTmaMaps{} : s.latent_maps[static_cast<size_t>(a.layer)],
                                 grid, s.stream);
         else if (plan.narrow)
-            launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.narrow_rows, plan.narrow_dims, p,
-                                    narrow_maps ? *narrow_maps : NarrowTmaMaps{}, grid, plan.smem_bytes, s.stream);
+            launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.narrow_rows, plan.narrow_dims,
+                                    plan.narrow_warps, p, narrow_maps ? *narrow_maps : NarrowTmaMaps{}, grid,
+                                    plan.smem_bytes, s.stream);
         else if (plan.per_warp) launch_attention_warp(s.desc.cache_dtype, plan.stages, p, grid, plan.smem_bytes, s.stream);
         else if (plan.simt) launch_attention_simt(p, grid, plan.smem_bytes, s.stream);
         else launch_attention_mma(plan.variant, s.desc.cache_dtype, p, grid, plan.smem_bytes, s.stream);

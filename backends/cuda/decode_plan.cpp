@@ -12,10 +12,11 @@ namespace {
 
 // Occupancy slots: 0..2 tensor-core variants, 3 SIMT, 4..6 per-warp by
 // depth, 7..15 narrow: one run of ring sizes per row layout (padded,
-// swizzled, TMA boxes, in NarrowRows order).
+// swizzled, TMA boxes, in NarrowRows order); 16 the narrow kernel's wide CTAs.
 constexpr int kSimtSlot = 3, kWarpSlot0 = 4, kNarrowSlot0 = 7;
 constexpr int kNarrowRingSizes = kNarrowSlotsMax - kNarrowSlotsMin + 1;
-static_assert(kNarrowSlot0 + 3 * kNarrowRingSizes == Session::kOccupancySlots, "occupancy slots");
+constexpr int kNarrowWideSlot = kNarrowSlot0 + 3 * kNarrowRingSizes;
+static_assert(kNarrowWideSlot + 1 == Session::kOccupancySlots, "occupancy slots");
 
 constexpr int narrow_slot(NarrowRows rows, int slots) {
     return kNarrowSlot0 + static_cast<int>(rows) * kNarrowRingSizes + slots - kNarrowSlotsMin;
@@ -27,7 +28,9 @@ int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int sm
     Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
     if (o.smem != smem || o.dims != dims) {
         const int narrow = variant_index - kNarrowSlot0;
-        o.blocks = narrow >= 0 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + narrow % kNarrowRingSizes,
+        o.blocks = variant_index == kNarrowWideSlot
+                       ? narrow_blocks_per_sm(cache, kNarrowWideSlots, NarrowRows::TmaBoxes, dims, smem, kNarrowWideWarps)
+                   : narrow >= 0 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + narrow % kNarrowRingSizes,
                                                       static_cast<NarrowRows>(narrow / kNarrowRingSizes), dims, smem)
                    : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
                    : simt ? simt_blocks_per_sm(smem)
@@ -71,6 +74,7 @@ const char* kernel_name(const AttentionPlan& plan) {
     if (plan.narrow) {
         if (plan.narrow_rows == NarrowRows::Padded) return "narrow";
         if (plan.narrow_rows == NarrowRows::Swizzled) return "narrow-swizzled";
+        if (plan.narrow_warps != kNarrowWarps) return "narrow-tma-128/128-wide";
         return plan.narrow_dims == NarrowDims::K128V128   ? "narrow-tma-128/128"
                : plan.narrow_dims == NarrowDims::K192V128 ? "narrow-tma-192/128"
                                                           : "narrow-tma";
@@ -120,7 +124,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
             }
             plan.narrow = true;
             plan.rows_per_cta = kNarrowRows;
-            plan.tile_tokens = kNarrowTokens;
+            plan.tile_tokens = narrow_step_tokens(kNarrowWarps);
             return plan;
         }
     }
@@ -184,7 +188,8 @@ void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, A
     plan->blocks_per_sm = kCtasPerSm;  // what the splits fill, not what fits
 }
 
-int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap) {
+int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap,
+                  double* cost_out) {
     const int64_t slots = static_cast<int64_t>(s.sm_count) * plan.blocks_per_sm;
     const int64_t tiles = std::max<int64_t>(1, (max_len + plan.tile_tokens - 1) / plan.tile_tokens);
     const int64_t cap = std::max<int64_t>(1, std::min<int64_t>({split_cap, kMaxSplits, tiles}));
@@ -204,7 +209,41 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
                                                                     : kCombineCost);
         if (cost < best_cost) { best_cost = cost; best = static_cast<int>(sp); }
     }
+    if (cost_out) *cost_out = best_cost;
     return best;
+}
+
+void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int64_t max_len, int split_cap,
+                   AttentionPlan* plan, int* splits) {
+    if (s.narrow_wide == 0 || !plan->narrow || s.pinned_stages != 0 ||
+        !narrow_wide_compiled(kNarrowWideSlots, plan->narrow_rows, plan->narrow_dims))
+        return;
+    AttentionPlan wide = *plan;
+    wide.narrow_warps = kNarrowWideWarps;
+    wide.stages = kNarrowWideSlots;
+    wide.tile_tokens = narrow_step_tokens(kNarrowWideWarps);
+    wide.smem_bytes = narrow_smem_bytes(p, kNarrowWideSlots, NarrowRows::TmaBoxes, kNarrowWideWarps);
+    if (wide.smem_bytes > s.smem_optin ||
+        cached_blocks_per_sm(s, kNarrowWideSlot, s.desc.cache_dtype, wide.smem_bytes, false, wide.narrow_dims) < 1)
+        return;
+    wide.blocks_per_sm = 1;
+    // Both costs count one warp's 16-token chunks; a wide CTA's step is one
+    // chunk per warp, like a 4-warp CTA's.
+    double cost = 0.0, wide_cost = 0.0;
+    choose_splits(s, *plan, base_ctas, max_len, split_cap, &cost);
+    const int wide_splits = choose_splits(s, wide, base_ctas, max_len, split_cap, &wide_cost);
+    // Only unsplit, in one wave filling nine tenths of the SMs or more. Graph
+    // us on the H200 (bf16, page 64), wide CTAs forced / 4-warp CTAs as
+    // planned: LLaMA-3-8B-GQLA GQA path B=16 T=4096 (128 row blocks) 55.4 /
+    // 58.5 (4 splits and the combine pass); but where the wide CTAs split
+    // too, GQA 32/8 B=1 T=32768 41.4, 41.4 / 39.8, 40.0 (16 against 32
+    // splits), B=4 T=16384 70.7, 70.9 / 69.2, 68.9, B=1 T=1024 9.0, 9.0 /
+    // 8.4, 8.3; and B=64 T=4096 (four waves) 250.1, 250.2 / 250.1, 247.5.
+    const bool one_unsplit_wave = wide_splits == 1 && base_ctas <= s.sm_count && base_ctas * 10 >= s.sm_count * 9;
+    if (s.narrow_wide == 1 || (one_unsplit_wave && wide_cost < cost)) {
+        *plan = wide;
+        *splits = wide_splits;
+    }
 }
 
 bool cluster_merge_pays(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t splits) {
@@ -221,13 +260,14 @@ bool cluster_merge_pays(const Session& s, const AttentionPlan& plan, int64_t bas
 
 bool cluster_merge_fits(Session& s, const AttentionPlan& plan, int64_t base_ctas, int splits) {
     if (!cluster_merge_pays(s, plan, base_ctas, splits)) return false;
-    const std::array<int, 6> key = {static_cast<int>(s.desc.cache_dtype), plan.stages, static_cast<int>(plan.narrow_rows),
-                                    static_cast<int>(plan.narrow_dims), plan.smem_bytes, splits};
+    const std::array<int, 7> key = {static_cast<int>(s.desc.cache_dtype), plan.stages, static_cast<int>(plan.narrow_rows),
+                                    static_cast<int>(plan.narrow_dims), plan.narrow_warps, plan.smem_bytes, splits};
     auto it = s.cluster_fits.find(key);
     if (it == s.cluster_fits.end())
         it = s.cluster_fits
                  .emplace(key, narrow_max_active_clusters(s.desc.cache_dtype, plan.stages, plan.narrow_rows,
-                                                          plan.narrow_dims, plan.smem_bytes, splits) > 0)
+                                                          plan.narrow_dims, plan.smem_bytes, splits,
+                                                          plan.narrow_warps) > 0)
                  .first;
     return it->second;
 }

@@ -14,6 +14,7 @@ struct AttentionPlan {
     bool narrow = false;
     NarrowRows narrow_rows = NarrowRows::Padded;  // narrow kernel: how K/V rows sit in its slots
     NarrowDims narrow_dims = NarrowDims::Runtime;  // narrow kernel, TmaBoxes: compiled key/value widths
+    int narrow_warps = kNarrowWarps;               // narrow kernel: warps per CTA (kNarrowWideWarps: wide CTAs)
     bool latent_wgmma = false;  // absorb path on Hopper warpgroup MMAs
     int stages = 0;  // per-warp kernel: K/V chunks buffered per warp; narrow: K/V half-chunk slots
     MmaVariant variant = MmaVariant::Small;
@@ -40,8 +41,20 @@ void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, A
 // Splits for a launch of base_ctas CTAs (before splitting) over sequences of
 // up to max_len tokens; at most split_cap. Splits that merge in a
 // thread-block cluster (cluster_merge_pays) are charged less than the
-// combine pass.
-int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap);
+// combine pass. cost (optional): the chosen count's, in the time one warp
+// takes for one 16-token chunk of its tokens.
+int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap,
+                  double* cost = nullptr);
+
+// A narrow-kernel launch of 128-wide keys and values on TMA boxes takes
+// wide CTAs (16 warps, one per SM) instead where its row blocks fill nine
+// tenths of the SMs or more, but not all of their 4-warp CTAs' slots: one
+// unsplit wave of wide CTAs, merged in shared memory, replaces split CTAs
+// and the combine pass. GQLA_CUDA_NARROW_WIDE=0 never takes them, =1
+// wherever they are compiled, with their own split count (tests). *splits:
+// plan's, replaced with the wide plan's.
+void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int64_t max_len, int split_cap,
+                   AttentionPlan* plan, int* splits);
 
 // The launch's splits (2..kMaxClusterSplits of a row block) should merge
 // inside a thread-block cluster instead of the combine pass: the plan's

@@ -102,6 +102,8 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     s->use_narrow_kernel = knob_on("GQLA_CUDA_NARROW_KERNEL");
     const char* swizzle = std::getenv("GQLA_CUDA_NARROW_SWIZZLE");
     if (swizzle && *swizzle) s->narrow_swizzle = *swizzle == '0' ? 0 : 1;
+    const char* wide = std::getenv("GQLA_CUDA_NARROW_WIDE");
+    if (wide && *wide) s->narrow_wide = *wide == '0' ? 0 : 1;
     const char* stages = std::getenv("GQLA_CUDA_STAGES");
     if (stages && *stages) s->pinned_stages = std::clamp(std::atoi(stages), 2, 5);
     const char* narrow_rows = std::getenv("GQLA_CUDA_NARROW_MAX_ROWS");

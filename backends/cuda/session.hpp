@@ -57,9 +57,9 @@ struct Session {
     // Narrow kernel: up to kMaxClusterSplits splits of a row block merge in
     // a thread-block cluster instead of the combine pass (cc 9.0+; off:
     // GQLA_CUDA_CLUSTER_MERGE=0). Whether a cluster shape fits, by
-    // (dtype, ring slots, row layout, dims, shared memory, splits).
+    // (dtype, ring slots, row layout, dims, warps, shared memory, splits).
     bool use_cluster_merge = false;
-    std::map<std::array<int, 6>, bool> cluster_fits;
+    std::map<std::array<int, 7>, bool> cluster_fits;
     DeviceBuffer q_nope, q_att, o_att, o_proj;         // absorb path
 
     // Expansion workspace (latent rows in, expanded rows out), chunked.
@@ -76,7 +76,7 @@ struct Session {
     // Per-variant occupancy, cached by shared-memory size (slot numbering:
     // decode_plan.cpp).
     struct Occupancy { int smem = -1; NarrowDims dims = NarrowDims::Runtime; int blocks = 0; };
-    static constexpr int kOccupancySlots = 16;
+    static constexpr int kOccupancySlots = 17;
     Occupancy occupancy[kOccupancySlots][2];
     // Tuning/debug knobs: GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0
     // / GQLA_CUDA_LATENT_WGMMA=0 turn those kernels off; GQLA_CUDA_STAGES=n pins their depth (0: planned).
@@ -88,6 +88,7 @@ struct Session {
     std::vector<LatentTmaMaps> latent_maps;
     int pinned_stages = 0;
     int narrow_swizzle = -1;  // GQLA_CUDA_NARROW_SWIZZLE: -1 planned, 0 padded rows, 1 swizzled where the dims allow
+    int narrow_wide = -1;     // GQLA_CUDA_NARROW_WIDE: -1 planned, 0 never, 1 wherever compiled (fit_wide_ctas)
     // Most rows per group (n_rep * s_q) the narrow kernel takes, 8 per CTA
     // (GQLA_CUDA_NARROW_MAX_ROWS, >= 8; 8 leaves larger groups to the 16-row kernels).
     int narrow_max_rows = kNarrowMaxRowsDefault;

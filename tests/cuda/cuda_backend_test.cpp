@@ -11,6 +11,8 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "core/dtype.hpp"
 #include "core/reference.hpp"
@@ -304,10 +306,18 @@ void test_causal_rule() {
     }
 }
 
-const char* only = nullptr;  // argv[1]: run only the cases whose name contains it
+// argv[1]: run only the cases whose name contains one of its comma-separated parts.
+std::vector<std::string> only;
+
+bool selected(const char* name) {
+    if (only.empty()) return true;
+    for (const std::string& part : only)
+        if (std::strstr(name, part.c_str())) return true;
+    return false;
+}
 
 void run(const char* name, const std::function<void()>& f) {
-    if (only && !std::strstr(name, only)) return;
+    if (!selected(name)) return;
     try {
         f();
     } catch (const std::exception& e) {
@@ -319,7 +329,14 @@ void run(const char* name, const std::function<void()>& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc > 1) only = argv[1];
+    if (argc > 1) {
+        std::string parts = argv[1];
+        for (size_t at = 0; at <= parts.size();) {
+            const size_t end = std::min(parts.find(',', at), parts.size());
+            if (end > at) only.push_back(parts.substr(at, end - at));
+            at = end + 1;
+        }
+    }
     const gqla_backend_vtable* vt = gqla_cuda_backend_get(GQLA_BACKEND_ABI_VERSION);
     int32_t n = 0;
     if (!vt || vt->device_count(&n) != GQLA_OK || n == 0) {
