@@ -5,6 +5,7 @@
 #include "attention_kernels.hpp"
 #include "attention_narrow_kernel.cuh"
 #include "cuda_status.hpp"
+#include "launch_config.hpp"
 #include "tensor_maps.hpp"
 
 namespace gqla::cuda {
@@ -142,20 +143,7 @@ namespace {
 // block (grid.z) form one thread-block cluster (attr is the storage).
 cudaLaunchConfig_t narrow_launch_config(dim3 grid, int warps, int smem_bytes, bool split_cluster,
                                         cudaLaunchAttribute* attr) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(static_cast<unsigned>(warps * 32));
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
-    if (split_cluster) {
-        *attr = cudaLaunchAttribute{};
-        attr->id = cudaLaunchAttributeClusterDimension;
-        attr->val.clusterDim.x = 1;
-        attr->val.clusterDim.y = 1;
-        attr->val.clusterDim.z = grid.z;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-    }
-    return cfg;
+    return split_launch_config(grid, dim3(static_cast<unsigned>(warps * 32)), smem_bytes, split_cluster, attr);
 }
 
 }  // namespace

@@ -253,13 +253,18 @@ bool cluster_merge_pays(const Session& s, const AttentionPlan& plan, int64_t bas
     // GQA 32/8 B=1 T=1024, 128 of 264 slots, 9.0 / 9.7; B=4 T=16384, 256 of
     // 264, 73.7 / 70.1; LLaMA-3-8B-GQLA GQA path B=16, 512 of 528, 75.3 /
     // 60.1. So only grids that leave half the slots free.
+    if (!s.use_cluster_merge || splits < 2) return false;
+    // The latent kernel (one CTA per SM) merges where every cluster of the
+    // launch is resident at once.
+    if (plan.latent_wgmma)
+        return splits <= kMaxLatentClusterSplits && base_ctas <= s.latent_clusters[static_cast<size_t>(splits)];
     const int64_t slots = static_cast<int64_t>(s.sm_count) * plan.blocks_per_sm;
-    return s.use_cluster_merge && plan.narrow && splits >= 2 && splits <= kMaxClusterSplits &&
-           2 * base_ctas * splits <= slots;
+    return plan.narrow && splits <= kMaxClusterSplits && 2 * base_ctas * splits <= slots;
 }
 
 bool cluster_merge_fits(Session& s, const AttentionPlan& plan, int64_t base_ctas, int splits) {
     if (!cluster_merge_pays(s, plan, base_ctas, splits)) return false;
+    if (plan.latent_wgmma) return true;  // pays: every cluster fits
     const std::array<int, 7> key = {static_cast<int>(s.desc.cache_dtype), plan.stages, static_cast<int>(plan.narrow_rows),
                                     static_cast<int>(plan.narrow_dims), plan.narrow_warps, plan.smem_bytes, splits};
     auto it = s.cluster_fits.find(key);

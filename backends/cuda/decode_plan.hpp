@@ -56,9 +56,11 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
 void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int64_t max_len, int split_cap,
                    AttentionPlan* plan, int* splits);
 
-// The launch's splits (2..kMaxClusterSplits of a row block) should merge
+// The launch's splits (2..kMaxClusterSplits of a row block for the narrow
+// kernel, 2..kMaxLatentClusterSplits for the latent kernel) should merge
 // inside a thread-block cluster instead of the combine pass: the plan's
-// kernel can, the session allows it and the grid is small enough.
+// kernel can, the session allows it and the grid is small enough (narrow:
+// half the CTA slots; latent: every cluster resident at once).
 bool cluster_merge_pays(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t splits);
 // cluster_merge_pays, and such a cluster of the plan's kernel fits the GPU (cached).
 bool cluster_merge_fits(Session& s, const AttentionPlan& plan, int64_t base_ctas, int splits);

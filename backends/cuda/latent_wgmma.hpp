@@ -22,6 +22,10 @@ constexpr int kLatentThreads = 384;  // three warpgroups: scores + softmax, and 
 // 64 columns x box_rows token rows. box_rows == 0: the kernel copies every
 // tile instead. Encoded once per layer at session creation (the pools never
 // move), passed to each launch by value.
+// Most splits of a row block that merge in one thread-block cluster (the
+// portable limit; AttentionParams::cluster_merge).
+constexpr int kMaxLatentClusterSplits = 8;
+
 struct LatentTmaMaps {  // CUtensorMap carries its own 64-byte alignment
     CUtensorMap latent;
     CUtensorMap rope;
@@ -43,6 +47,10 @@ void prepare_latent_wgmma_kernel();
 // rules TMA out.
 LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const PoolView& rope, int page_size,
                               int64_t pool_rows);
+// Clusters of cluster_splits CTAs (one row block's splits) that can be
+// resident at once; 0 where none fits.
+int latent_wgmma_max_active_clusters(gqla_dtype cache, int cluster_splits);
+// p.cluster_merge: launched with clusters of grid.z CTAs.
 void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
                          cudaStream_t stream);
 #else
@@ -52,6 +60,7 @@ inline bool latent_wgmma_fits(const AttentionParams&) { return false; }
 inline int latent_wgmma_smem_bytes() { return 0; }
 inline void prepare_latent_wgmma_kernel() {}
 inline LatentTmaMaps latent_tma_maps(gqla_dtype, const PoolView&, const PoolView&, int, int64_t) { return {}; }
+inline int latent_wgmma_max_active_clusters(gqla_dtype, int) { return 0; }
 inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, const LatentTmaMaps&, dim3, cudaStream_t) {}
 #endif
 

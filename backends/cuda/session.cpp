@@ -128,6 +128,9 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     s->use_latent_wgmma = knob_on("GQLA_CUDA_LATENT_WGMMA") && latent_wgmma_available(cc_major, cc_minor) &&
                           s->smem_optin >= latent_wgmma_smem_bytes();
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
+    if (s->use_latent_wgmma && s->use_cluster_merge)
+        for (int n = 2; n <= kMaxLatentClusterSplits; ++n)
+            s->latent_clusters[static_cast<size_t>(n)] = latent_wgmma_max_active_clusters(d.cache_dtype, n);
 
     // Work goes to the legacy default stream until set_stream: it orders with
     // the caller's default-stream work (e.g. a framework producing q) for free.

@@ -85,6 +85,9 @@ struct Session {
     // sm_90a latent kernel for the absorb path (off: GQLA_CUDA_LATENT_WGMMA=0)
     // and its per-layer TMA maps (empty, i.e. copies only: GQLA_CUDA_LATENT_TMA=0).
     bool use_latent_wgmma = false;
+    // Its clusters of n splits (2..kMaxLatentClusterSplits) resident at once,
+    // where use_cluster_merge (cluster_merge_pays).
+    std::array<int, kMaxLatentClusterSplits + 1> latent_clusters{};
     std::vector<LatentTmaMaps> latent_maps;
     int pinned_stages = 0;
     int narrow_swizzle = -1;  // GQLA_CUDA_NARROW_SWIZZLE: -1 planned, 0 padded rows, 1 swizzled where the dims allow

@@ -375,6 +375,13 @@ int main(int argc, char** argv) {
         run_t("gqla odd", [&] { test_gqla(t, 6, 2, 384, 96, 32, 80, 63, {1, 64, 65, 900}); });
         run_t("gqla mla", [&] { test_gqla(t, 16, 16, 512, 128, 64, 128, 64, {5, 700, 2000}); });
         run_t("gqla 32/8", [&] { test_gqla(t, 32, 8, 512, 64, 64, 128, 64, {3, 1500}); });
+        // 15 sequences: the latent kernel's 2-8 splits of a row block merge
+        // inside a thread-block cluster (Hopper), as at H=32, B=64.
+        run_t("gqla batch", [&] {
+            std::vector<int64_t> lengths;
+            for (int i = 0; i < 15; ++i) lengths.push_back(150 + 37 * i);
+            test_gqla(t, 32, 8, 512, 64, 64, 128, 64, lengths);
+        });
         // Latent kernel shapes with pages that cut its 64-token tiles (37: no
         // TMA box fits, copies; 16: one TMA box per page; 128: two tiles per
         // page), a partial second row block (72 heads) and the DeepSeek-V3

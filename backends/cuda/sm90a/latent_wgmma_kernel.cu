@@ -27,11 +27,18 @@
 //   OUT        WG1 <-> WG2     normalised output rows staged for the stores
 // Partial outputs and log2-sum-exp go through write_output/write_row_lse, so
 // the split combine kernel and the output addressing are the common ones.
+// With p.cluster_merge the 2-8 splits of a row block are the CTAs of one
+// cluster: each keeps its normalised rows in shared memory and the cluster
+// merges them through distributed shared memory (merge_split_rows), writing
+// the output and lse directly, with no partial rows and no combine pass.
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 #include "../attention_common.cuh"
 #include "../cuda_status.hpp"
 #include "../latent_wgmma.hpp"
+#include "../launch_config.hpp"
 #include "../tensor_maps.hpp"
 #include "../tma_primitives.cuh"
 #include "wgmma_primitives.cuh"
@@ -55,6 +62,10 @@ constexpr int kBarOff = kXOff + 4 * 64 * 4;       // one mbarrier per stage
 constexpr int kSmemUsed = kBarOff + kStages * 8;
 constexpr int kSmemBytes = kSmemUsed + 1024;        // slack to align the base to the swizzle period
 constexpr int kWgThreads = 128;
+// Split merge in a cluster: the staged rows [64][512] f32 fill the first 128
+// KiB of the stages, its weights follow them.
+constexpr int kMergeScratchOff = kLatentRows * kLatentDim * 4;
+static_assert(kMergeScratchOff + kLatentRows * kMaxLatentClusterSplits * 4 <= kStages * kStageBytes, "merge scratch");
 static_assert(kLatentRows == 64 && kLatentTile == 64 && kLatentThreads == 3 * kWgThreads, "tiling constants");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 
@@ -65,10 +76,68 @@ constexpr int kBarPFree = 3;
 constexpr int kBarKEmpty = 4;
 constexpr int kBarOut = 5;  // WG1 + WG2: normalised rows staged
 constexpr int kBarEnd = 6;  // all: products done, row max / sum written
+constexpr int kBarMerge = 7;  // all: cluster merge weights written
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
     return pack_pair(lo, hi, static_cast<T*>(nullptr));
+}
+
+// The splits of this row block are the CTAs of the cluster (rank = split);
+// each holds its rows normalised in sO [64][512] and their log2 max / sum in
+// sMax / sSum. Every thread of every CTA calls this: the CTA of rank r merges
+// rows r, r + splits, ... into p.o and p.lse. sW: 64 x kMaxLatentClusterSplits
+// floats of scratch.
+__device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int rb, int g, int b, const float* sO,
+                                                 const float* sMax, const float* sSum, float* sW) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every split's rows staged and visible cluster-wide
+    const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+    const int rows = min(kLatentRows, p.rows - rb * kLatentRows);
+    const int mine = rows > rank ? (rows - rank + splits - 1) / splits : 0;  // rows rank + splits * k
+    // Per row: each split's weight exp2(m_s - max) l_s over their sum, and the lse.
+    for (int k = threadIdx.x; k < mine; k += blockDim.x) {
+        const int m = rank + k * splits;
+        float ms[kMaxLatentClusterSplits], ls[kMaxLatentClusterSplits], mx = -INFINITY;
+#pragma unroll
+        for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp) {
+            if (sp < splits) {
+                ms[sp] = *cluster.map_shared_rank(sMax + m, sp);
+                ls[sp] = *cluster.map_shared_rank(sSum + m, sp);
+                mx = fmaxf(mx, ms[sp]);
+            }
+        }
+        float sum = 0.f;
+#pragma unroll
+        for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp) {
+            const float wgt = sp < splits && ms[sp] != -INFINITY ? exp2f(ms[sp] - mx) * ls[sp] : 0.f;
+            sW[k * kMaxLatentClusterSplits + sp] = wgt;
+            sum += wgt;
+        }
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+        for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp) sW[k * kMaxLatentClusterSplits + sp] *= inv;
+        const int mg = rb * kLatentRows + m;
+        const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+        if (p.lse) p.lse[lse_index(p, b, qi, h)] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+    }
+    named_barrier_sync(kBarMerge, kLatentThreads);  // the roles call this from different places
+    for (int e = threadIdx.x; e < mine * kLatentDim; e += blockDim.x) {
+        const int k = e / kLatentDim, c = e - k * kLatentDim, m = rank + k * splits;
+        float acc = 0.f;
+#pragma unroll
+        for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp)
+            if (sp < splits)
+                acc = fmaf(sW[k * kMaxLatentClusterSplits + sp], *cluster.map_shared_rank(sO + m * kLatentDim + c, sp),
+                           acc);
+        const int mg = rb * kLatentRows + m;
+        const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+        store_elem(p.o, p.o_dtype, row_offset(p.oa, b, qi, h) + c, acc);
+    }
+    cluster.sync();  // no CTA leaves while others still read its shared memory
+#endif
 }
 
 template <typename T>
@@ -302,6 +371,11 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             sSum[r0] = l0; sSum[r1] = l1;
         }
         named_barrier_sync(kBarEnd, kLatentThreads);  // row max / sum visible
+        if (p.cluster_merge) {
+            merge_split_rows(p, rb, g, b, reinterpret_cast<const float*>(sK), sMax, sSum,
+                             reinterpret_cast<float*>(sK + kMergeScratchOff));
+            return;
+        }
         const int mg0 = rb * kLatentRows + r0, mg1 = rb * kLatentRows + r1;
         if ((lane & 3) == 0) {
 #pragma unroll
@@ -375,6 +449,10 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             *reinterpret_cast<float2*>(sO + r1 * kLatentDim + c) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
         }
     }
+    if (p.cluster_merge) {
+        merge_split_rows(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff));
+        return;
+    }
     named_barrier_sync(kBarOut, 2 * kWgThreads);
     const int vtid = tid - kWgThreads;
     for (int m = 0; m < kLatentRows; ++m) {
@@ -433,12 +511,26 @@ LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const Po
     return maps;
 }
 
+int latent_wgmma_max_active_clusters(gqla_dtype cache, int cluster_splits) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = split_launch_config(dim3(1, 1, static_cast<unsigned>(cluster_splits)),
+                                                       dim3(kLatentThreads), kSmemBytes, true, &attr);
+    int n = 0;
+    // An unschedulable cluster shape is an answer (0), not an error.
+    if (cudaOccupancyMaxActiveClusters(&n, kernel_for(cache), &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
                          cudaStream_t stream) {
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<LatentTmaMaps*>(&maps)};
-    check_cuda(cudaLaunchKernel(kernel_for(cache), grid, dim3(kLatentThreads), args, static_cast<size_t>(kSmemBytes),
-                                stream),
-               "launch latent_wgmma_kernel");
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = split_launch_config(grid, dim3(kLatentThreads), kSmemBytes, p.cluster_merge != 0, &attr);
+    cfg.stream = stream;
+    check_cuda(cudaLaunchKernelExC(&cfg, kernel_for(cache), args), "launch latent_wgmma_kernel");
 }
 
 }  // namespace gqla::cuda
