@@ -18,11 +18,12 @@
 // merge their (m, l, O) once at the end. NW is 4 (several CTAs per SM), or
 // 16 in wide CTAs (one per SM, 128-wide keys and values, 3 slots): there
 // the warps of an SM share a row block's tokens and merge them in shared
-// memory, so a grid of about one row block per SM needs no combine pass. A slot holds half a chunk: the K rows or
-// the V rows of 16 tokens, so a slot frees as soon as its product is done
-// and the ring keeps R - 1 halves in flight for the price of R. Three slots
-// keep a chunk in flight with a quarter less shared memory than two whole
-// (K, V) stages, which lets 16 warps share an SM instead of 12.
+// memory, so a grid of about one row block per SM needs no combine pass.
+// A slot holds half a chunk: the K rows or the V rows of 16 tokens, so a
+// slot frees as soon as its product is done and the ring keeps R - 1 halves
+// in flight for the price of R. Three slots keep a chunk in flight with a
+// quarter less shared memory than two whole (K, V) stages, which lets 16
+// warps share an SM instead of 12.
 // When the page size is a multiple of 16, a warp's 16 tokens are 16
 // consecutive rows of one page, so the copy is a single base address plus
 // fixed offsets; otherwise each row is looked up.
