@@ -137,31 +137,11 @@ int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDim
     return n;
 }
 
-namespace {
-
-// Launch shape of the narrow kernel; with split_cluster, the splits of a row
-// block (grid.z) form one thread-block cluster (attr is the storage).
-cudaLaunchConfig_t narrow_launch_config(dim3 grid, int warps, int smem_bytes, bool split_cluster,
-                                        cudaLaunchAttribute* attr) {
-    return split_launch_config(grid, dim3(static_cast<unsigned>(warps * 32)), smem_bytes, split_cluster, attr);
-}
-
-}  // namespace
-
 int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
                                int cluster_splits, int warps) {
     const void* kernel = narrow_kernel(cache, slots, rows, dims, warps);
     if (!kernel) return 0;
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg =
-        narrow_launch_config(dim3(1, 1, static_cast<unsigned>(cluster_splits)), warps, smem_bytes, true, &attr);
-    int n = 0;
-    // An unschedulable cluster shape is an answer (0), not an error.
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return n;
+    return max_active_split_clusters(kernel, dim3(static_cast<unsigned>(warps * 32)), smem_bytes, cluster_splits);
 }
 
 void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int warps,
@@ -176,7 +156,8 @@ void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, Narro
     if (!narrow_wide_compiled(slots, rows, dims)) warps = kNarrowWarps;
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
     cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = narrow_launch_config(grid, warps, smem_bytes, p.cluster_merge != 0, &attr);
+    cudaLaunchConfig_t cfg =
+        split_launch_config(grid, dim3(static_cast<unsigned>(warps * 32)), smem_bytes, p.cluster_merge != 0, &attr);
     cfg.stream = stream;
     check_cuda(cudaLaunchKernelExC(&cfg, narrow_kernel(cache, slots, rows, dims, warps), args),
                "launch attention_narrow_kernel");

@@ -26,4 +26,19 @@ inline cudaLaunchConfig_t split_launch_config(dim3 grid, dim3 block, int smem_by
     return cfg;
 }
 
+// Clusters of cluster_splits CTAs of `kernel` (block threads, smem_bytes of
+// dynamic shared memory each) that can be resident at once; 0 where the
+// shape cannot be scheduled (an answer, not an error).
+inline int max_active_split_clusters(const void* kernel, dim3 block, int smem_bytes, int cluster_splits) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg =
+        split_launch_config(dim3(1, 1, static_cast<unsigned>(cluster_splits)), block, smem_bytes, true, &attr);
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 }  // namespace gqla::cuda

@@ -87,7 +87,10 @@ __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
 // each holds its rows normalised in sO [64][512] and their log2 max / sum in
 // sMax / sSum. Every thread of every CTA calls this: the CTA of rank r merges
 // rows r, r + splits, ... into p.o and p.lse. sW: 64 x kMaxLatentClusterSplits
-// floats of scratch.
+// floats of scratch. Not the narrow kernel's merge_splits_in_cluster, which
+// loads every split's max and sum for each element: with 64 x 512 elements
+// a row block (the narrow kernel has 8 x 128) that took 4-16 us longer on
+// the H200 at H=32, B=64, so here the weights are computed once per row.
 __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int rb, int g, int b, const float* sO,
                                                  const float* sMax, const float* sSum, float* sW) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -512,16 +515,7 @@ LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const Po
 }
 
 int latent_wgmma_max_active_clusters(gqla_dtype cache, int cluster_splits) {
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = split_launch_config(dim3(1, 1, static_cast<unsigned>(cluster_splits)),
-                                                       dim3(kLatentThreads), kSmemBytes, true, &attr);
-    int n = 0;
-    // An unschedulable cluster shape is an answer (0), not an error.
-    if (cudaOccupancyMaxActiveClusters(&n, kernel_for(cache), &cfg) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return n;
+    return max_active_split_clusters(kernel_for(cache), dim3(kLatentThreads), kSmemBytes, cluster_splits);
 }
 
 void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
