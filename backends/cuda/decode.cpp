@@ -84,7 +84,7 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
     const AttentionPlan base_plan = plan_attention(s, p, narrow_maps && narrow_maps->valid);
     const int row_blocks = (p.rows + base_plan.rows_per_cta - 1) / base_plan.rows_per_cta;
     const int64_t per_split_rows = static_cast<int64_t>(a.batch) * a.q_len * p.num_heads;
-    const int split_cap = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(s.max_splits, s.part_rows / per_split_rows)));
+    const int combine_cap = static_cast<int>(std::clamp<int64_t>(s.part_rows / per_split_rows, 1, kMaxSplits));
     p.part_o = s.part_o.get<float>();
     p.part_lse2 = s.part_lse2.get<float>();
     p.part_batch = a.batch;
@@ -100,8 +100,12 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         const int64_t base_ctas = static_cast<int64_t>(nb) * groups * row_blocks;
         AttentionPlan plan = base_plan;
         fit_small_launch(s, p, base_ctas, &plan);
-        int splits = choose_splits(s, plan, base_ctas, max_len, split_cap);
-        fit_wide_ctas(s, p, base_ctas, max_len, split_cap, &plan, &splits);
+        int splits = choose_splits(s, plan, base_ctas, max_len, combine_cap);
+        fit_wide_ctas(s, p, base_ctas, max_len, combine_cap, &plan, &splits);
+        // Splits past the partials' capacity were planned for a cluster merge;
+        // where such a cluster does not fit after all, plan for the combine.
+        if (splits > combine_cap && !cluster_merge_fits(s, plan, base_ctas, splits))
+            splits = choose_splits(s, plan, base_ctas, max_len, combine_cap, nullptr, /*clusters=*/false);
         p.num_splits = splits;
         p.cluster_merge = cluster_merge_fits(s, plan, base_ctas, p.num_splits) ? 1 : 0;
         dim3 grid(groups * row_blocks, nb, p.num_splits);

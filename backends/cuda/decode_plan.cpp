@@ -188,11 +188,11 @@ void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, A
     plan->blocks_per_sm = kCtasPerSm;  // what the splits fill, not what fits
 }
 
-int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap,
-                  double* cost_out) {
+int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int combine_cap,
+                  double* cost_out, bool clusters) {
     const int64_t slots = static_cast<int64_t>(s.sm_count) * plan.blocks_per_sm;
     const int64_t tiles = std::max<int64_t>(1, (max_len + plan.tile_tokens - 1) / plan.tile_tokens);
-    const int64_t cap = std::max<int64_t>(1, std::min<int64_t>({split_cap, kMaxSplits, tiles}));
+    const int64_t cap = std::max<int64_t>(1, std::min<int64_t>({s.max_splits, kMaxSplits, tiles}));
     // Cost in "tile times" of the slowest SM: waves x (tiles per CTA + prologue),
     // plus the merge when splitting: the combine pass (a launch and a global
     // round trip after the whole grid), or a cluster's two barriers and
@@ -201,19 +201,19 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
     int best = 1;
     double best_cost = std::numeric_limits<double>::max();
     for (int64_t sp = 1; sp <= cap; ++sp) {
+        const bool in_cluster = sp > 1 && clusters && cluster_merge_pays(s, plan, base_ctas, sp);
+        if (sp > combine_cap && !in_cluster) continue;  // the partials hold no more
         int64_t waves = (base_ctas * sp + slots - 1) / slots;
         int64_t per = (tiles + sp - 1) / sp;
         double cost = static_cast<double>(waves) * (per + 1) +
-                      (sp == 1                                  ? 0.0
-                       : cluster_merge_pays(s, plan, base_ctas, sp) ? kClusterMergeCost
-                                                                    : kCombineCost);
+                      (sp == 1 ? 0.0 : in_cluster ? kClusterMergeCost : kCombineCost);
         if (cost < best_cost) { best_cost = cost; best = static_cast<int>(sp); }
     }
     if (cost_out) *cost_out = best_cost;
     return best;
 }
 
-void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int64_t max_len, int split_cap,
+void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int64_t max_len, int combine_cap,
                    AttentionPlan* plan, int* splits) {
     if (s.narrow_wide == 0 || !plan->narrow || s.pinned_stages != 0 ||
         !narrow_wide_compiled(kNarrowWideSlots, plan->narrow_rows, plan->narrow_dims))
@@ -230,8 +230,8 @@ void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int6
     // Both costs count one warp's 16-token chunks; a wide CTA's step is one
     // chunk per warp, like a 4-warp CTA's.
     double cost = 0.0, wide_cost = 0.0;
-    choose_splits(s, *plan, base_ctas, max_len, split_cap, &cost);
-    const int wide_splits = choose_splits(s, wide, base_ctas, max_len, split_cap, &wide_cost);
+    choose_splits(s, *plan, base_ctas, max_len, combine_cap, &cost);
+    const int wide_splits = choose_splits(s, wide, base_ctas, max_len, combine_cap, &wide_cost);
     // Only unsplit, in one wave filling nine tenths of the SMs or more. Graph
     // us on the H200 (bf16, page 64), wide CTAs forced / 4-warp CTAs as
     // planned: LLaMA-3-8B-GQLA GQA path B=16 T=4096 (128 row blocks) 55.4 /

@@ -39,12 +39,14 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
 void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, AttentionPlan* plan);
 
 // Splits for a launch of base_ctas CTAs (before splitting) over sequences of
-// up to max_len tokens; at most split_cap. Splits that merge in a
-// thread-block cluster (cluster_merge_pays) are charged less than the
-// combine pass. cost (optional): the chosen count's, in the time one warp
-// takes for one 16-token chunk of its tokens.
-int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int split_cap,
-                  double* cost = nullptr);
+// up to max_len tokens, at most the session's max_splits. Splits that merge
+// in a thread-block cluster (cluster_merge_pays; not with clusters = false)
+// are charged less than the combine pass, and only the combine pass is
+// bound by combine_cap, the splits the partials workspace holds: a cluster
+// merges without it. cost (optional): the chosen count's, in the time one
+// warp takes for one 16-token chunk of its tokens.
+int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas, int64_t max_len, int combine_cap,
+                  double* cost = nullptr, bool clusters = true);
 
 // A narrow-kernel launch of 128-wide keys and values on TMA boxes takes
 // wide CTAs (16 warps, one per SM) instead where its row blocks fill nine
@@ -53,7 +55,7 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
 // and the combine pass. GQLA_CUDA_NARROW_WIDE=0 never takes them, =1
 // wherever they are compiled, with their own split count (tests). *splits:
 // plan's, replaced with the wide plan's.
-void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int64_t max_len, int split_cap,
+void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int64_t max_len, int combine_cap,
                    AttentionPlan* plan, int* splits);
 
 // The launch's splits (2..kMaxClusterSplits of a row block for the narrow

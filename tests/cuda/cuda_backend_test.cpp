@@ -150,8 +150,9 @@ void test_gqa(gqla_dtype cache, int H, int G, int D, int Dv, int page_size, cons
 }
 
 void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, int page_size,
-               const std::vector<int64_t>& lengths) {
+               const std::vector<int64_t>& lengths, int max_q_len = 8) {
     gqla_backend_desc d = base_desc(GQLA_KIND_GQLA, cache, H, G, page_size);
+    d.max_q_len = max_q_len;
     d.latent_dim = r;
     d.nope_dim = dc;
     d.rope_dim = dr;
@@ -177,7 +178,7 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
     char name[160];
     const int64_t min_len = *std::min_element(lengths.begin(), lengths.end());
     for (int s_q : {1, 3}) {
-        if (s_q > min_len) continue;
+        if (s_q > min_len || s_q > max_q_len) continue;
         std::snprintf(name, sizeof name, "gqla absorb %s H=%d G=%d r=%d dc=%d dr=%d dv=%d s_q=%d", cn, H, G, r, dc, dr, dv, s_q);
         check_decode(h, name, 1, ids, s_q, GQLA_PATH_ABSORB);
     }
@@ -195,6 +196,7 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
         for (int id : ids) fill_sequence(h, layer, id, 7, true);
     }
     for (int s_q : {1, 4}) {
+        if (s_q > max_q_len) continue;
         std::snprintf(name, sizeof name, "gqla gqa-path %s H=%d G=%d r=%d dc=%d dr=%d dv=%d s_q=%d", cn, H, G, r, dc, dr, dv, s_q);
         check_decode(h, name, 1, ids, s_q, GQLA_PATH_GQA);
         std::snprintf(name, sizeof name, "gqla absorb after switch %s s_q=%d", cn, s_q);
@@ -381,6 +383,11 @@ int main(int argc, char** argv) {
             std::vector<int64_t> lengths;
             for (int i = 0; i < 15; ++i) lengths.push_back(150 + 37 * i);
             test_gqla(t, 32, 8, 512, 64, 64, 128, 64, lengths);
+            // With max_q_len 1 the partials hold 4 splits of these 15
+            // sequences: the 8 that merge in a cluster do not need them.
+            lengths.clear();
+            for (int i = 0; i < 15; ++i) lengths.push_back(600 + 23 * i);
+            test_gqla(t, 32, 8, 512, 64, 64, 128, 64, lengths, 1);
         });
         // Latent kernel shapes with pages that cut its 64-token tiles (37: no
         // TMA box fits, copies; 16: one TMA box per page; 128: two tiles per
