@@ -76,6 +76,27 @@ __device__ __forceinline__ void store_elem(void* p, int dtype, int64_t i, float 
     else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
 }
 
+// Stores elements i and i + 1: one 8- or 4-byte store where aligned (an MMA
+// accumulator fragment holds column pairs), two element stores otherwise.
+__device__ __forceinline__ void store_pair(void* p, int dtype, int64_t i, float lo, float hi) {
+    if (dtype == GQLA_DTYPE_F32) {
+        float* dst = static_cast<float*>(p) + i;
+        if ((reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
+            *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
+            return;
+        }
+    } else {
+        uint16_t* dst = static_cast<uint16_t*>(p) + i;
+        if ((reinterpret_cast<uintptr_t>(dst) & 3) == 0) {
+            *reinterpret_cast<uint32_t*>(dst) = dtype == GQLA_DTYPE_F16 ? pack_pair(lo, hi, static_cast<__half*>(nullptr))
+                                                                        : pack_pair(lo, hi, static_cast<__nv_bfloat16*>(nullptr));
+            return;
+        }
+    }
+    store_elem(p, dtype, i, lo);
+    store_elem(p, dtype, i + 1, hi);
+}
+
 // Stores v[0, n) (n <= 8) at elements [i, i + n): one or two vector stores
 // for a whole piece at a 16-byte-aligned address, element stores otherwise.
 __device__ __forceinline__ void store_elems8(void* p, int dtype, int64_t i, int n, const float v[8]) {

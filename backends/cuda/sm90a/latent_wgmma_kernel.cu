@@ -24,9 +24,11 @@
 //   P_READY    WG0 -> WG1/WG2  P and the rescale factors of the tile written
 //   P_FREE     WG1/WG2 -> WG0  both products read them; they may be overwritten
 //   K_EMPTY    WG2 -> WG1      WG2's product of the tile done; its stage may refill
-//   OUT        WG1 <-> WG2     normalised output rows staged for the stores
-// Partial outputs and log2-sum-exp go through write_output/write_row_lse, so
-// the split combine kernel and the output addressing are the common ones.
+// WG1/WG2 store their normalised fragments straight to o or to the split's
+// partial rows (the common layout the combine kernel reads); WG0 writes the
+// log2-sum-exp through write_row_lse. Prologue and epilogue compute each
+// row's address once: at one tile per CTA (DeepSeek-V3, B=1) per-element
+// address arithmetic made them most of the kernel's time.
 // With p.cluster_merge the 2-8 splits of a row block are the CTAs of one
 // cluster: each keeps its normalised rows in shared memory and the cluster
 // merges them through distributed shared memory (merge_split_rows), writing
@@ -34,6 +36,7 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../attention_common.cuh"
 #include "../cuda_status.hpp"
@@ -62,10 +65,13 @@ constexpr int kBarOff = kXOff + 4 * 64 * 4;       // one mbarrier per stage
 constexpr int kSmemUsed = kBarOff + kStages * 8;
 constexpr int kSmemBytes = kSmemUsed + 1024;        // slack to align the base to the swizzle period
 constexpr int kWgThreads = 128;
-// Split merge in a cluster: the staged rows [64][512] f32 fill the first 128
-// KiB of the stages, its weights follow them.
-constexpr int kMergeScratchOff = kLatentRows * kLatentDim * 4;
-static_assert(kMergeScratchOff + kLatentRows * kMaxLatentClusterSplits * 4 <= kStages * kStageBytes, "merge scratch");
+// Split merge in a cluster: the staged rows [64][520] f32 fill the first 130
+// KiB of the stages (8 floats of padding per row, so the fragment stores of
+// 8 rows at a time meet no bank conflict), its weights and row offsets follow.
+constexpr int kStagedRowFloats = kLatentDim + 8;
+constexpr int kMergeScratchOff = kLatentRows * kStagedRowFloats * 4;
+constexpr int kMergeOffsetsOff = kMergeScratchOff + kLatentRows * kMaxLatentClusterSplits * 4;
+static_assert(kMergeOffsetsOff % 8 == 0 && kMergeOffsetsOff + kLatentRows * 8 <= kStages * kStageBytes, "merge scratch");
 static_assert(kLatentRows == 64 && kLatentTile == 64 && kLatentThreads == 3 * kWgThreads, "tiling constants");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 
@@ -74,7 +80,6 @@ constexpr int kBarKFullCopy = 1;
 constexpr int kBarPReady = 2;
 constexpr int kBarPFree = 3;
 constexpr int kBarKEmpty = 4;
-constexpr int kBarOut = 5;  // WG1 + WG2: normalised rows staged
 constexpr int kBarEnd = 6;  // all: products done, row max / sum written
 constexpr int kBarMerge = 7;  // all: cluster merge weights written
 
@@ -84,15 +89,17 @@ __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
 }
 
 // The splits of this row block are the CTAs of the cluster (rank = split);
-// each holds its rows normalised in sO [64][512] and their log2 max / sum in
-// sMax / sSum. Every thread of every CTA calls this: the CTA of rank r merges
-// rows r, r + splits, ... into p.o and p.lse. sW: 64 x kMaxLatentClusterSplits
-// floats of scratch. Not the narrow kernel's merge_splits_in_cluster, which
-// loads every split's max and sum for each element: with 64 x 512 elements
-// a row block (the narrow kernel has 8 x 128) that took 4-16 us longer on
-// the H200 at H=32, B=64, so here the weights are computed once per row.
+// each holds its rows normalised in sO [64][kStagedRowFloats] and their log2
+// max / sum in sMax / sSum. Every thread of every CTA calls this: the CTA of
+// rank r merges rows r, r + splits, ... into p.o and p.lse. sW: 64 x
+// kMaxLatentClusterSplits floats and sOff: 64 int64 of scratch. Not the
+// narrow kernel's merge_splits_in_cluster, which loads every split's max and
+// sum for each element: with 64 x 512 elements a row block (the narrow kernel
+// has 8 x 128) that took 4-16 us longer on the H200 at H=32, B=64, so here
+// the weights and output offsets are computed once per row, and each thread
+// merges 8 columns at a time.
 __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int rb, int g, int b, const float* sO,
-                                                 const float* sMax, const float* sSum, float* sW) {
+                                                 const float* sMax, const float* sSum, float* sW, int64_t* sOff) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
@@ -100,7 +107,8 @@ __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int r
     const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
     const int rows = min(kLatentRows, p.rows - rb * kLatentRows);
     const int mine = rows > rank ? (rows - rank + splits - 1) / splits : 0;  // rows rank + splits * k
-    // Per row: each split's weight exp2(m_s - max) l_s over their sum, and the lse.
+    // Per row: each split's weight exp2(m_s - max) l_s over their sum, the lse
+    // and where the row goes in o.
     for (int k = threadIdx.x; k < mine; k += blockDim.x) {
         const int m = rank + k * splits;
         float ms[kMaxLatentClusterSplits], ls[kMaxLatentClusterSplits], mx = -INFINITY;
@@ -124,20 +132,27 @@ __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int r
         for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp) sW[k * kMaxLatentClusterSplits + sp] *= inv;
         const int mg = rb * kLatentRows + m;
         const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+        sOff[k] = row_offset(p.oa, b, qi, h);
         if (p.lse) p.lse[lse_index(p, b, qi, h)] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
     }
     named_barrier_sync(kBarMerge, kLatentThreads);  // the roles call this from different places
-    for (int e = threadIdx.x; e < mine * kLatentDim; e += blockDim.x) {
-        const int k = e / kLatentDim, c = e - k * kLatentDim, m = rank + k * splits;
-        float acc = 0.f;
+    constexpr int kPieces = kLatentDim / 8;
+    for (int e = threadIdx.x; e < mine * kPieces; e += blockDim.x) {
+        const int k = e / kPieces, c = (e - k * kPieces) * 8, m = rank + k * splits;
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp)
-            if (sp < splits)
-                acc = fmaf(sW[k * kMaxLatentClusterSplits + sp], *cluster.map_shared_rank(sO + m * kLatentDim + c, sp),
-                           acc);
-        const int mg = rb * kLatentRows + m;
-        const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
-        store_elem(p.o, p.o_dtype, row_offset(p.oa, b, qi, h) + c, acc);
+        for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp) {
+            if (sp < splits) {
+                const float wgt = sW[k * kMaxLatentClusterSplits + sp];
+                const float4* src = reinterpret_cast<const float4*>(cluster.map_shared_rank(sO + m * kStagedRowFloats + c, sp));
+                const float4 lo = src[0], hi = src[1];
+                acc[0] = fmaf(wgt, lo.x, acc[0]); acc[1] = fmaf(wgt, lo.y, acc[1]);
+                acc[2] = fmaf(wgt, lo.z, acc[2]); acc[3] = fmaf(wgt, lo.w, acc[3]);
+                acc[4] = fmaf(wgt, hi.x, acc[4]); acc[5] = fmaf(wgt, hi.y, acc[5]);
+                acc[6] = fmaf(wgt, hi.z, acc[6]); acc[7] = fmaf(wgt, hi.w, acc[7]);
+            }
+        }
+        store_elems8(p.o, p.o_dtype, sOff[k] + c, 8, acc);
     }
     cluster.sync();  // no CTA leaves while others still read its shared memory
 #endif
@@ -240,31 +255,48 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         cp_async_commit();
     }
 
-    // Queries -> shared memory (any dtype -> T), swizzled, padding rows zero.
-    // Pieces are loaded in batches before any is stored, so the 12 pieces of
-    // a thread cost two memory latencies, not twelve.
+    // Queries -> shared memory, swizzled, padding rows zero: 6 threads per
+    // row, each with its row's address computed once and its 12 pieces loaded
+    // before any is stored (one memory latency). Queries in T (the absorb
+    // path's latent queries) move as raw 16-byte pieces; others convert.
     unsigned char* sQ = smem + kQOff;
-    constexpr int kQPieces = kLatentRows * kKeyAtoms * 8, kQBatch = 6;
-    static_assert(kQPieces % (kLatentThreads * kQBatch) == 0, "whole batches of query pieces");
-    for (int i0 = tid; i0 < kQPieces; i0 += kLatentThreads * kQBatch) {
-        float v[kQBatch][8];
-#pragma unroll
-        for (int k = 0; k < kQBatch; ++k) {
-            const int i = i0 + k * kLatentThreads;
-            const int m = i / (kKeyAtoms * 8), pc = i - m * (kKeyAtoms * 8);
-            const int mg = rb * kLatentRows + m;
-            int64_t off = 0;
-            if (mg < p.rows) {
-                const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
-                off = row_offset(p.qa, b, qi, h) + pc * 8;
-            }
-            load_elems8(p.q, p.q_dtype, off, mg < p.rows ? 8 : 0, v[k]);
+    {
+        constexpr int kThreadsPerRow = kLatentThreads / kLatentRows, kRowPieces = kKeyAtoms * 8;
+        constexpr int kPiecesPerThread = kRowPieces / kThreadsPerRow;
+        static_assert(kThreadsPerRow * kLatentRows == kLatentThreads && kPiecesPerThread * kThreadsPerRow == kRowPieces,
+                      "whole query rows per thread group");
+        const int m = tid / kThreadsPerRow, sub = tid - m * kThreadsPerRow, mg = rb * kLatentRows + m;
+        const bool valid = mg < p.rows;
+        int64_t off = 0;
+        if (valid) {
+            const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+            off = row_offset(p.qa, b, qi, h);
         }
+        constexpr int kOwnDtype = std::is_same<T, __half>::value ? GQLA_DTYPE_F16 : GQLA_DTYPE_BF16;
+        const T* qrow = static_cast<const T*>(p.q) + off;
+        if (p.q_dtype == kOwnDtype && (reinterpret_cast<uintptr_t>(qrow) & 15) == 0) {
+            uint4 v[kPiecesPerThread];
 #pragma unroll
-        for (int k = 0; k < kQBatch; ++k) {
-            const int i = i0 + k * kLatentThreads;
-            const int m = i / (kKeyAtoms * 8), pc = i - m * (kKeyAtoms * 8);
-            *reinterpret_cast<uint4*>(sQ + (pc >> 3) * kAtomBytes + swizzled_offset(m, pc & 7)) = pack_eight<T>(v[k]);
+            for (int k = 0; k < kPiecesPerThread; ++k)
+                v[k] = valid ? __ldg(reinterpret_cast<const uint4*>(qrow) + sub + k * kThreadsPerRow) : uint4{0, 0, 0, 0};
+#pragma unroll
+            for (int k = 0; k < kPiecesPerThread; ++k) {
+                const int pc = sub + k * kThreadsPerRow;
+                *reinterpret_cast<uint4*>(sQ + (pc >> 3) * kAtomBytes + swizzled_offset(m, pc & 7)) = v[k];
+            }
+        } else {
+            constexpr int kBatch = kPiecesPerThread / 2;
+            for (int k0 = 0; k0 < kPiecesPerThread; k0 += kBatch) {
+                float v[kBatch][8];
+#pragma unroll
+                for (int k = 0; k < kBatch; ++k)
+                    load_elems8(p.q, p.q_dtype, off + (sub + (k0 + k) * kThreadsPerRow) * 8, valid ? 8 : 0, v[k]);
+#pragma unroll
+                for (int k = 0; k < kBatch; ++k) {
+                    const int pc = sub + (k0 + k) * kThreadsPerRow;
+                    *reinterpret_cast<uint4*>(sQ + (pc >> 3) * kAtomBytes + swizzled_offset(m, pc & 7)) = pack_eight<T>(v[k]);
+                }
+            }
         }
     }
     for (int m = tid; m < kLatentRows; m += kLatentThreads) {
@@ -376,7 +408,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         named_barrier_sync(kBarEnd, kLatentThreads);  // row max / sum visible
         if (p.cluster_merge) {
             merge_split_rows(p, rb, g, b, reinterpret_cast<const float*>(sK), sMax, sSum,
-                             reinterpret_cast<float*>(sK + kMergeScratchOff));
+                             reinterpret_cast<float*>(sK + kMergeScratchOff), reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
             return;
         }
         const int mg0 = rb * kLatentRows + r0, mg1 = rb * kLatentRows + r1;
@@ -438,32 +470,46 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         }
     }
     if (wg == 1) cp_async_wait<0>();
-    // Normalised rows through shared memory (the stages are free now), so the
-    // stores below walk each output row with consecutive threads.
-    float* sO = reinterpret_cast<float*>(sK);  // [64][512]
     named_barrier_sync(kBarEnd, kLatentThreads);  // every product done; WG0's row max / sum visible
-    {
-        const float L0 = sSum[r0], L1 = sSum[r1];
-        const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+    const float L0 = sSum[r0], L1 = sSum[r1];
+    const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+    const int c0 = (wg - 1) * 256 + c_lane;
+    if (!p.cluster_merge) {
+        // Each thread stores its fragment's column pairs of rows r0 and r1
+        // (32-byte pieces of 8 rows per warp store) to o or the split's
+        // partial rows, with each row's address computed once.
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            const int c = (wg - 1) * 256 + 8 * j + c_lane;
-            *reinterpret_cast<float2*>(sO + r0 * kLatentDim + c) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-            *reinterpret_cast<float2*>(sO + r1 * kLatentDim + c) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        for (int half = 0; half < 2; ++half) {
+            const int mg = rb * kLatentRows + (half ? r1 : r0);
+            if (mg >= p.rows) continue;
+            const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+            const float inv = half ? inv1 : inv0;
+            if (p.num_splits > 1) {
+                const int64_t row = ((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + qi) * p.num_heads + h;
+                float* dst = p.part_o + row * p.v.dim + c0;
+#pragma unroll
+                for (int j = 0; j < 32; ++j)
+                    *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+            } else {
+                const int64_t dst = row_offset(p.oa, b, qi, h) + c0;
+#pragma unroll
+                for (int j = 0; j < 32; ++j)
+                    store_pair(p.o, p.o_dtype, dst + 8 * j, o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+            }
         }
-    }
-    if (p.cluster_merge) {
-        merge_split_rows(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff));
         return;
     }
-    named_barrier_sync(kBarOut, 2 * kWgThreads);
-    const int vtid = tid - kWgThreads;
-    for (int m = 0; m < kLatentRows; ++m) {
-        const int mg = rb * kLatentRows + m;
-        if (mg >= p.rows) break;
-        const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
-        for (int c = vtid; c < kLatentDim; c += 2 * kWgThreads) write_output(p, split, b, qi, h, c, sO[m * kLatentDim + c]);
+    // Cluster merge: normalised rows through shared memory (the stages are
+    // free now), where the cluster's CTAs read them.
+    float* sO = reinterpret_cast<float*>(sK);  // [64][kStagedRowFloats]
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        const int c = c0 + 8 * j;
+        *reinterpret_cast<float2*>(sO + r0 * kStagedRowFloats + c) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+        *reinterpret_cast<float2*>(sO + r1 * kStagedRowFloats + c) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
     }
+    merge_split_rows(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
+                     reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
 #endif
 }
 
