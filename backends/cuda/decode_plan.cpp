@@ -198,6 +198,12 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
     // round trip after the whole grid), or a cluster's two barriers and
     // remote loads.
     constexpr double kCombineCost = 2.0, kClusterMergeCost = 0.5;
+    // The latent kernel's partial rows are big (64 x 512 f32 a CTA, written
+    // and read back: ~3.6 tiles of 64 latent tokens), so their traffic,
+    // spread over the SMs, counts too. H200 graph us, DeepSeek-V3 absorb
+    // B=1 T=4096 (2 row blocks): 64 splits 44.2, 32 splits 37.2-38.6, 16
+    // splits 38.6, 8 merged in clusters 54.
+    constexpr double kLatentPartialTiles = 2.0 * 64 * 512 * 4 / (64.0 * 576 * 2);
     int best = 1;
     double best_cost = std::numeric_limits<double>::max();
     for (int64_t sp = 1; sp <= cap; ++sp) {
@@ -207,6 +213,8 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
         int64_t per = (tiles + sp - 1) / sp;
         double cost = static_cast<double>(waves) * (per + 1) +
                       (sp == 1 ? 0.0 : in_cluster ? kClusterMergeCost : kCombineCost);
+        if (plan.latent_wgmma && sp > 1 && !in_cluster)
+            cost += kLatentPartialTiles * static_cast<double>(base_ctas * sp) / static_cast<double>(s.sm_count);
         if (cost < best_cost) { best_cost = cost; best = static_cast<int>(sp); }
     }
     if (cost_out) *cost_out = best_cost;
