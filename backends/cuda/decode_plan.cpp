@@ -204,6 +204,12 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
     // B=1 T=4096 (2 row blocks): 64 splits 44.2, 32 splits 37.2-38.6, 16
     // splits 38.6, 8 merged in clusters 54.
     constexpr double kLatentPartialTiles = 2.0 * 64 * 512 * 4 / (64.0 * 576 * 2);
+    // Its cluster merge moves those rows through distributed shared memory
+    // instead. At B=8 (2 x 8 row blocks, T=4096), 8 splits and the combine
+    // took 54.5-54.8 us, 7-split clusters ~61.5, 4-split clusters 65.6; at
+    // LLaMA-3-8B-GQLA B=16 (one row block of 32 heads a sequence) 6-split
+    // clusters 53.0 against 4-split ones 58.1.
+    constexpr double kLatentClusterMergeCost = 4.0;
     int best = 1;
     double best_cost = std::numeric_limits<double>::max();
     for (int64_t sp = 1; sp <= cap; ++sp) {
@@ -212,7 +218,10 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
         int64_t waves = (base_ctas * sp + slots - 1) / slots;
         int64_t per = (tiles + sp - 1) / sp;
         double cost = static_cast<double>(waves) * (per + 1) +
-                      (sp == 1 ? 0.0 : in_cluster ? kClusterMergeCost : kCombineCost);
+                      (sp == 1      ? 0.0
+                       : !in_cluster ? kCombineCost
+                       : plan.latent_wgmma ? kLatentClusterMergeCost
+                                           : kClusterMergeCost);
         if (plan.latent_wgmma && sp > 1 && !in_cluster)
             cost += kLatentPartialTiles * static_cast<double>(base_ctas * sp) / static_cast<double>(s.sm_count);
         if (cost < best_cost) { best_cost = cost; best = static_cast<int>(sp); }
