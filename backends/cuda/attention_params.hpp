@@ -60,7 +60,8 @@ struct AttentionParams {
     int32_t part_batch;     // b extent of the partial buffers
     // 1: the splits of a row block are the CTAs of one thread-block cluster
     // (grid.z = cluster.z = num_splits) and merge in distributed shared
-    // memory, writing o/lse directly (narrow kernel; no combine pass).
+    // memory, writing o/lse directly (narrow and latent kernels; no combine
+    // pass, no partial rows).
     int32_t cluster_merge;
 
     float scale_log2;       // softmax scale * log2(e)

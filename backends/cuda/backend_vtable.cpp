@@ -126,32 +126,16 @@ gqla_status vt_synchronize(void* ctx) {
 // Fitted to `gqla-bench --validate-auto --device cuda` on one H200 (bf16
 // cache, presets llama3-8b-gqla, mla16, deepseek-v3; batch 1/8/64 x context
 // 512/4096/16384 x s_q 1/2/4, cold caches; 78 cells), priced against the
-// probe's calibrated ~4450 GB/s read bandwidth and ~720 TFLOP/s bf16 peak.
-// The fit is bench/fit_efficiency.py (least mean squared log error per path);
-// bench/results/h200_validate_auto.json holds its data. Refitted when the
-// narrow kernel got its variant compiled for 128-wide keys and values (the
-// GQA path of llama3-8b-gqla 5-10% faster): the factors before
-// (0.946/0.071/28.3 us, 1.0/0.5775/69.0 us) then picked absorb in one cell
-// where the GQA path was 7.9% faster (B=8 T=16384 s_q=4, 128 against 138 us;
-// 77 of 78 right, 96% of predictions within 35%); with these, the cheaper
-// predicted path is the measured-faster one in all 78 cells and 97% of
-// predictions are within 35%. Earlier fits kept missing an s_q = 4 cell
-// whose 16 rows per group had left the narrow kernel, then a near tie.
-// Rechecked after the 192/128 kernel (MLA's GQA path up to ~10% faster) and
-// the cluster merge of small launches' splits, which came after this fit:
-// two runs of the grid got 78 and 75 of 78 right
-// (bench/results/h200_validate_auto_check.json is the second: three
-// DeepSeek-V3 / mla16 cells within 2% of a tie, regret up to 7.6%, mean
-// 0.1%), and a refit on both runs' 156 cells picked worse (97.4% right
-// against 98.1%), so these factors stay.
-// Refitted once more after the latent kernel's per-row epilogue and the
-// split planner's partial-traffic cost made the absorb path ~20 us faster
-// at small batches (DeepSeek-V3 B=1 T=4096 61.9 -> 37 us graph): on that
-// run's grid (bench/results/h200_validate_auto.json) the factors before
-// picked right in 75 of 78 cells (mean regret 0.29%, max 13.4%, 85% of
-// predictions within 35%: absorb's fixed cost was now overestimated),
-// these in 76 (0.12%, 9.2%, all within 35%); the two misses are mla16 B=1
-// T=16384 (9.2%, and a tie at s_q = 2).
+// probe's calibrated ~4430 GB/s read bandwidth and ~760 TFLOP/s bf16 peak.
+// The fit is bench/fit_efficiency.py (least mean squared log error per path)
+// on bench/results/h200_validate_auto.json, refitted after the latent
+// kernel's per-row epilogue and the split planner's latent costs made the
+// absorb path ~20 us faster at small batches: on that grid the factors
+// before (0.941/0.0985/25.6 us, 1.0/0.6025/65.7 us) picked right in 75 of
+// 78 cells (mean regret 0.29%, max 13.4%), these in 76 (0.12%, 9.2%, every
+// prediction within 35%); the grid rerun with these
+// (bench/results/h200_validate_auto_check.json): 78 of 78, no regret.
+// Earlier fits, and the cells they missed: this comment's git history.
 //   GQA path: streams the expanded cache at ~0.99 of the probe bandwidth
 //     (the narrow-group kernel; less on short or single sequences where the
 //     split combine and launches weigh in); its compute factor (0.09 of the

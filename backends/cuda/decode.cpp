@@ -102,12 +102,15 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         fit_small_launch(s, p, base_ctas, &plan);
         int splits = choose_splits(s, plan, base_ctas, max_len, combine_cap);
         fit_wide_ctas(s, p, base_ctas, max_len, combine_cap, &plan, &splits);
+        bool cluster = cluster_merge_fits(s, plan, base_ctas, splits);
         // Splits past the partials' capacity were planned for a cluster merge;
         // where such a cluster does not fit after all, plan for the combine.
-        if (splits > combine_cap && !cluster_merge_fits(s, plan, base_ctas, splits))
+        if (splits > combine_cap && !cluster) {
             splits = choose_splits(s, plan, base_ctas, max_len, combine_cap, nullptr, /*clusters=*/false);
+            cluster = cluster_merge_fits(s, plan, base_ctas, splits);
+        }
         p.num_splits = splits;
-        p.cluster_merge = cluster_merge_fits(s, plan, base_ctas, p.num_splits) ? 1 : 0;
+        p.cluster_merge = cluster ? 1 : 0;
         dim3 grid(groups * row_blocks, nb, p.num_splits);
         if (s.trace)
             std::fprintf(stderr, "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld%s\n",

@@ -210,6 +210,14 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
     // LLaMA-3-8B-GQLA B=16 (one row block of 32 heads a sequence) 6-split
     // clusters 53.0 against 4-split ones 58.1.
     constexpr double kLatentClusterMergeCost = 4.0;
+    auto merge_cost = [&](int64_t sp, bool in_cluster) {
+        if (sp == 1) return 0.0;
+        if (in_cluster) return plan.latent_wgmma ? kLatentClusterMergeCost : kClusterMergeCost;
+        const double partials = plan.latent_wgmma ? kLatentPartialTiles * static_cast<double>(base_ctas * sp) /
+                                                        static_cast<double>(s.sm_count)
+                                                  : 0.0;
+        return kCombineCost + partials;
+    };
     int best = 1;
     double best_cost = std::numeric_limits<double>::max();
     for (int64_t sp = 1; sp <= cap; ++sp) {
@@ -217,13 +225,7 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
         if (sp > combine_cap && !in_cluster) continue;  // the partials hold no more
         int64_t waves = (base_ctas * sp + slots - 1) / slots;
         int64_t per = (tiles + sp - 1) / sp;
-        double cost = static_cast<double>(waves) * (per + 1) +
-                      (sp == 1      ? 0.0
-                       : !in_cluster ? kCombineCost
-                       : plan.latent_wgmma ? kLatentClusterMergeCost
-                                           : kClusterMergeCost);
-        if (plan.latent_wgmma && sp > 1 && !in_cluster)
-            cost += kLatentPartialTiles * static_cast<double>(base_ctas * sp) / static_cast<double>(s.sm_count);
+        const double cost = static_cast<double>(waves) * (per + 1) + merge_cost(sp, in_cluster);
         if (cost < best_cost) { best_cost = cost; best = static_cast<int>(sp); }
     }
     if (cost_out) *cost_out = best_cost;

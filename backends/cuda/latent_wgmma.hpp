@@ -17,15 +17,14 @@ namespace gqla::cuda {
 constexpr int kLatentRows = 64;    // query rows per CTA (the wgmma M)
 constexpr int kLatentTile = 64;    // tokens per pipeline stage
 constexpr int kLatentThreads = 384;  // three warpgroups: scores + softmax, and two halves of the value columns
+// Most splits of a row block that merge in one thread-block cluster (the
+// portable limit; AttentionParams::cluster_merge).
+constexpr int kMaxLatentClusterSplits = 8;
 
 // TMA view of one layer's latent and rope pools ([pool rows][dim]); a box is
 // 64 columns x box_rows token rows. box_rows == 0: the kernel copies every
 // tile instead. Encoded once per layer at session creation (the pools never
 // move), passed to each launch by value.
-// Most splits of a row block that merge in one thread-block cluster (the
-// portable limit; AttentionParams::cluster_merge).
-constexpr int kMaxLatentClusterSplits = 8;
-
 struct LatentTmaMaps {  // CUtensorMap carries its own 64-byte alignment
     CUtensorMap latent;
     CUtensorMap rope;

@@ -54,10 +54,11 @@ struct Session {
     bool trace = false;                                // GQLA_CUDA_TRACE=1: print launch plans
     int max_splits = 0;                                // GQLA_CUDA_MAX_SPLITS caps the split heuristic
     bool dependent_launch = false;                     // combine as a programmatic dependent (cc 9.0+; off: GQLA_CUDA_PDL=0)
-    // Narrow kernel: up to kMaxClusterSplits splits of a row block merge in
-    // a thread-block cluster instead of the combine pass (cc 9.0+; off:
-    // GQLA_CUDA_CLUSTER_MERGE=0). Whether a cluster shape fits, by
-    // (dtype, ring slots, row layout, dims, warps, shared memory, splits).
+    // The splits of a row block merge in a thread-block cluster instead of
+    // the combine pass (narrow kernel: up to kMaxClusterSplits; latent
+    // kernel: latent_clusters below; cc 9.0+; off: GQLA_CUDA_CLUSTER_MERGE=0).
+    // Whether a narrow cluster shape fits, by (dtype, ring slots, row
+    // layout, dims, warps, shared memory, splits).
     bool use_cluster_merge = false;
     std::map<std::array<int, 7>, bool> cluster_fits;
     DeviceBuffer q_nope, q_att, o_att, o_proj;         // absorb path

@@ -83,6 +83,13 @@ constexpr int kBarKEmpty = 4;
 constexpr int kBarEnd = 6;  // all: products done, row max / sum written
 constexpr int kBarMerge = 7;  // all: cluster merge weights written
 
+// Query token and head of row mg of group g's rows (heads x s_q, head fastest).
+struct QueryHead { int qi, h; };
+__device__ __forceinline__ QueryHead query_head(const AttentionParams& p, int g, int mg) {
+    const int qi = mg / p.heads_per_group;
+    return {qi, g * p.heads_per_group + (mg - qi * p.heads_per_group)};
+}
+
 template <typename T>
 __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
     return pack_pair(lo, hi, static_cast<T*>(nullptr));
@@ -130,10 +137,9 @@ __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int r
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
         for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp) sW[k * kMaxLatentClusterSplits + sp] *= inv;
-        const int mg = rb * kLatentRows + m;
-        const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
-        sOff[k] = row_offset(p.oa, b, qi, h);
-        if (p.lse) p.lse[lse_index(p, b, qi, h)] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+        const QueryHead r = query_head(p, g, rb * kLatentRows + m);
+        sOff[k] = row_offset(p.oa, b, r.qi, r.h);
+        if (p.lse) p.lse[lse_index(p, b, r.qi, r.h)] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
     }
     named_barrier_sync(kBarMerge, kLatentThreads);  // the roles call this from different places
     constexpr int kPieces = kLatentDim / 8;
@@ -269,8 +275,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         const bool valid = mg < p.rows;
         int64_t off = 0;
         if (valid) {
-            const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
-            off = row_offset(p.qa, b, qi, h);
+            const QueryHead r = query_head(p, g, mg);
+            off = row_offset(p.qa, b, r.qi, r.h);
         }
         constexpr int kOwnDtype = std::is_same<T, __half>::value ? GQLA_DTYPE_F16 : GQLA_DTYPE_BF16;
         const T* qrow = static_cast<const T*>(p.q) + off;
@@ -417,8 +423,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             for (int half = 0; half < 2; ++half) {
                 const int mg = half ? mg1 : mg0;
                 if (mg >= p.rows) continue;
-                const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
-                write_row_lse(p, split, b, qi, h, half ? m1 : m0, half ? l1 : l0);
+                const QueryHead r = query_head(p, g, mg);
+                write_row_lse(p, split, b, r.qi, r.h, half ? m1 : m0, half ? l1 : l0);
             }
         }
         return;
@@ -482,16 +488,16 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         for (int half = 0; half < 2; ++half) {
             const int mg = rb * kLatentRows + (half ? r1 : r0);
             if (mg >= p.rows) continue;
-            const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+            const QueryHead r = query_head(p, g, mg);
             const float inv = half ? inv1 : inv0;
             if (p.num_splits > 1) {
-                const int64_t row = ((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + qi) * p.num_heads + h;
+                const int64_t row = ((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + r.qi) * p.num_heads + r.h;
                 float* dst = p.part_o + row * p.v.dim + c0;
 #pragma unroll
                 for (int j = 0; j < 32; ++j)
                     *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
             } else {
-                const int64_t dst = row_offset(p.oa, b, qi, h) + c0;
+                const int64_t dst = row_offset(p.oa, b, r.qi, r.h) + c0;
 #pragma unroll
                 for (int j = 0; j < 32; ++j)
                     store_pair(p.o, p.o_dtype, dst + 8 * j, o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
