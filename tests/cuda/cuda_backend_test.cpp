@@ -204,6 +204,90 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
     }
 }
 
+// The absorb path with device q and o in the io dtype (the cache's 16-bit
+// dtype, or f32), viewed inside wider tensors (padded head, token and
+// sequence strides, an odd element offset for o's 16-bit case): no host
+// staging, so the query pack reads q and the output projection or unpack
+// writes o where they are, and nothing may touch the padding. The reference
+// takes the queries as rounded to the io dtype.
+void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, int dv,
+                           const std::vector<int64_t>& lengths, int s_q) {
+    gqla_backend_desc d = base_desc(GQLA_KIND_GQLA, io, H, G, 64);
+    d.io_dtype = io;
+    d.latent_dim = r; d.nope_dim = dc; d.rope_dim = dr; d.value_dim = dv;
+    d.softmax_scale = 1.f / std::sqrt(float(dc + dr));
+    d.num_pages = 0;
+    for (int64_t L : lengths) d.num_pages += (L + 63) / 64 + 1;
+    Harness h(d);
+    for (int layer = 0; layer < d.num_layers; ++layer)
+        h.set_weights(layer, randn(size_t(G) * (dc + dv) * r, 1.f / std::sqrt(float(r))));
+    std::vector<int> ids;
+    for (int64_t L : lengths) {
+        ids.push_back(h.add());
+        for (int layer = 0; layer < d.num_layers; ++layer) fill_sequence(h, layer, ids.back(), L, false);
+    }
+    const int B = static_cast<int>(lengths.size()), dq = dc + dr;
+    const size_t es = gqla::dtype_size(io);
+    const int64_t qsH = dq + 8, qsQ = H * qsH + 16, qsB = s_q * qsQ + 24;
+    const int64_t osH = dv + 8, osQ = H * osH + 8, osB = s_q * osQ + 40, o_first = io == GQLA_DTYPE_F32 ? 0 : 1;
+    const float poison = -768.f;  // exact in every io dtype
+    std::vector<unsigned char> hq(size_t(B * qsB) * es), ho(size_t(B * osB + o_first) * es);
+    for (size_t i = 0; i < size_t(B * qsB); ++i) gqla::store_from_f32(hq.data(), io, i, poison);
+    for (size_t i = 0; i < size_t(B * osB + o_first); ++i) gqla::store_from_f32(ho.data(), io, i, poison);
+    std::vector<double> qd(size_t(B) * s_q * H * dq);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (int b = 0; b < B; ++b)
+        for (int qi = 0; qi < s_q; ++qi)
+            for (int hh = 0; hh < H; ++hh)
+                for (int c = 0; c < dq; ++c) {
+                    const size_t at = size_t(b * qsB + qi * qsQ + hh * qsH + c);
+                    gqla::store_from_f32(hq.data(), io, at, nd(rng));
+                    qd[((size_t(b) * s_q + qi) * H + hh) * dq + c] = gqla::load_as_f32(hq.data(), io, at);
+                }
+    void *dqp = nullptr, *dop = nullptr;
+    cudaMalloc(&dqp, hq.size());
+    cudaMalloc(&dop, ho.size());
+    cudaMemcpy(dqp, hq.data(), hq.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(dop, ho.data(), ho.size(), cudaMemcpyHostToDevice);
+
+    auto seqs = h.decode_seqs(ids, 1);
+    gqla_decode_args a{};
+    a.layer = 1; a.path = GQLA_PATH_ABSORB; a.batch = B; a.q_len = s_q; a.seqs = seqs.data();
+    a.q = host_view(dqp, io, {B, s_q, H, dq});
+    a.q.strides[0] = qsB; a.q.strides[1] = qsQ; a.q.strides[2] = qsH; a.q.on_device = 1;
+    a.o = host_view(static_cast<unsigned char*>(dop) + o_first * es, io, {B, s_q, H, dv});
+    a.o.strides[0] = osB; a.o.strides[1] = osQ; a.o.strides[2] = osH; a.o.on_device = 1;
+    expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode");
+    if (cudaMemcpy(ho.data(), dop, ho.size(), cudaMemcpyDeviceToHost) != cudaSuccess) throw std::runtime_error("copy o");
+    cudaFree(dqp);
+    cudaFree(dop);
+
+    std::vector<float> o(size_t(B) * s_q * H * dv);
+    int64_t padding_touched = 0;
+    for (int64_t i = 0; i < B * osB + o_first; ++i) {
+        const int64_t j = i - o_first, b = j / osB, jb = j % osB, qi = jb / osQ, jq = jb % osQ, hh = jq / osH,
+                      c = jq % osH;
+        const bool inside = j >= 0 && qi < s_q && hh < H && c < dv;
+        const float v = gqla::load_as_f32(ho.data(), io, size_t(i));
+        if (inside) o[((size_t(b) * s_q + qi) * H + hh) * dv + c] = v;
+        else padding_touched += v != poison;
+    }
+    std::vector<double> ref(o.size());
+    for (int b = 0; b < B; ++b) {
+        const auto& s = h.seqs[ids[size_t(b)]];
+        std::vector<double> q1(qd.begin() + size_t(b) * s_q * H * dq, qd.begin() + size_t(b + 1) * s_q * H * dq);
+        std::vector<double> A(s.a_rows[1].begin(), s.a_rows[1].end()), Bv(s.b_rows[1].begin(), s.b_rows[1].end());
+        std::vector<double> W(h.weights[1].begin(), h.weights[1].end());
+        gqla::ref::gqla_decode(H, G, r, dc, dr, dv, s.len[1], s_q, d.softmax_scale, q1.data(), W.data(), A.data(),
+                               Bv.data(), ref.data() + size_t(b) * s_q * H * dv, nullptr);
+    }
+    char name[160];
+    std::snprintf(name, sizeof name, "gqla absorb device io %s H=%d G=%d dc=%d dv=%d s_q=%d",
+                  io == GQLA_DTYPE_BF16 ? "bf16" : io == GQLA_DTYPE_F16 ? "f16" : "f32", H, G, dc, dv, s_q);
+    report(std::string(name) + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(io));
+    report(std::string(name) + " padding untouched", double(padding_touched), 0.0);
+}
+
 // Decode captured in a CUDA graph with device tensors; replayed after more
 // appends (new lengths, new pages) it must produce the new result.
 // lengths {100, 1000, 3000} split past the cluster limit (a combine pass
@@ -397,6 +481,17 @@ int main(int argc, char** argv) {
         run_t("gqla mla page 16", [&] { test_gqla(t, 16, 4, 512, 64, 64, 64, 16, {40, 777}); });
         run_t("gqla mla page 128", [&] { test_gqla(t, 32, 8, 512, 64, 64, 64, 128, {200, 1100}); });
         run_t("gqla mla 128", [&] { test_gqla(t, 128, 128, 512, 32, 64, 32, 64, {70, 900}); });
+        // Device q and o in the io dtype with padded strides: 4 heads per
+        // group (rows of a group are not evenly spaced in q or o), one head
+        // per group (s_q 1: its columns are evenly spaced in o, so the output
+        // projection writes o itself; s_q 3: they are not), and widths that
+        // are not multiples of 8.
+        run_t("gqla absorb device io", [&] {
+            test_absorb_device_io(t, 32, 8, 512, 64, 64, 128, {3, 700, 1500}, 1);
+            test_absorb_device_io(t, 16, 16, 512, 128, 64, 128, {90, 650}, 1);
+            test_absorb_device_io(t, 16, 16, 512, 128, 64, 128, {90, 650}, 3);
+            test_absorb_device_io(t, 6, 2, 384, 36, 20, 44, {2, 64, 300}, 2);
+        });
         run_t("graph", [&] {
             test_graph_replay(t, {100, 1000, 3000});
             test_graph_replay(t, {100, 700, 900});
