@@ -39,6 +39,13 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
+// Query token and head of row mg of group g's rows (heads x s_q, head fastest).
+struct QueryHead { int qi, h; };
+__device__ __forceinline__ QueryHead query_head(const AttentionParams& p, int g, int mg) {
+    const int qi = mg / p.heads_per_group;
+    return {qi, g * p.heads_per_group + (mg - qi * p.heads_per_group)};
+}
+
 __device__ __forceinline__ int64_t row_offset(const RowAddress& a, int b, int qi, int h) {
     return b * a.sB + qi * a.sQ + (h / a.nrep) * a.sG + (h % a.nrep) * a.sHi;
 }

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
         int mg = rb * ROWS + m;
         float v = 0.f;
         if (mg < p.rows && c < dk) {
-            int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+            const auto [qi, h] = query_head(p, g, mg);
             v = load_elem(p.q, p.q_dtype, row_offset(p.qa, b, qi, h) + c);
         }
         sQ[m * L.k_stride + c] = from_float<T>(v);
@@ -264,14 +264,14 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
                 int mg = rb * ROWS + row;
                 if (mg >= p.rows || col >= dv) continue;
                 float l = sFinalL[row];
-                int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+                const auto [qi, h] = query_head(p, g, mg);
                 write_output(p, split, b, qi, h, col, l > 0.f ? acc[i][n][e] / l : 0.f);
             }
     }
     for (int m = tid; m < ROWS; m += NT) {
         int mg = rb * ROWS + m;
         if (mg >= p.rows) continue;
-        int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+        const auto [qi, h] = query_head(p, g, mg);
         write_row_lse(p, split, b, qi, h, sFinalM[m], sFinalL[m]);
     }
 }

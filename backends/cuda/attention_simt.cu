@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
         int m = i / dk, c = i % dk, mg = rb * kSimtRows + m;
         float v = 0.f;
         if (mg < p.rows) {
-            int qi = mg / p.heads_per_group, h = g * p.heads_per_group + mg % p.heads_per_group;
+            const auto [qi, h] = query_head(p, g, mg);
             v = load_elem(p.q, p.q_dtype, row_offset(p.qa, b, qi, h) + c);
         }
         sQ[i] = v;
@@ -128,14 +128,14 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
     for (int i = tid; i < kSimtRows * dv; i += kThreads) {
         int m = i / dv, c = i % dv, mg = rb * kSimtRows + m;
         if (mg >= p.rows) continue;
-        int qi = mg / p.heads_per_group, h = g * p.heads_per_group + mg % p.heads_per_group;
+        const auto [qi, h] = query_head(p, g, mg);
         float l = sL[m];
         write_output(p, split, b, qi, h, c, l > 0.f ? sO[i] / l : 0.f);
     }
     if (tid < kSimtRows) {
         int mg = rb * kSimtRows + tid;
         if (mg < p.rows) {
-            int qi = mg / p.heads_per_group, h = g * p.heads_per_group + mg % p.heads_per_group;
+            const auto [qi, h] = query_head(p, g, mg);
             write_row_lse(p, split, b, qi, h, sM[tid], sL[tid]);
         }
     }

@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         int m = i / dk16, c = i - m * dk16, mg = rb * 16 + m;
         float v = 0.f;
         if (mg < p.rows && c < dk) {
-            int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+            const auto [qi, h] = query_head(p, g, mg);
             v = load_elem(p.q, p.q_dtype, row_offset(p.qa, b, qi, h) + c);
         }
         sQ[m * L.k_stride + c] = from_float<T>(v);
@@ -252,13 +252,13 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         const int m = i / dv, col = i - m * dv, mg = rb * 16 + m;
         if (mg >= p.rows) continue;
         const float l = sRowL[m];
-        const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+        const auto [qi, h] = query_head(p, g, mg);
         write_output(p, split, b, qi, h, col, l > 0.f ? sO[m * dv16 + col] / l : 0.f);
     }
     if (tid < 16) {
         const int mg = rb * 16 + tid;
         if (mg < p.rows) {
-            const int qi = mg / p.heads_per_group, h = g * p.heads_per_group + (mg - qi * p.heads_per_group);
+            const auto [qi, h] = query_head(p, g, mg);
             write_row_lse(p, split, b, qi, h, sRowM[tid], sRowL[tid]);
         }
     }

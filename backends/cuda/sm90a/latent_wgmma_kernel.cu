@@ -83,13 +83,6 @@ constexpr int kBarKEmpty = 4;
 constexpr int kBarEnd = 6;  // all: products done, row max / sum written
 constexpr int kBarMerge = 7;  // all: cluster merge weights written
 
-// Query token and head of row mg of group g's rows (heads x s_q, head fastest).
-struct QueryHead { int qi, h; };
-__device__ __forceinline__ QueryHead query_head(const AttentionParams& p, int g, int mg) {
-    const int qi = mg / p.heads_per_group;
-    return {qi, g * p.heads_per_group + (mg - qi * p.heads_per_group)};
-}
-
 template <typename T>
 __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
     return pack_pair(lo, hi, static_cast<T*>(nullptr));
