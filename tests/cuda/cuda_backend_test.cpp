@@ -149,10 +149,10 @@ void test_gqa(gqla_dtype cache, int H, int G, int D, int Dv, int page_size, cons
     check_decode(h, name, 0, {ids[0], child}, 1, GQLA_PATH_GQA);
 }
 
-void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, int page_size,
-               const std::vector<int64_t>& lengths, int max_q_len = 8) {
+// A GQLA session's description with pages for `lengths` plus 40 more rows each.
+gqla_backend_desc gqla_desc(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, int page_size,
+                            const std::vector<int64_t>& lengths) {
     gqla_backend_desc d = base_desc(GQLA_KIND_GQLA, cache, H, G, page_size);
-    d.max_q_len = max_q_len;
     d.latent_dim = r;
     d.nope_dim = dc;
     d.rope_dim = dr;
@@ -160,14 +160,29 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
     d.softmax_scale = 1.f / std::sqrt(float(dc + dr));
     d.num_pages = 0;
     for (int64_t L : lengths) d.num_pages += (L + 40 + page_size - 1) / page_size + 1;
-    Harness h(d);
+    return d;
+}
+
+// Random W_UKV on every layer, then one sequence per length, filled on every layer.
+std::vector<int> add_gqla_sequences(Harness& h, const std::vector<int64_t>& lengths) {
+    const gqla_backend_desc& d = h.desc;
     for (int layer = 0; layer < d.num_layers; ++layer)
-        h.set_weights(layer, randn(size_t(G) * (dc + dv) * r, 1.f / std::sqrt(float(r))));
+        h.set_weights(layer, randn(size_t(d.num_kv_heads) * (d.nope_dim + d.value_dim) * d.latent_dim,
+                                   1.f / std::sqrt(float(d.latent_dim))));
     std::vector<int> ids;
     for (int64_t L : lengths) {
         ids.push_back(h.add());
         for (int layer = 0; layer < d.num_layers; ++layer) fill_sequence(h, layer, ids.back(), L, false);
     }
+    return ids;
+}
+
+void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, int page_size,
+               const std::vector<int64_t>& lengths, int max_q_len = 8) {
+    gqla_backend_desc d = gqla_desc(cache, H, G, r, dc, dr, dv, page_size, lengths);
+    d.max_q_len = max_q_len;
+    Harness h(d);
+    const std::vector<int> ids = add_gqla_sequences(h, lengths);
     const char* cn = cache == GQLA_DTYPE_BF16 ? "bf16" : cache == GQLA_DTYPE_F16 ? "f16" : "f32";
     // One copy of W_UKV per layer, in the cache dtype: the absorb projections
     // and the expansion GEMM read the same one.
@@ -212,20 +227,10 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
 // takes the queries as rounded to the io dtype.
 void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, int dv,
                            const std::vector<int64_t>& lengths, int s_q) {
-    gqla_backend_desc d = base_desc(GQLA_KIND_GQLA, io, H, G, 64);
+    gqla_backend_desc d = gqla_desc(io, H, G, r, dc, dr, dv, 64, lengths);
     d.io_dtype = io;
-    d.latent_dim = r; d.nope_dim = dc; d.rope_dim = dr; d.value_dim = dv;
-    d.softmax_scale = 1.f / std::sqrt(float(dc + dr));
-    d.num_pages = 0;
-    for (int64_t L : lengths) d.num_pages += (L + 63) / 64 + 1;
     Harness h(d);
-    for (int layer = 0; layer < d.num_layers; ++layer)
-        h.set_weights(layer, randn(size_t(G) * (dc + dv) * r, 1.f / std::sqrt(float(r))));
-    std::vector<int> ids;
-    for (int64_t L : lengths) {
-        ids.push_back(h.add());
-        for (int layer = 0; layer < d.num_layers; ++layer) fill_sequence(h, layer, ids.back(), L, false);
-    }
+    const std::vector<int> ids = add_gqla_sequences(h, lengths);
     const int B = static_cast<int>(lengths.size()), dq = dc + dr;
     const size_t es = gqla::dtype_size(io);
     const int64_t qsH = dq + 8, qsQ = H * qsH + 16, qsB = s_q * qsQ + 24;
