@@ -27,7 +27,7 @@ status=0
 for w in $what; do
   case $w in
     test)
-      timeout 240 ctest --test-dir "$build" -L cuda --output-on-failure >"$out/ctest_cuda.log" 2>&1 || status=1
+      timeout 600 ctest --test-dir "$build" -L cuda -j4 --output-on-failure >"$out/ctest_cuda.log" 2>&1 || status=1
       grep -E "tests passed|Failed|Skipped" "$out/ctest_cuda.log"
       PYTHONPATH=$build/bindings/python timeout 180 python3 -m pytest -q tests/python >"$out/pytest.log" 2>&1 || status=1
       tail -2 "$out/pytest.log"
