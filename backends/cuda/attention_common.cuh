@@ -102,16 +102,18 @@ __device__ __forceinline__ int64_t pool_offset(const PoolView& pv, int64_t tb, i
     return page * pv.page_stride + g * pv.group_stride + static_cast<int64_t>(slot) * pv.row_stride;
 }
 
+// Row (split, b, qi, h) of the partial buffers the combine kernel merges
+// (part_o has p.v.dim floats a row, part_lse2 one).
+__device__ __forceinline__ int64_t partial_row(const AttentionParams& p, int split, int b, int qi, int h) {
+    return ((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + qi) * p.num_heads + h;
+}
+
 // Writes one output element of row (b, qi, h): straight to o when the launch
 // has one split, else to the partial buffer the combine kernel merges.
 __device__ __forceinline__ void write_output(const AttentionParams& p, int split, int b, int qi, int h, int c,
                                              float v) {
-    if (p.num_splits == 1) {
-        store_elem(p.o, p.o_dtype, row_offset(p.oa, b, qi, h) + c, v);
-    } else {
-        int64_t row = ((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + qi) * p.num_heads + h;
-        p.part_o[row * p.v.dim + c] = v;
-    }
+    if (p.num_splits == 1) store_elem(p.o, p.o_dtype, row_offset(p.oa, b, qi, h) + c, v);
+    else p.part_o[partial_row(p, split, b, qi, h) * p.v.dim + c] = v;
 }
 
 // Element of the caller's lse for row (b, qi, h).
@@ -126,8 +128,7 @@ __device__ __forceinline__ void write_row_lse(const AttentionParams& p, int spli
     if (p.num_splits == 1) {
         if (p.lse) p.lse[lse_index(p, b, qi, h)] = lse2 * kLn2;
     } else {
-        int64_t row = ((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + qi) * p.num_heads + h;
-        p.part_lse2[row] = lse2;
+        p.part_lse2[partial_row(p, split, b, qi, h)] = lse2;
     }
 }
 

@@ -177,10 +177,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         // per row rather than per element, and here, where registers are free.
         if (tid < rows_here) {
             const int qi = query_of(tid), h = head_of(tid);
-            sRowOut[tid] = p.num_splits == 1 || p.cluster_merge
-                               ? row_offset(p.oa, b, qi, h)
-                               : (((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + qi) * p.num_heads + h) *
-                                     p.v.dim;
+            sRowOut[tid] = p.num_splits == 1 || p.cluster_merge ? row_offset(p.oa, b, qi, h)
+                                                                 : partial_row(p, split, b, qi, h) * p.v.dim;
         }
         __syncthreads();
         const T* qrow = sQ + fr * q_stride + 2 * fc;

@@ -100,8 +100,9 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         const int64_t base_ctas = static_cast<int64_t>(nb) * groups * row_blocks;
         AttentionPlan plan = base_plan;
         fit_small_launch(s, p, base_ctas, &plan);
-        int splits = choose_splits(s, plan, base_ctas, max_len, combine_cap);
-        fit_wide_ctas(s, p, base_ctas, max_len, combine_cap, &plan, &splits);
+        double cost = 0.0;
+        int splits = choose_splits(s, plan, base_ctas, max_len, combine_cap, &cost);
+        fit_wide_ctas(s, p, base_ctas, max_len, combine_cap, cost, &plan, &splits);
         bool cluster = cluster_merge_fits(s, plan, base_ctas, splits);
         // Splits past the partials' capacity were planned for a cluster merge;
         // where such a cluster does not fit after all, plan for the combine.

@@ -233,7 +233,7 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
 }
 
 void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int64_t max_len, int combine_cap,
-                   AttentionPlan* plan, int* splits) {
+                   double cost, AttentionPlan* plan, int* splits) {
     if (s.narrow_wide == 0 || !plan->narrow || s.pinned_stages != 0 ||
         !narrow_wide_compiled(kNarrowWideSlots, plan->narrow_rows, plan->narrow_dims))
         return;
@@ -248,8 +248,7 @@ void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int6
     wide.blocks_per_sm = 1;
     // Both costs count one warp's 16-token chunks; a wide CTA's step is one
     // chunk per warp, like a 4-warp CTA's.
-    double cost = 0.0, wide_cost = 0.0;
-    choose_splits(s, *plan, base_ctas, max_len, combine_cap, &cost);
+    double wide_cost = 0.0;
     const int wide_splits = choose_splits(s, wide, base_ctas, max_len, combine_cap, &wide_cost);
     // Only unsplit, in one wave filling nine tenths of the SMs or more. Graph
     // us on the H200 (bf16, page 64), wide CTAs forced / 4-warp CTAs as

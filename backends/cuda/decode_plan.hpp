@@ -53,10 +53,11 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
 // tenths of the SMs or more, but not all of their 4-warp CTAs' slots: one
 // unsplit wave of wide CTAs, merged in shared memory, replaces split CTAs
 // and the combine pass. GQLA_CUDA_NARROW_WIDE=0 never takes them, =1
-// wherever they are compiled, with their own split count (tests). *splits:
-// plan's, replaced with the wide plan's.
+// wherever they are compiled, with their own split count (tests). *splits
+// and cost: choose_splits' count and cost for *plan; *splits is replaced
+// with the wide plan's.
 void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int64_t max_len, int combine_cap,
-                   AttentionPlan* plan, int* splits);
+                   double cost, AttentionPlan* plan, int* splits);
 
 // The launch's splits (2..kMaxClusterSplits of a row block for the narrow
 // kernel, 2..kMaxLatentClusterSplits for the latent kernel) should merge

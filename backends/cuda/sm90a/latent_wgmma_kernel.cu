@@ -484,8 +484,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             const QueryHead r = query_head(p, g, mg);
             const float inv = half ? inv1 : inv0;
             if (p.num_splits > 1) {
-                const int64_t row = ((static_cast<int64_t>(split) * p.part_batch + b) * p.q_len + r.qi) * p.num_heads + r.h;
-                float* dst = p.part_o + row * p.v.dim + c0;
+                float* dst = p.part_o + partial_row(p, split, b, r.qi, r.h) * p.v.dim + c0;
 #pragma unroll
                 for (int j = 0; j < 32; ++j)
                     *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
