@@ -130,9 +130,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     const CtaWork w = cta_work(p, kNarrowRows, TILE);
     const int grp = w.g, b = w.b, split = w.split, length = w.length;
     const int row0 = w.rb * kNarrowRows, rows_here = min(kNarrowRows, p.rows - row0);
-    // Group row -> (query token, head).
-    auto query_of = [&](int r) { return (row0 + r) / p.heads_per_group; };
-    auto head_of = [&](int r) { return grp * p.heads_per_group + (row0 + r) % p.heads_per_group; };
+    auto row_qh = [&](int r) { return query_head(p, grp, row0 + r); };  // CTA row -> (query token, head)
     const int32_t* table = w.table;
     const SplitRange range = w.range;
 
@@ -167,7 +165,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
             int64_t qoff = 0;
             int n = 0;
             if (r < rows_here) {
-                qoff = row_offset(p.qa, b, query_of(r), head_of(r)) + c;
+                const QueryHead qh = row_qh(r);
+                qoff = row_offset(p.qa, b, qh.qi, qh.h) + c;
                 n = min(8, dk - c);
             }
             load_elems8(p.q, p.q_dtype, qoff, n, v);
@@ -176,9 +175,9 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         // Where each row's output goes (o, or this split's partial row): once
         // per row rather than per element, and here, where registers are free.
         if (tid < rows_here) {
-            const int qi = query_of(tid), h = head_of(tid);
-            sRowOut[tid] = p.num_splits == 1 || p.cluster_merge ? row_offset(p.oa, b, qi, h)
-                                                                 : partial_row(p, split, b, qi, h) * p.v.dim;
+            const QueryHead qh = row_qh(tid);
+            sRowOut[tid] = p.num_splits == 1 || p.cluster_merge ? row_offset(p.oa, b, qh.qi, qh.h)
+                                                                 : partial_row(p, split, b, qh.qi, qh.h) * p.v.dim;
         }
         __syncthreads();
         const T* qrow = sQ + fr * q_stride + 2 * fc;
@@ -200,7 +199,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
         const int row = 2 * fc + e;
-        limit[e] = row < rows_here ? length - p.q_len + query_of(row) : length - 1;
+        limit[e] = row < rows_here ? length - p.q_len + row_qh(row).qi : length - 1;
     }
 
     // Warp-private ring. With padded dims a slot's pad columns are read as K
@@ -451,7 +450,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
             sO[m * L.o_stride + col] = merged(m, col);
         }
         merge_splits_in_cluster(p, rows_here, dv, L.o_stride, sO, sRowM, sRowL, sRowOut, [&](int r) {
-            return lse_index(p, b, query_of(r), head_of(r));
+            const QueryHead qh = row_qh(r);
+            return lse_index(p, b, qh.qi, qh.h);
         });
         return;
     }
@@ -463,7 +463,10 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         if (p.num_splits == 1) store_elem(p.o, p.o_dtype, out, v);
         else p.part_o[out] = v;
     }
-    if (tid < rows_here) write_row_lse(p, split, b, query_of(tid), head_of(tid), sRowM[tid], sRowL[tid]);
+    if (tid < rows_here) {
+        const QueryHead qh = row_qh(tid);
+        write_row_lse(p, split, b, qh.qi, qh.h, sRowM[tid], sRowL[tid]);
+    }
 }
 
 }  // namespace gqla::cuda
