@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "absorb_kernels.hpp"
+#include "batched_gemm.hpp"
 #include "core/dtype.hpp"
 #include "decode_plan.hpp"
 #include "latent_wgmma.hpp"
@@ -199,15 +200,14 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     AbsorbLayout lay{a.batch, a.q_len, d.num_heads, n_rep, dc, dr, r, dv};
     launch_absorb_pack_q(lay, q.data, q.dtype, q.s, s.q_nope.get(), s.q_att.get(), work, s.stream);
 
-    // f32 caches keep f32 products (no TF32): their tolerance is 1e-5.
-    const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-    const float one = 1.f, zero = 0.f;
-    // q~ [rows][r] (ld r + d_r) = q_nope [rows][d_c] . W_UK[g] [d_c][r]
-    check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_N, CUBLAS_OP_N, r, static_cast<int>(rows_g), dc, &one,
-                                            w, work_cu, r, w_group, s.q_nope.get(), work_cu, dc, rows_g * dc, &zero,
-                                            s.q_att.get(), work_cu, r + dr, rows_g * (r + dr), d.num_kv_heads, compute,
-                                            CUBLAS_GEMM_DEFAULT),
-                 "absorb query projection (GemmStridedBatchedEx)");
+    // q~ [rows][r] (ld r + d_r) = q_nope [rows][d_c] . W_UK[g] [d_c][r], f32
+    // accumulation (f32 caches keep f32 products, no TF32: their tolerance is 1e-5).
+    BatchedGemm qp;
+    qp.m = r; qp.n = static_cast<int>(rows_g); qp.k = dc; qp.batch = d.num_kv_heads;
+    qp.a = w; qp.a_type = work_cu; qp.lda = r; qp.stride_a = w_group;
+    qp.b = s.q_nope.get(); qp.b_type = work_cu; qp.ldb = dc; qp.stride_b = rows_g * dc;
+    qp.c = s.q_att.get(); qp.c_type = work_cu; qp.ldc = r + dr; qp.stride_c = rows_g * (r + dr);
+    s.gemms.run(s.cublas, s.stream, qp, "absorb query projection");
 
     AttentionParams p = common_params(s, a);
     p.k1 = pool_view(s, s.pool_a, a.layer, 1, r, true);
@@ -228,13 +228,16 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     const void* w_uv = static_cast<const unsigned char*>(w) + static_cast<int64_t>(dc) * r * dtype_size(work);
     int64_t ldo = 0;
     const bool direct = (o.dtype == work || o.dtype == GQLA_DTYPE_F32) && direct_output_columns(o, a.q_len, n_rep, dv, &ldo);
-    check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, dv, static_cast<int>(rows_g), r, &one,
-                                            w_uv, work_cu, r, w_group, s.o_att.get(), work_cu, r, rows_g * r, &zero,
-                                            direct ? o.data : s.o_proj.get(),
-                                            direct ? cuda_type(static_cast<gqla_dtype>(o.dtype)) : CUDA_R_32F,
-                                            static_cast<int>(direct ? ldo : dv), direct ? o.s[2] : rows_g * dv, d.num_kv_heads,
-                                            compute, CUBLAS_GEMM_DEFAULT),
-                 "absorb output projection (GemmStridedBatchedEx)");
+    BatchedGemm op;
+    op.trans_a = CUBLAS_OP_T;
+    op.m = dv; op.n = static_cast<int>(rows_g); op.k = r; op.batch = d.num_kv_heads;
+    op.a = w_uv; op.a_type = work_cu; op.lda = r; op.stride_a = w_group;
+    op.b = s.o_att.get(); op.b_type = work_cu; op.ldb = r; op.stride_b = rows_g * r;
+    op.c = direct ? o.data : s.o_proj.get();
+    op.c_type = direct ? cuda_type(static_cast<gqla_dtype>(o.dtype)) : CUDA_R_32F;
+    op.ldc = direct ? ldo : dv;
+    op.stride_c = direct ? o.s[2] : rows_g * dv;
+    s.gemms.run(s.cublas, s.stream, op, "absorb output projection");
     if (!direct) launch_absorb_unpack_o(lay, s.o_proj.get<float>(), o.data, o.dtype, o.s, s.stream);
 }
 

@@ -1,6 +1,6 @@
 // State of one CUDA session: paged pools in the layout of backend_api.h,
 // weights, device-side sequence tables, the decode workspace sized at create,
-// staging for host tensors, the stream and the cuBLAS handle.
+// staging for host tensors, the stream and the cuBLAS handles.
 #pragma once
 
 #include <cublas_v2.h>
@@ -14,6 +14,7 @@
 
 #include "attention_kernels.hpp"
 #include "attention_params.hpp"
+#include "batched_gemm.hpp"
 #include "core/backend_api.h"
 #include "device_buffer.hpp"
 #include "latent_wgmma.hpp"
@@ -29,6 +30,7 @@ struct Session {
     cudaStream_t stream = nullptr;  // the legacy default stream unless the caller set one
     cublasHandle_t cublas = nullptr;
     DeviceBuffer cublas_workspace;  // fixed, so cuBLAS allocates nothing (graph capture)
+    BatchedGemmRunner gemms;        // the absorb projections (cuBLASLt; off: GQLA_CUDA_CUBLASLT=0)
 
     // Always-kept cache: GQA kind K, V; GQLA kind C, KR.
     DeviceBuffer pool_a, pool_b;

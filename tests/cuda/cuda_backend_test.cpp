@@ -293,6 +293,31 @@ void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, i
     report(std::string(name) + " padding untouched", double(padding_touched), 0.0);
 }
 
+// The absorb projections keep one cuBLASLt plan per GEMM shape, at most 64,
+// replacing the least recently used: decode 34 batch x s_q shapes (68
+// GEMM shapes, one head per group) on one session, then the first ones
+// again, rebuilt after their eviction; every result against the reference.
+void test_absorb_many_shapes(gqla_dtype cache) {
+    std::vector<int64_t> lengths;
+    for (int i = 0; i < 16; ++i) lengths.push_back(5 + 5 * i);
+    Harness h(gqla_desc(cache, 4, 4, 64, 16, 16, 24, 16, lengths));
+    const std::vector<int> ids = add_gqla_sequences(h, lengths);
+    std::vector<std::pair<int, int>> shapes;  // (batch, s_q), batch * s_q all distinct
+    for (int b = 1; b <= 16; ++b) shapes.push_back({b, 1});
+    for (int b = 9; b <= 16; ++b) shapes.push_back({b, 2});
+    for (int b = 11; b <= 16; ++b) shapes.push_back({b, 3});
+    for (int b = 13; b <= 16; ++b) shapes.push_back({b, 4});
+    shapes.push_back({1, 1});
+    shapes.push_back({2, 1});
+    const char* cn = cache == GQLA_DTYPE_BF16 ? "bf16" : cache == GQLA_DTYPE_F16 ? "f16" : "f32";
+    for (size_t i = 0; i < shapes.size(); ++i) {
+        const auto [b, s_q] = shapes[i];
+        char name[160];
+        std::snprintf(name, sizeof name, "gqla absorb shape %zu of %zu %s B=%d s_q=%d", i + 1, shapes.size(), cn, b, s_q);
+        check_decode(h, name, 1, std::vector<int>(ids.end() - b, ids.end()), s_q, GQLA_PATH_ABSORB);
+    }
+}
+
 // Decode captured in a CUDA graph with device tensors; replayed after more
 // appends (new lengths, new pages) it must produce the new result.
 // lengths {100, 1000, 3000} split past the cluster limit (a combine pass
@@ -500,6 +525,7 @@ int main(int argc, char** argv) {
             test_absorb_device_io(t, 16, 16, 512, 128, 64, 128, {90, 650}, 3);
             test_absorb_device_io(t, 6, 2, 384, 36, 20, 44, {2, 64, 300}, 2);
         });
+        run_t("gqla absorb many shapes", [&] { test_absorb_many_shapes(t); });
         run_t("graph", [&] {
             test_graph_replay(t, {100, 1000, 3000});
             test_graph_replay(t, {100, 700, 900});
