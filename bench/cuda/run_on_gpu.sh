@@ -56,7 +56,7 @@ done
 if [ -s "$out/bench.jsonl" ]; then
   python3 - "$out/bench.jsonl" <<'EOF'
 import json, sys
-print(f"{'preset':<15}{'path':<7}{'B':>4}{'T':>7}{'us':>9}{'dev_us':>9}{'dev_GB/s':>9}{'roof':>7}{'rel_err':>9}")
+print(f"{'preset':<15}{'path':<7}{'B':>4}{'T':>7}{'wall_us':>9}{'event_us':>9}{'GB/s':>9}{'roof':>7}{'rel_err':>9}")
 for line in open(sys.argv[1]):
     line = line.strip()
     if not line.startswith("{"):
