@@ -41,7 +41,8 @@ BatchedGemmRunner::~BatchedGemmRunner() {
     if (lt_) cublasLtDestroy(lt_);
 }
 
-void BatchedGemmRunner::init(bool use_lt, void* workspace, size_t workspace_bytes) {
+void BatchedGemmRunner::init(cublasHandle_t blas, bool use_lt, void* workspace, size_t workspace_bytes) {
+    blas_ = blas;
     workspace_ = workspace;
     workspace_bytes_ = workspace_bytes;
     if (!use_lt) return;
@@ -115,7 +116,7 @@ BatchedGemmRunner::Plan& BatchedGemmRunner::plan_for(const BatchedGemm& g, const
     return *p;
 }
 
-void BatchedGemmRunner::run(cublasHandle_t blas, cudaStream_t stream, const BatchedGemm& g, const char* what) {
+void BatchedGemmRunner::run(cudaStream_t stream, const BatchedGemm& g, const char* what) {
     const float one = 1.f, zero = 0.f;
     if (lt_) {
         Plan& p = plan_for(g, key_of(g));
@@ -126,7 +127,7 @@ void BatchedGemmRunner::run(cublasHandle_t blas, cudaStream_t stream, const Batc
             return;
         }
     }
-    check_cublas(cublasGemmStridedBatchedEx(blas, g.trans_a, g.trans_b, g.m, g.n, g.k, &one, g.a, g.a_type,
+    check_cublas(cublasGemmStridedBatchedEx(blas_, g.trans_a, g.trans_b, g.m, g.n, g.k, &one, g.a, g.a_type,
                                             static_cast<int>(g.lda), g.stride_a, g.b, g.b_type,
                                             static_cast<int>(g.ldb), g.stride_b, &zero, g.c, g.c_type,
                                             static_cast<int>(g.ldc), g.stride_c, g.batch, CUBLAS_COMPUTE_32F,

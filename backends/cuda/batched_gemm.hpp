@@ -39,13 +39,14 @@ public:
     BatchedGemmRunner& operator=(const BatchedGemmRunner&) = delete;
     ~BatchedGemmRunner();
 
-    // use_lt false: every GEMM through cublasGemmStridedBatchedEx
-    // (GQLA_CUDA_CUBLASLT=0). The workspace is the session's cuBLAS one: both
-    // libraries run on the session's stream, one call after another.
-    void init(bool use_lt, void* workspace, size_t workspace_bytes);
-    // Queues g on `stream`, the stream `blas` is set to (the fallback runs
-    // on blas's); `what` names the GEMM in error messages.
-    void run(cublasHandle_t blas, cudaStream_t stream, const BatchedGemm& g, const char* what);
+    // blas: the session's cuBLAS handle, for the fallback. use_lt false:
+    // every GEMM through cublasGemmStridedBatchedEx (GQLA_CUDA_CUBLASLT=0).
+    // The workspace is the session's cuBLAS one: both libraries run on the
+    // session's stream, one call after another.
+    void init(cublasHandle_t blas, bool use_lt, void* workspace, size_t workspace_bytes);
+    // Queues g on `stream`, the stream blas is set to (the fallback runs on
+    // blas's); `what` names the GEMM in error messages.
+    void run(cudaStream_t stream, const BatchedGemm& g, const char* what);
 
 private:
     // A shape as cuBLASLt sees it: operands' types, sizes, strides and the
@@ -73,6 +74,7 @@ private:
     // the batch every few steps); reserved at init, so a new shape replaces
     // the least recently used plan rather than allocating.
     static constexpr size_t kMaxPlans = 64;
+    cublasHandle_t blas_ = nullptr;
     cublasLtHandle_t lt_ = nullptr;
     void* workspace_ = nullptr;
     size_t workspace_bytes_ = 0;

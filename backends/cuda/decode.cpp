@@ -207,7 +207,7 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     qp.a = w; qp.a_type = work_cu; qp.lda = r; qp.stride_a = w_group;
     qp.b = s.q_nope.get(); qp.b_type = work_cu; qp.ldb = dc; qp.stride_b = rows_g * dc;
     qp.c = s.q_att.get(); qp.c_type = work_cu; qp.ldc = r + dr; qp.stride_c = rows_g * (r + dr);
-    s.gemms.run(s.cublas, s.stream, qp, "absorb query projection");
+    s.gemms.run(s.stream, qp, "absorb query projection");
 
     AttentionParams p = common_params(s, a);
     p.k1 = pool_view(s, s.pool_a, a.layer, 1, r, true);
@@ -237,7 +237,7 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     op.c_type = direct ? cuda_type(static_cast<gqla_dtype>(o.dtype)) : CUDA_R_32F;
     op.ldc = direct ? ldo : dv;
     op.stride_c = direct ? o.s[2] : rows_g * dv;
-    s.gemms.run(s.cublas, s.stream, op, "absorb output projection");
+    s.gemms.run(s.stream, op, "absorb output projection");
     if (!direct) launch_absorb_unpack_o(lay, s.o_proj.get<float>(), o.data, o.dtype, o.s, s.stream);
 }
 

@@ -140,7 +140,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     s->cublas_workspace.allocate(kCublasWorkspaceBytes, "cuBLAS workspace");
     check_cublas(cublasSetWorkspace(s->cublas, s->cublas_workspace.get(), kCublasWorkspaceBytes), "cublasSetWorkspace");
     check_cublas(cublasSetStream(s->cublas, s->stream), "cublasSetStream");
-    s->gemms.init(knob_on("GQLA_CUDA_CUBLASLT"), s->cublas_workspace.get(), kCublasWorkspaceBytes);
+    s->gemms.init(s->cublas, knob_on("GQLA_CUDA_CUBLASLT"), s->cublas_workspace.get(), kCublasWorkspaceBytes);
 
     const size_t es = cache_elem_size(*s), io = dtype_size(d.io_dtype);
     const int64_t L = d.num_layers, G = d.num_kv_heads, H = d.num_heads;

@@ -134,7 +134,7 @@ void test_gqa(gqla_dtype cache, int H, int G, int D, int Dv, int page_size, cons
     for (int s_q : {1, 2, 5, 8}) {
         if (s_q > min_len) continue;
         std::snprintf(name, sizeof name, "gqa %s H=%d G=%d D=%d Dv=%d P=%d B=%zu s_q=%d",
-                      cache == GQLA_DTYPE_BF16 ? "bf16" : cache == GQLA_DTYPE_F16 ? "f16" : "f32", H, G, D, Dv,
+                      gqla::dtype_name(cache), H, G, D, Dv,
                       page_size, lengths.size(), s_q);
         check_decode(h, name, 1, ids, s_q, GQLA_PATH_GQA);
     }
@@ -183,7 +183,7 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
     d.max_q_len = max_q_len;
     Harness h(d);
     const std::vector<int> ids = add_gqla_sequences(h, lengths);
-    const char* cn = cache == GQLA_DTYPE_BF16 ? "bf16" : cache == GQLA_DTYPE_F16 ? "f16" : "f32";
+    const char* cn = gqla::dtype_name(cache);
     // One copy of W_UKV per layer, in the cache dtype: the absorb projections
     // and the expansion GEMM read the same one.
     int64_t mem[4] = {0, 0, 0, 0};
@@ -288,7 +288,7 @@ void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, i
     }
     char name[160];
     std::snprintf(name, sizeof name, "gqla absorb device io %s H=%d G=%d dc=%d dv=%d s_q=%d",
-                  io == GQLA_DTYPE_BF16 ? "bf16" : io == GQLA_DTYPE_F16 ? "f16" : "f32", H, G, dc, dv, s_q);
+                  gqla::dtype_name(io), H, G, dc, dv, s_q);
     report(std::string(name) + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(io));
     report(std::string(name) + " padding untouched", double(padding_touched), 0.0);
 }
@@ -309,7 +309,7 @@ void test_absorb_many_shapes(gqla_dtype cache) {
     for (int b = 13; b <= 16; ++b) shapes.push_back({b, 4});
     shapes.push_back({1, 1});
     shapes.push_back({2, 1});
-    const char* cn = cache == GQLA_DTYPE_BF16 ? "bf16" : cache == GQLA_DTYPE_F16 ? "f16" : "f32";
+    const char* cn = gqla::dtype_name(cache);
     for (size_t i = 0; i < shapes.size(); ++i) {
         const auto [b, s_q] = shapes[i];
         char name[160];
@@ -473,7 +473,7 @@ int main(int argc, char** argv) {
     const std::vector<int64_t> ragged = {1, 63, 64, 65, 1000, 3001};
     const std::vector<int64_t> long_ragged = {8, 130, 2000, 4097};
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16, GQLA_DTYPE_F32}) {
-        const std::string dt = t == GQLA_DTYPE_BF16 ? " bf16" : t == GQLA_DTYPE_F16 ? " f16" : " f32";
+        const std::string dt = std::string(" ") + gqla::dtype_name(t);
         auto run_t = [&](const char* name, const std::function<void()>& f) { run((name + dt).c_str(), f); };
         run_t("gqa 32/8", [&] { test_gqa(t, 32, 8, 128, 128, 64, long_ragged); });
         // One sequence: 2-16 splits per row block (by s_q), merged inside a

@@ -101,15 +101,19 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
     a.q_len = 1;
     a.q = host_view(q, GQLA_DTYPE_BF16, {s.B, 1, s.H, dq}); a.q.on_device = 1;
     a.o = host_view(o, GQLA_DTYPE_BF16, {s.B, 1, s.H, dv}); a.o.on_device = 1;
+    // Decode step i: layer i % layers, so consecutive steps read different caches.
+    auto decode_step = [&](int i) {
+        a.layer = i % layers;
+        a.seqs = seqs[size_t(a.layer)].data();
+        return h.vt->decode(h.ctx, &a);
+    };
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     std::vector<float> times;
     for (int i = 0; i < reps + 5; ++i) {
-        a.layer = i % layers;
-        a.seqs = seqs[size_t(a.layer)].data();
         cudaEventRecord(e0, nullptr);
-        expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode");
+        expect_ok(h.vt, h.ctx, decode_step(i), "decode");
         cudaEventRecord(e1, nullptr);
         cudaEventSynchronize(e1);
         float ms = 0;
@@ -127,11 +131,7 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
         cudaDeviceSynchronize();
         constexpr int kCalls = 8;
         const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < kCalls; ++i) {
-            a.layer = i % layers;
-            a.seqs = seqs[size_t(a.layer)].data();
-            expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode");
-        }
+        for (int i = 0; i < kCalls; ++i) expect_ok(h.vt, h.ctx, decode_step(i), "decode");
         host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls);
     }
     cudaDeviceSynchronize();
@@ -152,11 +152,7 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
         cudaGraph_t graph;
         bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess;
         int rc = GQLA_OK;
-        for (int i = 0; ok && i < steps && rc == GQLA_OK; ++i) {
-            a.layer = i % layers;
-            a.seqs = seqs[size_t(a.layer)].data();
-            rc = h.vt->decode(h.ctx, &a);
-        }
+        for (int i = 0; ok && i < steps && rc == GQLA_OK; ++i) rc = decode_step(i);
         if (ok && cudaStreamEndCapture(stream, &graph) == cudaSuccess && rc == GQLA_OK) {
             if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) exec = nullptr;
             cudaGraphDestroy(graph);
