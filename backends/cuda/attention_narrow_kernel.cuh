@@ -125,6 +125,13 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fr = lane >> 2, fc = lane & 3;  // fragment row / column pair of this lane
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar_off) + warp * R;  // TMA: slot i completes on bars[i]
+    if constexpr (TMA) {  // each warp's own slot barriers, before its first copy
+        if (lane == 0) {
+            for (int i = 0; i < R; ++i) mbarrier_init(bars + i, 1);
+            mbarrier_init_fence();
+        }
+        __syncwarp();
+    }
     // grid.x = groups x row blocks: this CTA's rows are the group's rows
     // [row0, row0 + rows_here), kNarrowRows of them but in the group's last block.
     const CtaWork w = cta_work(p, kNarrowRows, TILE);
@@ -147,70 +154,25 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         const int j = j0 + (lane & 15);
         return (lane < 16 && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
     };
-    // The page ids of the first chunks are requested before the query rows are
-    // staged, so the two memory latencies overlap.
+    // The page ids of the first chunks: the first halves' copies wait for them.
     const int64_t first_ids[4] = {fetch(0), fetch(1), fetch(2), fetch(3)};
-
-    // Q^T as B fragments: b0 = Q[row fr][16ks + 2fc, +1], b1 = the same +8.
-    // The group's rows are staged through shared memory (the ring's bytes,
-    // before the ring starts) with whole-piece vector loads, so the prologue
-    // waits for one memory latency rather than for each lane's elements.
-    uint32_t qb[MAX_KS][2];
-    {
-        T* sQ = reinterpret_cast<T*>(smem);
-        const int q_stride = dk16 + 8, pieces = dk16 / 8;
-        for (int i = tid; i < kNarrowRows * pieces; i += NT) {
-            const int r = i / pieces, c = (i - r * pieces) * 8;
-            float v[8];
-            int64_t qoff = 0;
-            int n = 0;
-            if (r < rows_here) {
-                const QueryHead qh = row_qh(r);
-                qoff = row_offset(p.qa, b, qh.qi, qh.h) + c;
-                n = min(8, dk - c);
-            }
-            load_elems8(p.q, p.q_dtype, qoff, n, v);
-            *reinterpret_cast<uint4*>(sQ + r * q_stride + c) = pack_eight<T>(v);
-        }
-        // Where each row's output goes (o, or this split's partial row): once
-        // per row rather than per element, and here, where registers are free.
-        if (tid < rows_here) {
-            const QueryHead qh = row_qh(tid);
-            sRowOut[tid] = p.num_splits == 1 || p.cluster_merge ? row_offset(p.oa, b, qh.qi, qh.h)
-                                                                 : partial_row(p, split, b, qh.qi, qh.h) * p.v.dim;
-        }
-        __syncthreads();
-        const T* qrow = sQ + fr * q_stride + 2 * fc;
-#pragma unroll
-        for (int ks = 0; ks < MAX_KS; ++ks) {
-            qb[ks][0] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16) : 0u;
-            qb[ks][1] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16 + 8) : 0u;
-        }
-        if constexpr (TMA) {
-            if (lane == 0)
-                for (int i = 0; i < R; ++i) mbarrier_init(bars + i, 1);
-            mbarrier_init_fence();
-            fence_proxy_async_smem();  // these reads of sQ before TMA writes into the same bytes
-        }
-        __syncthreads();  // the ring reuses these bytes
-    }
-    // Causal limit of this lane's two query rows (columns 2fc, 2fc+1 of S^T).
-    int limit[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        const int row = 2 * fc + e;
-        limit[e] = row < rows_here ? length - p.q_len + row_qh(row).qi : length - 1;
-    }
 
     // Warp-private ring. With padded dims a slot's pad columns are read as K
     // (times zero queries) or V (into output columns never written), after
     // the slot held the other role: they only have to be finite, so the
     // ring starts zeroed and copies never write anything but cache rows.
+    // With TMA boxes its first R - 1 halves are issued as soon as their page
+    // ids arrive, before the query rows are staged: the prologue's two
+    // memory latencies (page ids, then K/V) no longer wait for the query
+    // rows and two CTA barriers. The last slot of warp 0 holds the staged
+    // query rows meanwhile, so every warp issues its half R - 1 after them.
     T* wbase = reinterpret_cast<T*>(smem + warp * L.warp_bytes);
-    if (dk16 != dk || dv16 != dv)
-        for (int i = lane; i < R * L.slot_elems / 8; i += 32) reinterpret_cast<uint4*>(wbase)[i] = make_uint4(0, 0, 0, 0);
-    __syncwarp();  // zeros before any cp.async into the same bytes
     auto slot_of = [&](int half) { return wbase + (half % R) * L.slot_elems; };
+    auto zero_slots = [&](int first, int count) {  // then __syncwarp: zeros before any copy into them
+        if (dk16 == dk && dv16 == dv) return;
+        uint4* z = reinterpret_cast<uint4*>(wbase + first * L.slot_elems);
+        for (int i = lane; i < count * L.slot_elems / 8; i += 32) z[i] = make_uint4(0, 0, 0, 0);
+    };
 
     const T* k1 = static_cast<const T*>(p.k1.base);
     const T* k2 = static_cast<const T*>(p.k2.base);
@@ -281,20 +243,80 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         }
     };
 
+    // Halves 0..R-1 in flight before the loop: with TMA boxes the first
+    // R - 1 now, the others after the query rows. Chunk c's K is half 2c, its
+    // V half 2c + 1; when a half's product is done its slot takes half + R.
+    // (The cp.async layouts issue all of them after the query rows: their
+    // copy addressing, live across the staging, would cost registers and,
+    // without launch bounds, CTAs per SM.)
+    constexpr int EARLY = TMA ? R - 1 : 0;
+    auto issue_first = [&](int first, int end) {
+        zero_slots(first, end - first);
+        __syncwarp();
+#pragma unroll
+        for (int h = first; h < end; ++h) {
+            if ((h >> 1) < chunks) issue_half(h, first_ids[h >> 1]);
+            cp_async_commit();
+        }
+    };
+    issue_first(0, EARLY);
+
+    // Q^T as B fragments: b0 = Q[row fr][16ks + 2fc, +1], b1 = the same +8.
+    // The group's rows are staged through shared memory (warp 0's last ring
+    // slot, free until its half R - 1) with whole-piece vector loads, so the
+    // prologue waits for one memory latency rather than for each lane's
+    // elements. (A slot holds 16 rows of at least dk16 + 8 elements; these
+    // are 8 such rows.)
+    uint32_t qb[MAX_KS][2];
+    {
+        T* sQ = reinterpret_cast<T*>(smem) + (R - 1) * L.slot_elems;
+        const int q_stride = dk16 + 8, pieces = dk16 / 8;
+        for (int i = tid; i < kNarrowRows * pieces; i += NT) {
+            const int r = i / pieces, c = (i - r * pieces) * 8;
+            float v[8];
+            int64_t qoff = 0;
+            int n = 0;
+            if (r < rows_here) {
+                const QueryHead qh = row_qh(r);
+                qoff = row_offset(p.qa, b, qh.qi, qh.h) + c;
+                n = min(8, dk - c);
+            }
+            load_elems8(p.q, p.q_dtype, qoff, n, v);
+            *reinterpret_cast<uint4*>(sQ + r * q_stride + c) = pack_eight<T>(v);
+        }
+        // Where each row's output goes (o, or this split's partial row): once
+        // per row rather than per element, and here, where registers are free.
+        if (tid < rows_here) {
+            const QueryHead qh = row_qh(tid);
+            sRowOut[tid] = p.num_splits == 1 || p.cluster_merge ? row_offset(p.oa, b, qh.qi, qh.h)
+                                                                 : partial_row(p, split, b, qh.qi, qh.h) * p.v.dim;
+        }
+        __syncthreads();
+        const T* qrow = sQ + fr * q_stride + 2 * fc;
+#pragma unroll
+        for (int ks = 0; ks < MAX_KS; ++ks) {
+            qb[ks][0] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16) : 0u;
+            qb[ks][1] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16 + 8) : 0u;
+        }
+        if constexpr (TMA) fence_proxy_async_smem();  // these reads of sQ before TMA writes into the same bytes
+        __syncthreads();  // warp 0's last slot takes its half next
+    }
+    issue_first(EARLY, R);
+    // Causal limit of this lane's two query rows (columns 2fc, 2fc+1 of S^T).
+    int limit[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int row = 2 * fc + e;
+        limit[e] = row < rows_here ? length - p.q_len + row_qh(row).qi : length - 1;
+    }
+
     float acc[MAX_VT][4];
 #pragma unroll
     for (int i = 0; i < MAX_VT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     float run_m[2] = {-INFINITY, -INFINITY}, run_l[2] = {0.f, 0.f};  // l: this lane's partial sum
 
-    // Halves 0..R-1 in flight before the loop. Chunk c's K is half 2c, its
-    // V half 2c + 1; when a half's product is done its slot takes half + R.
     // Page ids of chunks c+1..c+3 are held in registers so their table loads
     // (which can queue behind the K/V traffic) have an iteration to land.
-#pragma unroll
-    for (int h = 0; h < R; ++h) {
-        if ((h >> 1) < chunks) issue_half(h, first_ids[h >> 1]);
-        cp_async_commit();
-    }
     int64_t ids[3] = {first_ids[1], first_ids[2], first_ids[3]};  // ids[i]: chunk c + 1 + i
     // Waits until half `half` has landed in its slot (cp.async: every group
     // but the R - 1 newest, which are the halves after it).
