@@ -46,6 +46,7 @@ void launch_attention_warp(gqla_dtype cache, int stages, const AttentionParams& 
 // blocks), 64-token steps; each warp streams its K and V halves through a
 // ring of `slots` shared-memory slots.
 constexpr int kNarrowRows = 8;
+constexpr int kNarrowMaxDk = 256, kNarrowMaxDv = 128;
 // Up to 32 rows (4 CTAs per group) by default. Measured on the H200 (bf16,
 // llama3-8b 32/8, T = 4096, device time): n_rep * s_q = 16 at B = 64 took
 // 330 us against 490 us with the per-warp kernel, 32 rows 632 us against
@@ -104,9 +105,17 @@ int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDim
 // non-portable Hopper limit; the host checks that each launch's cluster
 // shape fits (narrow_max_active_clusters).
 constexpr int kMaxClusterSplits = 16;
+// Shared memory a narrow launch with clusters adds past its layout (see
+// cluster_merge.cuh): a barrier, then per split its row maxima and sums and
+// its values of one CTA's slice of the row block's outputs (at most
+// splits x (2 rows + ceil(rows x dv / splits)) floats), and 16 bytes of
+// slack for the region's 16-byte alignment.
+constexpr int kNarrowClusterMergeFloats = kMaxClusterSplits * (2 * kNarrowRows + 1) + kNarrowRows * kNarrowMaxDv;
+constexpr int kNarrowClusterMergeBytes = 16 + 4 * kNarrowClusterMergeFloats + 16;
 // Clusters of cluster_splits CTAs of this kernel (one row block's splits,
 // merged in distributed shared memory: AttentionParams::cluster_merge) that
-// can be resident at once; 0 where none fits.
+// can be resident at once; 0 where none fits. smem_bytes: the layout's (the
+// merge region is added here, as at launch).
 int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
                                int cluster_splits, int warps = kNarrowWarps);
 // maps: the layer's (read only by the TmaBoxes layout). p.cluster_merge:

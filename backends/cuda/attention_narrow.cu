@@ -141,7 +141,8 @@ int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, Nar
                                int cluster_splits, int warps) {
     const void* kernel = narrow_kernel(cache, slots, rows, dims, warps);
     if (!kernel) return 0;
-    return max_active_split_clusters(kernel, dim3(static_cast<unsigned>(warps * 32)), smem_bytes, cluster_splits);
+    return max_active_split_clusters(kernel, dim3(static_cast<unsigned>(warps * 32)),
+                                     smem_bytes + kNarrowClusterMergeBytes, cluster_splits);
 }
 
 void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int warps,
@@ -155,6 +156,7 @@ void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, Narro
     if (dims != narrow_fixed_dims(p)) dims = NarrowDims::Runtime;
     if (!narrow_wide_compiled(slots, rows, dims)) warps = kNarrowWarps;
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
+    if (p.cluster_merge) smem_bytes += kNarrowClusterMergeBytes;
     cudaLaunchAttribute attr;
     cudaLaunchConfig_t cfg =
         split_launch_config(grid, dim3(static_cast<unsigned>(warps * 32)), smem_bytes, p.cluster_merge != 0, &attr);

@@ -44,13 +44,11 @@
 
 namespace gqla::cuda {
 
-constexpr int kNarrowMaxDk = 256;
-constexpr int kNarrowMaxDv = 128;
-
 struct NarrowLayout {
     int k_stride, v_stride;  // elements between rows of a K / V slot
     int block;               // elements between 64-column groups (see SmemRows)
     int slot_elems, warp_bytes, o_off, f_off, bar_off, bytes;
+    int merge_off;           // a cluster launch's merge region (kNarrowClusterMergeBytes more)
     int o_stride;            // floats between rows of a warp's (or the merged) O
     bool swizzle, boxes;
 };
@@ -90,6 +88,8 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
     // Boxes: one mbarrier per slot, and slack to align the base to the
     // 1024-byte period of the 128B swizzle (slots are multiples of 2 KiB).
     if (L.boxes) L.bytes += warps * slots * 8 + 1024;
+    // Past the barriers, within the slack kNarrowClusterMergeBytes adds.
+    L.merge_off = (L.bar_off + (L.boxes ? warps * slots * 8 : 0) + 15) / 16 * 16;
     return L;
 }
 
@@ -260,6 +260,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         }
     };
     issue_first(0, EARLY);
+    unsigned char* merge_region = smem + L.merge_off;
+    if (p.cluster_merge) cluster_merge_begin(merge_region, rows_here, dv);
 
     // Q^T as B fragments: b0 = Q[row fr][16ks + 2fc, +1], b1 = the same +8.
     // The group's rows are staged through shared memory (warp 0's last ring
@@ -471,7 +473,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
             const int m = e / dv, col = e - m * dv;
             sO[m * L.o_stride + col] = merged(m, col);
         }
-        merge_splits_in_cluster(p, rows_here, dv, L.o_stride, sO, sRowM, sRowL, sRowOut, [&](int r) {
+        __syncthreads();
+        merge_splits_in_cluster(p, merge_region, rows_here, dv, L.o_stride, sO, sRowM, sRowL, sRowOut, [&](int r) {
             const QueryHead qh = row_qh(r);
             return lse_index(p, b, qh.qi, qh.h);
         });

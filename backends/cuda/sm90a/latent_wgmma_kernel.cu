@@ -92,12 +92,13 @@ __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
 // each holds its rows normalised in sO [64][kStagedRowFloats] and their log2
 // max / sum in sMax / sSum. Every thread of every CTA calls this: the CTA of
 // rank r merges rows r, r + splits, ... into p.o and p.lse. sW: 64 x
-// kMaxLatentClusterSplits floats and sOff: 64 int64 of scratch. Not the
-// narrow kernel's merge_splits_in_cluster, which loads every split's max and
-// sum for each element: with 64 x 512 elements a row block (the narrow kernel
-// has 8 x 128) that took 4-16 us longer on the H200 at H=32, B=64, so here
-// the weights and output offsets are computed once per row, and each thread
-// merges 8 columns at a time.
+// kMaxLatentClusterSplits floats and sOff: 64 int64 of scratch. A merge
+// that loaded every split's max and sum for each element (as the narrow
+// kernel's once did) took 4-16 us longer on the H200 at H=32, B=64 (64 x 512
+// elements a row block; the narrow kernel has 8 x 128), so here the weights
+// and output offsets are computed once per row, and each thread merges 8
+// columns at a time. (The narrow kernel's push merge, cluster_merge.cuh,
+// would need the 128 KiB of a row block's partials in a second buffer.)
 __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int rb, int g, int b, const float* sO,
                                                  const float* sMax, const float* sSum, float* sW, int64_t* sOff) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
