@@ -168,11 +168,6 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     // query rows meanwhile, so every warp issues its half R - 1 after them.
     T* wbase = reinterpret_cast<T*>(smem + warp * L.warp_bytes);
     auto slot_of = [&](int half) { return wbase + (half % R) * L.slot_elems; };
-    auto zero_slots = [&](int first, int count) {  // then __syncwarp: zeros before any copy into them
-        if (dk16 == dk && dv16 == dv) return;
-        uint4* z = reinterpret_cast<uint4*>(wbase + first * L.slot_elems);
-        for (int i = lane; i < count * L.slot_elems / 8; i += 32) z[i] = make_uint4(0, 0, 0, 0);
-    };
 
     const T* k1 = static_cast<const T*>(p.k1.base);
     const T* k2 = static_cast<const T*>(p.k2.base);
@@ -251,8 +246,11 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     // without launch bounds, CTAs per SM.)
     constexpr int EARLY = TMA ? R - 1 : 0;
     auto issue_first = [&](int first, int end) {
-        zero_slots(first, end - first);
-        __syncwarp();
+        if (dk16 != dk || dv16 != dv) {
+            uint4* z = reinterpret_cast<uint4*>(slot_of(first));
+            for (int i = lane; i < (end - first) * L.slot_elems / 8; i += 32) z[i] = make_uint4(0, 0, 0, 0);
+        }
+        __syncwarp();  // zeros before any copy into the same bytes
 #pragma unroll
         for (int h = first; h < end; ++h) {
             if ((h >> 1) < chunks) issue_half(h, first_ids[h >> 1]);

@@ -30,43 +30,9 @@
 
 #include "attention_common.cuh"
 #include "attention_kernels.hpp"
-#include "mma_primitives.cuh"
+#include "tma_primitives.cuh"
 
 namespace gqla::cuda {
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define GQLA_CLUSTER_ASM(...) asm volatile(__VA_ARGS__)
-#else
-#define GQLA_CLUSTER_ASM(...) do {} while (0)
-#endif
-
-// The same shared-memory offset in the CTA of cluster rank `rank`.
-__device__ __forceinline__ uint32_t cluster_map(uint32_t local_addr, int rank) {
-    uint32_t remote = 0;
-    GQLA_CLUSTER_ASM("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local_addr), "r"(rank));
-    return remote;
-}
-// A 4-byte store into another CTA's shared memory that completes 4 bytes of
-// transactions on that CTA's barrier `remote_bar` (both mapped addresses).
-__device__ __forceinline__ void st_async_f32(uint32_t remote_addr, float v, uint32_t remote_bar) {
-    GQLA_CLUSTER_ASM("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(remote_addr),
-                     "r"(__float_as_uint(v)), "r"(remote_bar)
-                     : "memory");
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-    GQLA_CLUSTER_ASM("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() { GQLA_CLUSTER_ASM("barrier.cluster.wait.aligned;\n" ::: "memory"); }
-// Waits for phase 0 of this CTA's barrier, with the stores other CTAs
-// completed on it visible (acquire at cluster scope).
-__device__ __forceinline__ void mbarrier_wait_cluster_phase0(uint64_t* bar) {
-    GQLA_CLUSTER_ASM(
-        "{\n.reg .pred done;\n"
-        "wait_%=:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n"
-        "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar))
-        : "memory");
-}
 
 // How a row block's rows x dv outputs are dealt to the cluster's CTAs:
 // consecutive slices of `chunk` elements (row-major), and each owner's
@@ -74,7 +40,7 @@ __device__ __forceinline__ void mbarrier_wait_cluster_phase0(uint64_t* bar) {
 // split's values of the slice: at most splits x (2 rows + ceil(rows x dv /
 // splits)) floats, which kNarrowClusterMergeFloats bounds.
 struct ClusterSlices {
-    int splits, rank, rows, dv, total, chunk, packet;  // packet: floats per split
+    int splits, rank, total, chunk, packet;  // packet: floats per split
     __device__ int begin(int owner) const { return min(total, owner * chunk); }
     __device__ int size(int owner) const { return min(total, (owner + 1) * chunk) - begin(owner); }
 };
@@ -84,8 +50,6 @@ __device__ __forceinline__ ClusterSlices cluster_slices(int rows, int dv) {
     ClusterSlices s;
     s.splits = static_cast<int>(cg::this_cluster().num_blocks());
     s.rank = static_cast<int>(cg::this_cluster().block_rank());
-    s.rows = rows;
-    s.dv = dv;
     s.total = rows * dv;
     s.chunk = (s.total + s.splits - 1) / s.splits;
     s.packet = 2 * rows + s.chunk;
@@ -103,13 +67,9 @@ __device__ __forceinline__ void cluster_merge_begin(unsigned char* region, int r
         const ClusterSlices s = cluster_slices(rows, dv);
         const int mine = s.size(s.rank);
         uint64_t* bar = merge_barrier(region);
-        GQLA_CLUSTER_ASM("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
-        GQLA_CLUSTER_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        if (mine > 0) {
-            const uint32_t bytes = static_cast<uint32_t>(s.splits * (2 * rows + mine) * 4);
-            GQLA_CLUSTER_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-                             : "memory");
-        }
+        mbarrier_init(bar, 1);
+        mbarrier_init_fence();
+        if (mine > 0) mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(s.splits * (2 * rows + mine) * 4));
     }
     cluster_arrive_relaxed();
 }
@@ -147,7 +107,7 @@ __device__ __forceinline__ void merge_splits_in_cluster(const AttentionParams& p
     }
     const int mine = s.size(s.rank), first = s.begin(s.rank);
     if (mine == 0) return;
-    mbarrier_wait_cluster_phase0(bar);
+    mbarrier_wait_cluster(bar, 0);
     for (int i = tid; i < mine; i += nt) {
         const int e = first + i, r = e / dv, c = e - r * dv;
         float mx = -INFINITY;
@@ -168,6 +128,5 @@ __device__ __forceinline__ void merge_splits_in_cluster(const AttentionParams& p
 #endif
 }
 
-#undef GQLA_CLUSTER_ASM
 
 }  // namespace gqla::cuda

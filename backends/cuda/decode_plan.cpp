@@ -195,8 +195,8 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
     const int64_t cap = std::max<int64_t>(1, std::min<int64_t>({s.max_splits, kMaxSplits, tiles}));
     // Cost in "tile times" of the slowest SM: waves x (tiles per CTA + prologue),
     // plus the merge when splitting: the combine pass (a launch and a global
-    // round trip after the whole grid), or a cluster's two barriers and
-    // remote loads.
+    // round trip after the whole grid), or a merge inside the cluster
+    // through distributed shared memory.
     constexpr double kCombineCost = 2.0, kClusterMergeCost = 0.5;
     // The latent kernel's partial rows are big (64 x 512 f32 a CTA, written
     // and read back: ~3.6 tiles of 64 latent tokens), so their traffic,

@@ -1,5 +1,6 @@
-// Hopper tensor-memory-accelerator (TMA) loads and the shared-memory
-// barriers (mbarrier) they complete on (compute capability 9.0; the bodies
+// Hopper tensor-memory-accelerator (TMA) loads, the shared-memory barriers
+// (mbarrier) they complete on, and the cluster stores and barriers of the
+// narrow kernel's split merge (compute capability 9.0; the bodies
 // are empty when compiled for older targets, where the host never launches a
 // kernel that uses them). A tensor map (CUtensorMap, encoded on the host, see
 // tensor_maps.hpp) describes a 2-D global array and the box one load moves;
@@ -60,6 +61,40 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         "r"(parity)
         : "memory");
 }
+// The same, and what other CTAs of the cluster stored into this CTA's shared
+// memory with completions on the barrier (st_async_f32) is visible after it.
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
+    GQLA_HOPPER_ASM(
+        "{\n.reg .pred done;\n"
+        "wait_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+
+// Thread-block clusters. The shared-memory address of the same offset in the
+// CTA of cluster rank `rank`.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t local_addr, int rank) {
+    uint32_t remote = 0;
+    GQLA_HOPPER_ASM("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local_addr), "r"(rank));
+    return remote;
+}
+// A 4-byte store into another CTA's shared memory that completes 4 bytes of
+// transactions on that CTA's barrier `remote_bar` (both cluster_map addresses).
+__device__ __forceinline__ void st_async_f32(uint32_t remote_addr, float v, uint32_t remote_bar) {
+    GQLA_HOPPER_ASM("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(remote_addr),
+                    "r"(__float_as_uint(v)), "r"(remote_bar)
+                    : "memory");
+}
+// The cluster barrier in two halves, by every thread of every CTA: an arrival
+// that orders nothing (what must be visible is published otherwise, e.g. by
+// mbarrier_init_fence), and the wait for every thread's arrival.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    GQLA_HOPPER_ASM("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { GQLA_HOPPER_ASM("barrier.cluster.wait.aligned;\n" ::: "memory"); }
+
 // Box at element coordinates (x = column, y = row) of `map` -> shared memory
 // at `dst` (1024-byte aligned for the 128B swizzle); completes on `bar`.
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
