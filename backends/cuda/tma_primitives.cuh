@@ -51,27 +51,24 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 __device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
     GQLA_HOPPER_ASM("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// Spins on a try_wait form until the phase with parity %1 of barrier %0 has completed.
+#define GQLA_MBARRIER_WAIT_LOOP(TRY_WAIT) \
+    "{\n.reg .pred done;\nwait_%=:\n" TRY_WAIT " done, [%0], %1;\n@!done bra wait_%=;\n}\n"
 // Blocks until the barrier's phase with parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-    GQLA_HOPPER_ASM(
-        "{\n.reg .pred done;\n"
-        "wait_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
-        "r"(parity)
-        : "memory");
+    GQLA_HOPPER_ASM(GQLA_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.shared::cta.b64") ::"r"(smem_addr(bar)),
+                    "r"(parity)
+                    : "memory");
 }
 // The same, and what other CTAs of the cluster stored into this CTA's shared
 // memory with completions on the barrier (st_async_f32) is visible after it.
 __device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
-    GQLA_HOPPER_ASM(
-        "{\n.reg .pred done;\n"
-        "wait_%=:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
-        "r"(parity)
-        : "memory");
+    GQLA_HOPPER_ASM(GQLA_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64") ::"r"(
+                        smem_addr(bar)),
+                    "r"(parity)
+                    : "memory");
 }
+#undef GQLA_MBARRIER_WAIT_LOOP
 
 // Thread-block clusters. The shared-memory address of the same offset in the
 // CTA of cluster rank `rank`.
