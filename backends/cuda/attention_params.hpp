@@ -48,6 +48,11 @@ struct AttentionParams {
     int32_t rows;                // q_len * heads_per_group (rows per group)
 
     const void* q; int32_t q_dtype; RowAddress qa;
+    // Absorb path, latent kernel only: the rope part of each query row read
+    // from here (the caller's q, in the cache's 16-bit dtype, rows 16-byte
+    // aligned) instead of the columns past the latent in q. Null: q holds
+    // whole rows.
+    const void* q_rope; RowAddress q_rope_a;
     void* o; int32_t o_dtype; RowAddress oa;
     float* lse; int64_t lse_sB, lse_sQ, lse_sH;
 

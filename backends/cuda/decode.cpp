@@ -1,6 +1,8 @@
 // Decode dispatch: stage host tensors, then per path
 //   GQA kind / GQLA GQA path : one attention launch (+ combine when split)
-//   GQLA absorb path         : pack q -> cuBLAS q~ = W_UK^T qc (batched over
+//   GQLA absorb path         : pack q (unless the projection and the latent
+//                              kernel can read MLA's q in place; query_in_place)
+//                              -> cuBLAS q~ = W_UK^T qc (batched over
 //                              groups) -> MQA attention over the latent ->
 //                              cuBLAS o = W_UV o~ (-> unpack, unless the
 //                              output columns are evenly spaced in o); the
@@ -43,17 +45,31 @@ RowAddress group_major_rows(int64_t batch, int64_t q_len, int32_t n_rep, int64_t
     return RowAddress{q_len * n_rep * dim, n_rep * dim, batch * q_len * n_rep * dim, dim, n_rep};
 }
 
-// The absorb output projection writes group g's column c = (b*s_q + qi)*n_rep
-// + hi at o + b*sB + qi*sQ + (g*n_rep + hi)*sH. With one head per group
-// (MLA: n_rep == 1) that is o + g*sH + c*ld, evenly spaced, when s_q == 1
+// The absorb projections see group g's column c = (b*s_q + qi)*n_rep + hi
+// of q or o at x + b*sB + qi*sQ + (g*n_rep + hi)*sH. With one head per group
+// (MLA: n_rep == 1) that is x + g*sH + c*ld, evenly spaced, when s_q == 1
 // (ld = sB) or the tokens of a sequence are evenly spaced (sB == s_q*sQ,
 // ld = sQ); cuBLAS also wants ld >= dim.
-bool direct_output_columns(const Rows3& o, int64_t q_len, int n_rep, int64_t dim, int64_t* ld) {
+bool evenly_spaced_columns(const Rows3& x, int64_t q_len, int n_rep, int64_t dim, int64_t* ld) {
     if (n_rep != 1) return false;
-    if (q_len == 1) *ld = o.s[0];
-    else if (o.s[0] == q_len * o.s[1]) *ld = o.s[1];
+    if (q_len == 1) *ld = x.s[0];
+    else if (x.s[0] == q_len * x.s[1]) *ld = x.s[1];
     else return false;
     return *ld >= dim && *ld <= INT32_MAX;
+}
+
+// Whether the absorb path can leave q where it lies: the query projection
+// reads its nope columns (evenly spaced, in the projections' dtype) and the
+// latent kernel its rope columns (16-byte pieces), so the pack pass, a
+// launch of its own, drops out. Sets *ldq for the projection.
+bool query_in_place(const Session& s, const AttentionParams& p, const Rows3& q, int64_t q_len, int n_rep,
+                    int64_t nope_dim, gqla_dtype work, int64_t* ldq) {
+    if (!s.use_query_in_place || !s.use_latent_wgmma || !latent_wgmma_fits(p) || q.dtype != work) return false;
+    if (!evenly_spaced_columns(q, q_len, n_rep, nope_dim, ldq)) return false;
+    const int64_t es = static_cast<int64_t>(dtype_size(work));
+    const auto aligned = [](int64_t bytes) { return bytes % 16 == 0; };
+    return aligned(static_cast<int64_t>(reinterpret_cast<uintptr_t>(q.data)) + nope_dim * es) &&
+           aligned(q.s[0] * es) && aligned(q.s[2] * es) && (q_len == 1 || aligned(q.s[1] * es));
 }
 
 // Host [B, s_q, H, dim] strided <-> contiguous copies through pinned memory.
@@ -83,6 +99,8 @@ void unpack_host_rows(const unsigned char* src, int64_t dim, size_t es, const gq
 void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int groups,
                    const NarrowTmaMaps* narrow_maps = nullptr) {
     const AttentionPlan base_plan = plan_attention(s, p, narrow_maps && narrow_maps->valid);
+    if (p.q_rope && !base_plan.latent_wgmma)  // query_in_place promised the latent kernel
+        throw BackendError(GQLA_ERR_INTERNAL, "CUDA decode: queries left in place for a kernel that cannot read them");
     const int row_blocks = (p.rows + base_plan.rows_per_cta - 1) / base_plan.rows_per_cta;
     const int64_t per_split_rows = static_cast<int64_t>(a.batch) * a.q_len * p.num_heads;
     const int combine_cap = static_cast<int>(std::clamp<int64_t>(s.part_rows / per_split_rows, 1, kMaxSplits));
@@ -115,9 +133,10 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         p.cluster_merge = cluster ? 1 : 0;
         dim3 grid(groups * row_blocks, nb, p.num_splits);
         if (s.trace)
-            std::fprintf(stderr, "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld%s\n",
+            std::fprintf(stderr, "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld%s%s\n",
                          kernel_name(plan), p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm,
-                         plan.stages, (long long)max_len, p.cluster_merge ? " cluster-merge" : "");
+                         plan.stages, (long long)max_len, p.cluster_merge ? " cluster-merge" : "",
+                         p.q_rope ? " q-in-place" : "");
         if (plan.latent_wgmma)
             launch_latent_wgmma(s.desc.cache_dtype, p,
                                 s.latent_maps.empty() ? LatentTmaMaps{} : s.latent_maps[static_cast<size_t>(a.layer)],
@@ -197,18 +216,6 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     const gqla_dtype work = projection_dtype(s);
     const cudaDataType_t work_cu = projection_cuda_type(s);
 
-    AbsorbLayout lay{a.batch, a.q_len, d.num_heads, n_rep, dc, dr, r, dv};
-    launch_absorb_pack_q(lay, q.data, q.dtype, q.s, s.q_nope.get(), s.q_att.get(), work, s.stream);
-
-    // q~ [rows][r] (ld r + d_r) = q_nope [rows][d_c] . W_UK[g] [d_c][r], f32
-    // accumulation (f32 caches keep f32 products, no TF32: their tolerance is 1e-5).
-    BatchedGemm qp;
-    qp.m = r; qp.n = static_cast<int>(rows_g); qp.k = dc; qp.batch = d.num_kv_heads;
-    qp.a = w; qp.a_type = work_cu; qp.lda = r; qp.stride_a = w_group;
-    qp.b = s.q_nope.get(); qp.b_type = work_cu; qp.ldb = dc; qp.stride_b = rows_g * dc;
-    qp.c = s.q_att.get(); qp.c_type = work_cu; qp.ldc = r + dr; qp.stride_c = rows_g * (r + dr);
-    s.gemms.run(s.stream, qp, "absorb query projection");
-
     AttentionParams p = common_params(s, a);
     p.k1 = pool_view(s, s.pool_a, a.layer, 1, r, true);
     p.k2 = pool_view(s, s.pool_b, a.layer, 1, dr, true);
@@ -219,6 +226,29 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     p.q = s.q_att.get(); p.q_dtype = work; p.qa = group_major_rows(a.batch, a.q_len, n_rep, r + dr);
     p.o = s.o_att.get(); p.o_dtype = work; p.oa = group_major_rows(a.batch, a.q_len, n_rep, r);
     p.lse = lse; p.lse_sB = lse_s[0]; p.lse_sQ = lse_s[1]; p.lse_sH = lse_s[2];
+
+    // q_nope in group-major rows, unless it can be read where it lies.
+    AbsorbLayout lay{a.batch, a.q_len, d.num_heads, n_rep, dc, dr, r, dv};
+    int64_t ldq = 0;
+    const bool q_in_place = query_in_place(s, p, q, a.q_len, n_rep, dc, work, &ldq);
+    if (q_in_place) {
+        p.q_rope = static_cast<const unsigned char*>(q.data) + static_cast<int64_t>(dc) * dtype_size(work);
+        p.q_rope_a = user_rows(q, n_rep);
+    } else {
+        launch_absorb_pack_q(lay, q.data, q.dtype, q.s, s.q_nope.get(), s.q_att.get(), work, s.stream);
+    }
+
+    // q~ [rows][r] (ld r + d_r) = q_nope [rows][d_c] . W_UK[g] [d_c][r], f32
+    // accumulation (f32 caches keep f32 products, no TF32: their tolerance is 1e-5).
+    BatchedGemm qp;
+    qp.m = r; qp.n = static_cast<int>(rows_g); qp.k = dc; qp.batch = d.num_kv_heads;
+    qp.a = w; qp.a_type = work_cu; qp.lda = r; qp.stride_a = w_group;
+    qp.b = q_in_place ? q.data : s.q_nope.get(); qp.b_type = work_cu;
+    qp.ldb = q_in_place ? ldq : dc;
+    qp.stride_b = q_in_place ? q.s[2] : rows_g * dc;
+    qp.c = s.q_att.get(); qp.c_type = work_cu; qp.ldc = r + dr; qp.stride_c = rows_g * (r + dr);
+    s.gemms.run(s.stream, qp, "absorb query projection");
+
     run_attention(s, p, a, 1);
 
     // o [rows][d_v] = o~ [rows][r] . W_UV[g]^T: straight into the caller's o
@@ -227,7 +257,7 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     // that a reorder pass scatters.
     const void* w_uv = static_cast<const unsigned char*>(w) + static_cast<int64_t>(dc) * r * dtype_size(work);
     int64_t ldo = 0;
-    const bool direct = (o.dtype == work || o.dtype == GQLA_DTYPE_F32) && direct_output_columns(o, a.q_len, n_rep, dv, &ldo);
+    const bool direct = (o.dtype == work || o.dtype == GQLA_DTYPE_F32) && evenly_spaced_columns(o, a.q_len, n_rep, dv, &ldo);
     BatchedGemm op;
     op.trans_a = CUBLAS_OP_T;
     op.m = dv; op.n = static_cast<int>(rows_g); op.k = r; op.batch = d.num_kv_heads;

@@ -92,6 +92,10 @@ struct Session {
     // where use_cluster_merge (cluster_merge_pays).
     std::array<int, kMaxLatentClusterSplits + 1> latent_clusters{};
     std::vector<LatentTmaMaps> latent_maps;
+    // MLA absorb with q in the cache dtype and its tokens evenly spaced: the
+    // query projection and the latent kernel read q where it lies, no pack
+    // pass (off: GQLA_CUDA_QUERY_IN_PLACE=0).
+    bool use_query_in_place = true;
     int pinned_stages = 0;
     int narrow_swizzle = -1;  // GQLA_CUDA_NARROW_SWIZZLE: -1 planned, 0 padded rows, 1 swizzled where the dims allow
     int narrow_wide = -1;     // GQLA_CUDA_NARROW_WIDE: -1 planned, 0 never, 1 wherever compiled (fit_wide_ctas)

@@ -224,17 +224,20 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
 // sequence strides, an odd element offset for o's 16-bit case): no host
 // staging, so the query pack reads q and the output projection or unpack
 // writes o where they are, and nothing may touch the padding. The reference
-// takes the queries as rounded to the io dtype.
+// takes the queries as rounded to the io dtype. even_tokens: no padding
+// between a sequence's tokens, so with one head per group their columns are
+// evenly spaced at s_q > 1 too.
 void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, int dv,
-                           const std::vector<int64_t>& lengths, int s_q) {
+                           const std::vector<int64_t>& lengths, int s_q, bool even_tokens = false) {
     gqla_backend_desc d = gqla_desc(io, H, G, r, dc, dr, dv, 64, lengths);
     d.io_dtype = io;
     Harness h(d);
     const std::vector<int> ids = add_gqla_sequences(h, lengths);
     const int B = static_cast<int>(lengths.size()), dq = dc + dr;
     const size_t es = gqla::dtype_size(io);
-    const int64_t qsH = dq + 8, qsQ = H * qsH + 16, qsB = s_q * qsQ + 24;
-    const int64_t osH = dv + 8, osQ = H * osH + 8, osB = s_q * osQ + 40, o_first = io == GQLA_DTYPE_F32 ? 0 : 1;
+    const int64_t qsH = dq + 8, qsQ = H * qsH + 16, qsB = s_q * qsQ + (even_tokens ? 0 : 24);
+    const int64_t osH = dv + 8, osQ = H * osH + 8, osB = s_q * osQ + (even_tokens ? 0 : 40);
+    const int64_t o_first = io == GQLA_DTYPE_F32 ? 0 : 1;
     const float poison = -768.f;  // exact in every io dtype
     std::vector<unsigned char> hq(size_t(B * qsB) * es), ho(size_t(B * osB + o_first) * es);
     for (size_t i = 0; i < size_t(B * qsB); ++i) gqla::store_from_f32(hq.data(), io, i, poison);
@@ -287,8 +290,8 @@ void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, i
                                Bv.data(), ref.data() + size_t(b) * s_q * H * dv, nullptr);
     }
     char name[160];
-    std::snprintf(name, sizeof name, "gqla absorb device io %s H=%d G=%d dc=%d dv=%d s_q=%d",
-                  gqla::dtype_name(io), H, G, dc, dv, s_q);
+    std::snprintf(name, sizeof name, "gqla absorb device io %s H=%d G=%d dc=%d dv=%d s_q=%d%s",
+                  gqla::dtype_name(io), H, G, dc, dv, s_q, even_tokens ? " even tokens" : "");
     report(std::string(name) + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(io));
     report(std::string(name) + " padding untouched", double(padding_touched), 0.0);
 }
@@ -516,13 +519,19 @@ int main(int argc, char** argv) {
         run_t("gqla mla 128", [&] { test_gqla(t, 128, 128, 512, 32, 64, 32, 64, {70, 900}); });
         // Device q and o in the io dtype with padded strides: 4 heads per
         // group (rows of a group are not evenly spaced in q or o), one head
-        // per group (s_q 1: its columns are evenly spaced in o, so the output
-        // projection writes o itself; s_q 3: they are not), and widths that
-        // are not multiples of 8.
+        // per group (s_q 1, or s_q 3 with evenly spaced tokens: its columns
+        // are evenly spaced, so the projections read q and write o where
+        // they lie and, on Hopper, the latent kernel reads q's rope part;
+        // s_q 3 with padded tokens: they are not), and widths that are not
+        // multiples of 8. One head per group with d_c = 40 leaves q's rope
+        // part 16-byte aligned (read in place), with d_c = 36 not (packed).
         run_t("gqla absorb device io", [&] {
             test_absorb_device_io(t, 32, 8, 512, 64, 64, 128, {3, 700, 1500}, 1);
             test_absorb_device_io(t, 16, 16, 512, 128, 64, 128, {90, 650}, 1);
             test_absorb_device_io(t, 16, 16, 512, 128, 64, 128, {90, 650}, 3);
+            test_absorb_device_io(t, 16, 16, 512, 128, 64, 128, {90, 650}, 3, true);
+            test_absorb_device_io(t, 8, 8, 512, 40, 64, 40, {70, 300}, 1);
+            test_absorb_device_io(t, 8, 8, 512, 36, 64, 40, {70, 300}, 2, true);
             test_absorb_device_io(t, 6, 2, 384, 36, 20, 44, {2, 64, 300}, 2);
         });
         run_t("gqla absorb many shapes", [&] { test_absorb_many_shapes(t); });

@@ -259,26 +259,37 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     // row, each with its row's address computed once and its 12 pieces loaded
     // before any is stored (one memory latency). Queries in T (the absorb
     // path's latent queries) move as raw 16-byte pieces; others convert.
+    // With p.q_rope the rope pieces come from the caller's q rows (in T,
+    // 16-byte aligned: the host's query_in_place) instead of the columns
+    // past the latent.
     unsigned char* sQ = smem + kQOff;
     {
         constexpr int kThreadsPerRow = kLatentThreads / kLatentRows, kRowPieces = kKeyAtoms * 8;
-        constexpr int kPiecesPerThread = kRowPieces / kThreadsPerRow;
+        constexpr int kPiecesPerThread = kRowPieces / kThreadsPerRow, kLatentPieces = kLatentDim / 8;
         static_assert(kThreadsPerRow * kLatentRows == kLatentThreads && kPiecesPerThread * kThreadsPerRow == kRowPieces,
                       "whole query rows per thread group");
         const int m = tid / kThreadsPerRow, sub = tid - m * kThreadsPerRow, mg = rb * kLatentRows + m;
         const bool valid = mg < p.rows;
-        int64_t off = 0;
+        int64_t off = 0, rope_off = 0;
         if (valid) {
             const QueryHead r = query_head(p, g, mg);
             off = row_offset(p.qa, b, r.qi, r.h);
+            if (p.q_rope) rope_off = row_offset(p.q_rope_a, b, r.qi, r.h);
         }
         constexpr int kOwnDtype = std::is_same<T, __half>::value ? GQLA_DTYPE_F16 : GQLA_DTYPE_BF16;
         const T* qrow = static_cast<const T*>(p.q) + off;
         if (p.q_dtype == kOwnDtype && (reinterpret_cast<uintptr_t>(qrow) & 15) == 0) {
+            // The rope pieces follow the latent ones in qrow, or lie in q_rope.
+            const uint4* latent4 = reinterpret_cast<const uint4*>(qrow);
+            const uint4* rope4 = p.q_rope ? reinterpret_cast<const uint4*>(static_cast<const T*>(p.q_rope) + rope_off)
+                                          : latent4 + kLatentPieces;
             uint4 v[kPiecesPerThread];
 #pragma unroll
-            for (int k = 0; k < kPiecesPerThread; ++k)
-                v[k] = valid ? __ldg(reinterpret_cast<const uint4*>(qrow) + sub + k * kThreadsPerRow) : uint4{0, 0, 0, 0};
+            for (int k = 0; k < kPiecesPerThread; ++k) {
+                const int pc = sub + k * kThreadsPerRow;
+                const uint4* src = pc < kLatentPieces ? latent4 + pc : rope4 + (pc - kLatentPieces);
+                v[k] = valid ? __ldg(src) : uint4{0, 0, 0, 0};
+            }
 #pragma unroll
             for (int k = 0; k < kPiecesPerThread; ++k) {
                 const int pc = sub + k * kThreadsPerRow;
@@ -289,8 +300,13 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             for (int k0 = 0; k0 < kPiecesPerThread; k0 += kBatch) {
                 float v[kBatch][8];
 #pragma unroll
-                for (int k = 0; k < kBatch; ++k)
-                    load_elems8(p.q, p.q_dtype, off + (sub + (k0 + k) * kThreadsPerRow) * 8, valid ? 8 : 0, v[k]);
+                for (int k = 0; k < kBatch; ++k) {
+                    const int pc = sub + (k0 + k) * kThreadsPerRow;
+                    if (p.q_rope && pc >= kLatentPieces)
+                        load_elems8(p.q_rope, kOwnDtype, rope_off + (pc - kLatentPieces) * 8, valid ? 8 : 0, v[k]);
+                    else
+                        load_elems8(p.q, p.q_dtype, off + pc * 8, valid ? 8 : 0, v[k]);
+                }
 #pragma unroll
                 for (int k = 0; k < kBatch; ++k) {
                     const int pc = sub + (k0 + k) * kThreadsPerRow;
