@@ -49,9 +49,12 @@ LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const Po
 // Clusters of cluster_splits CTAs (one row block's splits) that can be
 // resident at once; 0 where none fits.
 int latent_wgmma_max_active_clusters(gqla_dtype cache, int cluster_splits);
-// p.cluster_merge: launched with clusters of grid.z CTAs.
+// p.cluster_merge: launched with clusters of grid.z CTAs. dependent: as a
+// programmatic dependent of the kernel before it (the query projection),
+// so its first tiles load while that one finishes; the queries are read
+// only once it has completed.
 void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
-                         cudaStream_t stream);
+                         bool dependent, cudaStream_t stream);
 #else
 // Module built without sm_90a code: the mma.sync kernels serve every GPU.
 inline bool latent_wgmma_available(int, int) { return false; }
@@ -60,7 +63,7 @@ inline int latent_wgmma_smem_bytes() { return 0; }
 inline void prepare_latent_wgmma_kernel() {}
 inline LatentTmaMaps latent_tma_maps(gqla_dtype, const PoolView&, const PoolView&, int, int64_t) { return {}; }
 inline int latent_wgmma_max_active_clusters(gqla_dtype, int) { return 0; }
-inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, const LatentTmaMaps&, dim3, cudaStream_t) {}
+inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, const LatentTmaMaps&, dim3, bool, cudaStream_t) {}
 #endif
 
 }  // namespace gqla::cuda

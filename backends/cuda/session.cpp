@@ -129,6 +129,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
                           s->smem_optin >= latent_wgmma_smem_bytes();
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
     s->use_query_in_place = knob_on("GQLA_CUDA_QUERY_IN_PLACE");
+    s->latent_dependent_launch = s->dependent_launch && knob_on("GQLA_CUDA_LATENT_PDL");
     if (s->use_latent_wgmma && s->use_cluster_merge)
         for (int n = 2; n <= kMaxLatentClusterSplits; ++n)
             s->latent_clusters[static_cast<size_t>(n)] = latent_wgmma_max_active_clusters(d.cache_dtype, n);

@@ -96,6 +96,9 @@ struct Session {
     // query projection and the latent kernel read q where it lies, no pack
     // pass (off: GQLA_CUDA_QUERY_IN_PLACE=0).
     bool use_query_in_place = true;
+    // The latent kernel as a programmatic dependent of the query projection
+    // (where dependent_launch; off: GQLA_CUDA_LATENT_PDL=0).
+    bool latent_dependent_launch = false;
     int pinned_stages = 0;
     int narrow_swizzle = -1;  // GQLA_CUDA_NARROW_SWIZZLE: -1 planned, 0 padded rows, 1 swizzled where the dims allow
     int narrow_wide = -1;     // GQLA_CUDA_NARROW_WIDE: -1 planned, 0 never, 1 wherever compiled (fit_wide_ctas)

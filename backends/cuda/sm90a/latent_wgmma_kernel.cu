@@ -254,6 +254,10 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         issue_tile(range.begin + 1);
         cp_async_commit();
     }
+    // Launched as a programmatic dependent of the query projection: all of
+    // the above reads what was there before it (lengths, page tables, the
+    // cache), the queries are its output.
+    grid_dependency_wait();
 
     // Queries -> shared memory, swizzled, padding rows zero: 6 threads per
     // row, each with its row's address computed once and its 12 pieces loaded
@@ -580,10 +584,17 @@ int latent_wgmma_max_active_clusters(gqla_dtype cache, int cluster_splits) {
 }
 
 void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
-                         cudaStream_t stream) {
+                         bool dependent, cudaStream_t stream) {
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<LatentTmaMaps*>(&maps)};
-    cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = split_launch_config(grid, dim3(kLatentThreads), kSmemBytes, p.cluster_merge != 0, &attr);
+    cudaLaunchAttribute attrs[2];
+    cudaLaunchConfig_t cfg = split_launch_config(grid, dim3(kLatentThreads), kSmemBytes, p.cluster_merge != 0, &attrs[0]);
+    if (dependent) {
+        cudaLaunchAttribute& a = attrs[cfg.numAttrs++];
+        a = cudaLaunchAttribute{};
+        a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        a.val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attrs;
+    }
     cfg.stream = stream;
     check_cuda(cudaLaunchKernelExC(&cfg, kernel_for(cache), args), "launch latent_wgmma_kernel");
 }
