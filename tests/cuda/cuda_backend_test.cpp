@@ -321,6 +321,63 @@ void test_absorb_many_shapes(gqla_dtype cache) {
     }
 }
 
+// One decode call captured in a CUDA graph on a stream of the session's own;
+// the caller replays `exec` on `stream`. The session gets the default
+// stream back at the end.
+struct CapturedDecode {
+    Harness& h;
+    cudaStream_t stream = nullptr;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CapturedDecode(Harness& harness, const gqla_decode_args& a) : h(harness) {
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream");
+        if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) throw std::runtime_error("capture");
+        expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode (captured)");
+        if (cudaStreamEndCapture(stream, &graph) != cudaSuccess) throw std::runtime_error("end capture");
+        if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) throw std::runtime_error("instantiate");
+    }
+    ~CapturedDecode() {
+        if (h.vt->set_stream(h.ctx, nullptr) != GQLA_OK) {
+            ++failures;
+            std::printf("FAIL set_stream(NULL) after a captured decode\n");
+        }
+        if (exec) cudaGraphExecDestroy(exec);
+        if (graph) cudaGraphDestroy(graph);
+        cudaStreamDestroy(stream);
+    }
+};
+
+// Contiguous device tensors of a decode over B sequences: q [B, s_q, H, dq]
+// and o [B, s_q, H, dv] in `io`, lse [B, s_q, H] in f32.
+struct DeviceDecodeTensors {
+    int64_t B, s_q, H, dq, dv;
+    gqla_dtype io;
+    void* q = nullptr;
+    void* o = nullptr;
+    float* lse = nullptr;
+    size_t q_bytes() const { return size_t(B * s_q * H * dq) * gqla::dtype_size(io); }
+    size_t o_bytes() const { return size_t(B * s_q * H * dv) * gqla::dtype_size(io); }
+    size_t lse_count() const { return size_t(B * s_q * H); }
+    DeviceDecodeTensors(int64_t B_, int64_t s_q_, int64_t H_, int64_t dq_, int64_t dv_, gqla_dtype io_)
+        : B(B_), s_q(s_q_), H(H_), dq(dq_), dv(dv_), io(io_) {
+        if (cudaMalloc(&q, q_bytes()) != cudaSuccess || cudaMalloc(&o, o_bytes()) != cudaSuccess ||
+            cudaMalloc(&lse, lse_count() * sizeof(float)) != cudaSuccess)
+            throw std::runtime_error("cudaMalloc of the decode tensors");
+    }
+    ~DeviceDecodeTensors() { cudaFree(q); cudaFree(o); cudaFree(lse); }
+    // Arguments of a decode of layer 1 of `seqs` (B of them) over these tensors.
+    gqla_decode_args args(const std::vector<gqla_decode_seq>& seqs, gqla_path path) const {
+        gqla_decode_args a{};
+        a.layer = 1; a.path = path; a.batch = static_cast<int32_t>(B); a.q_len = static_cast<int32_t>(s_q);
+        a.seqs = seqs.data();
+        a.q = host_view(q, io, {B, s_q, H, dq}); a.q.on_device = 1;
+        a.o = host_view(o, io, {B, s_q, H, dv}); a.o.on_device = 1;
+        a.lse = host_view(lse, GQLA_DTYPE_F32, {B, s_q, H}); a.lse.on_device = 1;
+        return a;
+    }
+};
+
 // Decode captured in a CUDA graph with device tensors; replayed after more
 // appends (new lengths, new pages) it must produce the new result.
 // lengths {100, 1000, 3000} split past the cluster limit (a combine pass
@@ -339,26 +396,11 @@ void test_graph_replay(gqla_dtype cache, const std::vector<int64_t>& lengths) {
         for (int layer = 0; layer < d.num_layers; ++layer) fill_sequence(h, layer, ids.back(), L, false);
     }
     const int B = 3, s_q = 2, H = 8, D = 128;
-    float *dq, *dout, *dlse;
-    cudaMalloc(&dq, sizeof(float) * B * s_q * H * D);
-    cudaMalloc(&dout, sizeof(float) * B * s_q * H * D);
-    cudaMalloc(&dlse, sizeof(float) * B * s_q * H);
-    cudaStream_t stream;
-    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream");
-
-    auto seqs = h.decode_seqs(ids, 1);
-    gqla_decode_args a{};
-    a.layer = 1; a.path = GQLA_PATH_GQA; a.batch = B; a.q_len = s_q; a.seqs = seqs.data();
-    a.q = host_view(dq, GQLA_DTYPE_F32, {B, s_q, H, D}); a.q.on_device = 1;
-    a.o = host_view(dout, GQLA_DTYPE_F32, {B, s_q, H, D}); a.o.on_device = 1;
-    a.lse = host_view(dlse, GQLA_DTYPE_F32, {B, s_q, H}); a.lse.on_device = 1;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) throw std::runtime_error("capture");
-    expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode (captured)");
-    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess) throw std::runtime_error("end capture");
-    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) throw std::runtime_error("instantiate");
+    const DeviceDecodeTensors t(B, s_q, H, D, D, GQLA_DTYPE_F32);
+    float *dq = static_cast<float*>(t.q), *dout = static_cast<float*>(t.o), *dlse = t.lse;
+    const auto seqs = h.decode_seqs(ids, 1);
+    CapturedDecode captured(h, t.args(seqs, GQLA_PATH_GQA));
+    cudaStream_t stream = captured.stream;
 
     for (int round = 0; round < 2; ++round) {
         if (round == 1)
@@ -366,7 +408,7 @@ void test_graph_replay(gqla_dtype cache, const std::vector<int64_t>& lengths) {
         std::vector<float> q = randn(size_t(B) * s_q * H * D);
         cudaMemcpyAsync(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice, stream);
         cudaMemsetAsync(dout, 0xff, sizeof(float) * B * s_q * H * D, stream);  // NaN poison
-        cudaGraphLaunch(exec, stream);
+        cudaGraphLaunch(captured.exec, stream);
         std::vector<float> o(size_t(B) * s_q * H * D), lse(size_t(B) * s_q * H);
         cudaMemcpyAsync(o.data(), dout, o.size() * 4, cudaMemcpyDeviceToHost, stream);
         cudaMemcpyAsync(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost, stream);
@@ -384,11 +426,6 @@ void test_graph_replay(gqla_dtype cache, const std::vector<int64_t>& lengths) {
         report(name + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(cache));
         report(name + " lse", gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()), tolerance(cache));
     }
-    expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, nullptr), "set_stream(NULL)");
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
-    cudaFree(dq); cudaFree(dout); cudaFree(dlse);
 }
 
 // The absorb path captured in a CUDA graph with device q / o in the io dtype
@@ -403,27 +440,12 @@ void test_absorb_graph_replay(gqla_dtype io) {
     const std::vector<int> ids = add_gqla_sequences(h, lengths);
     const int B = 3, s_q = 2, H = 16, dq = 192, dv = 128;
     const size_t es = gqla::dtype_size(io), nq = size_t(B) * s_q * H * dq, no = size_t(B) * s_q * H * dv;
-    void *dqp = nullptr, *dop = nullptr;
-    float* dlse = nullptr;
-    cudaMalloc(&dqp, nq * es);
-    cudaMalloc(&dop, no * es);
-    cudaMalloc(&dlse, sizeof(float) * B * s_q * H);
-    cudaStream_t stream;
-    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream");
-
-    auto seqs = h.decode_seqs(ids, 1);
-    gqla_decode_args a{};
-    a.layer = 1; a.path = GQLA_PATH_ABSORB; a.batch = B; a.q_len = s_q; a.seqs = seqs.data();
-    a.q = host_view(dqp, io, {B, s_q, H, dq}); a.q.on_device = 1;
-    a.o = host_view(dop, io, {B, s_q, H, dv}); a.o.on_device = 1;
-    a.lse = host_view(dlse, GQLA_DTYPE_F32, {B, s_q, H}); a.lse.on_device = 1;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) throw std::runtime_error("capture");
-    expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode (captured)");
-    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess) throw std::runtime_error("end capture");
-    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) throw std::runtime_error("instantiate");
+    const DeviceDecodeTensors t(B, s_q, H, dq, dv, io);
+    void *dqp = t.q, *dop = t.o;
+    float* dlse = t.lse;
+    const auto seqs = h.decode_seqs(ids, 1);
+    CapturedDecode captured(h, t.args(seqs, GQLA_PATH_ABSORB));
+    cudaStream_t stream = captured.stream;
 
     for (int round = 0; round < 2; ++round) {
         if (round == 1)
@@ -437,7 +459,7 @@ void test_absorb_graph_replay(gqla_dtype io) {
         }
         cudaMemcpyAsync(dqp, hq.data(), hq.size(), cudaMemcpyHostToDevice, stream);
         cudaMemsetAsync(dop, 0xff, ho.size(), stream);  // NaN poison
-        cudaGraphLaunch(exec, stream);
+        cudaGraphLaunch(captured.exec, stream);
         std::vector<float> lse(size_t(B) * s_q * H);
         cudaMemcpyAsync(ho.data(), dop, ho.size(), cudaMemcpyDeviceToHost, stream);
         cudaMemcpyAsync(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost, stream);
@@ -458,11 +480,6 @@ void test_absorb_graph_replay(gqla_dtype io) {
         report(name + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(io));
         report(name + " lse", gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()), tolerance(io));
     }
-    expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, nullptr), "set_stream(NULL)");
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
-    cudaFree(dqp); cudaFree(dop); cudaFree(dlse);
 }
 
 // Causal rule on a tiny f32 case: query row i must match the attention over
