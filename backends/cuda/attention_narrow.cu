@@ -157,9 +157,9 @@ void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, Narro
     if (!narrow_wide_compiled(slots, rows, dims)) warps = kNarrowWarps;
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
     if (p.cluster_merge) smem_bytes += kNarrowClusterMergeBytes;
-    cudaLaunchAttribute attr;
+    LaunchAttrs attrs;
     cudaLaunchConfig_t cfg =
-        split_launch_config(grid, dim3(static_cast<unsigned>(warps * 32)), smem_bytes, p.cluster_merge != 0, &attr);
+        make_launch_config(grid, dim3(static_cast<unsigned>(warps * 32)), smem_bytes, p.cluster_merge != 0, false, attrs);
     cfg.stream = stream;
     check_cuda(cudaLaunchKernelExC(&cfg, narrow_kernel(cache, slots, rows, dims, warps), args),
                "launch attention_narrow_kernel");

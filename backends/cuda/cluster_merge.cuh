@@ -128,5 +128,4 @@ __device__ __forceinline__ void merge_splits_in_cluster(const AttentionParams& p
 #endif
 }
 
-
 }  // namespace gqla::cuda

@@ -20,6 +20,7 @@
 #include "attention_common.cuh"
 #include "attention_kernels.hpp"
 #include "cuda_status.hpp"
+#include "launch_config.hpp"
 
 namespace gqla::cuda {
 
@@ -95,15 +96,10 @@ __global__ void __launch_bounds__(kThreads, kVec == 4 ? 4 : 2) combine_kernel(co
 
 template <int kVec, int kBatch>
 void launch(const CombineParams& p, int64_t items, bool dependent, cudaStream_t stream) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>((items + kThreads - 1) / kThreads));
-    cfg.blockDim = dim3(kThreads);
+    LaunchAttrs attrs;
+    cudaLaunchConfig_t cfg = make_launch_config(dim3(static_cast<unsigned>((items + kThreads - 1) / kThreads)),
+                                                dim3(kThreads), 0, false, dependent, attrs);
     cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = dependent ? 1 : 0;
     check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel<kVec, kBatch>, p), "launch combine_kernel");
 }
 

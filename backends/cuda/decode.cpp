@@ -64,7 +64,7 @@ bool evenly_spaced_columns(const Rows3& x, int64_t q_len, int n_rep, int64_t dim
 // launch of its own, drops out. Sets *ldq for the projection.
 bool query_in_place(const Session& s, const AttentionParams& p, const Rows3& q, int64_t q_len, int n_rep,
                     int64_t nope_dim, gqla_dtype work, int64_t* ldq) {
-    if (!s.use_query_in_place || !s.use_latent_wgmma || !latent_wgmma_fits(p) || q.dtype != work) return false;
+    if (!s.use_query_in_place || !plans_latent_kernel(s, p) || q.dtype != work) return false;
     if (!evenly_spaced_columns(q, q_len, n_rep, nope_dim, ldq)) return false;
     const int64_t es = static_cast<int64_t>(dtype_size(work));
     const auto aligned = [](int64_t bytes) { return bytes % 16 == 0; };
@@ -99,8 +99,6 @@ void unpack_host_rows(const unsigned char* src, int64_t dim, size_t es, const gq
 void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int groups,
                    const NarrowTmaMaps* narrow_maps = nullptr) {
     const AttentionPlan base_plan = plan_attention(s, p, narrow_maps && narrow_maps->valid);
-    if (p.q_rope && !base_plan.latent_wgmma)  // query_in_place promised the latent kernel
-        throw BackendError(GQLA_ERR_INTERNAL, "CUDA decode: queries left in place for a kernel that cannot read them");
     const int row_blocks = (p.rows + base_plan.rows_per_cta - 1) / base_plan.rows_per_cta;
     const int64_t per_split_rows = static_cast<int64_t>(a.batch) * a.q_len * p.num_heads;
     const int combine_cap = static_cast<int>(std::clamp<int64_t>(s.part_rows / per_split_rows, 1, kMaxSplits));

@@ -84,12 +84,16 @@ const char* kernel_name(const AttentionPlan& plan) {
     return plan.variant == MmaVariant::Small ? "mma-small" : plan.variant == MmaVariant::Medium ? "mma-medium" : "mma-large";
 }
 
+bool plans_latent_kernel(const Session& s, const AttentionParams& p) {
+    return s.use_latent_wgmma && latent_wgmma_fits(p);
+}
+
 AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma) {
     AttentionPlan plan;
     const gqla_dtype cache = s.desc.cache_dtype;
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
-    if (s.use_latent_wgmma && latent_wgmma_fits(p)) {
+    if (plans_latent_kernel(s, p)) {
         plan.latent_wgmma = true;
         plan.rows_per_cta = kLatentRows;
         plan.tile_tokens = kLatentTile;

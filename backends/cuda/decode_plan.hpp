@@ -27,6 +27,10 @@ struct AttentionPlan {
 // The kernel a plan launches, for traces.
 const char* kernel_name(const AttentionPlan& plan);
 
+// Whether plan_attention gives p the sm_90a latent kernel (the absorb path
+// plans around it before p is complete: query_in_place).
+bool plans_latent_kernel(const Session& s, const AttentionParams& p);
+
 // p: dims, dtype and rows filled in; narrow_tma: the layer's pools have
 // valid NarrowTmaMaps.
 AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma);

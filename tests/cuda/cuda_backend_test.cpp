@@ -438,7 +438,8 @@ void test_absorb_graph_replay(gqla_dtype io) {
     d.io_dtype = io;
     Harness h(d);
     const std::vector<int> ids = add_gqla_sequences(h, lengths);
-    const int B = 3, s_q = 2, H = 16, dq = 192, dv = 128;
+    const int B = 3, s_q = 2, H = d.num_heads, dq = d.nope_dim + d.rope_dim, dv = d.value_dim;
+    const std::vector<double> W(h.weights[1].begin(), h.weights[1].end());
     const size_t es = gqla::dtype_size(io), nq = size_t(B) * s_q * H * dq, no = size_t(B) * s_q * H * dv;
     const DeviceDecodeTensors t(B, s_q, H, dq, dv, io);
     void *dqp = t.q, *dop = t.o;
@@ -470,8 +471,8 @@ void test_absorb_graph_replay(gqla_dtype io) {
         for (int b = 0; b < B; ++b) {
             const auto& s = h.seqs[ids[size_t(b)]];
             std::vector<double> A(s.a_rows[1].begin(), s.a_rows[1].end()), Bv(s.b_rows[1].begin(), s.b_rows[1].end());
-            std::vector<double> W(h.weights[1].begin(), h.weights[1].end());
-            gqla::ref::gqla_decode(H, 16, 512, 128, 64, dv, s.len[1], s_q, d.softmax_scale,
+            gqla::ref::gqla_decode(H, d.num_kv_heads, d.latent_dim, d.nope_dim, d.rope_dim, dv, s.len[1], s_q,
+                                   d.softmax_scale,
                                    qd.data() + size_t(b) * s_q * H * dq, W.data(), A.data(), Bv.data(),
                                    ref.data() + size_t(b) * s_q * H * dv, ref_lse.data() + size_t(b) * s_q * H);
         }

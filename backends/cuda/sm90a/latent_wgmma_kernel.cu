@@ -586,15 +586,9 @@ int latent_wgmma_max_active_clusters(gqla_dtype cache, int cluster_splits) {
 void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
                          bool dependent, cudaStream_t stream) {
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<LatentTmaMaps*>(&maps)};
-    cudaLaunchAttribute attrs[2];
-    cudaLaunchConfig_t cfg = split_launch_config(grid, dim3(kLatentThreads), kSmemBytes, p.cluster_merge != 0, &attrs[0]);
-    if (dependent) {
-        cudaLaunchAttribute& a = attrs[cfg.numAttrs++];
-        a = cudaLaunchAttribute{};
-        a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        a.val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attrs;
-    }
+    LaunchAttrs attrs;
+    cudaLaunchConfig_t cfg =
+        make_launch_config(grid, dim3(kLatentThreads), kSmemBytes, p.cluster_merge != 0, dependent, attrs);
     cfg.stream = stream;
     check_cuda(cudaLaunchKernelExC(&cfg, kernel_for(cache), args), "launch latent_wgmma_kernel");
 }
