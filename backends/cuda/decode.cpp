@@ -138,7 +138,7 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         if (plan.latent_wgmma)
             launch_latent_wgmma(s.desc.cache_dtype, p,
                                 s.latent_maps.empty() ? LatentTmaMaps{} : s.latent_maps[static_cast<size_t>(a.layer)],
-                                grid, s.latent_dependent_launch, s.stream);
+                                grid, plan.rows_per_cta, s.latent_dependent_launch, s.stream);
         else if (plan.narrow)
             launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.narrow_rows, plan.narrow_dims,
                                     plan.narrow_warps, p, narrow_maps ? *narrow_maps : NarrowTmaMaps{}, grid,

@@ -70,7 +70,7 @@ bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, 
 }  // namespace
 
 const char* kernel_name(const AttentionPlan& plan) {
-    if (plan.latent_wgmma) return "latent-wgmma";
+    if (plan.latent_wgmma) return plan.rows_per_cta == kLatentRowsTransposed ? "latent-wgmma-transposed" : "latent-wgmma";
     if (plan.narrow) {
         if (plan.narrow_rows == NarrowRows::Padded) return "narrow";
         if (plan.narrow_rows == NarrowRows::Swizzled) return "narrow-swizzled";
@@ -95,9 +95,9 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
     if (plans_latent_kernel(s, p)) {
         plan.latent_wgmma = true;
-        plan.rows_per_cta = kLatentRows;
+        plan.rows_per_cta = s.use_latent_transposed && p.rows <= kLatentRowsTransposed ? kLatentRowsTransposed : kLatentRows;
         plan.tile_tokens = kLatentTile;
-        plan.smem_bytes = latent_wgmma_smem_bytes();
+        plan.smem_bytes = latent_wgmma_smem_bytes(plan.rows_per_cta);
         plan.blocks_per_sm = 1;
         return plan;
     }

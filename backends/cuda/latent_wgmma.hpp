@@ -15,6 +15,10 @@
 namespace gqla::cuda {
 
 constexpr int kLatentRows = 64;    // query rows per CTA (the wgmma M)
+// A row block of at most this many query rows takes the transposed kernel
+// (tokens and latent columns as the wgmma M, the rows as its N = 32), whose
+// products carry no empty rows.
+constexpr int kLatentRowsTransposed = 32;
 constexpr int kLatentTile = 64;    // tokens per pipeline stage
 constexpr int kLatentThreads = 384;  // three warpgroups: scores + softmax, and two halves of the value columns
 // Most splits of a row block that merge in one thread-block cluster (the
@@ -37,7 +41,9 @@ struct LatentTmaMaps {  // CUtensorMap carries its own 64-byte alignment
 bool latent_wgmma_available(int cc_major, int cc_minor);
 // True when the launch's dims are the ones the kernel is built for.
 bool latent_wgmma_fits(const AttentionParams& p);
-int latent_wgmma_smem_bytes();
+// Shared memory of the kernel for row blocks of rows_per_cta (kLatentRows or
+// kLatentRowsTransposed).
+int latent_wgmma_smem_bytes(int rows_per_cta);
 // Raises the kernel's shared-memory limit; only where available and the
 // device's opt-in limit holds latent_wgmma_smem_bytes().
 void prepare_latent_wgmma_kernel();
@@ -49,21 +55,23 @@ LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const Po
 // Clusters of cluster_splits CTAs (one row block's splits) that can be
 // resident at once; 0 where none fits.
 int latent_wgmma_max_active_clusters(gqla_dtype cache, int cluster_splits);
-// p.cluster_merge: launched with clusters of grid.z CTAs. dependent: as a
+// Row blocks of rows_per_cta (kLatentRows, or kLatentRowsTransposed where
+// p.rows <= kLatentRowsTransposed). p.cluster_merge: launched with clusters
+// of grid.z CTAs. dependent: as a
 // programmatic dependent of the kernel before it (the query projection),
 // so its first tiles load while that one finishes; the queries are read
 // only once it has completed.
 void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
-                         bool dependent, cudaStream_t stream);
+                         int rows_per_cta, bool dependent, cudaStream_t stream);
 #else
 // Module built without sm_90a code: the mma.sync kernels serve every GPU.
 inline bool latent_wgmma_available(int, int) { return false; }
 inline bool latent_wgmma_fits(const AttentionParams&) { return false; }
-inline int latent_wgmma_smem_bytes() { return 0; }
+inline int latent_wgmma_smem_bytes(int) { return 0; }
 inline void prepare_latent_wgmma_kernel() {}
 inline LatentTmaMaps latent_tma_maps(gqla_dtype, const PoolView&, const PoolView&, int, int64_t) { return {}; }
 inline int latent_wgmma_max_active_clusters(gqla_dtype, int) { return 0; }
-inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, const LatentTmaMaps&, dim3, bool, cudaStream_t) {}
+inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, const LatentTmaMaps&, dim3, int, bool, cudaStream_t) {}
 #endif
 
 }  // namespace gqla::cuda

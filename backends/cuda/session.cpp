@@ -126,8 +126,10 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     s->narrow_tma = cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && knob_on("GQLA_CUDA_NARROW_TMA");
     s->use_narrow_fixed_dims = knob_on("GQLA_CUDA_NARROW_FIXED_DIMS");
     s->use_latent_wgmma = knob_on("GQLA_CUDA_LATENT_WGMMA") && latent_wgmma_available(cc_major, cc_minor) &&
-                          s->smem_optin >= latent_wgmma_smem_bytes();
+                          s->smem_optin >= latent_wgmma_smem_bytes(kLatentRows) &&
+                          s->smem_optin >= latent_wgmma_smem_bytes(kLatentRowsTransposed);
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
+    s->use_latent_transposed = knob_on("GQLA_CUDA_LATENT_TRANSPOSED");
     s->use_query_in_place = knob_on("GQLA_CUDA_QUERY_IN_PLACE");
     s->latent_dependent_launch = s->dependent_launch && knob_on("GQLA_CUDA_LATENT_PDL");
     if (s->use_latent_wgmma && s->use_cluster_merge)

@@ -92,6 +92,10 @@ struct Session {
     // where use_cluster_merge (cluster_merge_pays).
     std::array<int, kMaxLatentClusterSplits + 1> latent_clusters{};
     std::vector<LatentTmaMaps> latent_maps;
+    // Row blocks of at most kLatentRowsTransposed rows (e.g. 32 heads at s_q
+    // 1) on the latent kernel's transposed variant (off:
+    // GQLA_CUDA_LATENT_TRANSPOSED=0).
+    bool use_latent_transposed = true;
     // MLA absorb with q in the cache dtype and its tokens evenly spaced: the
     // query projection and the latent kernel read q where it lies, no pack
     // pass (off: GQLA_CUDA_QUERY_IN_PLACE=0).

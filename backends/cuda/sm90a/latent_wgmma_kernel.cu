@@ -33,8 +33,25 @@
 // cluster: each keeps its normalised rows in shared memory and the cluster
 // merges them through distributed shared memory (merge_split_rows), writing
 // the output and lse directly, with no partial rows and no combine pass.
+//
+// Transposed variant (kRows = 32: a row block of at most 32 rows, e.g. 32
+// heads at s_q = 1 or DeepSeek-V3's 16 heads per GPU under 8-way tensor
+// parallelism). With 64-row products half of every product (or more) would
+// multiply padding rows, so the roles compute the transposes instead:
+//   WG0           S^T = K Q^T (36 x m64n32k16, the tile's 64 tokens as M),
+//                 the softmax down each column (its maxima shared by WG0's
+//                 warps through shared memory, double-buffered by tile) and
+//                 P^T (K-major, the values' B operand).
+//   WG1, WG2      O^T[0:256] and O^T[256:512] += V^T P^T, each latent atom
+//                 read MN-major as A (4 x 4 m64n32k16 per tile).
+// Same loads, stages and hand-offs; the epilogue stages the normalised rows
+// in shared memory (transposing them) for the cluster merge or a coalesced
+// store. H200, LLaMA-3-8B-GQLA absorb B=64 T=16384 (32 rows), graph us:
+// 301.4-305.7 with the 64-row products, 294.4-294.6 transposed.
 #include <cooperative_groups.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -57,14 +74,27 @@ constexpr int kKeyAtoms = (kLatentDim + kRopeDim) / 64;  // 9: compile-time trip
 constexpr int kKeySteps = kKeyAtoms * 4;                 // k16 steps of the score product
 constexpr int kStages = 2;
 constexpr int kStageBytes = kKeyAtoms * kAtomBytes;
-constexpr int kQOff = 0;
-constexpr int kKOff = kQOff + kStageBytes;          // Q is one tile's size: 64 rows x 576
-constexpr int kPOff = kKOff + kStages * kStageBytes;
-constexpr int kXOff = kPOff + kAtomBytes;           // rescale [64], row max [64], row sum [64], limit [64]
-constexpr int kBarOff = kXOff + 4 * 64 * 4;       // one mbarrier per stage
-constexpr int kSmemUsed = kBarOff + kStages * 8;
-constexpr int kSmemBytes = kSmemUsed + 1024;        // slack to align the base to the swizzle period
 constexpr int kWgThreads = 128;
+// Shared memory of the kernel for kRows query rows (64, or 32 for the
+// transposed products): Q (kRows x 576), the two tile stages, P (kRows x 64
+// tokens, or its transpose), then rescale [64], row max [64], row sum [64],
+// limit [64] and, transposed, the warps' column maxima [2][4][32] and sums
+// [4][32]; one mbarrier per stage.
+template <int kRows>
+struct LatentSmem {
+    static constexpr int kQAtomBytes = kRows * kSwizzleRowBytes;  // kRows rows x 64 columns
+    static constexpr int kQOff = 0;
+    static constexpr int kKOff = kQOff + kKeyAtoms * kQAtomBytes;
+    static constexpr int kPOff = kKOff + kStages * kStageBytes;
+    static constexpr int kXOff = kPOff + kQAtomBytes;
+    static constexpr int kXBytes = 4 * 64 * 4 + (kRows == 64 ? 0 : 3 * 4 * 32 * 4);
+    static constexpr int kBarOff = kXOff + kXBytes;
+    static constexpr int kUsed = kBarOff + kStages * 8;
+    static constexpr int kBytes = kUsed + 1024;  // slack to align the base to the swizzle period
+    static_assert(kRows == 64 || kRows == 32, "query rows per CTA");
+    static_assert(kQAtomBytes % 1024 == 0 && kKOff % 1024 == 0 && kPOff % 1024 == 0, "swizzle-period alignment");
+    static_assert(kBytes <= 227 * 1024, "shared memory of one CTA");
+};
 // Split merge in a cluster: the staged rows [64][520] f32 fill the first 130
 // KiB of the stages (8 floats of padding per row, so the fragment stores of
 // 8 rows at a time meet no bank conflict), its weights and row offsets follow.
@@ -73,13 +103,14 @@ constexpr int kMergeScratchOff = kLatentRows * kStagedRowFloats * 4;
 constexpr int kMergeOffsetsOff = kMergeScratchOff + kLatentRows * kMaxLatentClusterSplits * 4;
 static_assert(kMergeOffsetsOff % 8 == 0 && kMergeOffsetsOff + kLatentRows * 8 <= kStages * kStageBytes, "merge scratch");
 static_assert(kLatentRows == 64 && kLatentTile == 64 && kLatentThreads == 3 * kWgThreads, "tiling constants");
-static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
+static_assert(kLatentRowsTransposed == 32, "the transposed products are m64n32");
 
 // Named barrier ids (0 is __syncthreads).
 constexpr int kBarKFullCopy = 1;
 constexpr int kBarPReady = 2;
 constexpr int kBarPFree = 3;
 constexpr int kBarKEmpty = 4;
+constexpr int kBarColumnMax = 5;  // WG0 (transposed): the warps' column maxima written
 constexpr int kBarEnd = 6;  // all: products done, row max / sum written
 constexpr int kBarMerge = 7;  // all: cluster merge weights written
 
@@ -158,22 +189,55 @@ __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int r
 #endif
 }
 
-template <typename T>
+// The transposed kernel's epilogue without a cluster merge: its row block's
+// rows (one block: rows <= 32), normalised in sO [rows][kStagedRowFloats],
+// go to o or to the split's partial rows, 8 columns a thread, coalesced.
+// Every thread calls this.
+__device__ __forceinline__ void store_staged_rows(const AttentionParams& p, int g, int b, int split, const float* sO) {
+    named_barrier_sync(kBarMerge, kLatentThreads);  // the roles call this from different places
+    constexpr int kPieces = kLatentDim / 8;
+    const int rows = min(kLatentRowsTransposed, p.rows);
+    for (int e = threadIdx.x; e < rows * kPieces; e += blockDim.x) {
+        const int m = e / kPieces, c = (e - m * kPieces) * 8;
+        const float4 lo = *reinterpret_cast<const float4*>(sO + m * kStagedRowFloats + c);
+        const float4 hi = *reinterpret_cast<const float4*>(sO + m * kStagedRowFloats + c + 4);
+        const QueryHead r = query_head(p, g, m);
+        if (p.num_splits > 1) {
+            float4* dst = reinterpret_cast<float4*>(p.part_o + partial_row(p, split, b, r.qi, r.h) * p.v.dim + c);
+            dst[0] = lo;
+            dst[1] = hi;
+        } else {
+            const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            store_elems8(p.o, p.o_dtype, row_offset(p.oa, b, r.qi, r.h) + c, 8, v);
+        }
+    }
+}
+
+// kRows = 64: S = Q K^T and O += P V, query rows as the wgmma M (rows past
+// the block's end are zero). kRows = 32 (transposed): S^T = K Q^T and
+// O^T += V^T P^T, the tile's 64 tokens as the M of the scores and the
+// latent columns as the M of the values, so no product carries empty rows;
+// the softmax then runs down the columns, its maxima shared by WG0's warps
+// through shared memory once per tile.
+template <typename T, int kRows>
 __global__ void __launch_bounds__(kLatentThreads, 1)
     latent_wgmma_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ LatentTmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using L = LatentSmem<kRows>;
+    constexpr bool kTransposed = kRows == kLatentRowsTransposed;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    unsigned char* sK = smem + kKOff;
-    unsigned char* sP = smem + kPOff;
-    float* sScale = reinterpret_cast<float*>(smem + kXOff);
+    unsigned char* sK = smem + L::kKOff;
+    unsigned char* sP = smem + L::kPOff;
+    float* sScale = reinterpret_cast<float*>(smem + L::kXOff);
     float* sMax = sScale + 64;
     float* sSum = sMax + 64;
     int* sLimit = reinterpret_cast<int*>(sSum + 64);
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kBarOff);
+    float* sColumnMax = reinterpret_cast<float*>(sLimit + 64);  // transposed: [2][4][32], then sums [4][32]
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::kBarOff);
 
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3;
-    const CtaWork w = cta_work(p, kLatentRows, kLatentTile);
+    const CtaWork w = cta_work(p, kRows, kLatentTile);
     const int rb = w.rb, g = w.g, b = w.b, split = w.split, length = w.length;
     const int32_t* table = w.table;
     const SplitRange range = w.range;
@@ -266,13 +330,13 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     // With p.q_rope the rope pieces come from the caller's q rows (in T,
     // 16-byte aligned: the host's query_in_place) instead of the columns
     // past the latent.
-    unsigned char* sQ = smem + kQOff;
+    unsigned char* sQ = smem + L::kQOff;
     {
-        constexpr int kThreadsPerRow = kLatentThreads / kLatentRows, kRowPieces = kKeyAtoms * 8;
+        constexpr int kThreadsPerRow = kLatentThreads / kRows, kRowPieces = kKeyAtoms * 8;
         constexpr int kPiecesPerThread = kRowPieces / kThreadsPerRow, kLatentPieces = kLatentDim / 8;
-        static_assert(kThreadsPerRow * kLatentRows == kLatentThreads && kPiecesPerThread * kThreadsPerRow == kRowPieces,
+        static_assert(kThreadsPerRow * kRows == kLatentThreads && kPiecesPerThread * kThreadsPerRow == kRowPieces,
                       "whole query rows per thread group");
-        const int m = tid / kThreadsPerRow, sub = tid - m * kThreadsPerRow, mg = rb * kLatentRows + m;
+        const int m = tid / kThreadsPerRow, sub = tid - m * kThreadsPerRow, mg = rb * kRows + m;
         const bool valid = mg < p.rows;
         int64_t off = 0, rope_off = 0;
         if (valid) {
@@ -297,7 +361,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 #pragma unroll
             for (int k = 0; k < kPiecesPerThread; ++k) {
                 const int pc = sub + k * kThreadsPerRow;
-                *reinterpret_cast<uint4*>(sQ + (pc >> 3) * kAtomBytes + swizzled_offset(m, pc & 7)) = v[k];
+                *reinterpret_cast<uint4*>(sQ + (pc >> 3) * L::kQAtomBytes + swizzled_offset(m, pc & 7)) = v[k];
             }
         } else {
             constexpr int kBatch = kPiecesPerThread / 2;
@@ -314,13 +378,13 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 #pragma unroll
                 for (int k = 0; k < kBatch; ++k) {
                     const int pc = sub + (k0 + k) * kThreadsPerRow;
-                    *reinterpret_cast<uint4*>(sQ + (pc >> 3) * kAtomBytes + swizzled_offset(m, pc & 7)) = pack_eight<T>(v[k]);
+                    *reinterpret_cast<uint4*>(sQ + (pc >> 3) * L::kQAtomBytes + swizzled_offset(m, pc & 7)) = pack_eight<T>(v[k]);
                 }
             }
         }
     }
-    for (int m = tid; m < kLatentRows; m += kLatentThreads) {
-        const int mg = rb * kLatentRows + m;
+    for (int m = tid; m < kRows; m += kLatentThreads) {
+        const int mg = rb * kRows + m;
         sLimit[m] = (mg < p.rows) ? length - p.q_len + mg / p.heads_per_group : length - 1;
     }
     fence_proxy_async_smem();  // Q stores -> wgmma's proxy
@@ -331,6 +395,235 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     const int r0 = wi * 16 + (lane >> 2), r1 = r0 + 8;
     const int c_lane = 2 * (lane & 3);
 
+    if constexpr (kTransposed) {
+        // Here r0 / r1 are a tile's token rows (scores) or latent columns
+        // (values) and this thread's query rows are the columns
+        // 8j + c_lane + e (j < 4, e < 2), index 2j + e of its arrays below.
+        if (wg == 0) {
+            const uint64_t q_desc = smem_desc_sw128(sQ, 16, kSwizzleGroupBytes);
+            const uint64_t k_desc0 = smem_desc_sw128(sK, 16, kSwizzleGroupBytes);
+            const uint64_t k_desc1 = smem_desc_sw128(sK + kStageBytes, 16, kSwizzleGroupBytes);
+            static_assert(kStages == 2, "one descriptor per stage");
+            float* sColumnSum = sColumnMax + 2 * 4 * 32;
+            float m[8], l[8];
+            int lim[8], min_lim = INT32_MAX;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                m[i] = -INFINITY;
+                l[i] = 0.f;
+                lim[i] = sLimit[8 * (i >> 1) + c_lane + (i & 1)];
+                min_lim = min(min_lim, lim[i]);
+            }
+            for (int tile = range.begin; tile < range.end; ++tile) {
+                const int stage = stage_of(tile);
+                const uint64_t k_desc = stage ? k_desc1 : k_desc0;
+                if (by_tma(tile)) mbarrier_wait(bars + stage, phase_of(tile));
+                else named_barrier_sync(kBarKFullCopy, 2 * kWgThreads);
+
+                float s[16];
+                wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < kKeySteps; ++ks) {
+                    const uint32_t in_row = (ks & 3) * 32;
+                    wgmma_m64n32k16<T>(s, desc_advance(k_desc, (ks >> 2) * kAtomBytes + in_row),
+                                       desc_advance(q_desc, (ks >> 2) * L::kQAtomBytes + in_row), ks != 0);
+                }
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_accumulators(s);
+
+                // Mask tokens past a column's last visible one (only in a tile
+                // that reaches past some column's limit).
+                const int t0 = tile * kLatentTile + r0;
+                if (tile * kLatentTile + kLatentTile - 1 > min_lim) {
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        const int x = 4 * (i >> 1) + (i & 1);
+                        if (t0 > lim[i]) s[x] = -INFINITY;
+                        if (t0 + 8 > lim[i]) s[x + 2] = -INFINITY;
+                    }
+                }
+                // Column maxima: over this thread's two tokens, the 8 lanes of
+                // its columns, then WG0's four warps (double-buffered by tile).
+                float cm[8];
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int x = 4 * (i >> 1) + (i & 1);
+                    cm[i] = fmaxf(s[x], s[x + 2]);
+                }
+#pragma unroll
+                for (int off = 4; off < 32; off <<= 1)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) cm[i] = fmaxf(cm[i], __shfl_xor_sync(0xffffffffu, cm[i], off));
+                float* red = sColumnMax + (tile & 1) * 4 * 32;
+                if (lane < 4) {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        *reinterpret_cast<float2*>(red + wi * 32 + 8 * j + c_lane) = make_float2(cm[2 * j], cm[2 * j + 1]);
+                }
+                named_barrier_sync(kBarColumnMax, kWgThreads);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+#pragma unroll
+                    for (int ww = 0; ww < 4; ++ww) {
+                        const float2 v = *reinterpret_cast<const float2*>(red + ww * 32 + 8 * j + c_lane);
+                        cm[2 * j] = ww ? fmaxf(cm[2 * j], v.x) : v.x;
+                        cm[2 * j + 1] = ww ? fmaxf(cm[2 * j + 1], v.y) : v.y;
+                    }
+                }
+                const float scale = p.scale_log2;
+                float alpha[8];
+                T pt[16];  // P^T of rows r0 (2j + e) and r1 (8 + 2j + e)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const float n = fmaxf(m[i], cm[i] * scale);
+                    alpha[i] = n == -INFINITY ? 1.f : exp2_ftz(m[i] - n);
+                    m[i] = n;
+                    const float base = n == -INFINITY ? 0.f : n;  // exp2(-inf - 0) = 0
+                    const int x = 4 * (i >> 1) + (i & 1);
+                    const float e0 = exp2_ftz(fmaf(s[x], scale, -base)), e1 = exp2_ftz(fmaf(s[x + 2], scale, -base));
+                    l[i] = l[i] * alpha[i] + (e0 + e1);
+                    pt[i] = from_float<T>(e0);
+                    pt[8 + i] = from_float<T>(e1);
+                }
+                // P^T as the values' B operand, K-major: query row c's 64
+                // tokens are one 128-byte swizzled row.
+                if (tile > range.begin) named_barrier_sync(kBarPFree, kLatentThreads);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int c = 8 * (i >> 1) + c_lane + (i & 1);
+                    *reinterpret_cast<T*>(sP + swizzled_offset(c, r0 >> 3) + (r0 & 7) * 2) = pt[i];
+                    *reinterpret_cast<T*>(sP + swizzled_offset(c, (r0 >> 3) + 1) + (r0 & 7) * 2) = pt[8 + i];
+                }
+                if (wi == 0 && lane < 4) {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        *reinterpret_cast<float2*>(sScale + 8 * j + c_lane) = make_float2(alpha[2 * j], alpha[2 * j + 1]);
+                }
+                fence_proxy_async_smem();
+                named_barrier_arrive(kBarPReady, kLatentThreads);
+            }
+            // Column sums over this thread's lanes, then the warps.
+#pragma unroll
+            for (int off = 4; off < 32; off <<= 1)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) l[i] += __shfl_xor_sync(0xffffffffu, l[i], off);
+            if (lane < 4) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    *reinterpret_cast<float2*>(sColumnSum + wi * 32 + 8 * j + c_lane) = make_float2(l[2 * j], l[2 * j + 1]);
+            }
+            named_barrier_sync(kBarColumnMax, kWgThreads);
+            if (wi == 0 && lane < 4) {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int c = 8 * (i >> 1) + c_lane + (i & 1);
+                    const float sum = sColumnSum[c] + sColumnSum[32 + c] + sColumnSum[64 + c] + sColumnSum[96 + c];
+                    sMax[c] = m[i];
+                    sSum[c] = sum;
+                    if (!p.cluster_merge && c < p.rows) {
+                        const QueryHead r = query_head(p, g, c);
+                        write_row_lse(p, split, b, r.qi, r.h, m[i], sum);
+                    }
+                }
+            }
+            named_barrier_sync(kBarEnd, kLatentThreads);  // column max / sum visible
+            if (p.cluster_merge)
+                merge_split_rows(p, rb, g, b, reinterpret_cast<const float*>(sK), sMax, sSum,
+                                 reinterpret_cast<float*>(sK + kMergeScratchOff),
+                                 reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
+            else
+                store_staged_rows(p, g, b, split, reinterpret_cast<const float*>(sK));
+            return;
+        }
+
+        // WG1 / WG2: O^T[256 latent columns of this warpgroup][32] += V^T P^T,
+        // four 64-column atoms of the tile read MN-major as A.
+        float o[4][16];
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int i = 0; i < 16; ++i) o[a][i] = 0.f;
+        if (wg == 1) {
+            cp_async_wait<kStages - 1>();
+            publish_copied(range.begin);
+        }
+        const int atom0 = (wg - 1) * 4;
+        const uint64_t p_desc = smem_desc_sw128(sP, 16, kSwizzleGroupBytes);
+        const uint64_t v_desc0 = smem_desc_sw128(sK + atom0 * kAtomBytes, kAtomBytes, kSwizzleGroupBytes);
+        const uint64_t v_desc1 = smem_desc_sw128(sK + kStageBytes + atom0 * kAtomBytes, kAtomBytes, kSwizzleGroupBytes);
+        for (int tile = range.begin; tile < range.end; ++tile) {
+            const int stage = stage_of(tile);
+            const uint64_t v_desc = stage ? v_desc1 : v_desc0;
+            named_barrier_sync(kBarPReady, kLatentThreads);
+            float alpha[8];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 v = *reinterpret_cast<const float2*>(sScale + 8 * j + c_lane);
+                alpha[2 * j] = v.x;
+                alpha[2 * j + 1] = v.y;
+            }
+            bool moved = false;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) moved |= alpha[i] != 1.f;
+            if (__any_sync(0xffffffffu, moved)) {  // some column's running max moved
+#pragma unroll
+                for (int a = 0; a < 4; ++a)
+#pragma unroll
+                    for (int x = 0; x < 16; ++x) o[a][x] *= alpha[2 * (x >> 2) + (x & 1)];
+            }
+#pragma unroll
+            for (int a = 0; a < 4; ++a) fence_accumulators(o[a]);
+            wgmma_fence();
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int kk = 0; kk < kLatentTile / 16; ++kk)
+                    wgmma_m64n32k16_at<T>(o[a], desc_advance(v_desc, a * kAtomBytes + kk * 16 * kSwizzleRowBytes),
+                                          desc_advance(p_desc, kk * 32), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int a = 0; a < 4; ++a) fence_accumulators(o[a]);
+            if (tile + 1 < range.end) named_barrier_arrive(kBarPFree, kLatentThreads);
+            if (wg == 2) {
+                if (tile + kStages < range.end) named_barrier_arrive(kBarKEmpty, 2 * kWgThreads);
+            } else {
+                if (tile + kStages < range.end) {
+                    named_barrier_sync(kBarKEmpty, 2 * kWgThreads);
+                    issue_tile(tile + kStages);
+                }
+                cp_async_commit();
+                cp_async_wait<kStages - 1>();
+                publish_copied(tile + 1);
+            }
+        }
+        if (wg == 1) cp_async_wait<0>();
+        named_barrier_sync(kBarEnd, kLatentThreads);  // every product done; WG0's column max / sum visible
+        // Normalised rows [query row][latent column] into the freed stages,
+        // where the cluster merge or the coalesced store reads them.
+        float inv[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float sum = sSum[8 * (i >> 1) + c_lane + (i & 1)];
+            inv[i] = sum > 0.f ? 1.f / sum : 0.f;
+        }
+        float* sO = reinterpret_cast<float*>(sK);  // [rows][kStagedRowFloats]
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            const int col = (atom0 + a) * 64 + r0;
+#pragma unroll
+            for (int x = 0; x < 16; ++x) {
+                const int i = 2 * (x >> 2) + (x & 1), c = 8 * (x >> 2) + c_lane + (x & 1);
+                sO[c * kStagedRowFloats + col + ((x & 2) ? 8 : 0)] = o[a][x] * inv[i];
+            }
+        }
+        if (p.cluster_merge)
+            merge_split_rows(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
+                             reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
+        else
+            store_staged_rows(p, g, b, split, sO);
+    } else {
     if (wg == 0) {
         // Operand descriptors of the score product, built once per stage:
         // a k-step only adds a constant to the start address field.
@@ -529,12 +822,16 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     }
     merge_split_rows(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
                      reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
+    }
 #endif
 }
 
-const void* kernel_for(gqla_dtype cache) {
-    return cache == GQLA_DTYPE_F16 ? reinterpret_cast<const void*>(&latent_wgmma_kernel<__half>)
-                                   : reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16>);
+const void* kernel_for(gqla_dtype cache, int rows_per_cta) {
+    if (rows_per_cta == kLatentRowsTransposed)
+        return cache == GQLA_DTYPE_F16 ? reinterpret_cast<const void*>(&latent_wgmma_kernel<__half, kLatentRowsTransposed>)
+                                       : reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16, kLatentRowsTransposed>);
+    return cache == GQLA_DTYPE_F16 ? reinterpret_cast<const void*>(&latent_wgmma_kernel<__half, kLatentRows>)
+                                   : reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16, kLatentRows>);
 }
 
 // Rows per TMA box: a whole tile when pages hold whole tiles, one page when
@@ -557,12 +854,16 @@ bool latent_wgmma_fits(const AttentionParams& p) {
            (p.cache_dtype == GQLA_DTYPE_BF16 || p.cache_dtype == GQLA_DTYPE_F16);
 }
 
-int latent_wgmma_smem_bytes() { return kSmemBytes; }
+int latent_wgmma_smem_bytes(int rows_per_cta) {
+    return rows_per_cta == kLatentRowsTransposed ? LatentSmem<kLatentRowsTransposed>::kBytes : LatentSmem<kLatentRows>::kBytes;
+}
 
 void prepare_latent_wgmma_kernel() {
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
-        check_cuda(cudaFuncSetAttribute(kernel_for(t), cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
-                   "cudaFuncSetAttribute(latent_wgmma_kernel)");
+        for (int rows : {kLatentRows, kLatentRowsTransposed})
+            check_cuda(cudaFuncSetAttribute(kernel_for(t, rows), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            latent_wgmma_smem_bytes(rows)),
+                       "cudaFuncSetAttribute(latent_wgmma_kernel)");
 }
 
 LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const PoolView& rope, int page_size,
@@ -580,17 +881,22 @@ LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const Po
 }
 
 int latent_wgmma_max_active_clusters(gqla_dtype cache, int cluster_splits) {
-    return max_active_split_clusters(kernel_for(cache), dim3(kLatentThreads), kSmemBytes, cluster_splits);
+    // Both kernels hold one CTA per SM; the fewer of their counts serves both.
+    int fit = INT32_MAX;
+    for (int rows : {kLatentRows, kLatentRowsTransposed})
+        fit = std::min(fit, max_active_split_clusters(kernel_for(cache, rows), dim3(kLatentThreads),
+                                                      latent_wgmma_smem_bytes(rows), cluster_splits));
+    return fit;
 }
 
 void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
-                         bool dependent, cudaStream_t stream) {
+                         int rows_per_cta, bool dependent, cudaStream_t stream) {
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<LatentTmaMaps*>(&maps)};
     LaunchAttrs attrs;
-    cudaLaunchConfig_t cfg =
-        make_launch_config(grid, dim3(kLatentThreads), kSmemBytes, p.cluster_merge != 0, dependent, attrs);
+    cudaLaunchConfig_t cfg = make_launch_config(grid, dim3(kLatentThreads), latent_wgmma_smem_bytes(rows_per_cta),
+                                                p.cluster_merge != 0, dependent, attrs);
     cfg.stream = stream;
-    check_cuda(cudaLaunchKernelExC(&cfg, kernel_for(cache), args), "launch latent_wgmma_kernel");
+    check_cuda(cudaLaunchKernelExC(&cfg, kernel_for(cache, rows_per_cta), args), "launch latent_wgmma_kernel");
 }
 
 }  // namespace gqla::cuda

@@ -1,8 +1,10 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) over shared-memory operands in the
 // 128-byte-swizzled layout, plus the fences and named barriers around it.
-// Only the shapes the latent decode kernel uses: S = Q K^T as m64n64k16 (both
+// Only the shapes the latent decode kernels use: S = Q K^T as m64n64k16 (both
 // operands K-major) and O += P V as m64n256k16 (V read MN-major, i.e.
-// transposed in hardware).
+// transposed in hardware); for 32 query rows the transposed products
+// S^T = K Q^T as m64n32k16 (both K-major) and O^T += V^T P^T as m64n32k16
+// (V^T read MN-major).
 //
 // Operand tiles are stored as "atoms" of 64 16-bit columns (128 bytes) by up
 // to 64 rows, each 1024-byte aligned; the 16-byte piece q of row r sits at
@@ -67,6 +69,11 @@ template <typename T> __device__ __forceinline__ void wgmma_m64n256k16_bt(float 
 // d (64 x 64, f32) (+)= A (64 x 16, K-major) * B (16 x 64, K-major).
 template <typename T> __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, int accumulate);
 
+// d (64 x 32, f32) (+)= A (64 x 16) * B (16 x 32, K-major); A K-major, or
+// MN-major (transposed) with the _at variant.
+template <typename T> __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t da, uint64_t db, int accumulate);
+template <typename T> __device__ __forceinline__ void wgmma_m64n32k16_at(float (&d)[16], uint64_t da, uint64_t db, int accumulate);
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GQLA_WGMMA_N256_BT(TY, PTX) \
     template <> __device__ __forceinline__ void wgmma_m64n256k16_bt<TY>(float (&d)[128], uint64_t da, uint64_t db, int accumulate) { \
@@ -112,12 +119,28 @@ template <typename T> __device__ __forceinline__ void wgmma_m64n64k16(float (&d)
                        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
                      : "l"(da), "l"(db), "r"(accumulate)); \
     }
+// TNSP_A: 0 = A K-major, 1 = A MN-major.
+#define GQLA_WGMMA_N32(NAME, TY, PTX, TNSP_A) \
+    template <> __device__ __forceinline__ void NAME<TY>(float (&d)[16], uint64_t da, uint64_t db, int accumulate) { \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n" \
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32." PTX "." PTX " {" \
+                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15" \
+                     "}, %16, %17, p, 1, 1, " TNSP_A ", 0;\n}\n" \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+                     : "l"(da), "l"(db), "r"(accumulate)); \
+    }
+GQLA_WGMMA_N32(wgmma_m64n32k16, __nv_bfloat16, "bf16", "0")
+GQLA_WGMMA_N32(wgmma_m64n32k16, __half, "f16", "0")
+GQLA_WGMMA_N32(wgmma_m64n32k16_at, __nv_bfloat16, "bf16", "1")
+GQLA_WGMMA_N32(wgmma_m64n32k16_at, __half, "f16", "1")
 GQLA_WGMMA_N256_BT(__nv_bfloat16, "bf16")
 GQLA_WGMMA_N256_BT(__half, "f16")
 GQLA_WGMMA_N64(__nv_bfloat16, "bf16")
 GQLA_WGMMA_N64(__half, "f16")
 #undef GQLA_WGMMA_N256_BT
 #undef GQLA_WGMMA_N64
+#undef GQLA_WGMMA_N32
 #endif
 
 }  // namespace gqla::cuda
