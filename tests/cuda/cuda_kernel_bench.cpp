@@ -209,6 +209,8 @@ int main(int argc, char** argv) {
         {"gqa 32/8 D128", GQLA_KIND_GQA, GQLA_PATH_GQA, 32, 8, 128, 0, 0, 0, 0, 4, 16384},
         {"absorb H32 G8 r512 dr64 (llama3-8b-gqla)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 32, 8, 0, 512, 64, 64, 128, 64, 16384},
         {"absorb H128 G128 r512 dr64 (dsv3)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 128, 128, 0, 512, 128, 64, 128, 64, 16384},
+        // DeepSeek-V3's heads on one GPU of 8-way tensor parallelism.
+        {"absorb H16 G16 r512 dr64 (dsv3 tp8)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 16, 16, 0, 512, 128, 64, 128, 64, 16384},
         // Small batches, where the absorb path's fixed costs weigh most.
         {"absorb H32 G8 r512 dr64 (llama3-8b-gqla)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 32, 8, 0, 512, 64, 64, 128, 16, 4096},
         {"absorb H128 G128 r512 dr64 (dsv3)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 128, 128, 0, 512, 128, 64, 128, 1, 4096},
