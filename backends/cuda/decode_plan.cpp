@@ -95,7 +95,8 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
     if (plans_latent_kernel(s, p)) {
         plan.latent_wgmma = true;
-        plan.rows_per_cta = s.use_latent_transposed && p.rows <= kLatentRowsTransposed ? kLatentRowsTransposed : kLatentRows;
+        const bool transposed = s.latent_transposed == 2 || (s.latent_transposed == 1 && p.rows <= kLatentRowsTransposed);
+        plan.rows_per_cta = transposed ? kLatentRowsTransposed : kLatentRows;
         plan.tile_tokens = kLatentTile;
         plan.smem_bytes = latent_wgmma_smem_bytes(plan.rows_per_cta);
         plan.blocks_per_sm = 1;

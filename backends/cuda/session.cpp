@@ -129,7 +129,8 @@ void init_session(Session* s, const gqla_backend_desc& d) {
                           s->smem_optin >= latent_wgmma_smem_bytes(kLatentRows) &&
                           s->smem_optin >= latent_wgmma_smem_bytes(kLatentRowsTransposed);
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
-    s->use_latent_transposed = knob_on("GQLA_CUDA_LATENT_TRANSPOSED");
+    const char* transposed = std::getenv("GQLA_CUDA_LATENT_TRANSPOSED");
+    if (transposed && *transposed) s->latent_transposed = std::clamp(std::atoi(transposed), 0, 2);
     s->use_query_in_place = knob_on("GQLA_CUDA_QUERY_IN_PLACE");
     s->latent_dependent_launch = s->dependent_launch && knob_on("GQLA_CUDA_LATENT_PDL");
     if (s->use_latent_wgmma && s->use_cluster_merge)

@@ -93,9 +93,10 @@ struct Session {
     std::array<int, kMaxLatentClusterSplits + 1> latent_clusters{};
     std::vector<LatentTmaMaps> latent_maps;
     // Row blocks of at most kLatentRowsTransposed rows (e.g. 32 heads at s_q
-    // 1) on the latent kernel's transposed variant (off:
-    // GQLA_CUDA_LATENT_TRANSPOSED=0).
-    bool use_latent_transposed = true;
+    // 1) on the latent kernel's transposed variant: GQLA_CUDA_LATENT_TRANSPOSED
+    // = 0 never, 1 (default) where a sequence has at most that many rows, 2
+    // always (every sequence's rows in blocks of kLatentRowsTransposed).
+    int latent_transposed = 1;
     // MLA absorb with q in the cache dtype and its tokens evenly spaced: the
     // query projection and the latent kernel read q where it lies, no pack
     // pass (off: GQLA_CUDA_QUERY_IN_PLACE=0).

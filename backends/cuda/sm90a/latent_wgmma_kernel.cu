@@ -130,6 +130,7 @@ __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
 // and output offsets are computed once per row, and each thread merges 8
 // columns at a time. (The narrow kernel's push merge, cluster_merge.cuh,
 // would need the 128 KiB of a row block's partials in a second buffer.)
+template <int kRows>
 __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int rb, int g, int b, const float* sO,
                                                  const float* sMax, const float* sSum, float* sW, int64_t* sOff) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -137,7 +138,7 @@ __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int r
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every split's rows staged and visible cluster-wide
     const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
-    const int rows = min(kLatentRows, p.rows - rb * kLatentRows);
+    const int rows = min(kRows, p.rows - rb * kRows);
     const int mine = rows > rank ? (rows - rank + splits - 1) / splits : 0;  // rows rank + splits * k
     // Per row: each split's weight exp2(m_s - max) l_s over their sum, the lse
     // and where the row goes in o.
@@ -162,7 +163,7 @@ __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int r
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
         for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp) sW[k * kMaxLatentClusterSplits + sp] *= inv;
-        const QueryHead r = query_head(p, g, rb * kLatentRows + m);
+        const QueryHead r = query_head(p, g, rb * kRows + m);
         sOff[k] = row_offset(p.oa, b, r.qi, r.h);
         if (p.lse) p.lse[lse_index(p, b, r.qi, r.h)] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
     }
@@ -189,19 +190,20 @@ __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int r
 #endif
 }
 
-// The transposed kernel's epilogue without a cluster merge: its row block's
-// rows (one block: rows <= 32), normalised in sO [rows][kStagedRowFloats],
-// go to o or to the split's partial rows, 8 columns a thread, coalesced.
-// Every thread calls this.
-__device__ __forceinline__ void store_staged_rows(const AttentionParams& p, int g, int b, int split, const float* sO) {
+// The transposed kernel's epilogue without a cluster merge: row block rb's
+// rows, normalised in sO [rows][kStagedRowFloats], go to o or to the
+// split's partial rows, 8 columns a thread, coalesced. Every thread calls
+// this.
+__device__ __forceinline__ void store_staged_rows(const AttentionParams& p, int rb, int g, int b, int split,
+                                                  const float* sO) {
     named_barrier_sync(kBarMerge, kLatentThreads);  // the roles call this from different places
     constexpr int kPieces = kLatentDim / 8;
-    const int rows = min(kLatentRowsTransposed, p.rows);
+    const int rows = min(kLatentRowsTransposed, p.rows - rb * kLatentRowsTransposed);
     for (int e = threadIdx.x; e < rows * kPieces; e += blockDim.x) {
         const int m = e / kPieces, c = (e - m * kPieces) * 8;
         const float4 lo = *reinterpret_cast<const float4*>(sO + m * kStagedRowFloats + c);
         const float4 hi = *reinterpret_cast<const float4*>(sO + m * kStagedRowFloats + c + 4);
-        const QueryHead r = query_head(p, g, m);
+        const QueryHead r = query_head(p, g, rb * kLatentRowsTransposed + m);
         if (p.num_splits > 1) {
             float4* dst = reinterpret_cast<float4*>(p.part_o + partial_row(p, split, b, r.qi, r.h) * p.v.dim + c);
             dst[0] = lo;
@@ -521,19 +523,19 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                     const float sum = sColumnSum[c] + sColumnSum[32 + c] + sColumnSum[64 + c] + sColumnSum[96 + c];
                     sMax[c] = m[i];
                     sSum[c] = sum;
-                    if (!p.cluster_merge && c < p.rows) {
-                        const QueryHead r = query_head(p, g, c);
+                    if (!p.cluster_merge && rb * kRows + c < p.rows) {
+                        const QueryHead r = query_head(p, g, rb * kRows + c);
                         write_row_lse(p, split, b, r.qi, r.h, m[i], sum);
                     }
                 }
             }
             named_barrier_sync(kBarEnd, kLatentThreads);  // column max / sum visible
             if (p.cluster_merge)
-                merge_split_rows(p, rb, g, b, reinterpret_cast<const float*>(sK), sMax, sSum,
+                merge_split_rows<kRows>(p, rb, g, b, reinterpret_cast<const float*>(sK), sMax, sSum,
                                  reinterpret_cast<float*>(sK + kMergeScratchOff),
                                  reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
             else
-                store_staged_rows(p, g, b, split, reinterpret_cast<const float*>(sK));
+                store_staged_rows(p, rb, g, b, split, reinterpret_cast<const float*>(sK));
             return;
         }
 
@@ -619,10 +621,10 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             }
         }
         if (p.cluster_merge)
-            merge_split_rows(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
+            merge_split_rows<kRows>(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
                              reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
         else
-            store_staged_rows(p, g, b, split, sO);
+            store_staged_rows(p, rb, g, b, split, sO);
     } else {
     if (wg == 0) {
         // Operand descriptors of the score product, built once per stage:
@@ -720,7 +722,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         }
         named_barrier_sync(kBarEnd, kLatentThreads);  // row max / sum visible
         if (p.cluster_merge) {
-            merge_split_rows(p, rb, g, b, reinterpret_cast<const float*>(sK), sMax, sSum,
+            merge_split_rows<kRows>(p, rb, g, b, reinterpret_cast<const float*>(sK), sMax, sSum,
                              reinterpret_cast<float*>(sK + kMergeScratchOff), reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
             return;
         }
@@ -820,7 +822,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         *reinterpret_cast<float2*>(sO + r0 * kStagedRowFloats + c) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
         *reinterpret_cast<float2*>(sO + r1 * kStagedRowFloats + c) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
     }
-    merge_split_rows(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
+    merge_split_rows<kRows>(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
                      reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
     }
 #endif
