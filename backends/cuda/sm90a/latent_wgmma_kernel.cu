@@ -309,6 +309,28 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             named_barrier_arrive(kBarKFullCopy, 2 * kWgThreads);
         }
     };
+    // WG0 before the scores of `tile`: its stage has landed.
+    auto wait_tile = [&](int tile) {
+        if (by_tma(tile)) mbarrier_wait(bars + stage_of(tile), phase_of(tile));
+        else named_barrier_sync(kBarKFullCopy, 2 * kWgThreads);
+    };
+    // WG1/WG2 after their value products of `tile`: P may be overwritten;
+    // the stage refills with tile + 2 once both are done with it (WG1
+    // issues), then WG1 publishes tile + 1 if it was copied.
+    auto release_tile = [&](int tile) {
+        if (tile + 1 < range.end) named_barrier_arrive(kBarPFree, kLatentThreads);
+        if (wg == 2) {
+            if (tile + kStages < range.end) named_barrier_arrive(kBarKEmpty, 2 * kWgThreads);
+        } else {
+            if (tile + kStages < range.end) {
+                named_barrier_sync(kBarKEmpty, 2 * kWgThreads);
+                issue_tile(tile + kStages);
+            }
+            cp_async_commit();
+            cp_async_wait<kStages - 1>();
+            publish_copied(tile + 1);
+        }
+    };
     if (wg == 1) {  // both stages in flight before the queries are staged
         if (ltid == 0) {
             for (int st = 0; st < kStages; ++st) mbarrier_init(bars + st, 1);
@@ -396,16 +418,31 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     // columns 8j + 2*(lane % 4) + {0, 1} in registers 4j + {0, 1} / 4j + {2, 3}.
     const int r0 = wi * 16 + (lane >> 2), r1 = r0 + 8;
     const int c_lane = 2 * (lane & 3);
+    // WG0's score operands, K-major: Q and each stage's tile (a k-step only
+    // adds a constant to the start address field).
+    const uint64_t q_desc = smem_desc_sw128(sQ, 16, kSwizzleGroupBytes);
+    const uint64_t k_desc0 = smem_desc_sw128(sK, 16, kSwizzleGroupBytes);
+    const uint64_t k_desc1 = smem_desc_sw128(sK + kStageBytes, 16, kSwizzleGroupBytes);
+    static_assert(kStages == 2, "one descriptor per stage");
+    // WG1/WG2's value operands: P (or P^T) and their four 64-column latent
+    // atoms of each stage, read MN-major; WG1 first publishes tile 0 if it
+    // was copied.
+    const int atom0 = (wg - 1) * 4;
+    const uint64_t p_desc = smem_desc_sw128(sP, 16, kSwizzleGroupBytes);
+    const uint64_t v_desc0 = smem_desc_sw128(sK + atom0 * kAtomBytes, kAtomBytes, kSwizzleGroupBytes);
+    const uint64_t v_desc1 = smem_desc_sw128(sK + kStageBytes + atom0 * kAtomBytes, kAtomBytes, kSwizzleGroupBytes);
+    auto begin_values = [&]() {
+        if (wg == 1) {
+            cp_async_wait<kStages - 1>();
+            publish_copied(range.begin);
+        }
+    };
 
     if constexpr (kTransposed) {
         // Here r0 / r1 are a tile's token rows (scores) or latent columns
         // (values) and this thread's query rows are the columns
         // 8j + c_lane + e (j < 4, e < 2), index 2j + e of its arrays below.
         if (wg == 0) {
-            const uint64_t q_desc = smem_desc_sw128(sQ, 16, kSwizzleGroupBytes);
-            const uint64_t k_desc0 = smem_desc_sw128(sK, 16, kSwizzleGroupBytes);
-            const uint64_t k_desc1 = smem_desc_sw128(sK + kStageBytes, 16, kSwizzleGroupBytes);
-            static_assert(kStages == 2, "one descriptor per stage");
             float* sColumnSum = sColumnMax + 2 * 4 * 32;
             float m[8], l[8];
             int lim[8], min_lim = INT32_MAX;
@@ -419,8 +456,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             for (int tile = range.begin; tile < range.end; ++tile) {
                 const int stage = stage_of(tile);
                 const uint64_t k_desc = stage ? k_desc1 : k_desc0;
-                if (by_tma(tile)) mbarrier_wait(bars + stage, phase_of(tile));
-                else named_barrier_sync(kBarKFullCopy, 2 * kWgThreads);
+                wait_tile(tile);
 
                 float s[16];
                 wgmma_fence();
@@ -532,8 +568,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             named_barrier_sync(kBarEnd, kLatentThreads);  // column max / sum visible
             if (p.cluster_merge)
                 merge_split_rows<kRows>(p, rb, g, b, reinterpret_cast<const float*>(sK), sMax, sSum,
-                                 reinterpret_cast<float*>(sK + kMergeScratchOff),
-                                 reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
+                                        reinterpret_cast<float*>(sK + kMergeScratchOff),
+                                        reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
             else
                 store_staged_rows(p, rb, g, b, split, reinterpret_cast<const float*>(sK));
             return;
@@ -546,14 +582,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         for (int a = 0; a < 4; ++a)
 #pragma unroll
             for (int i = 0; i < 16; ++i) o[a][i] = 0.f;
-        if (wg == 1) {
-            cp_async_wait<kStages - 1>();
-            publish_copied(range.begin);
-        }
-        const int atom0 = (wg - 1) * 4;
-        const uint64_t p_desc = smem_desc_sw128(sP, 16, kSwizzleGroupBytes);
-        const uint64_t v_desc0 = smem_desc_sw128(sK + atom0 * kAtomBytes, kAtomBytes, kSwizzleGroupBytes);
-        const uint64_t v_desc1 = smem_desc_sw128(sK + kStageBytes + atom0 * kAtomBytes, kAtomBytes, kSwizzleGroupBytes);
+        begin_values();
         for (int tile = range.begin; tile < range.end; ++tile) {
             const int stage = stage_of(tile);
             const uint64_t v_desc = stage ? v_desc1 : v_desc0;
@@ -587,18 +616,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             wgmma_wait<0>();
 #pragma unroll
             for (int a = 0; a < 4; ++a) fence_accumulators(o[a]);
-            if (tile + 1 < range.end) named_barrier_arrive(kBarPFree, kLatentThreads);
-            if (wg == 2) {
-                if (tile + kStages < range.end) named_barrier_arrive(kBarKEmpty, 2 * kWgThreads);
-            } else {
-                if (tile + kStages < range.end) {
-                    named_barrier_sync(kBarKEmpty, 2 * kWgThreads);
-                    issue_tile(tile + kStages);
-                }
-                cp_async_commit();
-                cp_async_wait<kStages - 1>();
-                publish_copied(tile + 1);
-            }
+            release_tile(tile);
         }
         if (wg == 1) cp_async_wait<0>();
         named_barrier_sync(kBarEnd, kLatentThreads);  // every product done; WG0's column max / sum visible
@@ -622,208 +640,182 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         }
         if (p.cluster_merge)
             merge_split_rows<kRows>(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
-                             reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
+                                    reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
         else
             store_staged_rows(p, rb, g, b, split, sO);
     } else {
-    if (wg == 0) {
-        // Operand descriptors of the score product, built once per stage:
-        // a k-step only adds a constant to the start address field.
-        const uint64_t q_desc = smem_desc_sw128(sQ, 16, kSwizzleGroupBytes);
-        const uint64_t k_desc0 = smem_desc_sw128(sK, 16, kSwizzleGroupBytes);
-        const uint64_t k_desc1 = smem_desc_sw128(sK + kStageBytes, 16, kSwizzleGroupBytes);
-        static_assert(kStages == 2, "one descriptor per stage");
-        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-        const int lim0 = sLimit[r0], lim1 = sLimit[r1];
+        if (wg == 0) {
+            float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+            const int lim0 = sLimit[r0], lim1 = sLimit[r1];
+            for (int tile = range.begin; tile < range.end; ++tile) {
+                const int stage = stage_of(tile);
+                const uint64_t k_desc = stage ? k_desc1 : k_desc0;
+                wait_tile(tile);
+
+                float s[32];
+                wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < kKeySteps; ++ks) {
+                    const uint32_t off = (ks >> 2) * kAtomBytes + (ks & 3) * 32;
+                    wgmma_m64n64k16<T>(s, desc_advance(q_desc, off), desc_advance(k_desc, off), ks != 0);
+                }
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_accumulators(s);
+
+                // The causal/length mask only where the tile reaches past a row's
+                // last visible token. Scores stay unscaled: the scale (> 0) goes
+                // into the row max and the exponent's fma.
+                const int j_base = tile * kLatentTile + c_lane;
+                const float scale = p.scale_log2;
+                if (tile * kLatentTile + kLatentTile - 1 > min(lim0, lim1)) {
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int jj = j_base + 8 * j + e;
+                            if (jj > lim0) s[4 * j + e] = -INFINITY;
+                            if (jj > lim1) s[4 * j + 2 + e] = -INFINITY;
+                        }
+                }
+                float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+                    mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+                }
+#pragma unroll
+                for (int off = 1; off < 4; off <<= 1) {
+                    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+                    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+                }
+                const float n0 = fmaxf(m0, mx0 * scale), n1 = fmaxf(m1, mx1 * scale);
+                const float alpha0 = n0 == -INFINITY ? 1.f : exp2_ftz(m0 - n0);
+                const float alpha1 = n1 == -INFINITY ? 1.f : exp2_ftz(m1 - n1);
+                m0 = n0;
+                m1 = n1;
+                const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;  // exp2(-inf - 0) = 0
+                uint32_t pa[16];
+                float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const float e0 = exp2_ftz(fmaf(s[4 * j], scale, -b0)), e1 = exp2_ftz(fmaf(s[4 * j + 1], scale, -b0));
+                    const float e2 = exp2_ftz(fmaf(s[4 * j + 2], scale, -b1)), e3 = exp2_ftz(fmaf(s[4 * j + 3], scale, -b1));
+                    sum0 += e0 + e1;
+                    sum1 += e2 + e3;
+                    pa[2 * j] = pack_two<T>(e0, e1);
+                    pa[2 * j + 1] = pack_two<T>(e2, e3);
+                }
+                l0 = l0 * alpha0 + sum0;
+                l1 = l1 * alpha1 + sum1;
+
+                // Hand P and the rescale factors over once the previous ones were consumed.
+                if (tile > range.begin) named_barrier_sync(kBarPFree, kLatentThreads);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const int c = 8 * j + c_lane;
+                    *reinterpret_cast<uint32_t*>(sP + swizzled_offset(r0, c >> 3) + (c & 7) * 2) = pa[2 * j];
+                    *reinterpret_cast<uint32_t*>(sP + swizzled_offset(r1, c >> 3) + (c & 7) * 2) = pa[2 * j + 1];
+                }
+                if ((lane & 3) == 0) { sScale[r0] = alpha0; sScale[r1] = alpha1; }
+                fence_proxy_async_smem();
+                named_barrier_arrive(kBarPReady, kLatentThreads);
+            }
+            // Row sums over the 4 lanes of a row; WG0's softmax state is the CTA's.
+#pragma unroll
+            for (int off = 1; off < 4; off <<= 1) {
+                l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+                l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+            }
+            if ((lane & 3) == 0) {
+                sMax[r0] = m0; sMax[r1] = m1;
+                sSum[r0] = l0; sSum[r1] = l1;
+            }
+            named_barrier_sync(kBarEnd, kLatentThreads);  // row max / sum visible
+            if (p.cluster_merge) {
+                merge_split_rows<kRows>(p, rb, g, b, reinterpret_cast<const float*>(sK), sMax, sSum,
+                                        reinterpret_cast<float*>(sK + kMergeScratchOff),
+                                        reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
+                return;
+            }
+            const int mg0 = rb * kLatentRows + r0, mg1 = rb * kLatentRows + r1;
+            if ((lane & 3) == 0) {
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int mg = half ? mg1 : mg0;
+                    if (mg >= p.rows) continue;
+                    const QueryHead r = query_head(p, g, mg);
+                    write_row_lse(p, split, b, r.qi, r.h, half ? m1 : m0, half ? l1 : l0);
+                }
+            }
+            return;
+        }
+
+        // WG1 / WG2: value products over their 256 columns.
+        float o[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] = 0.f;
+        begin_values();
         for (int tile = range.begin; tile < range.end; ++tile) {
             const int stage = stage_of(tile);
-            const uint64_t k_desc = stage ? k_desc1 : k_desc0;
-            if (by_tma(tile)) mbarrier_wait(bars + stage, phase_of(tile));
-            else named_barrier_sync(kBarKFullCopy, 2 * kWgThreads);
-
-            float s[32];
+            const uint64_t v_desc = stage ? v_desc1 : v_desc0;
+            named_barrier_sync(kBarPReady, kLatentThreads);
+            const float alpha0 = sScale[r0], alpha1 = sScale[r1];
+            if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {  // the running max moved
+#pragma unroll
+                for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? alpha1 : alpha0;
+            }
+            fence_accumulators(o);
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < kKeySteps; ++ks) {
-                const uint32_t off = (ks >> 2) * kAtomBytes + (ks & 3) * 32;
-                wgmma_m64n64k16<T>(s, desc_advance(q_desc, off), desc_advance(k_desc, off), ks != 0);
+            for (int kk = 0; kk < kLatentTile / 16; ++kk) {
+                wgmma_m64n256k16_bt<T>(o, desc_advance(p_desc, kk * 32), desc_advance(v_desc, kk * 16 * kSwizzleRowBytes), 1);
             }
             wgmma_commit();
             wgmma_wait<0>();
-            fence_accumulators(s);
-
-            // The causal/length mask only where the tile reaches past a row's
-            // last visible token. Scores stay unscaled: the scale (> 0) goes
-            // into the row max and the exponent's fma.
-            const int j_base = tile * kLatentTile + c_lane;
-            const float scale = p.scale_log2;
-            if (tile * kLatentTile + kLatentTile - 1 > min(lim0, lim1)) {
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int jj = j_base + 8 * j + e;
-                        if (jj > lim0) s[4 * j + e] = -INFINITY;
-                        if (jj > lim1) s[4 * j + 2 + e] = -INFINITY;
-                    }
-            }
-            float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
-                mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-            }
-#pragma unroll
-            for (int off = 1; off < 4; off <<= 1) {
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-            }
-            const float n0 = fmaxf(m0, mx0 * scale), n1 = fmaxf(m1, mx1 * scale);
-            const float alpha0 = n0 == -INFINITY ? 1.f : exp2_ftz(m0 - n0);
-            const float alpha1 = n1 == -INFINITY ? 1.f : exp2_ftz(m1 - n1);
-            m0 = n0;
-            m1 = n1;
-            const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;  // exp2(-inf - 0) = 0
-            uint32_t pa[16];
-            float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float e0 = exp2_ftz(fmaf(s[4 * j], scale, -b0)), e1 = exp2_ftz(fmaf(s[4 * j + 1], scale, -b0));
-                const float e2 = exp2_ftz(fmaf(s[4 * j + 2], scale, -b1)), e3 = exp2_ftz(fmaf(s[4 * j + 3], scale, -b1));
-                sum0 += e0 + e1;
-                sum1 += e2 + e3;
-                pa[2 * j] = pack_two<T>(e0, e1);
-                pa[2 * j + 1] = pack_two<T>(e2, e3);
-            }
-            l0 = l0 * alpha0 + sum0;
-            l1 = l1 * alpha1 + sum1;
-
-            // Hand P and the rescale factors over once the previous ones were consumed.
-            if (tile > range.begin) named_barrier_sync(kBarPFree, kLatentThreads);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int c = 8 * j + c_lane;
-                *reinterpret_cast<uint32_t*>(sP + swizzled_offset(r0, c >> 3) + (c & 7) * 2) = pa[2 * j];
-                *reinterpret_cast<uint32_t*>(sP + swizzled_offset(r1, c >> 3) + (c & 7) * 2) = pa[2 * j + 1];
-            }
-            if ((lane & 3) == 0) { sScale[r0] = alpha0; sScale[r1] = alpha1; }
-            fence_proxy_async_smem();
-            named_barrier_arrive(kBarPReady, kLatentThreads);
+            fence_accumulators(o);
+            release_tile(tile);
         }
-        // Row sums over the 4 lanes of a row; WG0's softmax state is the CTA's.
-#pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-            l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-            l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-        }
-        if ((lane & 3) == 0) {
-            sMax[r0] = m0; sMax[r1] = m1;
-            sSum[r0] = l0; sSum[r1] = l1;
-        }
-        named_barrier_sync(kBarEnd, kLatentThreads);  // row max / sum visible
-        if (p.cluster_merge) {
-            merge_split_rows<kRows>(p, rb, g, b, reinterpret_cast<const float*>(sK), sMax, sSum,
-                             reinterpret_cast<float*>(sK + kMergeScratchOff), reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
-            return;
-        }
-        const int mg0 = rb * kLatentRows + r0, mg1 = rb * kLatentRows + r1;
-        if ((lane & 3) == 0) {
+        if (wg == 1) cp_async_wait<0>();
+        named_barrier_sync(kBarEnd, kLatentThreads);  // every product done; WG0's row max / sum visible
+        const float L0 = sSum[r0], L1 = sSum[r1];
+        const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+        const int c0 = atom0 * 64 + c_lane;
+        if (!p.cluster_merge) {
+            // Each thread stores its fragment's column pairs of rows r0 and r1
+            // (32-byte pieces of 8 rows per warp store) to o or the split's
+            // partial rows, with each row's address computed once.
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const int mg = half ? mg1 : mg0;
+                const int mg = rb * kLatentRows + (half ? r1 : r0);
                 if (mg >= p.rows) continue;
                 const QueryHead r = query_head(p, g, mg);
-                write_row_lse(p, split, b, r.qi, r.h, half ? m1 : m0, half ? l1 : l0);
+                const float inv = half ? inv1 : inv0;
+                if (p.num_splits > 1) {
+                    float* dst = p.part_o + partial_row(p, split, b, r.qi, r.h) * p.v.dim + c0;
+#pragma unroll
+                    for (int j = 0; j < 32; ++j)
+                        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+                } else {
+                    const int64_t dst = row_offset(p.oa, b, r.qi, r.h) + c0;
+#pragma unroll
+                    for (int j = 0; j < 32; ++j)
+                        store_pair(p.o, p.o_dtype, dst + 8 * j, o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+                }
             }
+            return;
         }
-        return;
-    }
-
-    // WG1 / WG2: value products over their 256 columns.
-    float o[128];
+        // Cluster merge: normalised rows through shared memory (the stages are
+        // free now), where the cluster's CTAs read them.
+        float* sO = reinterpret_cast<float*>(sK);  // [64][kStagedRowFloats]
 #pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.f;
-    if (wg == 1) {
-        cp_async_wait<kStages - 1>();
-        publish_copied(range.begin);
-    }
-    const int col_atom = (wg - 1) * 4;
-    const uint64_t p_desc = smem_desc_sw128(sP, 16, kSwizzleGroupBytes);
-    const uint64_t v_desc0 = smem_desc_sw128(sK + col_atom * kAtomBytes, kAtomBytes, kSwizzleGroupBytes);
-    const uint64_t v_desc1 = smem_desc_sw128(sK + kStageBytes + col_atom * kAtomBytes, kAtomBytes, kSwizzleGroupBytes);
-    for (int tile = range.begin; tile < range.end; ++tile) {
-        const int stage = stage_of(tile);
-        const uint64_t v_desc = stage ? v_desc1 : v_desc0;
-        named_barrier_sync(kBarPReady, kLatentThreads);
-        const float alpha0 = sScale[r0], alpha1 = sScale[r1];
-        if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {  // the running max moved
-#pragma unroll
-            for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? alpha1 : alpha0;
+        for (int j = 0; j < 32; ++j) {
+            const int c = c0 + 8 * j;
+            *reinterpret_cast<float2*>(sO + r0 * kStagedRowFloats + c) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            *reinterpret_cast<float2*>(sO + r1 * kStagedRowFloats + c) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
         }
-        fence_accumulators(o);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kLatentTile / 16; ++kk) {
-            wgmma_m64n256k16_bt<T>(o, desc_advance(p_desc, kk * 32), desc_advance(v_desc, kk * 16 * kSwizzleRowBytes), 1);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulators(o);
-        if (tile + 1 < range.end) named_barrier_arrive(kBarPFree, kLatentThreads);
-        if (wg == 2) {
-            if (tile + kStages < range.end) named_barrier_arrive(kBarKEmpty, 2 * kWgThreads);
-        } else {
-            // Refill this stage with tile + 2 once WG2 is done with it too,
-            // then publish tile + 1 if it was copied.
-            if (tile + kStages < range.end) {
-                named_barrier_sync(kBarKEmpty, 2 * kWgThreads);
-                issue_tile(tile + kStages);
-            }
-            cp_async_commit();
-            cp_async_wait<kStages - 1>();
-            publish_copied(tile + 1);
-        }
-    }
-    if (wg == 1) cp_async_wait<0>();
-    named_barrier_sync(kBarEnd, kLatentThreads);  // every product done; WG0's row max / sum visible
-    const float L0 = sSum[r0], L1 = sSum[r1];
-    const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
-    const int c0 = (wg - 1) * 256 + c_lane;
-    if (!p.cluster_merge) {
-        // Each thread stores its fragment's column pairs of rows r0 and r1
-        // (32-byte pieces of 8 rows per warp store) to o or the split's
-        // partial rows, with each row's address computed once.
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int mg = rb * kLatentRows + (half ? r1 : r0);
-            if (mg >= p.rows) continue;
-            const QueryHead r = query_head(p, g, mg);
-            const float inv = half ? inv1 : inv0;
-            if (p.num_splits > 1) {
-                float* dst = p.part_o + partial_row(p, split, b, r.qi, r.h) * p.v.dim + c0;
-#pragma unroll
-                for (int j = 0; j < 32; ++j)
-                    *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
-            } else {
-                const int64_t dst = row_offset(p.oa, b, r.qi, r.h) + c0;
-#pragma unroll
-                for (int j = 0; j < 32; ++j)
-                    store_pair(p.o, p.o_dtype, dst + 8 * j, o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
-            }
-        }
-        return;
-    }
-    // Cluster merge: normalised rows through shared memory (the stages are
-    // free now), where the cluster's CTAs read them.
-    float* sO = reinterpret_cast<float*>(sK);  // [64][kStagedRowFloats]
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-        const int c = c0 + 8 * j;
-        *reinterpret_cast<float2*>(sO + r0 * kStagedRowFloats + c) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-        *reinterpret_cast<float2*>(sO + r1 * kStagedRowFloats + c) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-    }
-    merge_split_rows<kRows>(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
-                     reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
+        merge_split_rows<kRows>(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
+                                reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
     }
 #endif
 }
