@@ -55,12 +55,11 @@ LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const Po
 // Clusters of cluster_splits CTAs (one row block's splits) that can be
 // resident at once; 0 where none fits.
 int latent_wgmma_max_active_clusters(gqla_dtype cache, int cluster_splits);
-// Row blocks of rows_per_cta (kLatentRows, or kLatentRowsTransposed where
-// p.rows <= kLatentRowsTransposed). p.cluster_merge: launched with clusters
-// of grid.z CTAs. dependent: as a
-// programmatic dependent of the kernel before it (the query projection),
-// so its first tiles load while that one finishes; the queries are read
-// only once it has completed.
+// Row blocks of rows_per_cta (kLatentRows or kLatentRowsTransposed, as
+// planned). p.cluster_merge: launched with clusters of grid.z CTAs.
+// dependent: as a programmatic dependent of the kernel before it (the query
+// projection), so its first tiles load while that one finishes; the queries
+// are read only once it has completed.
 void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const LatentTmaMaps& maps, dim3 grid,
                          int rows_per_cta, bool dependent, cudaStream_t stream);
 #else
