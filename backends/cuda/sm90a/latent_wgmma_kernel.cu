@@ -314,6 +314,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         if (by_tma(tile)) mbarrier_wait(bars + stage_of(tile), phase_of(tile));
         else named_barrier_sync(kBarKFullCopy, 2 * kWgThreads);
     };
+    // The operand descriptor of `tile`'s stage, of the two built per stage.
+    auto stage_desc = [&](int tile, uint64_t stage0, uint64_t stage1) { return stage_of(tile) ? stage1 : stage0; };
     // WG1/WG2 after their value products of `tile`: P may be overwritten;
     // the stage refills with tile + 2 once both are done with it (WG1
     // issues), then WG1 publishes tile + 1 if it was copied.
@@ -454,8 +456,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 min_lim = min(min_lim, lim[i]);
             }
             for (int tile = range.begin; tile < range.end; ++tile) {
-                const int stage = stage_of(tile);
-                const uint64_t k_desc = stage ? k_desc1 : k_desc0;
+                const uint64_t k_desc = stage_desc(tile, k_desc0, k_desc1);
                 wait_tile(tile);
 
                 float s[16];
@@ -584,8 +585,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             for (int i = 0; i < 16; ++i) o[a][i] = 0.f;
         begin_values();
         for (int tile = range.begin; tile < range.end; ++tile) {
-            const int stage = stage_of(tile);
-            const uint64_t v_desc = stage ? v_desc1 : v_desc0;
+            const uint64_t v_desc = stage_desc(tile, v_desc0, v_desc1);
             named_barrier_sync(kBarPReady, kLatentThreads);
             float alpha[8];
 #pragma unroll
@@ -648,8 +648,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
             const int lim0 = sLimit[r0], lim1 = sLimit[r1];
             for (int tile = range.begin; tile < range.end; ++tile) {
-                const int stage = stage_of(tile);
-                const uint64_t k_desc = stage ? k_desc1 : k_desc0;
+                const uint64_t k_desc = stage_desc(tile, k_desc0, k_desc1);
                 wait_tile(tile);
 
                 float s[32];
@@ -757,8 +756,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         for (int i = 0; i < 128; ++i) o[i] = 0.f;
         begin_values();
         for (int tile = range.begin; tile < range.end; ++tile) {
-            const int stage = stage_of(tile);
-            const uint64_t v_desc = stage ? v_desc1 : v_desc0;
+            const uint64_t v_desc = stage_desc(tile, v_desc0, v_desc1);
             named_barrier_sync(kBarPReady, kLatentThreads);
             const float alpha0 = sScale[r0], alpha1 = sScale[r1];
             if (__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) {  // the running max moved
