@@ -6,6 +6,9 @@ set -euo pipefail
 
 packages=(libdnnl-dev doctest-dev pybind11-dev python3-numpy python3-pytest libdlpack-dev bindgen
           cmake ninja-build g++ pkg-config python3-dev)
+# The Rust stage of tools/test.sh needs cargo: Debian's where none is on
+# PATH (nor a rustup one under ~/.cargo/bin, which tools/test.sh also finds).
+if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then packages+=(cargo); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -114,9 +114,12 @@ fn from_pkg_config(tried: &mut Vec<String>) -> Option<PathBuf> {
     let sysroot = env::var_os("PKG_CONFIG_SYSROOT_DIR").map(PathBuf::from);
     for dir in pkg_config_dirs() {
         let pc = dir.join("gqla.pc");
-        let Ok(text) = fs::read_to_string(&pc) else {
-            tried.push(format!("{} (absent)", pc.display()));
-            continue;
+        let text = match fs::read_to_string(&pc) {
+            Ok(text) => text,
+            Err(_) => {
+                tried.push(format!("{} (absent)", pc.display()));
+                continue;
+            }
         };
         let lib_dirs = pc_library_dirs(&text, sysroot.as_deref());
         if let Some(found) = lib_dirs.iter().find(|d| holds_library(d)) {
@@ -169,9 +172,12 @@ fn expand_pc_vars(value: &str, vars: &[(String, String)]) -> String {
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
-            return out;
+        let end = match after.find('}') {
+            Some(end) => end,
+            None => {
+                out.push_str(&rest[start..]);
+                return out;
+            }
         };
         let name = &after[..end];
         // Later definitions win, as in pkg-config.
@@ -191,9 +197,12 @@ fn from_cmake_build_trees(tried: &mut Vec<String>) -> Option<PathBuf> {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR")?);
     let repo = manifest_dir.join("../../..");
     let pattern = format!("{}/build*/capi", repo.display());
-    let Ok(entries) = fs::read_dir(&repo) else {
-        tried.push(format!("{pattern} (cannot read {})", repo.display()));
-        return None;
+    let entries = match fs::read_dir(&repo) {
+        Ok(entries) => entries,
+        Err(_) => {
+            tried.push(format!("{pattern} (cannot read {})", repo.display()));
+            return None;
+        }
     };
 
     // Several build trees may exist (release, CUDA, sanitizers...): take the

@@ -1,6 +1,6 @@
 //! Hardware probe: what the cost model knows about a device.
 
-use std::ffi::{c_char, CStr};
+use std::os::raw::c_char;
 use std::mem::size_of;
 
 use gqla_sys as ffi;
@@ -150,11 +150,10 @@ impl ProbeInfo {
 
 fn c_chars_to_string(chars: &[c_char]) -> String {
     let bytes: Vec<u8> = chars.iter().map(|&c| c as u8).collect();
-    match CStr::from_bytes_until_nul(&bytes) {
-        Ok(s) => s.to_string_lossy().into_owned(),
-        // Not terminated: take the whole array rather than read past it.
-        Err(_) => String::from_utf8_lossy(&bytes).into_owned(),
-    }
+    // Up to the terminating NUL; not terminated: the whole array rather than
+    // reading past it.
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 fn string_to_c_chars(text: &str, out: &mut [c_char]) {

@@ -307,8 +307,8 @@ impl Session {
         let batch = to_i32("seqs", seqs.len())?;
         let ids: Vec<i64> = seqs.iter().map(|s| s.0).collect();
         let tq = host_tensor(q.as_ptr(), &shape.q_shape());
-        let mut to = host_tensor(o.as_mut_ptr().cast_const(), &shape.o_shape());
-        let mut tlse = lse.map(|l| host_tensor(l.as_mut_ptr().cast_const(), &shape.lse_shape()));
+        let mut to = host_tensor(o.as_mut_ptr() as *const T, &shape.o_shape());
+        let mut tlse = lse.map(|l| host_tensor(l.as_mut_ptr() as *const f32, &shape.lse_shape()));
         let lse_ptr = tlse
             .as_mut()
             .map_or(ptr::null_mut(), |t| t as *mut ffi::gqla_tensor);

@@ -47,7 +47,7 @@ impl AppendRows {
     /// Tokens in `a`/`b`, checking that both hold whole rows of the same count.
     pub fn tokens(&self, a_len: usize, b_len: usize) -> Result<usize> {
         let (a_row, b_row) = (self.a_row(), self.b_row());
-        if a_row == 0 || !a_len.is_multiple_of(a_row) {
+        if a_row == 0 || a_len % a_row != 0 {
             return Err(Error::invalid_argument(
                 self.a_name,
                 format!(
@@ -158,7 +158,7 @@ impl DecodeShape {
             ));
         }
         let per_query_token = batch * heads * query_dim;
-        if q_elems == 0 || !q_elems.is_multiple_of(per_query_token) {
+        if q_elems == 0 || q_elems % per_query_token != 0 {
             return Err(Error::invalid_argument(
                 "q",
                 format!(

@@ -44,7 +44,7 @@ fn fill<T: TestElement>(session: &Session, rng: &mut Rng, lengths: &[usize]) -> 
             v: vec![],
         })
         .collect();
-    let first: Vec<usize> = lengths.iter().map(|&l| l.div_ceil(2)).collect();
+    let first: Vec<usize> = lengths.iter().map(|&l| (l + 1) / 2).collect();
     let total: usize = first.iter().sum();
     let (k, v) = (
         rounded::<T>(&rng.vec(total * G * D, 1.0)),
