@@ -82,6 +82,8 @@ void expand_tokens(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
     if (!w) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: weights of layer " + std::to_string(layer) + " not set");
     if (!s.pool_kc.get()) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: expanded cache not enabled");
     const int r = d.latent_dim, G = d.num_kv_heads, width = d.nope_dim + d.value_dim, N = G * width;
+    // Group g's block of W: the g-th, or with per-head copies the first of its heads'.
+    const int64_t group_stride = static_cast<int64_t>(s.heads_per_weight_block() == 1 ? d.num_heads / G : 1) * width * r;
     const PoolGeometry cg = pool_geometry(s, 1, r);
     const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cache_elem_size(s);
     const float one = 1.f, zero = 0.f;
@@ -91,10 +93,17 @@ void expand_tokens(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
         launch_gather_rows(c_layer, d.cache_dtype, cg.page_stride, cg.row_stride, d.page_size, r, d_tokens + first,
                            rows, s.expand_in.get(), projection_dtype(s), s.stream);
         const cudaDataType_t in_type = projection_cuda_type(s);
-        check_cublas(cublasGemmEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, r, &one, w, in_type, r,
-                                  s.expand_in.get(), in_type, r, &zero, s.expand_out.get<float>(), CUDA_R_32F, N,
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                     "latent expansion (GemmEx)");
+        if (group_stride == static_cast<int64_t>(width) * r)
+            check_cublas(cublasGemmEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, r, &one, w, in_type, r,
+                                      s.expand_in.get(), in_type, r, &zero, s.expand_out.get<float>(), CUDA_R_32F, N,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                         "latent expansion (GemmEx)");
+        else  // blocks spaced by per-head copies: one GEMM per group, the same latent rows
+            check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, width, rows, r, &one, w, in_type,
+                                                    r, group_stride, s.expand_in.get(), in_type, r, 0, &zero,
+                                                    s.expand_out.get<float>(), CUDA_R_32F, N, width, G,
+                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                         "latent expansion (GemmStridedBatchedEx)");
         gqla_view e{};
         e.data = s.expand_out.get();
         e.dtype = GQLA_DTYPE_F32;
@@ -136,8 +145,11 @@ void set_weights(Session& s, int32_t layer, const gqla_view& w) {
     // Allocated and converted before anything is replaced, so a failure
     // leaves the layer's previous weights in place.
     const gqla_dtype wt = projection_dtype(s);
-    DeviceBuffer fresh;
-    fresh.allocate(static_cast<size_t>(rows * cols) * dtype_size(wt), "weights");
+    const int copies = s.head_weights ? d.num_heads / d.num_kv_heads : 1;
+    const size_t group_bytes = static_cast<size_t>((d.nope_dim + d.value_dim) * cols) * dtype_size(wt);
+    DeviceBuffer fresh, converted;
+    fresh.allocate(static_cast<size_t>(rows * cols) * dtype_size(wt) * copies, "weights");
+    if (copies > 1) converted.allocate(static_cast<size_t>(rows * cols) * dtype_size(wt), "weight conversion");
     DeviceBuffer raw;
     const void* src = w.data;
     int64_t row_stride = w.strides[0];
@@ -151,7 +163,13 @@ void set_weights(Session& s, int32_t layer, const gqla_view& w) {
         src = raw.get();
         row_stride = cols;
     }
-    launch_convert_2d(src, w.dtype, rows, cols, row_stride, fresh.get(), wt, s.stream);
+    launch_convert_2d(src, w.dtype, rows, cols, row_stride, copies > 1 ? converted.get() : fresh.get(), wt, s.stream);
+    // Head h = g * copies + i of group g: copy i of every group's block.
+    for (int i = 0; copies > 1 && i < copies; ++i)
+        check_cuda(cudaMemcpy2DAsync(fresh.get<unsigned char>() + i * group_bytes, copies * group_bytes, converted.get(),
+                                     group_bytes, group_bytes, static_cast<size_t>(d.num_kv_heads),
+                                     cudaMemcpyDeviceToDevice, s.stream),
+                   "cudaMemcpy2DAsync(weights per head)");
     check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(weights)");
     s.weights[static_cast<size_t>(layer)].swap(fresh);  // the old weights go with `fresh`
 }

@@ -1,11 +1,12 @@
 // Decode dispatch: stage host tensors, then per path
 //   GQA kind / GQLA GQA path : one attention launch (+ combine when split)
 //   GQLA absorb path         : pack q (unless the projection and the latent
-//                              kernel can read MLA's q in place; query_in_place)
-//                              -> cuBLAS q~ = W_UK^T qc (batched over
-//                              groups) -> MQA attention over the latent ->
-//                              cuBLAS o = W_UV o~ (-> unpack, unless the
-//                              output columns are evenly spaced in o); the
+//                              kernel can read q in place; query_in_place)
+//                              -> cuBLAS q~ = W_UK^T qc (batched over weight
+//                              blocks: groups, or heads with per-head copies)
+//                              -> MQA attention over the latent -> cuBLAS
+//                              o = W_UV o~ (-> unpack, unless the output
+//                              columns are evenly spaced in o); the
 //                              projections take 16-bit operands for 16-bit caches.
 // With device tensors nothing here allocates or synchronizes, so the whole
 // sequence can be captured in a CUDA graph. Host tensors go through pinned
@@ -40,16 +41,17 @@ Rows3 view_rows(const gqla_view& v) { return Rows3{v.data, v.dtype, {v.strides[0
 RowAddress user_rows(const Rows3& r, int32_t n_rep) {
     return RowAddress{r.s[0], r.s[1], n_rep * r.s[2], r.s[2], n_rep};
 }
-// Group-major absorb workspace: row ((g*B + b)*s_q + qi)*n_rep + hi, `dim` apart.
+// Absorb workspace in the projections' order: row ((g*B + b)*s_q + qi)*n_rep + hi,
+// `dim` apart, for weight blocks g of n_rep heads (1: one block per head).
 RowAddress group_major_rows(int64_t batch, int64_t q_len, int32_t n_rep, int64_t dim) {
     return RowAddress{q_len * n_rep * dim, n_rep * dim, batch * q_len * n_rep * dim, dim, n_rep};
 }
 
-// The absorb projections see group g's column c = (b*s_q + qi)*n_rep + hi
-// of q or o at x + b*sB + qi*sQ + (g*n_rep + hi)*sH. With one head per group
-// (MLA: n_rep == 1) that is x + g*sH + c*ld, evenly spaced, when s_q == 1
-// (ld = sB) or the tokens of a sequence are evenly spaced (sB == s_q*sQ,
-// ld = sQ); cuBLAS also wants ld >= dim.
+// The absorb projections see block g's column c = (b*s_q + qi)*n_rep + hi
+// of q or o at x + b*sB + qi*sQ + (g*n_rep + hi)*sH. With one head per
+// block (MLA, or per-head weight copies: n_rep == 1) that is x + g*sH + c*ld,
+// evenly spaced, when s_q == 1 (ld = sB) or the tokens of a sequence are
+// evenly spaced (sB == s_q*sQ, ld = sQ); cuBLAS also wants ld >= dim.
 bool evenly_spaced_columns(const Rows3& x, int64_t q_len, int n_rep, int64_t dim, int64_t* ld) {
     if (n_rep != 1) return false;
     if (q_len == 1) *ld = x.s[0];
@@ -206,9 +208,10 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     const size_t layer = static_cast<size_t>(a.layer);
     const void* w = s.weights[layer].get();
     if (!w) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA decode: weights of layer " + std::to_string(a.layer) + " not set");
-    const int n_rep = d.num_heads / d.num_kv_heads;
+    // The projections run batched over weight blocks of n_rep heads each.
+    const int n_rep = s.heads_per_weight_block(), blocks = d.num_heads / n_rep;
     const int r = d.latent_dim, dc = d.nope_dim, dr = d.rope_dim, dv = d.value_dim;
-    const int64_t rows_g = static_cast<int64_t>(a.batch) * a.q_len * n_rep;  // GEMM columns per group
+    const int64_t rows_g = static_cast<int64_t>(a.batch) * a.q_len * n_rep;  // GEMM columns per block
     const int64_t w_group = static_cast<int64_t>(dc + dv) * r;
     // Queries, latent queries and latent outputs are in the projections' dtype.
     const gqla_dtype work = projection_dtype(s);
@@ -225,7 +228,7 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     p.o = s.o_att.get(); p.o_dtype = work; p.oa = group_major_rows(a.batch, a.q_len, n_rep, r);
     p.lse = lse; p.lse_sB = lse_s[0]; p.lse_sQ = lse_s[1]; p.lse_sH = lse_s[2];
 
-    // q_nope in group-major rows, unless it can be read where it lies.
+    // q_nope in block-major rows, unless it can be read where it lies.
     AbsorbLayout lay{a.batch, a.q_len, d.num_heads, n_rep, dc, dr, r, dv};
     int64_t ldq = 0;
     const bool q_in_place = query_in_place(s, p, q, a.q_len, n_rep, dc, work, &ldq);
@@ -239,7 +242,7 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     // q~ [rows][r] (ld r + d_r) = q_nope [rows][d_c] . W_UK[g] [d_c][r], f32
     // accumulation (f32 caches keep f32 products, no TF32: their tolerance is 1e-5).
     BatchedGemm qp;
-    qp.m = r; qp.n = static_cast<int>(rows_g); qp.k = dc; qp.batch = d.num_kv_heads;
+    qp.m = r; qp.n = static_cast<int>(rows_g); qp.k = dc; qp.batch = blocks;
     qp.a = w; qp.a_type = work_cu; qp.lda = r; qp.stride_a = w_group;
     qp.b = q_in_place ? q.data : s.q_nope.get(); qp.b_type = work_cu;
     qp.ldb = q_in_place ? ldq : dc;
@@ -258,7 +261,7 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     const bool direct = (o.dtype == work || o.dtype == GQLA_DTYPE_F32) && evenly_spaced_columns(o, a.q_len, n_rep, dv, &ldo);
     BatchedGemm op;
     op.trans_a = CUBLAS_OP_T;
-    op.m = dv; op.n = static_cast<int>(rows_g); op.k = r; op.batch = d.num_kv_heads;
+    op.m = dv; op.n = static_cast<int>(rows_g); op.k = r; op.batch = blocks;
     op.a = w_uv; op.a_type = work_cu; op.lda = r; op.stride_a = w_group;
     op.b = s.o_att.get(); op.b_type = work_cu; op.ldb = r; op.stride_b = rows_g * r;
     op.c = direct ? o.data : s.o_proj.get();

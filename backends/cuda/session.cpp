@@ -25,6 +25,8 @@ size_t bytes_of(int64_t elems, size_t elem) { return static_cast<size_t>(elems) 
 
 size_t cache_elem_size(const Session& s) { return dtype_size(s.desc.cache_dtype); }
 
+int Session::heads_per_weight_block() const { return head_weights ? 1 : desc.num_heads / desc.num_kv_heads; }
+
 PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim) {
     PoolGeometry g{};
     g.row_stride = dim;
@@ -158,6 +160,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
         s->pool_a.allocate(bytes_of(L * pool_geometry(*s, 1, d.latent_dim).layer_stride, es), "latent cache");
         s->pool_b.allocate(bytes_of(L * pool_geometry(*s, 1, d.rope_dim).layer_stride, es), "rope-key cache");
         s->weights.resize(static_cast<size_t>(L));
+        s->head_weights = H > G && knob_on("GQLA_CUDA_HEAD_WEIGHTS");
         if (s->use_latent_wgmma && knob_on("GQLA_CUDA_LATENT_TMA"))
             for (int layer = 0; layer < L; ++layer)
                 s->latent_maps.push_back(latent_tma_maps(d.cache_dtype, pool_view(*s, s->pool_a, layer, 1, d.latent_dim, true),

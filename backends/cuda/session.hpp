@@ -38,8 +38,17 @@ struct Session {
     DeviceBuffer pool_kc, pool_ve;
     // GQLA: W_UKV per layer, [G*(d_c+d_v)][r] in the projection dtype
     // (projection_dtype below), read by the absorb projections and by the
-    // expansion GEMM alike.
+    // expansion GEMM alike. With head_weights, one copy of a group's block
+    // per head of the group, [H*(d_c+d_v)][r] (head h holds group h / n_rep's):
+    // the absorb projections then run batched over heads, reading q and
+    // writing o where they lie, as for MLA (one head per group), instead of
+    // through the group-major pack and unpack passes. It costs n_rep times
+    // the weights' memory (LLaMA-3-8B-GQLA: 6 MiB a layer instead of 1.5);
+    // GQLA_CUDA_HEAD_WEIGHTS=0 keeps one block per group.
     std::vector<DeviceBuffer> weights;
+    bool head_weights = false;
+    // Heads each weight block serves: n_rep, or 1 with head_weights.
+    int heads_per_weight_block() const;
 
     // Device mirrors of the core's tables, read by decode at run (or replay) time.
     DeviceBuffer page_tables;  // int32 [max_sequences][table_stride]
@@ -97,9 +106,10 @@ struct Session {
     // = 0 never, 1 (default) where a sequence has at most that many rows, 2
     // always (every sequence's rows in blocks of kLatentRowsTransposed).
     int latent_transposed = 1;
-    // MLA absorb with q in the cache dtype and its tokens evenly spaced: the
-    // query projection and the latent kernel read q where it lies, no pack
-    // pass (off: GQLA_CUDA_QUERY_IN_PLACE=0).
+    // Absorb with one head per weight block (MLA, or head_weights) and q in
+    // the cache dtype, its tokens evenly spaced: the query projection and
+    // the latent kernel read q where it lies, no pack pass (off:
+    // GQLA_CUDA_QUERY_IN_PLACE=0).
     bool use_query_in_place = true;
     // The latent kernel as a programmatic dependent of the query projection
     // (where dependent_launch; off: GQLA_CUDA_LATENT_PDL=0).

@@ -184,12 +184,17 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
     Harness h(d);
     const std::vector<int> ids = add_gqla_sequences(h, lengths);
     const char* cn = gqla::dtype_name(cache);
-    // One copy of W_UKV per layer, in the cache dtype: the absorb projections
-    // and the expansion GEMM read the same one.
+    // W_UKV per layer in the cache dtype, which the absorb projections and
+    // the expansion GEMM read alike: one block per group, or with several
+    // heads per group one copy of its group's block per head (unless
+    // GQLA_CUDA_HEAD_WEIGHTS=0).
     int64_t mem[4] = {0, 0, 0, 0};
     h.vt->memory_usage(h.ctx, mem);
-    const int64_t w_bytes = int64_t(d.num_layers) * G * (dc + dv) * r * int64_t(gqla::dtype_size(cache));
-    report(std::string("gqla weight bytes (one copy) ") + cn, std::fabs(double(mem[2] - w_bytes)) / double(w_bytes), 0.0);
+    const char* head_knob = std::getenv("GQLA_CUDA_HEAD_WEIGHTS");
+    const int blocks = H > G && !(head_knob && std::string(head_knob) == "0") ? H : G;
+    const int64_t w_bytes = int64_t(d.num_layers) * blocks * (dc + dv) * r * int64_t(gqla::dtype_size(cache));
+    report(std::string("gqla weight bytes (one block per ") + (blocks == G ? "group) " : "head) ") + cn,
+           std::fabs(double(mem[2] - w_bytes)) / double(w_bytes), 0.0);
     char name[160];
     const int64_t min_len = *std::min_element(lengths.begin(), lengths.end());
     for (int s_q : {1, 3}) {
@@ -609,12 +614,13 @@ int main(int argc, char** argv) {
         run_t("gqla mla page 128", [&] { test_gqla(t, 32, 8, 512, 64, 64, 64, 128, {200, 1100}); });
         run_t("gqla mla 128", [&] { test_gqla(t, 128, 128, 512, 32, 64, 32, 64, {70, 900}); });
         // Device q and o in the io dtype with padded strides: 4 heads per
-        // group (rows of a group are not evenly spaced in q or o), one head
-        // per group (s_q 1, or s_q 3 with evenly spaced tokens: its columns
-        // are evenly spaced, so the projections read q and write o where
-        // they lie and, on Hopper, the latent kernel reads q's rope part;
-        // s_q 3 with padded tokens: they are not), and widths that are not
-        // multiples of 8. One head per group with d_c = 40 leaves q's rope
+        // group (with per-head weight copies batched over heads like one
+        // head per group, else the rows of a group are not evenly spaced in
+        // q or o), one head per group (s_q 1, or s_q 3 with evenly spaced
+        // tokens: its columns are evenly spaced, so the projections read q
+        // and write o where they lie and, on Hopper, the latent kernel reads
+        // q's rope part; s_q 3 with padded tokens: they are not), and widths
+        // that are not multiples of 8. One head per group with d_c = 40 leaves q's rope
         // part 16-byte aligned (read in place), with d_c = 36 not (packed).
         run_t("gqla absorb device io", [&] {
             test_absorb_device_io(t, 32, 8, 512, 64, 64, 128, {3, 700, 1500}, 1);
