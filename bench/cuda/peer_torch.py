@@ -3,7 +3,9 @@
 
 GQA: torch SDPA with enable_gqa=True on contiguous K/V [B, G, T, D] (bf16),
 trying the cuDNN backend first, then flash / efficient / math; the fastest
-backend that runs is reported. Absorb: a plain-torch implementation of the
+backend that runs is reported. With s_q > 1 query tokens the mask is the
+decode causal rule (query i of s_q sees the first T - s_q + 1 + i tokens,
+SDPA's is_causal aligns top-left instead), as an explicit boolean mask. Absorb: a plain-torch implementation of the
 absorb path (q~ = W_UK^T qc, scores over latent + rope key, o~ = P C,
 o = W_UV o~). Timing: CUDA events around each call, median of many calls,
 rotating over several input copies so the working set exceeds L2.
@@ -36,20 +38,23 @@ def median_time_us(fn, n_inputs, reps):
     return times[len(times) // 2]
 
 
-def gqa_peer(B, T, H=32, G=8, D=128, reps=50):
+def gqa_peer(B, T, H=32, G=8, D=128, s_q=1, reps=50):
     dt = torch.bfloat16
     cache_bytes = 2 * B * G * T * D * 2
     copies = max(1, min(16, math.ceil(L2_BYTES / cache_bytes)))
     ks = [torch.randn(B, G, T, D, device="cuda", dtype=dt) for _ in range(copies)]
     vs = [torch.randn(B, G, T, D, device="cuda", dtype=dt) for _ in range(copies)]
-    qs = [torch.randn(B, H, 1, D, device="cuda", dtype=dt) for _ in range(copies)]
+    qs = [torch.randn(B, H, s_q, D, device="cuda", dtype=dt) for _ in range(copies)]
+    mask = None
+    if s_q > 1:  # True = attend: token j <= T - s_q + i
+        mask = torch.arange(T, device="cuda")[None, :] <= (T - s_q + torch.arange(s_q, device="cuda"))[:, None]
     best = None
     for name, backend in [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
                           ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)]:
         try:
             with sdpa_kernel([backend]):
                 def fn(i):
-                    return F.scaled_dot_product_attention(qs[i], ks[i], vs[i], enable_gqa=True)
+                    return F.scaled_dot_product_attention(qs[i], ks[i], vs[i], attn_mask=mask, enable_gqa=True)
                 us = median_time_us(fn, copies, reps)
         except Exception as e:  # backend does not take this shape
             continue
@@ -89,16 +94,20 @@ def main():
     torch.manual_seed(0)
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
     rows = []
-    for B, T in [(64, 4096), (128, 8192), (1, 32768), (1, 1024)]:
-        (impl, us), nbytes = gqa_peer(B, T, reps=args.reps)
-        rows.append({"name": "gqa 32/8 D128", "B": B, "T": T, "impl": impl, "median_us": us, "gbps": nbytes / us / 1e3})
+    for B, T, s_q in [(64, 4096, 1), (128, 8192, 1), (1, 32768, 1), (1, 1024, 1),
+                      (16, 4096, 4), (64, 4096, 4), (16, 4096, 8), (64, 4096, 8)]:
+        (impl, us), nbytes = gqa_peer(B, T, s_q=s_q, reps=args.reps)
+        rows.append({"name": "gqa 32/8 D128", "B": B, "T": T, "s_q": s_q, "impl": impl, "median_us": us,
+                     "gbps": nbytes / us / 1e3})
     for H, G, dc, label in [(32, 8, 64, "absorb H32 G8 r512 dr64 (llama3-8b-gqla)"),
                             (128, 128, 128, "absorb H128 G128 r512 dr64 (dsv3)")]:
         (impl, us), nbytes = absorb_peer(64, 16384, H, G, dc=dc, reps=max(10, args.reps // 2))
-        rows.append({"name": label, "B": 64, "T": 16384, "impl": impl, "median_us": us, "gbps": nbytes / us / 1e3})
+        rows.append({"name": label, "B": 64, "T": 16384, "s_q": 1, "impl": impl, "median_us": us,
+                     "gbps": nbytes / us / 1e3})
         torch.cuda.empty_cache()
     for r in rows:
-        print(f"{r['name']:<42} B={r['B']:<4} T={r['T']:<6} {r['median_us']:9.1f} us {r['gbps']:7.0f} GB/s  ({r['impl']})")
+        print(f"{r['name']:<42} B={r['B']:<4} T={r['T']:<6} s_q={r['s_q']} {r['median_us']:9.1f} us {r['gbps']:7.0f} GB/s"
+              f"  ({r['impl']})")
     for r in rows:
         print("JSON " + json.dumps(r))
     if args.json:

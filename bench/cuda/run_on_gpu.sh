@@ -71,7 +71,7 @@ for line in open(sys.argv[1]):
           f"{r.get('device_roofline_frac', r['roofline_frac']) * 100:>6.0f}%{r['rel_err']:>9.1e}")
 EOF
 fi
-[ -s "$out/peer.log" ] && grep -v "^JSON" "$out/peer.log" | tail -8
+[ -s "$out/peer.log" ] && grep -v "^JSON" "$out/peer.log" | tail -12
 [ -s "$out/validate_auto.json" ] && python3 -c "
 import json,sys; d=json.load(open('$out/validate_auto.json'))
 print('validate-auto:', {k: d.get(k) for k in ('cases','correct','fraction','mean_regret','max_regret','pred_within_35pct')})"
