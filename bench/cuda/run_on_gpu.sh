@@ -3,7 +3,8 @@
 # ninja, torch and pybind11 but no oneDNN/doctest (doctest may be carried in
 # .carry/doctest): build the library with the CUDA module, run the cuda-labelled
 # ctest suite, the Python GPU tests, gqla-bench on the shapes of the CUDA
-# targets, the torch peer on the same shapes, and AUTO's validation grid.
+# targets (bf16 q and o, as the torch peer's), the torch peer on the same
+# shapes, and AUTO's validation grid.
 # The Python extension is built for the `python3` on PATH (the one with torch).
 # Logs go to $OUT (or ./gpu-out); a short table is printed last.
 # Usage: bench/cuda/run_on_gpu.sh [test] [bench] [peer] [auto]   (default: all)
@@ -34,12 +35,12 @@ for w in $what; do
       ;;
     bench)
       {
-        timeout 120 "$bench" --device cuda --preset llama3-8b --batch 64 --context 4096 --json
-        timeout 120 "$bench" --device cuda --preset llama3-8b --batch 128 --context 8192 --json
-        timeout 120 "$bench" --device cuda --preset llama3-8b --batch 1 --context 1024,32768 --json
-        timeout 120 "$bench" --device cuda --preset llama3-8b-gqla --path both --batch 16,64 --context 4096 --json
-        timeout 120 "$bench" --device cuda --preset llama3-8b --batch 16,64 --context 4096 --s-q 4,8 --json
-        timeout 120 "$bench" --device cuda --preset llama3-8b-gqla,deepseek-v3 --path absorb --batch 64 --context 16384 --json
+        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b --batch 64 --context 4096 --json
+        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b --batch 128 --context 8192 --json
+        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b --batch 1 --context 1024,32768 --json
+        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b-gqla --path both --batch 16,64 --context 4096 --json
+        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b --batch 16,64 --context 4096 --s-q 4,8 --json
+        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b-gqla,deepseek-v3 --path absorb --batch 64 --context 16384 --json
       } >"$out/bench.jsonl" 2>"$out/bench.err" || status=1
       ;;
     peer)

@@ -1,5 +1,6 @@
 #include "accuracy_check.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -17,6 +18,8 @@ double error_bound(gqla_dtype cache) {
     }
     return 0;
 }
+
+double error_bound(gqla_dtype cache, gqla_dtype io) { return std::max(error_bound(cache), error_bound(io)); }
 
 double relative_error_vs_reference(const AccuracySpec& spec) {
     const Preset& p = *spec.preset;
@@ -43,15 +46,23 @@ double relative_error_vs_reference(const AccuracySpec& spec) {
 
     const int64_t a_row = p.is_gqla() ? p.r : static_cast<int64_t>(p.G) * p.D;
     const int64_t b_row = p.is_gqla() ? p.d_r : static_cast<int64_t>(p.G) * p.Dv;
+    // Inputs in the io dtype; the reference takes them as rounded to it.
+    const gqla_dtype io = shape.io_dtype;
+    auto rounded = [&](std::vector<unsigned char>& raw, size_t n, uint64_t seed) {
+        raw = to_dtype(random_vector(n, seed), io);
+        return from_dtype(raw.data(), io, n);
+    };
     std::vector<std::vector<float>> a(B), b(B);
+    std::vector<std::vector<unsigned char>> a_raw(B), b_raw(B);
     gqla_seq_id ids[B];
     for (int s = 0; s < B; ++s) {
         const int64_t L = spec.lengths[s];
-        a[s] = random_vector(static_cast<size_t>(L * a_row), 200 + s);
-        b[s] = random_vector(static_cast<size_t>(L * b_row), 300 + s);
-        gqla_tensor ta = p.is_gqla() ? host_tensor(a[s].data(), {L, p.r}) : host_tensor(a[s].data(), {L, p.G, p.D});
-        gqla_tensor tb = p.is_gqla() ? host_tensor(b[s].data(), {L, p.d_r})
-                                     : host_tensor(b[s].data(), {L, p.G, p.Dv});
+        a[s] = rounded(a_raw[s], static_cast<size_t>(L * a_row), 200 + s);
+        b[s] = rounded(b_raw[s], static_cast<size_t>(L * b_row), 300 + s);
+        void* ad = a_raw[s].data();
+        void* bd = b_raw[s].data();
+        gqla_tensor ta = p.is_gqla() ? host_tensor(ad, io, {L, p.r}) : host_tensor(ad, io, {L, p.G, p.D});
+        gqla_tensor tb = p.is_gqla() ? host_tensor(bd, io, {L, p.d_r}) : host_tensor(bd, io, {L, p.G, p.Dv});
         check(gqla_sequence_add(session, &ids[s]), "gqla_sequence_add");
         check(gqla_append(session, 0, ids[s], &ta, &tb), "gqla_append");
     }
@@ -59,12 +70,15 @@ double relative_error_vs_reference(const AccuracySpec& spec) {
 
     const size_t q_per_seq = static_cast<size_t>(s_q) * p.H * p.q_dim();
     const size_t o_per_seq = static_cast<size_t>(s_q) * p.H * p.out_dim();
-    std::vector<float> q = random_vector(B * q_per_seq, 400);
-    std::vector<float> o(B * o_per_seq, std::numeric_limits<float>::quiet_NaN());  // poison
-    gqla_tensor tq = host_tensor(q.data(), {B, s_q, p.H, p.q_dim()});
-    gqla_tensor to = host_tensor(o.data(), {B, s_q, p.H, p.out_dim()});
+    std::vector<unsigned char> q_raw;
+    const std::vector<float> q = rounded(q_raw, B * q_per_seq, 400);
+    std::vector<unsigned char> o_raw =
+        to_dtype(std::vector<float>(B * o_per_seq, std::numeric_limits<float>::quiet_NaN()), io);  // poison
+    gqla_tensor tq = host_tensor(q_raw.data(), io, {B, s_q, p.H, p.q_dim()});
+    gqla_tensor to = host_tensor(o_raw.data(), io, {B, s_q, p.H, p.out_dim()});
     check(gqla_decode(session, 0, B, ids, &tq, &to, nullptr), "gqla_decode");
     check(gqla_session_synchronize(session), "gqla_session_synchronize");
+    const std::vector<float> o = from_dtype(o_raw.data(), io, B * o_per_seq);
 
     std::vector<double> ref(B * o_per_seq);
     const std::vector<double> wd(w.begin(), w.end());

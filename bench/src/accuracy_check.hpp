@@ -18,7 +18,9 @@ struct AccuracySpec {
 // ||o - ref|| / ||ref|| over the batch; throws GqlaError when a call fails.
 double relative_error_vs_reference(const AccuracySpec& spec);
 
-// The error bound SPEC §4 sets for a cache dtype.
+// The error bound SPEC §4 sets for a cache dtype; with q and o in `io`, the
+// looser of the cache's and the io dtype's (o is rounded to it).
 double error_bound(gqla_dtype cache);
+double error_bound(gqla_dtype cache, gqla_dtype io);
 
 }  // namespace gqla::bench

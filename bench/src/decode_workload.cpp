@@ -89,10 +89,11 @@ void DecodeWorkload::fill(const Preset& p, const SessionShape& shape, gqla_path 
                                            : *std::max_element(spec.lengths.begin(), spec.lengths.end());
     const int64_t a_row = p.is_gqla() ? p.r : static_cast<int64_t>(p.G) * p.D;
     const int64_t b_row = p.is_gqla() ? p.d_r : static_cast<int64_t>(p.G) * p.Dv;
-    std::vector<float> a = random_vector(static_cast<size_t>(n * a_row), 11);
-    std::vector<float> b = random_vector(static_cast<size_t>(n * b_row), 13);
-    gqla_tensor ta = p.is_gqla() ? host_tensor(a.data(), {n, p.r}) : host_tensor(a.data(), {n, p.G, p.D});
-    gqla_tensor tb = p.is_gqla() ? host_tensor(b.data(), {n, p.d_r}) : host_tensor(b.data(), {n, p.G, p.Dv});
+    const gqla_dtype io = shape.io_dtype;
+    std::vector<unsigned char> a = to_dtype(random_vector(static_cast<size_t>(n * a_row), 11), io);
+    std::vector<unsigned char> b = to_dtype(random_vector(static_cast<size_t>(n * b_row), 13), io);
+    gqla_tensor ta = p.is_gqla() ? host_tensor(a.data(), io, {n, p.r}) : host_tensor(a.data(), io, {n, p.G, p.D});
+    gqla_tensor tb = p.is_gqla() ? host_tensor(b.data(), io, {n, p.d_r}) : host_tensor(b.data(), io, {n, p.G, p.Dv});
     seqs_.resize(static_cast<size_t>(nseq));
     for (size_t i = 0; i < seqs_.size(); ++i) {
         check(gqla_sequence_add(session_, &seqs_[i]), "gqla_sequence_add");
@@ -101,11 +102,11 @@ void DecodeWorkload::fill(const Preset& p, const SessionShape& shape, gqla_path 
     }
     if (p.is_gqla() && wanted != GQLA_PATH_ABSORB) select_path(wanted);
 
-    q_ = random_vector(static_cast<size_t>(spec.batch) * shape.max_q_len * p.H * p.q_dim(), 17);
-    o_.assign(static_cast<size_t>(spec.batch) * shape.max_q_len * p.H * p.out_dim(), 0.0f);
+    q_ = to_dtype(random_vector(static_cast<size_t>(spec.batch) * shape.max_q_len * p.H * p.q_dim(), 17), io);
+    o_.assign(static_cast<size_t>(spec.batch) * shape.max_q_len * p.H * p.out_dim() * dtype_bytes(io), 0);
     if (device() == GQLA_DEVICE_CUDA) {
-        q_dev_ = std::make_unique<CudaIoBuffer>(q_.data(), q_.size() * sizeof(float));
-        o_dev_ = std::make_unique<CudaIoBuffer>(o_.data(), o_.size() * sizeof(float));
+        q_dev_ = std::make_unique<CudaIoBuffer>(q_.data(), q_.size());
+        o_dev_ = std::make_unique<CudaIoBuffer>(o_.data(), o_.size());
         if (!q_dev_->valid() || !o_dev_->valid()) {  // no runtime: host tensors (copies included in the time)
             q_dev_.reset();
             o_dev_.reset();
@@ -120,8 +121,9 @@ DecodeWorkload::~DecodeWorkload() { gqla_session_destroy(session_); }
 
 void DecodeWorkload::decode(int64_t first, int batch, int s_q, bool timed) {
     const Preset& p = *spec_.preset;
-    gqla_tensor tq = host_tensor(q_.data(), {batch, s_q, p.H, p.q_dim()});
-    gqla_tensor to = host_tensor(o_.data(), {batch, s_q, p.H, p.out_dim()});
+    const gqla_dtype io = spec_.shape.io_dtype;
+    gqla_tensor tq = host_tensor(q_.data(), io, {batch, s_q, p.H, p.q_dim()});
+    gqla_tensor to = host_tensor(o_.data(), io, {batch, s_q, p.H, p.out_dim()});
     if (q_dev_) {
         tq.data = q_dev_->data();
         to.data = o_dev_->data();

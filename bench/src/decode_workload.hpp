@@ -76,7 +76,7 @@ private:
     WorkloadSpec spec_;
     gqla_session* session_ = nullptr;
     std::vector<gqla_seq_id> seqs_;   // set-major: set s is seqs_[s*batch, (s+1)*batch)
-    std::vector<float> q_, o_;
+    std::vector<unsigned char> q_, o_;  // in spec.shape.io_dtype
     std::unique_ptr<CudaIoBuffer> q_dev_, o_dev_;
     std::unique_ptr<CudaEventTimer> timer_;
     double last_device_s_ = 0;

@@ -16,6 +16,7 @@ const char* kUsage =
     "                              (default llama3-8b-gqla)\n"
     "  --path gqa|absorb|auto|both decode path of GQLA presets (default both)\n"
     "  --dtype bf16|f16|f32[,...]  cache dtype (default bf16)\n"
+    "  --io f32|bf16|f16           dtype of q, o and the appended rows (default f32)\n"
     "  --batch N[,N...]            sequences per decode call (default 1,16)\n"
     "  --context N[,N...]          cached tokens per sequence (default 1024,4096,16384; k suffix ok)\n"
     "  --mixed MIN:MAX             lengths of a batch's sequences spread evenly over [MIN, MAX]\n"
@@ -62,11 +63,11 @@ std::vector<T> parse_counts(const std::string& flag, const std::string& s) {
     return out;
 }
 
-gqla_dtype parse_dtype(const std::string& s) {
+gqla_dtype parse_dtype(const std::string& flag, const std::string& s) {
     if (s == "bf16") return GQLA_DTYPE_BF16;
     if (s == "f16") return GQLA_DTYPE_F16;
     if (s == "f32") return GQLA_DTYPE_F32;
-    fail("--dtype: expected bf16, f16 or f32, got '" + s + "'");
+    fail(flag + ": expected bf16, f16 or f32, got '" + s + "'");
 }
 
 gqla_device_type parse_device(const std::string& s) {
@@ -112,8 +113,8 @@ Options parse_options(int argc, char** argv) {
             else fail("--path: expected gqa, absorb, auto or both, got '" + v + "'");
         } else if (a == "--dtype") {
             o.dtypes.clear();
-            for (const std::string& d : split(value())) o.dtypes.push_back(parse_dtype(d));
-        } else if (a == "--batch") o.batches = parse_counts<int>(a, value());
+            for (const std::string& d : split(value())) o.dtypes.push_back(parse_dtype(a, d));
+        } else if (a == "--io") o.io_dtype = parse_dtype(a, value()); else if (a == "--batch") o.batches = parse_counts<int>(a, value());
         else if (a == "--context") o.contexts = parse_counts<int64_t>(a, value());
         else if (a == "--mixed") {
             const std::string v = value();

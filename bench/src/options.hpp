@@ -15,6 +15,7 @@ struct Options {
     std::vector<gqla_path> paths;            // empty: "auto" for the case, see --path
     bool both_paths = false;                 // --path both
     std::vector<gqla_dtype> dtypes{GQLA_DTYPE_BF16};
+    gqla_dtype io_dtype = GQLA_DTYPE_F32;    // --io: q, o and the appended rows
     std::vector<int> batches{1, 16};
     std::vector<int64_t> contexts{1024, 4096, 16384};
     // --mixed MIN:MAX: the sequences of a batch hold lengths spread evenly

@@ -37,7 +37,7 @@ gqla_config make_config(const Preset& p, const SessionShape& s) {
     }
     cfg.num_layers = 1;
     cfg.cache_dtype = s.cache_dtype;
-    cfg.io_dtype = GQLA_DTYPE_F32;
+    cfg.io_dtype = s.io_dtype;
     cfg.device = s.device;
     cfg.path = p.is_gqla() ? s.path : GQLA_PATH_AUTO;
     cfg.num_threads = s.threads;

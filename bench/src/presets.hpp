@@ -31,6 +31,7 @@ struct SessionShape {
     gqla_device_type device = GQLA_DEVICE_AUTO;
     gqla_path path = GQLA_PATH_AUTO;
     gqla_dtype cache_dtype = GQLA_DTYPE_BF16;
+    gqla_dtype io_dtype = GQLA_DTYPE_F32;  // q, o and the appended rows
     int threads = 0;
     int page_size = 0;        // 0: library default
     int64_t max_tokens = 0;

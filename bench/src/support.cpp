@@ -1,5 +1,7 @@
 #include "support.hpp"
 
+#include "core/dtype.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -32,11 +34,26 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float scale) {
 }
 
 gqla_tensor host_tensor(float* data, std::initializer_list<int64_t> shape) {
+    return host_tensor(data, GQLA_DTYPE_F32, shape);
+}
+
+gqla_tensor host_tensor(void* data, gqla_dtype dtype, std::initializer_list<int64_t> shape) {
     gqla_tensor t;
     std::vector<int64_t> dims(shape);
-    check(gqla_tensor_init(&t, data, GQLA_DTYPE_F32, static_cast<int32_t>(dims.size()), dims.data()),
-          "gqla_tensor_init");
+    check(gqla_tensor_init(&t, data, dtype, static_cast<int32_t>(dims.size()), dims.data()), "gqla_tensor_init");
     return t;
+}
+
+std::vector<unsigned char> to_dtype(const std::vector<float>& v, gqla_dtype dtype) {
+    std::vector<unsigned char> out(v.size() * dtype_size(dtype));
+    for (size_t i = 0; i < v.size(); ++i) store_from_f32(out.data(), dtype, i, v[i]);
+    return out;
+}
+
+std::vector<float> from_dtype(const void* p, gqla_dtype dtype, size_t n) {
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = load_as_f32(p, dtype, i);
+    return out;
 }
 
 double median(std::vector<double> v) {

@@ -28,6 +28,13 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.0f);
 
 // Contiguous f32 host tensor over `data`.
 gqla_tensor host_tensor(float* data, std::initializer_list<int64_t> shape);
+// Contiguous host tensor of `dtype` elements over `data`.
+gqla_tensor host_tensor(void* data, gqla_dtype dtype, std::initializer_list<int64_t> shape);
+
+// `v` rounded to `dtype` (to nearest even; f32: copied), as raw bytes.
+std::vector<unsigned char> to_dtype(const std::vector<float>& v, gqla_dtype dtype);
+// n elements of `dtype` at `p`, widened to f32.
+std::vector<float> from_dtype(const void* p, gqla_dtype dtype, size_t n);
 
 inline double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -23,6 +23,7 @@ struct CaseResult {
     gqla_path requested = GQLA_PATH_AUTO;
     gqla_path active = GQLA_PATH_AUTO;
     gqla_dtype dtype = GQLA_DTYPE_BF16;
+    gqla_dtype io_dtype = GQLA_DTYPE_F32;
     int batch = 0, s_q = 0;
     int64_t context = 0;        // mean length with --mixed
     std::string lengths;        // "" (uniform), "mixed MIN:MAX" or "uniform (mean of mixed)"
@@ -89,7 +90,8 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
         .integer("context", r.context)
         .str("lengths", r.lengths.empty() ? "uniform" : r.lengths)
         .integer("s_q", r.s_q)
-        .str("dtype", dtype_label(r.dtype));
+        .str("dtype", dtype_label(r.dtype))
+        .str("io_dtype", dtype_label(r.io_dtype));
     if (!r.error.empty()) {
         j.null("ms").str("skipped", r.error);
         std::printf("%s\n", j.dump().c_str());
@@ -140,6 +142,7 @@ WorkloadSpec workload_spec(const Preset& p, const Options& opt, const BenchEnv& 
     spec.shape.device = env.device;
     spec.shape.path = path;
     spec.shape.cache_dtype = dtype;
+    spec.shape.io_dtype = opt.io_dtype;
     spec.shape.threads = opt.threads;
     spec.shape.page_size = opt.page_size;
     spec.batch = batch;
@@ -187,6 +190,7 @@ std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const Be
         r.preset = &p;
         r.requested = path;
         r.dtype = dtype;
+        r.io_dtype = opt.io_dtype;
         r.batch = batch;
         r.context = lc.context;
         r.lengths = lc.label;
@@ -280,11 +284,12 @@ int run_sweep(const Options& opt, const BenchEnv& env) {
                                             std::fprintf(stderr, "accuracy check: %s\n", e.what());
                                         }
                                         it = accuracy_cache.emplace(key, err).first;
-                                        if (!(err <= error_bound(dtype))) {
+                                        const double bound = error_bound(dtype, opt.io_dtype);
+                                        if (!(err <= bound)) {
                                             ++failures;
                                             std::fprintf(stderr, "%s %s %s s_q=%d: rel_err %.3g exceeds the bound %.0e\n",
                                                          p.name, path_name(r.active), dtype_label(dtype), r.s_q, err,
-                                                         error_bound(dtype));
+                                                         bound);
                                         }
                                     }
                                     r.rel_err = it->second;

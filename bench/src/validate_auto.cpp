@@ -74,6 +74,7 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
             spec.shape.device = env.device;
             spec.shape.path = GQLA_PATH_ABSORB;
             spec.shape.cache_dtype = dtype;
+            spec.shape.io_dtype = opt.io_dtype;
             spec.shape.threads = opt.threads;
             spec.shape.page_size = opt.page_size;
             spec.batch = max_batch;
