@@ -83,7 +83,7 @@ void expand_tokens(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
     if (!s.pool_kc.get()) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: expanded cache not enabled");
     const int r = d.latent_dim, G = d.num_kv_heads, width = d.nope_dim + d.value_dim, N = G * width;
     // Group g's block of W: the g-th, or with per-head copies the first of its heads'.
-    const int64_t group_stride = static_cast<int64_t>(s.heads_per_weight_block() == 1 ? d.num_heads / G : 1) * width * r;
+    const int64_t copies = s.head_weights ? d.num_heads / G : 1, group_stride = copies * width * r;
     const PoolGeometry cg = pool_geometry(s, 1, r);
     const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cache_elem_size(s);
     const float one = 1.f, zero = 0.f;
@@ -93,7 +93,7 @@ void expand_tokens(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
         launch_gather_rows(c_layer, d.cache_dtype, cg.page_stride, cg.row_stride, d.page_size, r, d_tokens + first,
                            rows, s.expand_in.get(), projection_dtype(s), s.stream);
         const cudaDataType_t in_type = projection_cuda_type(s);
-        if (group_stride == static_cast<int64_t>(width) * r)
+        if (copies == 1)
             check_cublas(cublasGemmEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, r, &one, w, in_type, r,
                                       s.expand_in.get(), in_type, r, &zero, s.expand_out.get<float>(), CUDA_R_32F, N,
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
