@@ -83,7 +83,7 @@ void expand_tokens(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
     if (!s.pool_kc.get()) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: expanded cache not enabled");
     const int r = d.latent_dim, G = d.num_kv_heads, width = d.nope_dim + d.value_dim, N = G * width;
     // Group g's block of W: the g-th, or with per-head copies the first of its heads'.
-    const int64_t copies = s.head_weights ? d.num_heads / G : 1, group_stride = copies * width * r;
+    const int64_t copies = s.weight_copies(), group_stride = copies * width * r;
     const PoolGeometry cg = pool_geometry(s, 1, r);
     const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cache_elem_size(s);
     const float one = 1.f, zero = 0.f;
@@ -145,7 +145,7 @@ void set_weights(Session& s, int32_t layer, const gqla_view& w) {
     // Allocated and converted before anything is replaced, so a failure
     // leaves the layer's previous weights in place.
     const gqla_dtype wt = projection_dtype(s);
-    const int copies = s.head_weights ? d.num_heads / d.num_kv_heads : 1;
+    const int copies = s.weight_copies();
     const size_t group_bytes = static_cast<size_t>((d.nope_dim + d.value_dim) * cols) * dtype_size(wt);
     DeviceBuffer fresh, converted;
     fresh.allocate(static_cast<size_t>(rows * cols) * dtype_size(wt) * copies, "weights");

@@ -25,7 +25,8 @@ size_t bytes_of(int64_t elems, size_t elem) { return static_cast<size_t>(elems) 
 
 size_t cache_elem_size(const Session& s) { return dtype_size(s.desc.cache_dtype); }
 
-int Session::heads_per_weight_block() const { return head_weights ? 1 : desc.num_heads / desc.num_kv_heads; }
+int Session::weight_copies() const { return head_weights ? desc.num_heads / desc.num_kv_heads : 1; }
+int Session::heads_per_weight_block() const { return desc.num_heads / desc.num_kv_heads / weight_copies(); }
 
 PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim) {
     PoolGeometry g{};

@@ -47,7 +47,9 @@ struct Session {
     // GQLA_CUDA_HEAD_WEIGHTS=0 keeps one block per group.
     std::vector<DeviceBuffer> weights;
     bool head_weights = false;
-    // Heads each weight block serves: n_rep, or 1 with head_weights.
+    // Copies kept of a group's block (n_rep with head_weights, else 1), and
+    // the heads each block serves (n_rep, or 1 with head_weights).
+    int weight_copies() const;
     int heads_per_weight_block() const;
 
     // Device mirrors of the core's tables, read by decode at run (or replay) time.

@@ -34,13 +34,14 @@ for w in $what; do
       tail -2 "$out/pytest.log"
       ;;
     bench)
+      on_gpu=(--device cuda --io bf16)  # bf16 q and o, as the torch peer's
       {
-        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b --batch 64 --context 4096 --json
-        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b --batch 128 --context 8192 --json
-        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b --batch 1 --context 1024,32768 --json
-        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b-gqla --path both --batch 16,64 --context 4096 --json
-        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b --batch 16,64 --context 4096 --s-q 4,8 --json
-        timeout 120 "$bench" --device cuda --io bf16 --preset llama3-8b-gqla,deepseek-v3 --path absorb --batch 64 --context 16384 --json
+        timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b --batch 64 --context 4096 --json
+        timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b --batch 128 --context 8192 --json
+        timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b --batch 1 --context 1024,32768 --json
+        timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b-gqla --path both --batch 16,64 --context 4096 --json
+        timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b --batch 16,64 --context 4096 --s-q 4,8 --json
+        timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b-gqla,deepseek-v3 --path absorb --batch 64 --context 16384 --json
       } >"$out/bench.jsonl" 2>"$out/bench.err" || status=1
       ;;
     peer)

@@ -114,7 +114,8 @@ Options parse_options(int argc, char** argv) {
         } else if (a == "--dtype") {
             o.dtypes.clear();
             for (const std::string& d : split(value())) o.dtypes.push_back(parse_dtype(a, d));
-        } else if (a == "--io") o.io_dtype = parse_dtype(a, value()); else if (a == "--batch") o.batches = parse_counts<int>(a, value());
+        } else if (a == "--io") o.io_dtype = parse_dtype(a, value());
+        else if (a == "--batch") o.batches = parse_counts<int>(a, value());
         else if (a == "--context") o.contexts = parse_counts<int64_t>(a, value());
         else if (a == "--mixed") {
             const std::string v = value();

@@ -1,10 +1,10 @@
 #include "support.hpp"
 
-#include "core/dtype.hpp"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+
+#include "core/dtype.hpp"
 
 namespace gqla::bench {
 

@@ -620,8 +620,9 @@ int main(int argc, char** argv) {
         // tokens: its columns are evenly spaced, so the projections read q
         // and write o where they lie and, on Hopper, the latent kernel reads
         // q's rope part; s_q 3 with padded tokens: they are not), and widths
-        // that are not multiples of 8. One head per group with d_c = 40 leaves q's rope
-        // part 16-byte aligned (read in place), with d_c = 36 not (packed).
+        // that are not multiples of 8. One head per group with d_c = 40
+        // leaves q's rope part 16-byte aligned (read in place), with d_c = 36
+        // not (packed).
         run_t("gqla absorb device io", [&] {
             test_absorb_device_io(t, 32, 8, 512, 64, 64, 128, {3, 700, 1500}, 1);
             test_absorb_device_io(t, 16, 16, 512, 128, 64, 128, {90, 650}, 1);
