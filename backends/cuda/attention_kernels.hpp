@@ -40,18 +40,22 @@ int warp_blocks_per_sm(gqla_dtype cache, int stages, int smem_bytes);
 void launch_attention_warp(gqla_dtype cache, int stages, const AttentionParams& p, dim3 grid, int smem_bytes,
                            cudaStream_t stream);
 
-// Narrow-group kernel: 8 rows of a group (n_rep * s_q) per CTA, keys <= 256
+// Narrow-group kernel: 8 rows of a group (n_rep * s_q) per row block, keys <= 256
 // and values <= 128 wide, no value aliasing: transposed MMAs put the rows on
 // the n = 8 side. One CTA per group and 8 rows (grid.x = groups x row
 // blocks), 64-token steps; each warp streams its K and V halves through a
-// ring of `slots` shared-memory slots.
+// ring of `slots` shared-memory slots (or 2-4 row blocks per CTA sharing
+// rings: kNarrowSharedWarps).
 constexpr int kNarrowRows = 8;
 constexpr int kNarrowMaxDk = 256, kNarrowMaxDv = 128;
 // Up to 32 rows (4 CTAs per group) by default. Measured on the H200 (bf16,
 // llama3-8b 32/8, T = 4096, device time): n_rep * s_q = 16 at B = 64 took
 // 330 us against 490 us with the per-warp kernel, 32 rows 632 us against
 // 1034 us with the generic kernel (39% against 24% of the read bandwidth:
-// each further row block re-reads the tiles, from L2).
+// each further row block re-reads the tiles, from L2). With the row blocks
+// sharing one CTA's rings (Hopper, 128-wide keys and values), gqla-bench
+// event us at B = 64, separate / shared: 16 rows 283.0, 290.6 / 256.4,
+// 256.9; 32 rows 464.7, 472.7 / 367.7, 366.8.
 constexpr int kNarrowMaxRowsDefault = 32;
 constexpr int kNarrowSlotsMin = 3, kNarrowSlotsMax = 5;
 // Warps per CTA, each taking 16 of every 16 x warps tokens (a CTA step):
@@ -61,6 +65,13 @@ constexpr int kNarrowSlotsMin = 3, kNarrowSlotsMax = 5;
 // memory: where about one row block per SM fills the GPU they need no split
 // and no combine pass.
 constexpr int kNarrowWarps = 4, kNarrowWideWarps = 16, kNarrowWideSlots = 3;
+// Groups of 2-4 row blocks (9-32 rows: s_q > 1) in one CTA of
+// kNarrowSharedWarps warps, a ring of kNarrowSharedSlots slots per token
+// lane shared by the lane's warp of every row block, so the group's K/V
+// leaves L2 once (compiled for TMA boxes of 128-wide keys and values:
+// narrow_shared_compiled). One CTA per SM.
+constexpr int kNarrowSharedWarps = 16, kNarrowSharedSlots = 5;
+constexpr bool narrow_shared_row_blocks(int row_blocks) { return row_blocks == 2 || row_blocks == 4; }
 constexpr int narrow_step_tokens(int warps) { return 16 * warps; }
 // How K/V rows sit in the slots: padded by 8 elements; swizzled (rows a
 // multiple of 64 elements); or swizzled in the boxes TMA loads write
@@ -86,7 +97,9 @@ NarrowTmaMaps narrow_tma_maps(gqla_dtype cache, const PoolView& k1, const PoolVi
 bool narrow_kernel_fits(const AttentionParams& p, int max_rows);
 // Swizzled K/V rows (instead of padded ones) are possible for these dims.
 bool narrow_can_swizzle(const AttentionParams& p);
-int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows, int warps = kNarrowWarps);
+// row_blocks: row blocks per CTA (shared rings), 1 otherwise.
+int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows, int warps = kNarrowWarps,
+                      int row_blocks = 1);
 // clusters: the device runs thread-block clusters (compute capability 9.0+).
 void prepare_narrow_kernels(int smem_optin, bool clusters);
 // Key/value widths the TmaBoxes layout also has kernels compiled for, which
@@ -99,8 +112,10 @@ constexpr int kNarrowDimsCount = 3;
 NarrowDims narrow_fixed_dims(const AttentionParams& p);
 // A wide-CTA kernel (kNarrowWideWarps) is compiled for this ring, layout and dims.
 bool narrow_wide_compiled(int slots, NarrowRows rows, NarrowDims dims);
+// A shared-ring kernel (kNarrowSharedWarps, row_blocks > 1) is compiled for these.
+bool narrow_shared_compiled(int slots, NarrowRows rows, NarrowDims dims, int warps, int row_blocks);
 int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
-                         int warps = kNarrowWarps);
+                         int warps = kNarrowWarps, int row_blocks = 1);
 // Most splits (CTAs) of a row block that merge in one cluster: the
 // non-portable Hopper limit; the host checks that each launch's cluster
 // shape fits (narrow_max_active_clusters).
@@ -120,10 +135,11 @@ int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, Nar
                                int cluster_splits, int warps = kNarrowWarps);
 // maps: the layer's (read only by the TmaBoxes layout). p.cluster_merge:
 // launched with clusters of grid.z CTAs. warps: kNarrowWarps, or
-// kNarrowWideWarps where narrow_wide_compiled.
+// kNarrowWideWarps where narrow_wide_compiled. row_blocks > 1: shared rings
+// (narrow_shared_compiled; grid.x counts CTAs of row_blocks row blocks).
 void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int warps,
-                             const AttentionParams& p, const NarrowTmaMaps& maps, dim3 grid, int smem_bytes,
-                             cudaStream_t stream);
+                             int row_blocks, const AttentionParams& p, const NarrowTmaMaps& maps, dim3 grid,
+                             int smem_bytes, cudaStream_t stream);
 
 // Scalar f32 kernel: any dtype (the f32 cache), any dims.
 constexpr int kSimtRows = 8;

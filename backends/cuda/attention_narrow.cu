@@ -44,9 +44,22 @@ const void* narrow_wide_kernel_of() {
         &attention_narrow_kernel<T, kNarrowWideSlots, NarrowRows::TmaBoxes, 128, 128, kNarrowWideWarps>);
 }
 
-// Null for a wide CTA that is not compiled (narrow_wide_compiled).
+template <typename T>
+const void* narrow_shared_kernel_of(int row_blocks) {
+    constexpr int W = kNarrowSharedWarps, R = kNarrowSharedSlots;
+    return row_blocks == 2
+               ? reinterpret_cast<const void*>(&attention_narrow_kernel<T, R, NarrowRows::TmaBoxes, 128, 128, W, 2>)
+               : reinterpret_cast<const void*>(&attention_narrow_kernel<T, R, NarrowRows::TmaBoxes, 128, 128, W, 4>);
+}
+
+// Null for a wide CTA or shared rings that are not compiled
+// (narrow_wide_compiled, narrow_shared_compiled).
 const void* narrow_kernel(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims = NarrowDims::Runtime,
-                          int warps = kNarrowWarps) {
+                          int warps = kNarrowWarps, int row_blocks = 1) {
+    if (row_blocks != 1)
+        return !narrow_shared_compiled(slots, rows, dims, warps, row_blocks) ? nullptr
+               : cache == GQLA_DTYPE_F16 ? narrow_shared_kernel_of<__half>(row_blocks)
+                                         : narrow_shared_kernel_of<__nv_bfloat16>(row_blocks);
     if (warps != kNarrowWarps)
         return !narrow_wide_compiled(slots, rows, dims) ? nullptr
                : cache == GQLA_DTYPE_F16                ? narrow_wide_kernel_of<__half>()
@@ -100,14 +113,21 @@ NarrowDims narrow_fixed_dims(const AttentionParams& p) {
     return NarrowDims::Runtime;
 }
 
-int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows, int warps) {
-    return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, rows, warps).bytes;
+int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows, int warps, int row_blocks) {
+    return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, rows, warps, row_blocks).bytes;
 }
 
 // Wide CTAs hold 16 warps' rings: 3 slots of 16 rows x 128 columns fill 192
 // KiB, which is where they pay (one CTA per SM in either case).
 bool narrow_wide_compiled(int slots, NarrowRows rows, NarrowDims dims) {
     return slots == kNarrowWideSlots && rows == NarrowRows::TmaBoxes && dims == NarrowDims::K128V128;
+}
+
+// Shared rings: 4 token lanes of 5 slots (4 row blocks) or 8 (2 row
+// blocks), 16 x 128-wide rows a slot: 80 or 160 KiB, one CTA per SM.
+bool narrow_shared_compiled(int slots, NarrowRows rows, NarrowDims dims, int warps, int row_blocks) {
+    return narrow_shared_row_blocks(row_blocks) && warps == kNarrowSharedWarps && slots == kNarrowSharedSlots &&
+           rows == NarrowRows::TmaBoxes && dims == NarrowDims::K128V128;
 }
 
 void prepare_narrow_kernels(int smem_optin, bool clusters) {
@@ -120,16 +140,21 @@ void prepare_narrow_kernels(int smem_optin, bool clusters) {
             check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                        "cudaFuncSetAttribute(attention_narrow_kernel, non-portable clusters)");
     };
-    for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
+    for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16}) {
         for (int st = kNarrowSlotsMin; st <= kNarrowSlotsMax; ++st)
             for (NarrowRows rows : {NarrowRows::Padded, NarrowRows::Swizzled, NarrowRows::TmaBoxes})
                 for (int dims = 0; dims < kNarrowDimsCount; ++dims)
                     for (int warps : {kNarrowWarps, kNarrowWideWarps})
                         prepare(narrow_kernel(t, st, rows, static_cast<NarrowDims>(dims), warps));
+        for (int row_blocks : {2, 4})
+            prepare(narrow_kernel(t, kNarrowSharedSlots, NarrowRows::TmaBoxes, NarrowDims::K128V128,
+                                  kNarrowSharedWarps, row_blocks));
+    }
 }
 
-int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes, int warps) {
-    const void* kernel = narrow_kernel(cache, slots, rows, dims, warps);
+int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes, int warps,
+                         int row_blocks) {
+    const void* kernel = narrow_kernel(cache, slots, rows, dims, warps, row_blocks);
     if (!kernel) return 0;
     int n = 0;
     check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, warps * 32, smem_bytes),
@@ -146,22 +171,24 @@ int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, Nar
 }
 
 void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int warps,
-                             const AttentionParams& p, const NarrowTmaMaps& maps, dim3 grid, int smem_bytes,
-                             cudaStream_t stream) {
+                             int row_blocks, const AttentionParams& p, const NarrowTmaMaps& maps, dim3 grid,
+                             int smem_bytes, cudaStream_t stream) {
     // A swizzled kernel on dims that cannot swizzle would address its slots
     // wrongly, and the TMA one needs the layer's maps: fall back, never misread.
     // (Any split count is right for any tile: each CTA derives its range.)
     if (rows != NarrowRows::Padded && !narrow_can_swizzle(p)) rows = NarrowRows::Padded;
     if (rows == NarrowRows::TmaBoxes && !maps.valid) rows = NarrowRows::Swizzled;
     if (dims != narrow_fixed_dims(p)) dims = NarrowDims::Runtime;
-    if (!narrow_wide_compiled(slots, rows, dims)) warps = kNarrowWarps;
+    if (row_blocks != 1 && !narrow_shared_compiled(slots, rows, dims, warps, row_blocks))
+        throw BackendError(GQLA_ERR_INTERNAL, "CUDA decode: narrow kernel with shared rings not compiled for this plan");
+    if (row_blocks == 1 && !narrow_wide_compiled(slots, rows, dims)) warps = kNarrowWarps;
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
     if (p.cluster_merge) smem_bytes += kNarrowClusterMergeBytes;
     LaunchAttrs attrs;
     cudaLaunchConfig_t cfg =
         make_launch_config(grid, dim3(static_cast<unsigned>(warps * 32)), smem_bytes, p.cluster_merge != 0, false, attrs);
     cfg.stream = stream;
-    check_cuda(cudaLaunchKernelExC(&cfg, narrow_kernel(cache, slots, rows, dims, warps), args),
+    check_cuda(cudaLaunchKernelExC(&cfg, narrow_kernel(cache, slots, rows, dims, warps, row_blocks), args),
                "launch attention_narrow_kernel");
 }
 

@@ -1,7 +1,8 @@
 // Split-KV flash decoding for groups of few query rows (GQA decode:
 // n_rep * s_q), 8 per CTA, keys up to 256 and values up to 128 wide. Groups
 // of more rows take one CTA per 8 rows; those CTAs read the same K/V, the
-// later ones mostly from L2.
+// later ones mostly from L2 (or one CTA holds 2-4 such row blocks sharing
+// its K/V rings: below).
 //
 // Decode attention of a few rows per group is bound by how many instructions
 // each byte of K/V costs, not by the tensor cores: with 16-row MMAs three
@@ -27,6 +28,13 @@
 // When the page size is a multiple of 16, a warp's 16 tokens are 16
 // consecutive rows of one page, so the copy is a single base address plus
 // fixed offsets; otherwise each row is looked up.
+// Groups of 9-32 rows (s_q > 1) can also run as one CTA of RB row blocks
+// (RB x NW / RB warps): the warps of a token lane, one per row block, share
+// one ring. Its first warp loads the halves; each warp counts itself done
+// with a slot on the slot's empty barrier, which the loading warp waits on
+// before it refills the slot. So each K/V byte leaves L2 once for all the
+// group's rows rather than once per row block (GQA 32/8 at s_q = 8: 32 rows,
+// four blocks whose separate CTAs moved four times the K/V through L2).
 // On Hopper those 16 rows are also one TMA box per 64 columns: in the
 // TmaBoxes layout lane 0 issues a half with 2-4 tensor loads that complete
 // on the slot's mbarrier, instead of every lane issuing 16-byte cp.async
@@ -62,8 +70,11 @@ __host__ __device__ inline bool narrow_can_swizzle(int dk, int dv) { return dk %
 
 // TmaBoxes also needs the first key part's width a multiple of 64 (its
 // boxes and the second part's must not share a column group).
-__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots, NarrowRows rows, int warps) {
+// row_blocks: row blocks per CTA, whose warps share warps / row_blocks rings.
+__host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots, NarrowRows rows, int warps,
+                                                      int row_blocks = 1) {
     NarrowLayout L{};
+    const int rings = warps / row_blocks;
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     L.swizzle = rows != NarrowRows::Padded && narrow_can_swizzle(dk, dv);
     L.boxes = rows == NarrowRows::TmaBoxes && L.swizzle;
@@ -80,16 +91,19 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
     // stores of a warp (rows 2fc, 2fc + 1; columns fr + 16i) hit distinct banks.
     L.o_off = 0;
     L.o_stride = dv16 + 4;
-    const int kv_bytes = warps * L.warp_bytes, o_bytes = (warps + 1) * kNarrowRows * L.o_stride * 4;
+    const int kv_bytes = rings * L.warp_bytes, o_bytes = (warps + 1) * kNarrowRows * L.o_stride * 4;
     L.f_off = (kv_bytes > o_bytes ? kv_bytes : o_bytes);
     // Row maxima and sums per warp and per row, then each row's output offset (int64).
-    L.bar_off = L.f_off + (2 * warps * kNarrowRows + 2 * kNarrowRows) * 4 + kNarrowRows * 8;  // a multiple of 8
+    const int cta_rows = kNarrowRows * row_blocks;
+    L.bar_off = L.f_off + (2 * warps * kNarrowRows + 2 * cta_rows) * 4 + cta_rows * 8;  // a multiple of 8
     L.bytes = L.bar_off;
-    // Boxes: one mbarrier per slot, and slack to align the base to the
-    // 1024-byte period of the 128B swizzle (slots are multiples of 2 KiB).
-    if (L.boxes) L.bytes += warps * slots * 8 + 1024;
+    // Boxes: one mbarrier per slot (shared rings: and one the slot's readers
+    // count down), and slack to align the base to the 1024-byte period of
+    // the 128B swizzle (slots are multiples of 2 KiB).
+    const int bar_bytes = L.boxes ? rings * slots * 8 * (row_blocks > 1 ? 2 : 1) : 0;
+    if (L.boxes) L.bytes += bar_bytes + 1024;
     // Past the barriers, within the slack kNarrowClusterMergeBytes adds.
-    L.merge_off = (L.bar_off + (L.boxes ? warps * slots * 8 : 0) + 15) / 16 * 16;
+    L.merge_off = (L.bar_off + bar_bytes + 15) / 16 * 16;
     return L;
 }
 
@@ -102,54 +116,70 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
 // loops lose their guards, the layout's offsets become immediates and the
 // unused query fragments their registers. 0: widths read from the launch.
 // NW: warps per CTA (kNarrowWarps, or kNarrowWideWarps for wide CTAs).
-template <typename T, int R, NarrowRows ROWS, int DK = 0, int DV = 0, int NW = kNarrowWarps>
+// RB: row blocks per CTA, whose warps share NW / RB rings (TMA boxes only).
+template <typename T, int R, NarrowRows ROWS, int DK = 0, int DV = 0, int NW = kNarrowWarps, int RB = 1>
 __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == NarrowRows::TmaBoxes ? (R == 3 ? 4 : 3) : 0)
     attention_narrow_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ NarrowTmaMaps maps) {
-    constexpr int NT = NW * 32, TILE = 16 * NW, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
+    // TW token lanes (a ring each), each read by RB warps (one per row block).
+    constexpr int TW = NW / RB;
+    constexpr int NT = NW * 32, TILE = 16 * TW, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
     constexpr bool SWZ = ROWS != NarrowRows::Padded, TMA = ROWS == NarrowRows::TmaBoxes;
+    static_assert(RB == 1 || (TMA && RB <= TW && NW % RB == 0), "shared rings: TMA boxes, a ring per row block's query rows");
     constexpr int BLOCK = TMA ? 16 * 64 : 64;  // NarrowLayout::block
     extern __shared__ __align__(128) unsigned char smem_raw[];
     unsigned char* smem = TMA ? smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) : smem_raw;
     const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = DK ? DK : dk1 + dk2, dv = DV ? DV : p.v.dim;
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     const int k_steps = dk16 / 16, v_tiles = dv16 / 16;
-    const NarrowLayout L = narrow_layout(dk, dv, R, ROWS, NW);
+    const NarrowLayout L = narrow_layout(dk, dv, R, ROWS, NW, RB);
     float* sWarpO = reinterpret_cast<float*>(smem + L.o_off);  // [NW][kNarrowRows][o_stride]
     float* sO = sWarpO + NW * kNarrowRows * L.o_stride;          // merged, for the cluster merge
     float* sWarpM = reinterpret_cast<float*>(smem + L.f_off);
     float* sWarpL = sWarpM + NW * kNarrowRows;
+    constexpr int CTA_ROWS = kNarrowRows * RB;
     float* sRowL = sWarpL + NW * kNarrowRows;
-    float* sRowM = sRowL + kNarrowRows;
-    int64_t* sRowOut = reinterpret_cast<int64_t*>(sRowM + kNarrowRows);  // 8-byte aligned: f_off + 64 (NW + 1)
+    float* sRowM = sRowL + CTA_ROWS;
+    int64_t* sRowOut = reinterpret_cast<int64_t*>(sRowM + CTA_ROWS);  // 8-byte aligned: f_off + 64 (NW + RB)
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fr = lane >> 2, fc = lane & 3;  // fragment row / column pair of this lane
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar_off) + warp * R;  // TMA: slot i completes on bars[i]
-    if constexpr (TMA) {  // each warp's own slot barriers, before its first copy
-        if (lane == 0) {
+    // Token lane and row block of this warp; the row block 0 warp of a lane loads its ring.
+    const int tw = warp % TW, rbw = warp / TW;
+    const bool loads = rbw == 0;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar_off) + tw * R;  // TMA: slot i completes on bars[i]
+    // Shared rings: slot i is free again once empties[i] counts RB readers done.
+    uint64_t* empties = reinterpret_cast<uint64_t*>(smem + L.bar_off) + TW * R + tw * R;
+    if constexpr (TMA) {  // each ring's slot barriers, before its first copy
+        if (loads && lane == 0) {
             for (int i = 0; i < R; ++i) mbarrier_init(bars + i, 1);
+            if constexpr (RB > 1)
+                for (int i = 0; i < R; ++i) mbarrier_init(empties + i, RB);
             mbarrier_init_fence();
         }
         __syncwarp();
     }
-    // grid.x = groups x row blocks: this CTA's rows are the group's rows
-    // [row0, row0 + rows_here), kNarrowRows of them but in the group's last block.
-    const CtaWork w = cta_work(p, kNarrowRows, TILE);
+    // grid.x = groups x CTA row blocks: this warp's rows are the group's rows
+    // [row0, row0 + rows_here), kNarrowRows of them but in the group's last
+    // block (none past it); the CTA's are [cta_row0, cta_row0 + cta_rows).
+    const CtaWork w = cta_work(p, CTA_ROWS, TILE);
     const int grp = w.g, b = w.b, split = w.split, length = w.length;
-    const int row0 = w.rb * kNarrowRows, rows_here = min(kNarrowRows, p.rows - row0);
-    auto row_qh = [&](int r) { return query_head(p, grp, row0 + r); };  // CTA row -> (query token, head)
+    const int cta_row0 = w.rb * CTA_ROWS, cta_rows = min(CTA_ROWS, p.rows - cta_row0);
+    const int row0 = cta_row0 + rbw * kNarrowRows, rows_here = max(0, min(kNarrowRows, p.rows - row0));
+    auto row_qh = [&](int r) { return query_head(p, grp, row0 + r); };          // warp row -> (query token, head)
+    auto cta_row_qh = [&](int r) { return query_head(p, grp, cta_row0 + r); };  // CTA row -> (query token, head)
     const int32_t* table = w.table;
     const SplitRange range = w.range;
 
     const bool aligned_pages = TMA || (p.page_size & 15) == 0;  // the host maps only such pages
     const int chunks = range.end - range.begin;
-    // This warp's chunk c covers tokens (range.begin + c) * TILE + warp * 16 + [0, 16).
-    auto chunk_first = [&](int c) { return (range.begin + c) * TILE + warp * 16; };
+    // This warp's chunk c covers tokens (range.begin + c) * TILE + tw * 16 + [0, 16).
+    auto chunk_first = [&](int c) { return (range.begin + c) * TILE + tw * 16; };
     // Aligned pages: the page id of the chunk (all lanes); otherwise lane r < 16
-    // fetches the (page << 32 | slot) of row r. -1: nothing to read.
+    // fetches the (page << 32 | slot) of row r. -1: nothing to read (or a
+    // warp that does not load its ring).
     auto fetch = [&](int c) -> int64_t {
         const int j0 = chunk_first(c);
-        if (c >= chunks || j0 >= length) return -1;
+        if (c >= chunks || j0 >= length || !loads) return -1;
         if (aligned_pages) return __ldg(table + (p.page_shift >= 0 ? j0 >> p.page_shift : j0 / p.page_size));
         const int j = j0 + (lane & 15);
         return (lane < 16 && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
@@ -166,7 +196,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     // memory latencies (page ids, then K/V) no longer wait for the query
     // rows and two CTA barriers. The last slot of warp 0 holds the staged
     // query rows meanwhile, so every warp issues its half R - 1 after them.
-    T* wbase = reinterpret_cast<T*>(smem + warp * L.warp_bytes);
+    T* wbase = reinterpret_cast<T*>(smem + tw * L.warp_bytes);
     auto slot_of = [&](int half) { return wbase + (half % R) * L.slot_elems; };
 
     const T* k1 = static_cast<const T*>(p.k1.base);
@@ -246,6 +276,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     // without launch bounds, CTAs per SM.)
     constexpr int EARLY = TMA ? R - 1 : 0;
     auto issue_first = [&](int first, int end) {
+        if (!loads) return;
         if (dk16 != dk || dv16 != dv) {
             uint4* z = reinterpret_cast<uint4*>(slot_of(first));
             for (int i = lane; i < (end - first) * L.slot_elems / 8; i += 32) z[i] = make_uint4(0, 0, 0, 0);
@@ -259,47 +290,50 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     };
     issue_first(0, EARLY);
     unsigned char* merge_region = smem + L.merge_off;
-    if (p.cluster_merge) cluster_merge_begin(merge_region, rows_here, dv);
+    if (p.cluster_merge) cluster_merge_begin(merge_region, cta_rows, dv);
 
     // Q^T as B fragments: b0 = Q[row fr][16ks + 2fc, +1], b1 = the same +8.
-    // The group's rows are staged through shared memory (warp 0's last ring
-    // slot, free until its half R - 1) with whole-piece vector loads, so the
-    // prologue waits for one memory latency rather than for each lane's
-    // elements. (A slot holds 16 rows of at least dk16 + 8 elements; these
-    // are 8 such rows.)
+    // The group's rows are staged through shared memory (row block k's in
+    // ring k's last slot, free until its half R - 1) with whole-piece vector
+    // loads, so the prologue waits for one memory latency rather than for
+    // each lane's elements. (A slot holds 16 rows of at least dk16 + 8
+    // elements; a row block is 8 such rows.)
     uint32_t qb[MAX_KS][2];
     {
-        T* sQ = reinterpret_cast<T*>(smem) + (R - 1) * L.slot_elems;
+        auto staged_rows = [&](int block) {
+            return reinterpret_cast<T*>(smem + block * L.warp_bytes) + (R - 1) * L.slot_elems;
+        };
         const int q_stride = dk16 + 8, pieces = dk16 / 8;
-        for (int i = tid; i < kNarrowRows * pieces; i += NT) {
+        for (int i = tid; i < CTA_ROWS * pieces; i += NT) {
             const int r = i / pieces, c = (i - r * pieces) * 8;
             float v[8];
             int64_t qoff = 0;
             int n = 0;
-            if (r < rows_here) {
-                const QueryHead qh = row_qh(r);
+            if (r < cta_rows) {
+                const QueryHead qh = cta_row_qh(r);
                 qoff = row_offset(p.qa, b, qh.qi, qh.h) + c;
                 n = min(8, dk - c);
             }
             load_elems8(p.q, p.q_dtype, qoff, n, v);
-            *reinterpret_cast<uint4*>(sQ + r * q_stride + c) = pack_eight<T>(v);
+            *reinterpret_cast<uint4*>(staged_rows(r / kNarrowRows) + (r % kNarrowRows) * q_stride + c) =
+                pack_eight<T>(v);
         }
         // Where each row's output goes (o, or this split's partial row): once
         // per row rather than per element, and here, where registers are free.
-        if (tid < rows_here) {
-            const QueryHead qh = row_qh(tid);
+        if (tid < cta_rows) {
+            const QueryHead qh = cta_row_qh(tid);
             sRowOut[tid] = p.num_splits == 1 || p.cluster_merge ? row_offset(p.oa, b, qh.qi, qh.h)
                                                                  : partial_row(p, split, b, qh.qi, qh.h) * p.v.dim;
         }
         __syncthreads();
-        const T* qrow = sQ + fr * q_stride + 2 * fc;
+        const T* qrow = staged_rows(rbw) + fr * q_stride + 2 * fc;
 #pragma unroll
         for (int ks = 0; ks < MAX_KS; ++ks) {
             qb[ks][0] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16) : 0u;
             qb[ks][1] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16 + 8) : 0u;
         }
         if constexpr (TMA) fence_proxy_async_smem();  // these reads of sQ before TMA writes into the same bytes
-        __syncthreads();  // warp 0's last slot takes its half next
+        __syncthreads();  // the rings' last slots take their halves next
     }
     issue_first(EARLY, R);
     // Causal limit of this lane's two query rows (columns 2fc, 2fc+1 of S^T).
@@ -327,6 +361,18 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
             cp_async_wait<R - 1>();
             __syncwarp();
         }
+    };
+    // This warp is done reading half `done`'s slot: the slot takes half
+    // done + R where `more`. With shared rings the warp counts itself out on
+    // the slot's empty barrier and the loading warp waits for every reader.
+    auto refill = [&](int done, bool more, int64_t id) {
+        __syncwarp();
+        if constexpr (RB > 1) {
+            if (lane == 0) mbarrier_arrive(empties + done % R);
+            if (loads && more) mbarrier_wait(empties + done % R, (done / R) & 1);
+        }
+        if (loads && more) issue_half(done + R, id);
+        cp_async_commit();
     };
     for (int c = 0; c < chunks; ++c) {
         wait_half(2 * c);  // this chunk's K
@@ -376,9 +422,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
             s[e + 2] = hi;
         }
         // K slot done: it takes half 2c + R (chunk c + R/2). Then wait for V.
-        __syncwarp();
-        if (c + R / 2 < chunks) issue_half(2 * c + R, ids[R / 2 - 1]);
-        cp_async_commit();
+        refill(2 * c, c + R / 2 < chunks, ids[R / 2 - 1]);
         wait_half(2 * c + 1);  // and its V
 
         // P^T (tokens x rows) -> B operand (k = tokens, n = rows) by transposing
@@ -405,18 +449,18 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
             }
         }
         // V slot done: it takes half 2c + 1 + R (chunk c + (R+1)/2).
-        __syncwarp();
-        if (c + (R + 1) / 2 < chunks) issue_half(2 * c + 1 + R, ids[(R + 1) / 2 - 1]);
-        cp_async_commit();
+        refill(2 * c + 1, c + (R + 1) / 2 < chunks, ids[(R + 1) / 2 - 1]);
         ids[0] = ids[1];
         ids[1] = ids[2];
         ids[2] = fetch(c + 4);
     }
     cp_async_wait<0>();
 
-    // Merge the warps: per query row, max over warps; each warp stores its
-    // rescaled O^T in its own rows (which reuse the K/V slots), then every
-    // thread sums a column over the warps: two CTA barriers in all.
+    // Merge the warps of each row block (its TW token lanes): per query row,
+    // max over warps; each warp stores its rescaled O^T in its own rows
+    // (which reuse the K/V slots), then every thread sums a column over the
+    // warps: two CTA barriers in all. CTA row rbw * kNarrowRows + r is row r
+    // of the warps rbw * TW .. rbw * TW + TW - 1.
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
         run_l[e] += __shfl_xor_sync(0xffffffffu, run_l[e], 4);
@@ -428,21 +472,22 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         }
     }
     __syncthreads();
+    const int w0 = rbw * TW;  // first warp of this row block
     float scale[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
         const int r = 2 * fc + e;
         float M = -INFINITY;
-        for (int w = 0; w < NW; ++w) M = fmaxf(M, sWarpM[w * kNarrowRows + r]);
+        for (int w = w0; w < w0 + TW; ++w) M = fmaxf(M, sWarpM[w * kNarrowRows + r]);
         scale[e] = (run_m[e] == -INFINITY) ? 0.f : exp2_ftz(run_m[e] - M);
-        if (warp == 0 && fr == 0) {
+        if (tw == 0 && fr == 0) {
             float tot = 0.f;
-            for (int w = 0; w < NW; ++w) {
+            for (int w = w0; w < w0 + TW; ++w) {
                 const float mw = sWarpM[w * kNarrowRows + r];
                 if (mw != -INFINITY) tot += sWarpL[w * kNarrowRows + r] * exp2_ftz(mw - M);
             }
-            sRowL[r] = tot;
-            sRowM[r] = M;
+            sRowL[rbw * kNarrowRows + r] = tot;
+            sRowM[rbw * kNarrowRows + r] = M;
         }
     }
     {
@@ -458,27 +503,28 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         }
     }
     __syncthreads();
-    // Column sums over the warps, in warp order.
+    // Column sums over a row block's warps, in warp order (m: CTA row).
     auto merged = [&](int m, int col) {
+        const int first = (m / kNarrowRows) * TW, r = m % kNarrowRows;
         float v = 0.f;
-        for (int w = 0; w < NW; ++w) v += sWarpO[(w * kNarrowRows + m) * L.o_stride + col];
+        for (int w = first; w < first + TW; ++w) v += sWarpO[(w * kNarrowRows + r) * L.o_stride + col];
         return v;
     };
     // Rows x columns spread over all threads (wide CTAs have more threads
     // than a row has columns).
-    if (p.cluster_merge) {  // the splits of this row block are the CTAs of one cluster
-        for (int e = tid; e < rows_here * dv; e += NT) {
+    if (p.cluster_merge) {  // the splits of this row block are the CTAs of one cluster (RB == 1)
+        for (int e = tid; e < cta_rows * dv; e += NT) {
             const int m = e / dv, col = e - m * dv;
             sO[m * L.o_stride + col] = merged(m, col);
         }
         __syncthreads();
-        merge_splits_in_cluster(p, merge_region, rows_here, dv, L.o_stride, sO, sRowM, sRowL, sRowOut, [&](int r) {
-            const QueryHead qh = row_qh(r);
+        merge_splits_in_cluster(p, merge_region, cta_rows, dv, L.o_stride, sO, sRowM, sRowL, sRowOut, [&](int r) {
+            const QueryHead qh = cta_row_qh(r);
             return lse_index(p, b, qh.qi, qh.h);
         });
         return;
     }
-    for (int e = tid; e < rows_here * dv; e += NT) {
+    for (int e = tid; e < cta_rows * dv; e += NT) {
         const int m = e / dv, col = e - m * dv;
         const float l = sRowL[m];
         const int64_t out = sRowOut[m] + col;
@@ -486,8 +532,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         if (p.num_splits == 1) store_elem(p.o, p.o_dtype, out, v);
         else p.part_o[out] = v;
     }
-    if (tid < rows_here) {
-        const QueryHead qh = row_qh(tid);
+    if (tid < cta_rows) {
+        const QueryHead qh = cta_row_qh(tid);
         write_row_lse(p, split, b, qh.qi, qh.h, sRowM[tid], sRowL[tid]);
     }
 }

@@ -143,8 +143,8 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
                                 grid, plan.rows_per_cta, s.latent_dependent_launch, s.stream);
         else if (plan.narrow)
             launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.narrow_rows, plan.narrow_dims,
-                                    plan.narrow_warps, p, narrow_maps ? *narrow_maps : NarrowTmaMaps{}, grid,
-                                    plan.smem_bytes, s.stream);
+                                    plan.narrow_warps, plan.narrow_row_blocks, p,
+                                    narrow_maps ? *narrow_maps : NarrowTmaMaps{}, grid, plan.smem_bytes, s.stream);
         else if (plan.per_warp) launch_attention_warp(s.desc.cache_dtype, plan.stages, p, grid, plan.smem_bytes, s.stream);
         else if (plan.simt) launch_attention_simt(p, grid, plan.smem_bytes, s.stream);
         else launch_attention_mma(plan.variant, s.desc.cache_dtype, p, grid, plan.smem_bytes, s.stream);

@@ -12,11 +12,13 @@ namespace {
 
 // Occupancy slots: 0..2 tensor-core variants, 3 SIMT, 4..6 per-warp by
 // depth, 7..15 narrow: one run of ring sizes per row layout (padded,
-// swizzled, TMA boxes, in NarrowRows order); 16 the narrow kernel's wide CTAs.
+// swizzled, TMA boxes, in NarrowRows order); 16 the narrow kernel's wide
+// CTAs; 17, 18 its shared rings of 2 and 4 row blocks.
 constexpr int kSimtSlot = 3, kWarpSlot0 = 4, kNarrowSlot0 = 7;
 constexpr int kNarrowRingSizes = kNarrowSlotsMax - kNarrowSlotsMin + 1;
 constexpr int kNarrowWideSlot = kNarrowSlot0 + 3 * kNarrowRingSizes;
-static_assert(kNarrowWideSlot + 1 == Session::kOccupancySlots, "occupancy slots");
+constexpr int kNarrowSharedSlot2 = kNarrowWideSlot + 1, kNarrowSharedSlot4 = kNarrowWideSlot + 2;
+static_assert(kNarrowSharedSlot4 + 1 == Session::kOccupancySlots, "occupancy slots");
 
 constexpr int narrow_slot(NarrowRows rows, int slots) {
     return kNarrowSlot0 + static_cast<int>(rows) * kNarrowRingSizes + slots - kNarrowSlotsMin;
@@ -30,6 +32,9 @@ int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int sm
         const int narrow = variant_index - kNarrowSlot0;
         o.blocks = variant_index == kNarrowWideSlot
                        ? narrow_blocks_per_sm(cache, kNarrowWideSlots, NarrowRows::TmaBoxes, dims, smem, kNarrowWideWarps)
+                   : variant_index >= kNarrowSharedSlot2
+                       ? narrow_blocks_per_sm(cache, kNarrowSharedSlots, NarrowRows::TmaBoxes, dims, smem,
+                                              kNarrowSharedWarps, variant_index == kNarrowSharedSlot2 ? 2 : 4)
                    : narrow >= 0 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + narrow % kNarrowRingSizes,
                                                       static_cast<NarrowRows>(narrow / kNarrowRingSizes), dims, smem)
                    : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
@@ -67,6 +72,31 @@ bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, 
     return best_blocks > 0;
 }
 
+// Groups of 9-32 rows (2-4 of the narrow kernel's row blocks: s_q > 1)
+// take one CTA whose row blocks share the K/V rings, so the group's K/V
+// leaves L2 once instead of once per row block. (GQA 32/8 at s_q = 8, B =
+// 64: four 8-row CTAs a group moved ~4.3 GB through L2 for a 1.07 GB cache.)
+// Three row blocks run as four, the last one without rows.
+void fit_shared_rings(Session& s, const AttentionParams& p, AttentionPlan* plan) {
+    const int row_blocks = (p.rows + kNarrowRows - 1) / kNarrowRows;
+    const int shared = row_blocks <= 2 ? 2 : 4;
+    if (!s.use_narrow_shared || row_blocks < 2 || row_blocks > 4 || s.pinned_stages != 0 ||
+        !narrow_shared_compiled(kNarrowSharedSlots, plan->narrow_rows, plan->narrow_dims, kNarrowSharedWarps, shared))
+        return;
+    const int smem = narrow_smem_bytes(p, kNarrowSharedSlots, NarrowRows::TmaBoxes, kNarrowSharedWarps, shared);
+    if (smem > s.smem_optin) return;
+    const int blocks = cached_blocks_per_sm(s, shared == 2 ? kNarrowSharedSlot2 : kNarrowSharedSlot4,
+                                            s.desc.cache_dtype, smem, false, plan->narrow_dims);
+    if (blocks < 1) return;
+    plan->narrow_warps = kNarrowSharedWarps;
+    plan->narrow_row_blocks = shared;
+    plan->stages = kNarrowSharedSlots;
+    plan->smem_bytes = smem;
+    plan->blocks_per_sm = blocks;
+    plan->rows_per_cta = kNarrowRows * shared;
+    plan->tile_tokens = narrow_step_tokens(kNarrowSharedWarps / shared);
+}
+
 }  // namespace
 
 const char* kernel_name(const AttentionPlan& plan) {
@@ -74,6 +104,8 @@ const char* kernel_name(const AttentionPlan& plan) {
     if (plan.narrow) {
         if (plan.narrow_rows == NarrowRows::Padded) return "narrow";
         if (plan.narrow_rows == NarrowRows::Swizzled) return "narrow-swizzled";
+        if (plan.narrow_row_blocks == 2) return "narrow-tma-128/128-shared-2";
+        if (plan.narrow_row_blocks == 4) return "narrow-tma-128/128-shared-4";
         if (plan.narrow_warps != kNarrowWarps) return "narrow-tma-128/128-wide";
         return plan.narrow_dims == NarrowDims::K128V128   ? "narrow-tma-128/128"
                : plan.narrow_dims == NarrowDims::K192V128 ? "narrow-tma-192/128"
@@ -130,6 +162,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
             plan.narrow = true;
             plan.rows_per_cta = kNarrowRows;
             plan.tile_tokens = narrow_step_tokens(kNarrowWarps);
+            fit_shared_rings(s, p, &plan);
             return plan;
         }
     }
@@ -180,8 +213,8 @@ void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, A
     // 14.0 -> 13.2 us. At B = 16 of the GQLA GQA path (128 unsplit CTAs)
     // the 4-slot ring was 3% slower, hence only a quarter of the SMs.
     constexpr int kRing = 4, kCtasPerSm = 2;
-    if (!plan->narrow || plan->narrow_rows != NarrowRows::TmaBoxes || s.pinned_stages != 0 ||
-        base_ctas * 4 > s.sm_count)
+    if (!plan->narrow || plan->narrow_rows != NarrowRows::TmaBoxes || plan->narrow_row_blocks != 1 ||
+        s.pinned_stages != 0 || base_ctas * 4 > s.sm_count)
         return;
     const int smem = narrow_smem_bytes(p, kRing, NarrowRows::TmaBoxes);
     if (smem > s.smem_optin ||
@@ -239,7 +272,7 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
 
 void fit_wide_ctas(Session& s, const AttentionParams& p, int64_t base_ctas, int64_t max_len, int combine_cap,
                    double cost, AttentionPlan* plan, int* splits) {
-    if (s.narrow_wide == 0 || !plan->narrow || s.pinned_stages != 0 ||
+    if (s.narrow_wide == 0 || !plan->narrow || plan->narrow_row_blocks != 1 || s.pinned_stages != 0 ||
         !narrow_wide_compiled(kNarrowWideSlots, plan->narrow_rows, plan->narrow_dims))
         return;
     AttentionPlan wide = *plan;
@@ -282,7 +315,7 @@ bool cluster_merge_pays(const Session& s, const AttentionPlan& plan, int64_t bas
     if (plan.latent_wgmma)
         return splits <= kMaxLatentClusterSplits && base_ctas <= s.latent_clusters[static_cast<size_t>(splits)];
     const int64_t slots = static_cast<int64_t>(s.sm_count) * plan.blocks_per_sm;
-    return plan.narrow && splits <= kMaxClusterSplits && 2 * base_ctas * splits <= slots;
+    return plan.narrow && plan.narrow_row_blocks == 1 && splits <= kMaxClusterSplits && 2 * base_ctas * splits <= slots;
 }
 
 bool cluster_merge_fits(Session& s, const AttentionPlan& plan, int64_t base_ctas, int splits) {

@@ -15,6 +15,7 @@ struct AttentionPlan {
     NarrowRows narrow_rows = NarrowRows::Padded;  // narrow kernel: how K/V rows sit in its slots
     NarrowDims narrow_dims = NarrowDims::Runtime;  // narrow kernel, TmaBoxes: compiled key/value widths
     int narrow_warps = kNarrowWarps;               // narrow kernel: warps per CTA (kNarrowWideWarps: wide CTAs)
+    int narrow_row_blocks = 1;                     // narrow kernel: row blocks per CTA (> 1: shared rings)
     bool latent_wgmma = false;  // absorb path on Hopper warpgroup MMAs
     int stages = 0;  // per-warp kernel: K/V chunks buffered per warp; narrow: K/V half-chunk slots
     MmaVariant variant = MmaVariant::Small;

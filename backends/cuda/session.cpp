@@ -103,6 +103,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     const char* max_splits = std::getenv("GQLA_CUDA_MAX_SPLITS");  // tuning/debug knob
     s->use_warp_kernel = knob_on("GQLA_CUDA_WARP_KERNEL");
     s->use_narrow_kernel = knob_on("GQLA_CUDA_NARROW_KERNEL");
+    s->use_narrow_shared = knob_on("GQLA_CUDA_NARROW_SHARED");
     const char* swizzle = std::getenv("GQLA_CUDA_NARROW_SWIZZLE");
     if (swizzle && *swizzle) s->narrow_swizzle = *swizzle == '0' ? 0 : 1;
     const char* wide = std::getenv("GQLA_CUDA_NARROW_WIDE");

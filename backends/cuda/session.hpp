@@ -90,7 +90,7 @@ struct Session {
     // Per-variant occupancy, cached by shared-memory size (slot numbering:
     // decode_plan.cpp).
     struct Occupancy { int smem = -1; NarrowDims dims = NarrowDims::Runtime; int blocks = 0; };
-    static constexpr int kOccupancySlots = 17;
+    static constexpr int kOccupancySlots = 19;
     Occupancy occupancy[kOccupancySlots][2];
     // Tuning/debug knobs: GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0
     // / GQLA_CUDA_LATENT_WGMMA=0 turn those kernels off; GQLA_CUDA_STAGES=n pins their depth (0: planned).
@@ -119,6 +119,9 @@ struct Session {
     int pinned_stages = 0;
     int narrow_swizzle = -1;  // GQLA_CUDA_NARROW_SWIZZLE: -1 planned, 0 padded rows, 1 swizzled where the dims allow
     int narrow_wide = -1;     // GQLA_CUDA_NARROW_WIDE: -1 planned, 0 never, 1 wherever compiled (fit_wide_ctas)
+    // Groups of 2-4 row blocks in one CTA whose row blocks share the K/V
+    // rings (narrow_shared_compiled; off: GQLA_CUDA_NARROW_SHARED=0).
+    bool use_narrow_shared = true;
     // Most rows per group (n_rep * s_q) the narrow kernel takes, 8 per CTA
     // (GQLA_CUDA_NARROW_MAX_ROWS, >= 8; 8 leaves larger groups to the 16-row kernels).
     int narrow_max_rows = kNarrowMaxRowsDefault;
