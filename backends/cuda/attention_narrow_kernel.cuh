@@ -124,7 +124,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     constexpr int TW = NW / RB;
     constexpr int NT = NW * 32, TILE = 16 * TW, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;
     constexpr bool SWZ = ROWS != NarrowRows::Padded, TMA = ROWS == NarrowRows::TmaBoxes;
-    static_assert(RB == 1 || (TMA && RB <= TW && NW % RB == 0), "shared rings: TMA boxes, a ring per row block's query rows");
+    static_assert(RB == 1 || (TMA && RB <= TW && NW % RB == 0),
+                  "shared rings: TMA boxes, and a ring per row block to stage its query rows in");
     constexpr int BLOCK = TMA ? 16 * 64 : 64;  // NarrowLayout::block
     extern __shared__ __align__(128) unsigned char smem_raw[];
     unsigned char* smem = TMA ? smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) : smem_raw;
