@@ -32,9 +32,10 @@ const char* kernel_name(const AttentionPlan& plan);
 // plans around it before p is complete: query_in_place).
 bool plans_latent_kernel(const Session& s, const AttentionParams& p);
 
-// p: dims, dtype and rows filled in; narrow_tma: the layer's pools have
-// valid NarrowTmaMaps.
-AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma);
+// p: dims, dtype, rows and heads filled in; narrow_tma: the layer's pools
+// have valid NarrowTmaMaps; launch_batch: sequences in the largest launch of
+// the call.
+AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma, int64_t launch_batch);
 
 // A launch whose unsplit CTAs fill at most a quarter of the SMs (a few
 // sequences) is split many ways, and short splits pay their prologue (length,

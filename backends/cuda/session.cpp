@@ -103,7 +103,8 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     const char* max_splits = std::getenv("GQLA_CUDA_MAX_SPLITS");  // tuning/debug knob
     s->use_warp_kernel = knob_on("GQLA_CUDA_WARP_KERNEL");
     s->use_narrow_kernel = knob_on("GQLA_CUDA_NARROW_KERNEL");
-    s->use_narrow_shared = knob_on("GQLA_CUDA_NARROW_SHARED");
+    const char* shared_rings = std::getenv("GQLA_CUDA_NARROW_SHARED");
+    if (shared_rings && *shared_rings) s->narrow_shared = *shared_rings == '0' ? 0 : 1;
     const char* swizzle = std::getenv("GQLA_CUDA_NARROW_SWIZZLE");
     if (swizzle && *swizzle) s->narrow_swizzle = *swizzle == '0' ? 0 : 1;
     const char* wide = std::getenv("GQLA_CUDA_NARROW_WIDE");

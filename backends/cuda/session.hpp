@@ -120,8 +120,9 @@ struct Session {
     int narrow_swizzle = -1;  // GQLA_CUDA_NARROW_SWIZZLE: -1 planned, 0 padded rows, 1 swizzled where the dims allow
     int narrow_wide = -1;     // GQLA_CUDA_NARROW_WIDE: -1 planned, 0 never, 1 wherever compiled (fit_wide_ctas)
     // Groups of 2-4 row blocks in one CTA whose row blocks share the K/V
-    // rings (narrow_shared_compiled; off: GQLA_CUDA_NARROW_SHARED=0).
-    bool use_narrow_shared = true;
+    // rings (narrow_shared_compiled): GQLA_CUDA_NARROW_SHARED -1 planned
+    // (fit_shared_rings), 0 never, 1 wherever compiled.
+    int narrow_shared = -1;
     // Most rows per group (n_rep * s_q) the narrow kernel takes, 8 per CTA
     // (GQLA_CUDA_NARROW_MAX_ROWS, >= 8; 8 leaves larger groups to the 16-row kernels).
     int narrow_max_rows = kNarrowMaxRowsDefault;

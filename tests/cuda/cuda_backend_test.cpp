@@ -132,7 +132,8 @@ void test_gqa(gqla_dtype cache, int H, int G, int D, int Dv, int page_size, cons
     int64_t min_len = *std::min_element(lengths.begin(), lengths.end());
     char name[160];
     // With 4 heads per group: 4, 8, 12, 20 and 32 rows, i.e. one narrow row
-    // block, or 2-4 sharing one CTA's rings (the last of 3 + 1 empty).
+    // block, or 2-4 (with GQLA_CUDA_NARROW_SHARED=1 sharing one CTA's rings,
+    // the last of 3 + 1 empty).
     for (int s_q : {1, 2, 3, 5, 8}) {
         if (s_q > min_len) continue;
         std::snprintf(name, sizeof name, "gqa %s H=%d G=%d D=%d Dv=%d P=%d B=%zu s_q=%d",
