@@ -95,6 +95,13 @@ bool knob_on(const char* name) {
     return !(v && *v == '0');
 }
 
+// Knobs that override a planned choice: unset or empty -1 (planned), a
+// value starting with '0' 0 (never), anything else 1 (always).
+int knob_choice(const char* name) {
+    const char* v = std::getenv(name);
+    return !(v && *v) ? -1 : *v == '0' ? 0 : 1;
+}
+
 void init_session(Session* s, const gqla_backend_desc& d) {
     s->desc = d;
     s->device = d.device_index;
@@ -103,12 +110,9 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     const char* max_splits = std::getenv("GQLA_CUDA_MAX_SPLITS");  // tuning/debug knob
     s->use_warp_kernel = knob_on("GQLA_CUDA_WARP_KERNEL");
     s->use_narrow_kernel = knob_on("GQLA_CUDA_NARROW_KERNEL");
-    const char* shared_rings = std::getenv("GQLA_CUDA_NARROW_SHARED");
-    if (shared_rings && *shared_rings) s->narrow_shared = *shared_rings == '0' ? 0 : 1;
-    const char* swizzle = std::getenv("GQLA_CUDA_NARROW_SWIZZLE");
-    if (swizzle && *swizzle) s->narrow_swizzle = *swizzle == '0' ? 0 : 1;
-    const char* wide = std::getenv("GQLA_CUDA_NARROW_WIDE");
-    if (wide && *wide) s->narrow_wide = *wide == '0' ? 0 : 1;
+    s->narrow_shared = knob_choice("GQLA_CUDA_NARROW_SHARED");
+    s->narrow_swizzle = knob_choice("GQLA_CUDA_NARROW_SWIZZLE");
+    s->narrow_wide = knob_choice("GQLA_CUDA_NARROW_WIDE");
     const char* stages = std::getenv("GQLA_CUDA_STAGES");
     if (stages && *stages) s->pinned_stages = std::clamp(std::atoi(stages), 2, 5);
     const char* narrow_rows = std::getenv("GQLA_CUDA_NARROW_MAX_ROWS");
