@@ -145,8 +145,9 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fr = lane >> 2, fc = lane & 3;  // fragment row / column pair of this lane
     // Token lane and row block of this warp; the row block 0 warp of a lane loads its ring.
-    const int tw = warp % TW, rbw = warp / TW;
-    const bool loads = rbw == 0;
+    // (Constants for one row block: its kernels keep the code they had before shared rings.)
+    const int tw = RB == 1 ? warp : warp % TW, rbw = RB == 1 ? 0 : warp / TW;
+    const bool loads = RB == 1 || rbw == 0;
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar_off) + tw * R;  // TMA: slot i completes on bars[i]
     // Shared rings: slot i is free again once empties[i] counts RB readers done.
     uint64_t* empties = reinterpret_cast<uint64_t*>(smem + L.bar_off) + TW * R + tw * R;
@@ -506,7 +507,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     __syncthreads();
     // Column sums over a row block's warps, in warp order (m: CTA row).
     auto merged = [&](int m, int col) {
-        const int first = (m / kNarrowRows) * TW, r = m % kNarrowRows;
+        const int first = RB == 1 ? 0 : (m / kNarrowRows) * TW, r = RB == 1 ? m : m % kNarrowRows;
         float v = 0.f;
         for (int w = first; w < first + TW; ++w) v += sWarpO[(w * kNarrowRows + r) * L.o_stride + col];
         return v;
