@@ -100,8 +100,10 @@ void unpack_host_rows(const unsigned char* src, int64_t dim, size_t es, const gq
 // narrow_maps: TMA maps of the layer's pools for the narrow kernel, or null.
 void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int groups,
                    const NarrowTmaMaps* narrow_maps = nullptr) {
+    int64_t call_max_len = 0;
+    for (int i = 0; i < a.batch; ++i) call_max_len = std::max<int64_t>(call_max_len, a.seqs[i].length);
     const AttentionPlan base_plan =
-        plan_attention(s, p, narrow_maps && narrow_maps->valid, std::min(kMaxLaunchBatch, a.batch));
+        plan_attention(s, p, narrow_maps && narrow_maps->valid, std::min(kMaxLaunchBatch, a.batch), call_max_len);
     const int row_blocks = (p.rows + base_plan.rows_per_cta - 1) / base_plan.rows_per_cta;
     const int64_t per_split_rows = static_cast<int64_t>(a.batch) * a.q_len * p.num_heads;
     const int combine_cap = static_cast<int>(std::clamp<int64_t>(s.part_rows / per_split_rows, 1, kMaxSplits));

@@ -76,16 +76,29 @@ bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, 
 // take one CTA whose row blocks share the K/V rings, so the group's K/V
 // leaves L2 once instead of once per row block. (GQA 32/8 at s_q = 8, B =
 // 64: four 8-row CTAs a group moved ~4.3 GB through L2 for a 1.07 GB cache.)
-// Three row blocks run as four, the last one without rows. Planned only
-// where the groups' CTAs fill half the SMs or more unsplit (measured: batch
-// 16 and 64 of GQA 32/8, 128 and 512 CTAs, 6-22% faster): smaller launches
-// keep 8-row CTAs, whose splits can merge in a thread-block cluster, which
-// the shared CTAs do not do.
-void fit_shared_rings(Session& s, const AttentionParams& p, int64_t launch_batch, AttentionPlan* plan) {
+// Three row blocks run as four, the last one without rows.
+// Launches whose groups fill less than half the SMs take it only for long
+// sequences: there the 8-row CTAs split many ways and merge in thread-block
+// clusters, which the shared CTAs (one per SM) do not do, so a short stream
+// pays a combine pass for little L2 traffic saved. Measured on the H200
+// (gqla-bench event us, GQA 32/8 bf16, 8-row CTAs / shared rings):
+//   - groups filling half the SMs (batch 16, 64; T = 4096): s_q 3-8 6-22% faster;
+//   - T = 1024, batch 1-8: up to 16% slower at s_q 4 and 8;
+//   - 4 row blocks (s_q 8), batch 1 / 4 / 8: T = 2048 19.3 / 20.2, 24.9 /
+//     27.1, 38.3 / 38.0; T = 4096 24.4 / 22.9, 38.0 / 37.7, 60.7 / 59.8;
+//     faster by 6-11% at T = 8192, 10-22% at 16384, 13-27% at 32768;
+//   - 2 row blocks (s_q 4): within 4% either way at T = 2048-8192 but batch
+//     8 (up to 7% slower); T = 16384 34.5 / 33.1, 80.7 / 78.3, 138.9 /
+//     139.0; T = 32768 53.2 / 48.5, 142.3 / 137.4, 257.0 / 259.5.
+constexpr int64_t kSharedRingsMinContext[2] = {16384, 4096};  // [2 row blocks, 3-4]
+
+void fit_shared_rings(Session& s, const AttentionParams& p, int64_t launch_batch, int64_t max_len,
+                      AttentionPlan* plan) {
     const int row_blocks = (p.rows + kNarrowRows - 1) / kNarrowRows;
     const int shared = row_blocks <= 2 ? 2 : 4;
     const int64_t group_ctas = launch_batch * (p.num_heads / p.heads_per_group);
-    if (s.narrow_shared == 0 || (s.narrow_shared < 0 && 2 * group_ctas < s.sm_count)) return;
+    const bool pays = 2 * group_ctas >= s.sm_count || max_len >= kSharedRingsMinContext[shared == 2 ? 0 : 1];
+    if (s.narrow_shared == 0 || (s.narrow_shared < 0 && !pays)) return;
     if (row_blocks < 2 || row_blocks > 4 || s.pinned_stages != 0 ||
         !narrow_shared_compiled(kNarrowSharedSlots, plan->narrow_rows, plan->narrow_dims, kNarrowSharedWarps, shared))
         return;
@@ -126,7 +139,8 @@ bool plans_latent_kernel(const Session& s, const AttentionParams& p) {
     return s.use_latent_wgmma && latent_wgmma_fits(p);
 }
 
-AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma, int64_t launch_batch) {
+AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma, int64_t launch_batch,
+                             int64_t max_len) {
     AttentionPlan plan;
     const gqla_dtype cache = s.desc.cache_dtype;
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
@@ -168,7 +182,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
             plan.narrow = true;
             plan.rows_per_cta = kNarrowRows;
             plan.tile_tokens = narrow_step_tokens(kNarrowWarps);
-            fit_shared_rings(s, p, launch_batch, &plan);
+            fit_shared_rings(s, p, launch_batch, max_len, &plan);
             return plan;
         }
     }

@@ -34,8 +34,9 @@ bool plans_latent_kernel(const Session& s, const AttentionParams& p);
 
 // p: dims, dtype, rows and heads filled in; narrow_tma: the layer's pools
 // have valid NarrowTmaMaps; launch_batch: sequences in the largest launch of
-// the call.
-AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma, int64_t launch_batch);
+// the call; max_len: the call's longest sequence (cached tokens).
+AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma, int64_t launch_batch,
+                             int64_t max_len);
 
 // A launch whose unsplit CTAs fill at most a quarter of the SMs (a few
 // sequences) is split many ways, and short splits pay their prologue (length,
