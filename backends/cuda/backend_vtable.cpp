@@ -114,10 +114,8 @@ gqla_status vt_decode(void* ctx, const gqla_decode_args* a) {
     return guarded(ctx, [&](Session& s) { decode(s, *a); });
 }
 gqla_status vt_set_stream(void* ctx, void* stream) {
-    return guarded(ctx, [&](Session& s) {
-        s.stream = static_cast<cudaStream_t>(stream);  // NULL: legacy default stream (gqla.h)
-        check_cublas(cublasSetStream(s.cublas, s.stream), "cublasSetStream");
-    });
+    // NULL: the legacy default stream (gqla.h).
+    return guarded(ctx, [&](Session& s) { switch_stream(s, static_cast<cudaStream_t>(stream)); });
 }
 gqla_status vt_synchronize(void* ctx) {
     return guarded(ctx, [&](Session& s) { check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize"); });

@@ -73,6 +73,25 @@ void* acquire_pinned(Session& s, size_t bytes) {
 
 void release_pinned(Session& s) { check_cuda(cudaEventRecord(s.pinned_free, s.stream), "cudaEventRecord(staging)"); }
 
+void switch_stream(Session& s, cudaStream_t next) {
+    if (next == s.stream) return;
+    // Work queued on a stream being captured went into a graph, not onto the
+    // GPU: there is nothing to wait for.
+    cudaStreamCaptureStatus old_status = cudaStreamCaptureStatusNone, next_status = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(s.stream, &old_status), "cudaStreamIsCapturing(current stream)");
+    check_cuda(cudaStreamIsCapturing(next, &next_status), "cudaStreamIsCapturing(stream)");
+    if (old_status == cudaStreamCaptureStatusNone) {
+        check_cuda(cudaEventRecord(s.stream_handoff, s.stream), "cudaEventRecord(stream switch)");
+        // A stream being captured cannot wait on work outside its graph: the host waits instead.
+        if (next_status == cudaStreamCaptureStatusNone)
+            check_cuda(cudaStreamWaitEvent(next, s.stream_handoff, 0), "cudaStreamWaitEvent(stream switch)");
+        else
+            check_cuda(cudaEventSynchronize(s.stream_handoff), "cudaEventSynchronize(stream switch)");
+    }
+    check_cublas(cublasSetStream(s.cublas, next), "cublasSetStream");
+    s.stream = next;
+}
+
 namespace {
 void init_session(Session* s, const gqla_backend_desc& d);
 }
@@ -150,6 +169,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     // the caller's default-stream work (e.g. a framework producing q) for free.
     s->stream = nullptr;
     check_cuda(cudaEventCreateWithFlags(&s->pinned_free, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&s->stream_handoff, cudaEventDisableTiming), "cudaEventCreate");
     check_cublas(cublasCreate(&s->cublas), "cublasCreate");
     s->cublas_workspace.allocate(kCublasWorkspaceBytes, "cuBLAS workspace");
     check_cublas(cublasSetWorkspace(s->cublas, s->cublas_workspace.get(), kCublasWorkspaceBytes), "cublasSetWorkspace");
@@ -225,6 +245,7 @@ void destroy_session(Session* s) {
     cudaStreamSynchronize(s->stream);
     if (s->cublas) cublasDestroy(s->cublas);
     if (s->pinned_free) cudaEventDestroy(s->pinned_free);
+    if (s->stream_handoff) cudaEventDestroy(s->stream_handoff);
     delete s;  // buffers free themselves
 }
 

@@ -84,6 +84,7 @@ struct Session {
     DeviceBuffer row_tokens, staged_a, staged_b;
     PinnedBuffer pinned;
     cudaEvent_t pinned_free = nullptr;  // recorded after the last copy that read `pinned`
+    cudaEvent_t stream_handoff = nullptr;  // the old stream's queued work, at a stream switch (switch_stream)
 
     std::string error;
 
@@ -176,5 +177,12 @@ void destroy_session(Session* s);
 
 // Makes the session's device current for the calling thread.
 void bind_device(const Session& s);
+
+// Queues the session's later work on `next`, after the work it queued on its
+// current stream (appends still copying rows, page-table updates): those
+// write the cache that the next decode reads, and a stream that does not
+// synchronize with the old one (cudaStreamNonBlocking) would race them.
+// Unchanged on error.
+void switch_stream(Session& s, cudaStream_t next);
 
 }  // namespace gqla::cuda

@@ -408,7 +408,11 @@ GQLA_API gqla_status gqla_session_stats(const gqla_session* session, gqla_stats*
 /* ----------------------------------------------------------------- stream */
 
 /* CUDA sessions: queue all later work on `stream` (a cudaStream_t; NULL = the
- * legacy default stream). CPU sessions accept and ignore it. */
+ * legacy default stream), ordered after the work the session queued on its
+ * previous stream (appends still copying, for instance): `stream` waits for
+ * it on the GPU, or, where `stream` is being captured into a CUDA graph, this
+ * call waits for it on the host. CPU sessions accept and ignore it.
+ * Errors: INVALID_ARGUMENT, BACKEND (the session keeps its stream). */
 GQLA_API gqla_status gqla_session_set_stream(gqla_session* session, void* stream);
 
 /* Block until all work queued by this session has finished (CUDA: the
