@@ -82,11 +82,19 @@ void switch_stream(Session& s, cudaStream_t next) {
     check_cuda(cudaStreamIsCapturing(next, &next_status), "cudaStreamIsCapturing(stream)");
     if (old_status == cudaStreamCaptureStatusNone) {
         check_cuda(cudaEventRecord(s.stream_handoff, s.stream), "cudaEventRecord(stream switch)");
-        // A stream being captured cannot wait on work outside its graph: the host waits instead.
-        if (next_status == cudaStreamCaptureStatusNone)
+        if (next_status == cudaStreamCaptureStatusNone) {
             check_cuda(cudaStreamWaitEvent(next, s.stream_handoff, 0), "cudaStreamWaitEvent(stream switch)");
-        else
-            check_cuda(cudaEventSynchronize(s.stream_handoff), "cudaEventSynchronize(stream switch)");
+        } else {
+            // A stream being captured cannot wait on work outside its graph:
+            // the host waits instead. The capture's mode would refuse that
+            // wait as a potentially unsafe call, but the event is not part of
+            // any capture, so this thread relaxes the mode for it.
+            cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+            check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+            const cudaError_t waited = cudaEventSynchronize(s.stream_handoff);
+            cudaThreadExchangeStreamCaptureMode(&mode);
+            check_cuda(waited, "cudaEventSynchronize(stream switch)");
+        }
     }
     check_cublas(cublasSetStream(s.cublas, next), "cublasSetStream");
     s.stream = next;

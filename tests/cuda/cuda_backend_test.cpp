@@ -439,46 +439,65 @@ void test_graph_replay(gqla_dtype cache, const std::vector<int64_t>& lengths) {
 // A stream switch orders the session's later work after what it queued on
 // the old stream: an append is still copying its rows on the legacy default
 // stream when the session moves to a stream that does not synchronize with
-// it, and the decode queued there at once must read those rows.
+// it, and the decode queued there at once must read those rows. Twice: onto
+// a plain stream, then onto a stream being captured into a CUDA graph (the
+// capture cannot wait on outside work, so the switch waits on the host; the
+// graph is replayed right after).
 void test_stream_switch(gqla_dtype cache) {
     gqla_backend_desc d = base_desc(GQLA_KIND_GQA, cache, 8, 2, 64);
     d.head_dim = 128;
     d.value_dim = 128;
     d.softmax_scale = 1.f / std::sqrt(128.f);
-    d.num_pages = 256;
+    d.num_pages = 320;
     Harness h(d);
     const int id = h.add();
     fill_sequence(h, 1, id, 100, false);
     const int H = 8, D = 128;
     const int64_t more = 8000;  // 16 MB of f32 rows: copies that outlast the decode's launch
     const DeviceDecodeTensors t(1, 1, H, D, D, GQLA_DTYPE_F32);
-    const std::vector<float> q = randn(size_t(H) * D);
-    cudaMemcpy(t.q, q.data(), q.size() * 4, cudaMemcpyHostToDevice);
-    cudaDeviceSynchronize();
-    const std::vector<float> a = randn(size_t(more) * h.a_width()), b = randn(size_t(more) * h.b_width());
-    h.append(1, id, more, a.data(), b.data(), false);  // queued on the legacy default stream
+    for (const bool capture : {false, true}) {
+        const std::vector<float> q = randn(size_t(H) * D);
+        cudaMemcpy(t.q, q.data(), q.size() * 4, cudaMemcpyHostToDevice);
+        cudaDeviceSynchronize();
+        const std::vector<float> a = randn(size_t(more) * h.a_width()), b = randn(size_t(more) * h.b_width());
+        h.append(1, id, more, a.data(), b.data(), false);  // queued on the legacy default stream
 
-    cudaStream_t stream;
-    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream");
-    const auto seqs = h.decode_seqs({id}, 1);
-    const gqla_decode_args args = t.args(seqs, GQLA_PATH_GQA);
-    expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &args), "decode after the switch");
-    std::vector<float> o(size_t(H) * D), lse(H);
-    cudaMemcpyAsync(o.data(), t.o, o.size() * 4, cudaMemcpyDeviceToHost, stream);
-    cudaMemcpyAsync(lse.data(), t.lse, lse.size() * 4, cudaMemcpyDeviceToHost, stream);
-    if (cudaStreamSynchronize(stream) != cudaSuccess) throw std::runtime_error("decode after a stream switch failed");
-    expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, nullptr), "set_stream(NULL)");
-    cudaStreamDestroy(stream);
+        cudaStream_t stream;
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        const auto seqs = h.decode_seqs({id}, 1);
+        const gqla_decode_args args = t.args(seqs, GQLA_PATH_GQA);
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        if (capture) {
+            if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess)
+                throw std::runtime_error("capture");
+            expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream (capturing)");
+            expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &args), "decode (captured) after the switch");
+            if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+                throw std::runtime_error("end capture / instantiate");
+            cudaGraphLaunch(exec, stream);
+        } else {
+            expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream");
+            expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &args), "decode after the switch");
+        }
+        std::vector<float> o(size_t(H) * D), lse(H);
+        cudaMemcpyAsync(o.data(), t.o, o.size() * 4, cudaMemcpyDeviceToHost, stream);
+        cudaMemcpyAsync(lse.data(), t.lse, lse.size() * 4, cudaMemcpyDeviceToHost, stream);
+        if (cudaStreamSynchronize(stream) != cudaSuccess) throw std::runtime_error("decode after a stream switch failed");
+        expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, nullptr), "set_stream(NULL)");
+        if (exec) cudaGraphExecDestroy(exec);
+        if (graph) cudaGraphDestroy(graph);
+        cudaStreamDestroy(stream);
 
-    const auto& sq = h.seqs[id];
-    std::vector<double> qd(q.begin(), q.end()), ref(o.size()), ref_lse(lse.size());
-    std::vector<double> K(sq.a_rows[1].begin(), sq.a_rows[1].end()), V(sq.b_rows[1].begin(), sq.b_rows[1].end());
-    gqla::ref::gqa_decode(H, 2, D, D, sq.len[1], 1, d.softmax_scale, qd.data(), K.data(), V.data(), ref.data(),
-                          ref_lse.data());
-    report("decode right after a stream switch o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(cache));
-    report("decode right after a stream switch lse", gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()),
-           tolerance(cache));
+        const auto& sq = h.seqs[id];
+        std::vector<double> qd(q.begin(), q.end()), ref(o.size()), ref_lse(lse.size());
+        std::vector<double> K(sq.a_rows[1].begin(), sq.a_rows[1].end()), V(sq.b_rows[1].begin(), sq.b_rows[1].end());
+        gqla::ref::gqa_decode(H, 2, D, D, sq.len[1], 1, d.softmax_scale, qd.data(), K.data(), V.data(), ref.data(),
+                              ref_lse.data());
+        const std::string name = capture ? "decode captured right after a stream switch" : "decode right after a stream switch";
+        report(name + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(cache));
+        report(name + " lse", gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()), tolerance(cache));
+    }
 }
 
 // The absorb path captured in a CUDA graph with device q / o in the io dtype

@@ -86,3 +86,35 @@ def test_strided_device_view(rng):
         o2 = s.decode(0, [seq], q_view.contiguous())
         torch.cuda.synchronize()
         assert torch.equal(o, o2)
+
+
+def test_decode_captured_in_a_torch_cuda_graph():
+    """A decode captured with torch.cuda.graph: the session follows torch's
+    stream into the capture and back out, and the replays after appends (on
+    torch's stream, outside the graph) read the new tokens."""
+    config = gqla.Config.gqa(num_heads=8, num_kv_heads=2, head_dim=64, device="cuda",
+                             io_dtype="bf16", cache_dtype="bf16", max_tokens=4096)
+    with gqla.Session(config) as s:
+        seq = s.add_sequence()
+        k = torch.randn(3000, 2, 64, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(3000, 2, 64, device="cuda", dtype=torch.bfloat16)
+        s.append(0, seq, k[:1000], v[:1000])
+        q = torch.randn(1, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(1, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
+        s.decode(0, [seq], q, out=out)  # outside the capture first, as torch recommends
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            s.decode(0, [seq], q, out=out)
+        for n in (1000, 3000):
+            if n > 1000:
+                s.append(0, seq, k[1000:n], v[1000:n])
+            q.copy_(torch.randn_like(q))
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            kk = k[:n].float().permute(1, 0, 2).repeat_interleave(4, 0)
+            vv = v[:n].float().permute(1, 0, 2).repeat_interleave(4, 0)
+            qq = q.float()[0].permute(1, 0, 2)
+            expected = torch.softmax(qq @ kk.transpose(1, 2) / 8.0, -1) @ vv
+            err = (out.float()[0].permute(1, 0, 2) - expected).norm() / expected.norm()
+            assert err.item() <= 1e-2, (n, err.item())
