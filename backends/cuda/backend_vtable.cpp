@@ -131,14 +131,15 @@ gqla_status vt_synchronize(void* ctx) {
 // absorb path ~20 us faster at small batches: on that grid the factors
 // before (0.941/0.0985/25.6 us, 1.0/0.6025/65.7 us) picked right in 75 of
 // 78 cells (mean regret 0.29%, max 13.4%), these in 76 (0.12%, 9.2%, every
-// prediction within 35%); the grid rerun with these
-// (bench/results/h200_validate_auto_check.json): 78 of 78, no regret.
-// Earlier fits, and the cells they missed: this comment's git history.
+// prediction within 35%); the grid rerun with these: 78 of 78, no regret.
+// That file now holds the latest rerun of the grid; the grid fitted, earlier
+// fits and the cells they missed: this comment's and that file's git history.
 //   GQA path: streams the expanded cache at ~0.99 of the probe bandwidth
 //     (the narrow-group kernel; less on short or single sequences where the
 //     split combine and launches weigh in); its compute factor (0.09 of the
 //     tensor peak) only shows at s_q = 4, where the row blocks of a group
-//     re-read each tile from L2, so it is the least certain number here;
+//     re-read each tile from L2 (or, at large batches and long sequences,
+//     share it: the shared K/V rings), so it is the least certain number here;
 //     ~20 us per call.
 //   Absorb path: the full probe bandwidth and 0.63 of the tensor peak (the
 //     sm_90a latent kernel: softmax and score products overlapped with the
