@@ -386,17 +386,23 @@ struct DeviceDecodeTensors {
     }
 };
 
+// GQA 8 heads over 2 KV heads of 128, pages of 64: the stream and graph tests' session.
+gqla_backend_desc gqa_8_2_d128(gqla_dtype cache, int64_t num_pages) {
+    gqla_backend_desc d = base_desc(GQLA_KIND_GQA, cache, 8, 2, 64);
+    d.head_dim = 128;
+    d.value_dim = 128;
+    d.softmax_scale = 1.f / std::sqrt(128.f);
+    d.num_pages = num_pages;
+    return d;
+}
+
 // Decode captured in a CUDA graph with device tensors; replayed after more
 // appends (new lengths, new pages) it must produce the new result.
 // lengths {100, 1000, 3000} split past the cluster limit (a combine pass
 // merges); {100, 700, 900} split 15 ways, merged inside a cluster (Hopper),
 // and after the appends the last splits of the captured launch are empty.
 void test_graph_replay(gqla_dtype cache, const std::vector<int64_t>& lengths) {
-    gqla_backend_desc d = base_desc(GQLA_KIND_GQA, cache, 8, 2, 64);
-    d.head_dim = 128;
-    d.value_dim = 128;
-    d.softmax_scale = 1.f / std::sqrt(128.f);
-    d.num_pages = 256;
+    const gqla_backend_desc d = gqa_8_2_d128(cache, 256);
     Harness h(d);
     std::vector<int> ids;
     for (int64_t L : lengths) {
@@ -444,11 +450,7 @@ void test_graph_replay(gqla_dtype cache, const std::vector<int64_t>& lengths) {
 // capture cannot wait on outside work, so the switch waits on the host; the
 // graph is replayed right after).
 void test_stream_switch(gqla_dtype cache) {
-    gqla_backend_desc d = base_desc(GQLA_KIND_GQA, cache, 8, 2, 64);
-    d.head_dim = 128;
-    d.value_dim = 128;
-    d.softmax_scale = 1.f / std::sqrt(128.f);
-    d.num_pages = 320;
+    const gqla_backend_desc d = gqa_8_2_d128(cache, 320);
     Harness h(d);
     const int id = h.add();
     fill_sequence(h, 1, id, 100, false);
