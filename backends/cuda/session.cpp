@@ -86,7 +86,7 @@ void switch_stream(Session& s, cudaStream_t next) {
             check_cuda(cudaStreamWaitEvent(next, s.stream_handoff, 0), "cudaStreamWaitEvent(stream switch)");
         } else {
             // A stream being captured cannot wait on work outside its graph:
-            // the host waits instead. The capture's mode would refuse that
+            // the host waits instead. A capture in global mode may refuse that
             // wait as a potentially unsafe call, but the event is not part of
             // any capture, so this thread relaxes the mode for it.
             cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
