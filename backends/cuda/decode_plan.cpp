@@ -96,12 +96,12 @@ void fit_shared_rings(Session& s, const AttentionParams& p, int64_t launch_batch
                       AttentionPlan* plan) {
     const int row_blocks = (p.rows + kNarrowRows - 1) / kNarrowRows;
     const int shared = row_blocks <= 2 ? 2 : 4;
-    const int64_t group_ctas = launch_batch * (p.num_heads / p.heads_per_group);
-    const bool pays = 2 * group_ctas >= s.sm_count || max_len >= kSharedRingsMinContext[shared == 2 ? 0 : 1];
-    if (s.narrow_shared == 0 || (s.narrow_shared < 0 && !pays)) return;
-    if (row_blocks < 2 || row_blocks > 4 || s.pinned_stages != 0 ||
+    if (s.narrow_shared == 0 || row_blocks < 2 || row_blocks > 4 || s.pinned_stages != 0 ||
         !narrow_shared_compiled(kNarrowSharedSlots, plan->narrow_rows, plan->narrow_dims, kNarrowSharedWarps, shared))
         return;
+    const int64_t group_ctas = launch_batch * (p.num_heads / p.heads_per_group);
+    const bool pays = 2 * group_ctas >= s.sm_count || max_len >= kSharedRingsMinContext[shared == 2 ? 0 : 1];
+    if (s.narrow_shared < 0 && !pays) return;
     const int smem = narrow_smem_bytes(p, kNarrowSharedSlots, NarrowRows::TmaBoxes, kNarrowSharedWarps, shared);
     if (smem > s.smem_optin) return;
     const int blocks = cached_blocks_per_sm(s, shared == 2 ? kNarrowSharedSlot2 : kNarrowSharedSlot4,

@@ -79,8 +79,8 @@ void switch_stream(Session& s, cudaStream_t next) {
     // GPU: there is nothing to wait for.
     cudaStreamCaptureStatus old_status = cudaStreamCaptureStatusNone, next_status = cudaStreamCaptureStatusNone;
     check_cuda(cudaStreamIsCapturing(s.stream, &old_status), "cudaStreamIsCapturing(current stream)");
-    check_cuda(cudaStreamIsCapturing(next, &next_status), "cudaStreamIsCapturing(stream)");
     if (old_status == cudaStreamCaptureStatusNone) {
+        check_cuda(cudaStreamIsCapturing(next, &next_status), "cudaStreamIsCapturing(stream)");
         check_cuda(cudaEventRecord(s.stream_handoff, s.stream), "cudaEventRecord(stream switch)");
         if (next_status == cudaStreamCaptureStatusNone) {
             check_cuda(cudaStreamWaitEvent(next, s.stream_handoff, 0), "cudaStreamWaitEvent(stream switch)");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/dtype.hpp"
 #include "support.hpp"
 
 namespace gqla::bench {
@@ -103,7 +104,7 @@ void DecodeWorkload::fill(const Preset& p, const SessionShape& shape, gqla_path 
     if (p.is_gqla() && wanted != GQLA_PATH_ABSORB) select_path(wanted);
 
     q_ = to_dtype(random_vector(static_cast<size_t>(spec.batch) * shape.max_q_len * p.H * p.q_dim(), 17), io);
-    o_.assign(static_cast<size_t>(spec.batch) * shape.max_q_len * p.H * p.out_dim() * dtype_bytes(io), 0);
+    o_.assign(static_cast<size_t>(spec.batch) * shape.max_q_len * p.H * p.out_dim() * dtype_size(io), 0);
     if (device() == GQLA_DEVICE_CUDA) {
         q_dev_ = std::make_unique<CudaIoBuffer>(q_.data(), q_.size());
         o_dev_ = std::make_unique<CudaIoBuffer>(o_.data(), o_.size());

@@ -142,7 +142,7 @@ NaiveResult time_naive_baseline(const Preset& p, gqla_dtype cache, int batch, in
                                 int threads, int reps, bool hot, double cold_bytes, uint64_t memory_cap) {
     if (threads <= 0) threads = omp_get_max_threads();
     const int heads = p.is_gqla() ? p.H : p.G;
-    const double e = static_cast<double>(dtype_bytes(cache));
+    const double e = static_cast<double>(dtype_size(cache));
     const double set_bytes = e * batch * static_cast<double>(context) * heads * (p.q_dim() + p.out_dim());
     const double repeat_bytes = p.is_gqla() ? 0.0 : e * batch * static_cast<double>(context) * p.H * (p.q_dim() + p.out_dim());
     const int sets = hot ? 1 : std::max(2, static_cast<int>(std::ceil(cold_bytes / set_bytes)));

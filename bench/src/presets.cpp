@@ -1,5 +1,7 @@
 #include "presets.hpp"
 
+#include "core/dtype.hpp"
+
 namespace gqla::bench {
 
 const std::vector<Preset>& all_presets() {
@@ -49,10 +51,8 @@ gqla_config make_config(const Preset& p, const SessionShape& s) {
     return cfg;
 }
 
-size_t dtype_bytes(gqla_dtype t) { return t == GQLA_DTYPE_F32 ? 4 : 2; }
-
 double stored_bytes_per_token(const Preset& p, gqla_path path, gqla_dtype cache) {
-    const double e = static_cast<double>(dtype_bytes(cache));
+    const double e = static_cast<double>(dtype_size(cache));
     if (!p.is_gqla()) return e * p.G * (p.D + p.Dv);
     double elems = p.r + p.d_r;
     if (path == GQLA_PATH_GQA) elems += static_cast<double>(p.G) * (p.d_c + p.d_v);
@@ -60,7 +60,7 @@ double stored_bytes_per_token(const Preset& p, gqla_path path, gqla_dtype cache)
 }
 
 double read_bytes_per_token(const Preset& p, gqla_path path, gqla_dtype cache) {
-    const double e = static_cast<double>(dtype_bytes(cache));
+    const double e = static_cast<double>(dtype_size(cache));
     if (!p.is_gqla()) return e * p.G * (p.D + p.Dv);
     if (path == GQLA_PATH_GQA) return e * (static_cast<double>(p.G) * (p.d_c + p.d_v) + p.d_r);
     return e * (p.r + p.d_r);

@@ -50,6 +50,5 @@ double read_bytes_per_token(const Preset& p, gqla_path path, gqla_dtype cache);
 const char* path_name(gqla_path p);
 const char* device_name(gqla_device_type d);
 const char* dtype_label(gqla_dtype t);
-size_t dtype_bytes(gqla_dtype t);
 
 }  // namespace gqla::bench

@@ -396,6 +396,25 @@ gqla_backend_desc gqa_8_2_d128(gqla_dtype cache, int64_t num_pages) {
     return d;
 }
 
+// Checks o and lse of a layer-1 decode of `ids` on a gqa_8_2_d128 session
+// (q, o, lse as the host copies of the device tensors) against the float64
+// reference over the sequences' rows as the harness recorded them.
+void report_gqa_8_2_d128(const Harness& h, const std::vector<int>& ids, int s_q, const std::vector<float>& q,
+                         const std::vector<float>& o, const std::vector<float>& lse, const std::string& name) {
+    const int H = 8, D = 128;
+    const size_t q_rows = size_t(s_q) * H * D, lse_rows = size_t(s_q) * H;
+    std::vector<double> ref(o.size()), ref_lse(lse.size());
+    for (size_t b = 0; b < ids.size(); ++b) {
+        const auto& s = h.seqs.at(ids[b]);
+        std::vector<double> qd(q.begin() + b * q_rows, q.begin() + (b + 1) * q_rows);
+        std::vector<double> K(s.a_rows[1].begin(), s.a_rows[1].end()), V(s.b_rows[1].begin(), s.b_rows[1].end());
+        gqla::ref::gqa_decode(H, 2, D, D, s.len[1], s_q, h.desc.softmax_scale, qd.data(), K.data(), V.data(),
+                              ref.data() + b * q_rows, ref_lse.data() + b * lse_rows);
+    }
+    report(name + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(h.desc.cache_dtype));
+    report(name + " lse", gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()), tolerance(h.desc.cache_dtype));
+}
+
 // Decode captured in a CUDA graph with device tensors; replayed after more
 // appends (new lengths, new pages) it must produce the new result.
 // lengths {100, 1000, 3000} split past the cluster limit (a combine pass
@@ -427,18 +446,8 @@ void test_graph_replay(gqla_dtype cache, const std::vector<int64_t>& lengths) {
         cudaMemcpyAsync(o.data(), dout, o.size() * 4, cudaMemcpyDeviceToHost, stream);
         cudaMemcpyAsync(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost, stream);
         if (cudaStreamSynchronize(stream) != cudaSuccess) throw std::runtime_error("graph replay failed");
-        std::vector<double> ref(o.size()), ref_lse(lse.size());
-        for (int b = 0; b < B; ++b) {
-            const auto& s = h.seqs[ids[size_t(b)]];
-            std::vector<double> qd(q.begin() + size_t(b) * s_q * H * D, q.begin() + size_t(b + 1) * s_q * H * D);
-            std::vector<double> K(s.a_rows[1].begin(), s.a_rows[1].end()), V(s.b_rows[1].begin(), s.b_rows[1].end());
-            gqla::ref::gqa_decode(H, 2, D, D, s.len[1], s_q, d.softmax_scale, qd.data(), K.data(), V.data(),
-                                  ref.data() + size_t(b) * s_q * H * D, ref_lse.data() + size_t(b) * s_q * H);
-        }
-        const std::string name = "graph replay T<=" + std::to_string(lengths.back()) +
-                                 (round ? " after appends" : " as captured");
-        report(name + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(cache));
-        report(name + " lse", gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()), tolerance(cache));
+        report_gqa_8_2_d128(h, ids, s_q, q, o, lse,
+                            "graph replay T<=" + std::to_string(lengths.back()) + (round ? " after appends" : " as captured"));
     }
 }
 
@@ -491,14 +500,8 @@ void test_stream_switch(gqla_dtype cache) {
         if (graph) cudaGraphDestroy(graph);
         cudaStreamDestroy(stream);
 
-        const auto& sq = h.seqs[id];
-        std::vector<double> qd(q.begin(), q.end()), ref(o.size()), ref_lse(lse.size());
-        std::vector<double> K(sq.a_rows[1].begin(), sq.a_rows[1].end()), V(sq.b_rows[1].begin(), sq.b_rows[1].end());
-        gqla::ref::gqa_decode(H, 2, D, D, sq.len[1], 1, d.softmax_scale, qd.data(), K.data(), V.data(), ref.data(),
-                              ref_lse.data());
-        const std::string name = capture ? "decode captured right after a stream switch" : "decode right after a stream switch";
-        report(name + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(cache));
-        report(name + " lse", gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()), tolerance(cache));
+        report_gqa_8_2_d128(h, {id}, 1, q, o, lse,
+                            capture ? "decode captured right after a stream switch" : "decode right after a stream switch");
     }
 }
 
