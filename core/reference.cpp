@@ -1,6 +1,6 @@
-// Float64 reference of SPEC §1. Written straight from the definitions so that
-// nothing here shares an idea (blocking, online softmax, absorption) with the
-// code it checks: scores, a max-shifted softmax, a weighted sum.
+// Float64 reference of the decode math. Written straight from the definitions
+// so that nothing here shares an idea (blocking, online softmax, absorption)
+// with the code it checks: scores, a max-shifted softmax, a weighted sum.
 #include "core/reference.hpp"
 
 #include <algorithm>
@@ -13,8 +13,14 @@ namespace {
 
 // Softmax-weighted sum over the visible prefix [0, visible) of one head.
 // scores[j] are already scaled. Writes out[dv] and, when wanted, the lse.
+// Positions past the prefix are never read, so whatever they hold (NaN, inf)
+// cannot reach the result; inside it, IEEE arithmetic decides: a NaN score or
+// value makes the result NaN, a +inf score gives exp(inf - inf) = NaN, a -inf
+// score weighs exactly 0.
 void attend(const std::vector<double>& scores, int64_t visible, const std::vector<double>& values,
             int dv, double* out, double* lse) {
+    // std::max(m, NaN) is m: a NaN score stays out of the maximum and turns
+    // its weight, and so the result, into NaN below.
     double max_score = -std::numeric_limits<double>::infinity();
     for (int64_t j = 0; j < visible; ++j) max_score = std::max(max_score, scores[j]);
     double denom = 0.0;

@@ -1,6 +1,14 @@
-// Float64 reference of SPEC §1: the oracle every backend, test, benchmark and
-// the demo compares against. Dense, single-sequence, deliberately simple
-// (no paging, no blocking, no shortcuts) so it is easy to trust.
+// Float64 reference of the decode math: the oracle every backend, test,
+// benchmark and the demo compares against. Dense, single-sequence,
+// deliberately simple (no paging, no blocking, no shortcuts) so it is easy
+// to trust.
+//
+// Non-finite inputs: query i reads only the positions it may see (j <=
+// L - s_q + i); the others are skipped, never multiplied by a zero weight, so
+// a NaN or inf there changes nothing. At a visible position IEEE arithmetic
+// decides: a NaN in q, a key or a value makes the outputs it feeds NaN, an
+// inf value makes them non-finite, a +inf score makes the head's output NaN
+// and a -inf score weighs 0.
 #pragma once
 
 #include <cstddef>
@@ -15,8 +23,8 @@ namespace gqla::ref {
 void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale,
                 const double* q, const double* K, const double* V, double* o, double* lse);
 
-// GQLA decode of one sequence, straight from the definition of SPEC §1.2
-// (keys/values formed per group from the latent; neither path's algebra).
+// GQLA decode of one sequence, straight from the definition (keys/values
+// formed per group from the latent; neither path's algebra).
 //   q [s_q, H, d_c + d_r] (nope part first), W [G*(d_c+d_v), r] (kv_b_proj
 //   layout), C [L, r], KR [L, d_r]  ->  o [s_q, H, d_v], lse [s_q, H]
 void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale,

@@ -127,10 +127,13 @@ static inline void round_probabilities(const float* s, int rows, int n, uint16_t
 }
 
 // acc (pair order) = acc * corr + sum_t p[t] v[t] over RB rows x NC chunks
-// of 32 dims starting at d.
-template <int RB, int NC>
+// of 32 dims starting at d. kMasked: row r takes only its first visible[r]
+// tokens (n is their maximum); a row whose last visible token is the first
+// of a pair meets that token paired with zeros, never with the next token's
+// value (its probability is 0, but 0 * NaN is NaN).
+template <int RB, int NC, bool kMasked = false>
 static inline void pv_tile(const uint16_t* pb, int n, const uint16_t* v, int dv, int d, float* acc,
-                           const float* corr, PrefetchStream* pf) {
+                           const float* corr, PrefetchStream* pf, const int* visible = nullptr) {
     __m512 lo[RB * NC], hi[RB * NC];
     GQLA_UNROLL
     for (int r = 0; r < RB; ++r) {
@@ -150,22 +153,34 @@ static inline void pv_tile(const uint16_t* pb, int n, const uint16_t* v, int dv,
         const uint16_t* v0 = v + static_cast<int64_t>(j) * dv + d;
         const bool pair = j + 1 < n;
         __m512i plo[NC], phi[NC];
+        [[maybe_unused]] __m512i slo[NC], shi[NC];  // token j alone (kMasked)
         GQLA_UNROLL
         for (int c = 0; c < NC; ++c) {
             const __m512i a = _mm512_loadu_si512(v0 + c * 32);
             const __m512i b = pair ? _mm512_loadu_si512(v0 + dv + c * 32) : _mm512_setzero_si512();
             plo[c] = _mm512_unpacklo_epi16(a, b);
             phi[c] = _mm512_unpackhi_epi16(a, b);
+            if constexpr (kMasked) {
+                slo[c] = _mm512_unpacklo_epi16(a, _mm512_setzero_si512());
+                shi[c] = _mm512_unpackhi_epi16(a, _mm512_setzero_si512());
+            }
         }
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
+            bool alone = false;
+            if constexpr (kMasked) {
+                if (j >= visible[r]) continue;
+                alone = j + 1 >= visible[r];
+            }
             uint32_t pp;
             __builtin_memcpy(&pp, pb + r * kGqaTokenBlock + j, 4);
             const __m512i pv = _mm512_set1_epi32(static_cast<int>(pp));
             GQLA_UNROLL
             for (int c = 0; c < NC; ++c) {
-                lo[r * NC + c] = _mm512_dpbf16_ps(lo[r * NC + c], as_bh(pv), as_bh(plo[c]));
-                hi[r * NC + c] = _mm512_dpbf16_ps(hi[r * NC + c], as_bh(pv), as_bh(phi[c]));
+                const __m512i vlo = kMasked && alone ? slo[c] : plo[c];
+                const __m512i vhi = kMasked && alone ? shi[c] : phi[c];
+                lo[r * NC + c] = _mm512_dpbf16_ps(lo[r * NC + c], as_bh(pv), as_bh(vlo));
+                hi[r * NC + c] = _mm512_dpbf16_ps(hi[r * NC + c], as_bh(pv), as_bh(vhi));
             }
         }
     }
@@ -179,8 +194,10 @@ static inline void pv_tile(const uint16_t* pb, int n, const uint16_t* v, int dv,
         }
 }
 
-template <int RB>
-static inline void pv_rows(const GqaItem& it, int r0, int n, const uint16_t* v, const uint16_t* pb,
+// Rows r0..r0+RB of the block of n tokens at position t; kMasked as in
+// gqa_pv_rows.
+template <int RB, bool kMasked>
+static inline void pv_rows(const GqaItem& it, int r0, int64_t t, int n, const uint16_t* v, const uint16_t* pb,
                            const float* s, const float* corr, PrefetchStream* pf) {
     constexpr int NC = kPvChunks;
     const int dv = it.dv;
@@ -188,23 +205,52 @@ static inline void pv_rows(const GqaItem& it, int r0, int n, const uint16_t* v, 
     float* acc = it.acc + static_cast<int64_t>(r0) * dv;
     const uint16_t* pr = pb + r0 * kGqaTokenBlock;
     const float* cr = corr + r0;
+    int visible[RB];
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) visible[r] = kMasked ? visible_in_block(it.row_limit[r0 + r], t, n) : n;
+    if constexpr (kMasked) {
+        int widest = 0;
+        for (int r = 0; r < RB; ++r) widest = visible[r] > widest ? visible[r] : widest;
+        n = widest;
+    }
     int d = 0;
     // The first chunk paces the prefetch (one step per token).
-    for (; d + NC * 32 <= paired; d += NC * 32, pf = nullptr) pv_tile<RB, NC>(pr, n, v, dv, d, acc, cr, pf);
-    for (; d < paired; d += 32, pf = nullptr) pv_tile<RB, 1>(pr, n, v, dv, d, acc, cr, pf);
+    for (; d + NC * 32 <= paired; d += NC * 32, pf = nullptr)
+        pv_tile<RB, NC, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible);
+    for (; d < paired; d += 32, pf = nullptr) pv_tile<RB, 1, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible);
     if (d == dv) return;
     // The rest (dv % 32 dims) in f32, in natural order.
     const float* ps = s + r0 * kGqaTokenBlock;
     for (; d + Simd::W <= dv; d += Simd::W, pf = nullptr)
-        gqa_pv_tile<GQLA_DTYPE_BF16, RB, 1>(ps, n, v, dv, d, acc, cr, pf);
+        gqa_pv_tile<GQLA_DTYPE_BF16, RB, 1, kMasked>(ps, n, v, dv, d, acc, cr, pf, visible);
     for (; d < dv; ++d)
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
             float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
-            for (int j = 0; j < n; ++j)
+            for (int j = 0; j < visible[r]; ++j)
                 x += ps[r * kGqaTokenBlock + j] * Elem<GQLA_DTYPE_BF16>::scalar(v + static_cast<int64_t>(j) * dv + d);
             acc[static_cast<int64_t>(r) * dv + d] = x;
         }
+}
+
+template <bool kMasked>
+static inline void pv_block(const GqaItem& it, int64_t t, int n, const uint16_t* v, const uint16_t* pb,
+                            const float* s, const float* corr, PrefetchStream* pf) {
+    constexpr int RBmax = kRows;
+    int r0 = 0;
+    for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr) pv_rows<RBmax, kMasked>(it, r0, t, n, v, pb, s, corr, pf);
+    switch (it.rows - r0) {
+        case 1: pv_rows<1, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
+        case 2: pv_rows<2, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
+        case 3: pv_rows<3, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
+        default: break;
+    }
+}
+
+// Out of line, as gqa_pv_block_masked.
+[[gnu::noinline]] static void pv_block_masked(const GqaItem& it, int64_t t, int n, const uint16_t* v,
+                                              const uint16_t* pb, const float* s, const float* corr) {
+    pv_block<true>(it, t, n, v, pb, s, corr, nullptr);
 }
 
 // Pair order -> natural order for the first dv / 32 * 32 dims of each row.
@@ -236,6 +282,7 @@ static void gqa_attend_bf16(const GqaItem& it) {
     uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
     uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
     round_queries(it, qb, qb_ld);
+    const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
     GqaBlock<GQLA_DTYPE_BF16> cur = GqaBlock<GQLA_DTYPE_BF16>::at(it, it.t0);
     for (int64_t t = it.t0; t < it.t1;) {
@@ -266,16 +313,8 @@ static void gqa_attend_bf16(const GqaItem& it) {
         }
         gqa_softmax_block(it, t, n, s, corr);
         round_probabilities(s, it.rows, n, pb);
-        r0 = 0;
-        pf = &keys_ahead;
-        for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
-            pv_rows<RBmax>(it, r0, n, cur.v, pb, s, corr, pf);
-        switch (it.rows - r0) {
-            case 1: pv_rows<1>(it, r0, n, cur.v, pb, s, corr, pf); break;
-            case 2: pv_rows<2>(it, r0, n, cur.v, pb, s, corr, pf); break;
-            case 3: pv_rows<3>(it, r0, n, cur.v, pb, s, corr, pf); break;
-            default: break;
-        }
+        if (t + n - 1 > min_limit) pv_block_masked(it, t, n, cur.v, pb, s, corr);
+        else pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead);
         t += n;
         cur = next;
     }
@@ -430,6 +469,19 @@ static inline void absorb_pv_cols_bf16(const AbsorbItem& it, int npairs, const u
         absorb_pv_tile_bf16<1, NV>(cp + k, it.r, npairs, pp + col, R, it.acc + k * int64_t(R) + col, corr + col);
 }
 
+// The block's latent rows widened to f32 into ctile (row stride r + d_r, as
+// absorb_attend lays them out), for the masked value pass.
+static inline void absorb_widen_latent(const AbsorbItem& it, int n, const uint16_t* c) {
+    const int K = it.r + it.d_r;
+    for (int j = 0; j < n; ++j) {
+        float* dst = it.ctile + j * K;
+        const uint16_t* cj = c + static_cast<int64_t>(j) * it.r;
+        int k = 0;
+        for (; k + 16 <= it.r; k += 16) Simd::store(dst + k, Elem<GQLA_DTYPE_BF16>::load(cj + k));
+        for (; k < it.r; ++k) dst[k] = Elem<GQLA_DTYPE_BF16>::scalar(cj + k);
+    }
+}
+
 static void absorb_attend_bf16(const AbsorbItem& it) {
     if ((it.r | it.d_r) & 1) {  // pairs need even segments
         absorb_attend<GQLA_DTYPE_BF16>(it);
@@ -442,8 +494,7 @@ static void absorb_attend_bf16(const AbsorbItem& it) {
     }
     for (int64_t i = 0; i < static_cast<int64_t>(it.r) * R; ++i) it.acc[i] = 0.0f;
     float* corr = it.stile + kAbsorbTokenBlock * R;
-    int64_t min_limit = it.row_limit[0];
-    for (int i = 1; i < R; ++i) min_limit = it.row_limit[i] < min_limit ? it.row_limit[i] : min_limit;
+    const int64_t min_limit = min_row_limit(it.row_limit, R);
     uint32_t* qp = it.pairs;
     uint32_t* cp = qp + round16(int64_t(K / 2) * R);
     uint32_t* pp = cp + round16(int64_t(kAbsorbTokenBlock / 2) * it.r);
@@ -475,6 +526,15 @@ static void absorb_attend_bf16(const AbsorbItem& it) {
         for (; col + 32 <= R; col += 32, pf = nullptr) absorb_scores_cols_bf16<2>(it, n, c, kr, qp, col, pf);
         for (; col < R; col += 16, pf = nullptr) absorb_scores_cols_bf16<1>(it, n, c, kr, qp, col, pf);
         absorb_softmax_block(it, t, n, min_limit, corr);
+        if (t + n - 1 > min_limit) {
+            // The causal diagonal: token pairs would put a token some lanes
+            // may not see next to one they see, so this block's values go
+            // through the f32 tile, masked lane by lane.
+            absorb_widen_latent(it, n, c);
+            absorb_pv_block_masked(it, t, n, K, corr);
+            t += n;
+            continue;
+        }
         absorb_pair_block(it, n, c, cp, pp);
         const int npairs = (n + 1) / 2;
         col = 0;

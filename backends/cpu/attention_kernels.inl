@@ -8,6 +8,20 @@
 // scale * log2(e)) so the softmax uses exp2. Running maxima start at a large
 // finite negative value instead of -inf so that fully masked blocks give
 // exp2(-inf - m) = 0 and never inf - inf.
+//
+// Non-finite values. A position a query row may not see (past its causal
+// limit, or past the end of the sequence) contributes nothing to that row,
+// not even a NaN: its score is replaced by -inf (a select, never arithmetic
+// on it) and its value is never multiplied into the row's accumulator (the
+// value passes skip it, or mask it lane by lane, instead of multiplying it by
+// a zero probability: 0 * NaN and 0 * inf are NaN). A NaN or inf at a visible
+// position follows IEEE arithmetic to the output: the maxima ignore NaN
+// scores (the running maximum goes second into Simd::max) and exp2 returns
+// NaN for them, so the NaN reaches the probabilities, the sum and the
+// accumulator wherever it sits in a vector, tile or block; a +inf score makes
+// the maximum +inf and exp2(inf - inf) = NaN; a -inf score weighs exactly 0.
+// The value passes skip masked positions only on blocks that hold some
+// (the causal diagonal of s_q > 1); every other block runs unmasked.
 
 // Register tiles only stay in registers when their fixed-count loops are
 // fully unrolled; -O2 alone does not guarantee it.
@@ -79,6 +93,21 @@ static inline void from_pair_order(float* x, int n) {
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int64_t lmin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Tokens of the block of n tokens at position t that a row with causal limit
+// `limit` (its last visible position) may see: a prefix of the block.
+static inline int visible_in_block(int64_t limit, int64_t t, int n) {
+    const int64_t allowed = limit - t + 1;
+    return allowed >= n ? n : (allowed < 0 ? 0 : static_cast<int>(allowed));
+}
+
+// Smallest causal limit of `rows` rows: blocks ending at or before it are
+// visible to every row and need no mask.
+static inline int64_t min_row_limit(const int64_t* row_limit, int rows) {
+    int64_t m = row_limit[0];
+    for (int i = 1; i < rows; ++i) m = row_limit[i] < m ? row_limit[i] : m;
+    return m;
+}
 
 // Tokens of one block starting at position t: they share a page.
 static inline int block_tokens(int64_t t, int64_t t1, int page_size, int max_block) {
@@ -241,9 +270,11 @@ static inline void gqa_scores_rows(const GqaItem& it, int r0, int n, const typen
 
 // acc[r][d..] = acc * corr[r] + sum_j p[r][j] v[j][d..] for NC vectors of
 // the value dim; each value vector is converted once for all RB rows.
-template <int DT, int RB, int NC>
+// kMasked: row r takes only its first visible[r] tokens (n is their maximum).
+template <int DT, int RB, int NC, bool kMasked = false>
 static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T* v, int dv, int d,
-                               float* acc, const float* corr, PrefetchStream* pf) {
+                               float* acc, const float* corr, PrefetchStream* pf,
+                               const int* visible = nullptr) {
     using V = Simd::V;
     constexpr int W = Simd::W;
     V a[RB * NC];
@@ -267,6 +298,8 @@ static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T
         }
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
+            if constexpr (kMasked)
+                if (j >= visible[r]) continue;
             V pb = Simd::set1(p[r * kGqaTokenBlock + j]);
             GQLA_UNROLL
             for (int c = 0; c < NC; ++c) a[r * NC + c] = Simd::fma(pb, vv[c], a[r * NC + c]);
@@ -278,8 +311,10 @@ static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T
         for (int c = 0; c < NC; ++c) Simd::store(acc + static_cast<int64_t>(r) * dv + d + c * W, a[r * NC + c]);
 }
 
-template <int DT, int RB>
-static inline void gqa_pv_rows(const GqaItem& it, int r0, int n, const typename Elem<DT>::T* v,
+// Rows r0..r0+RB of the block of n tokens at position t. kMasked (a block
+// past some row's causal limit): each row sums only the tokens it may see.
+template <int DT, int RB, bool kMasked>
+static inline void gqa_pv_rows(const GqaItem& it, int r0, int64_t t, int n, const typename Elem<DT>::T* v,
                                const float* p, const float* corr, PrefetchStream* pf) {
     constexpr int W = Simd::W;
     constexpr int NC = Simd::kPvChunks;
@@ -287,18 +322,52 @@ static inline void gqa_pv_rows(const GqaItem& it, int r0, int n, const typename 
     float* acc = it.acc + static_cast<int64_t>(r0) * dv;
     const float* pr = p + r0 * kGqaTokenBlock;
     const float* cr = corr + r0;
+    int visible[RB];
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) visible[r] = kMasked ? visible_in_block(it.row_limit[r0 + r], t, n) : n;
+    if constexpr (kMasked) {
+        int widest = 0;
+        for (int r = 0; r < RB; ++r) widest = visible[r] > widest ? visible[r] : widest;
+        n = widest;
+    }
     int d = 0;
     // The first column chunk paces the prefetch (one step per token).
-    for (; d + NC * W <= dv; d += NC * W, pf = nullptr) gqa_pv_tile<DT, RB, NC>(pr, n, v, dv, d, acc, cr, pf);
-    for (; d + W <= dv; d += W, pf = nullptr) gqa_pv_tile<DT, RB, 1>(pr, n, v, dv, d, acc, cr, pf);
+    for (; d + NC * W <= dv; d += NC * W, pf = nullptr)
+        gqa_pv_tile<DT, RB, NC, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible);
+    for (; d + W <= dv; d += W, pf = nullptr) gqa_pv_tile<DT, RB, 1, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible);
     for (; d < dv; ++d)
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
             float s = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
-            for (int j = 0; j < n; ++j)
+            for (int j = 0; j < visible[r]; ++j)
                 s += pr[r * kGqaTokenBlock + j] * Elem<DT>::scalar(v + static_cast<int64_t>(j) * dv + d);
             acc[static_cast<int64_t>(r) * dv + d] = s;
         }
+}
+
+// The value pass of one block over all rows, in register tiles of up to
+// kScoreRows rows.
+template <int DT, bool kMasked>
+static inline void gqa_pv_block(const GqaItem& it, int64_t t, int n, const typename Elem<DT>::T* v,
+                                const float* p, const float* corr, PrefetchStream* pf) {
+    constexpr int RBmax = Simd::kScoreRows;
+    int r0 = 0;
+    for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr) gqa_pv_rows<DT, RBmax, kMasked>(it, r0, t, n, v, p, corr, pf);
+    switch (it.rows - r0) {
+        case 1: gqa_pv_rows<DT, 1, kMasked>(it, r0, t, n, v, p, corr, pf); break;
+        case 2: gqa_pv_rows<DT, 2 < RBmax ? 2 : 1, kMasked>(it, r0, t, n, v, p, corr, pf); break;
+        case 3: gqa_pv_rows<DT, 3 < RBmax ? 3 : 1, kMasked>(it, r0, t, n, v, p, corr, pf); break;
+        default: break;
+    }
+}
+
+// The masked variant out of line: inlined next to the unmasked one it made
+// the item too large for GCC to inline the unmasked tiles as before (the
+// bf16 GQA decode ran ~1.5x slower).
+template <int DT>
+[[gnu::noinline]] static void gqa_pv_block_masked(const GqaItem& it, int64_t t, int n, const typename Elem<DT>::T* v,
+                                                  const float* p, const float* corr) {
+    gqa_pv_block<DT, true>(it, t, n, v, p, corr, nullptr);
 }
 
 // Online softmax over one block: masks causally, turns scores into
@@ -308,12 +377,14 @@ static inline void gqa_softmax_block(const GqaItem& it, int64_t t, int n, float*
     const int n_pad = (n + W - 1) / W * W;
     for (int r = 0; r < it.rows; ++r) {
         float* sr = s + r * kGqaTokenBlock;
-        int64_t allowed = it.row_limit[r] - t + 1;  // tokens of this block the row may see
-        int valid = allowed >= n ? n : (allowed < 0 ? 0 : static_cast<int>(allowed));
+        // Scores the row may not see (whatever they hold) become -inf.
+        const int valid = visible_in_block(it.row_limit[r], t, n);
         for (int j = valid; j < n_pad; ++j) sr[j] = kNegInf;
         // Vector maximum: a scalar running max is one serial chain per token.
+        // NaN scores stay out of it (running max second) and reach l and acc
+        // through exp2 instead.
         Simd::V mx = Simd::set1(kNegInf);
-        for (int j = 0; j < n_pad; j += W) mx = Simd::max(mx, Simd::load(sr + j));
+        for (int j = 0; j < n_pad; j += W) mx = Simd::max(Simd::load(sr + j), mx);
         const float mb = Simd::hmax(mx);
         const float m_old = it.m[r];
         const float m_new = mb > m_old ? mb : m_old;
@@ -378,6 +449,7 @@ static void gqa_attend(const GqaItem& item) {
     float* s = it.scratch;
     float* corr = it.scratch + it.rows * kGqaTokenBlock;
     if (it.t0 >= it.t1) return;
+    const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
     // Rows that can see nothing of [t0, t1) contribute nothing; the item is
     // only called with at least one visible token for the last row.
     GqaBlock<DT> cur = GqaBlock<DT>::at(it, it.t0);
@@ -408,16 +480,8 @@ static void gqa_attend(const GqaItem& item) {
             default: break;
         }
         gqa_softmax_block(it, t, n, s, corr);
-        r0 = 0;
-        pf = &keys_ahead;
-        for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
-            gqa_pv_rows<DT, RBmax>(it, r0, n, cur.v, s, corr, pf);
-        switch (it.rows - r0) {
-            case 1: gqa_pv_rows<DT, 1>(it, r0, n, cur.v, s, corr, pf); break;
-            case 2: gqa_pv_rows<DT, 2 < RBmax ? 2 : 1>(it, r0, n, cur.v, s, corr, pf); break;
-            case 3: gqa_pv_rows<DT, 3 < RBmax ? 3 : 1>(it, r0, n, cur.v, s, corr, pf); break;
-            default: break;
-        }
+        if (t + n - 1 > min_limit) gqa_pv_block_masked<DT>(it, t, n, cur.v, s, corr);
+        else gqa_pv_block<DT, false>(it, t, n, cur.v, s, corr, &keys_ahead);
         t += n;
         cur = next;
     }
@@ -504,10 +568,12 @@ static inline void absorb_scores_cols(const AbsorbItem& it, int n, int K, int co
 }
 
 // acc[k][rows] = acc * corr + sum_j ctile[j][k] * p[j][rows] for KB latent
-// dims x NV row vectors.
-template <int KB, int NV>
+// dims x NV row vectors. kMasked: lane i takes token j only when
+// j < visible[i] (a select, so the latent of a token the row may not see
+// never meets the row's accumulator).
+template <int KB, int NV, bool kMasked = false>
 static inline void absorb_pv_tile(const float* ctile, int K, int n, const float* p, int p_ld, float* acc,
-                                  int64_t acc_ld, const float* corr) {
+                                  int64_t acc_ld, const float* corr, const float* visible = nullptr) {
     using V = Simd::V;
     constexpr int W = Simd::W;
     V a[KB * NV];
@@ -521,11 +587,23 @@ static inline void absorb_pv_tile(const float* ctile, int K, int n, const float*
         V pv[NV];
         GQLA_UNROLL
         for (int v = 0; v < NV; ++v) pv[v] = Simd::load(p + j * p_ld + v * W);
-        GQLA_UNROLL
-        for (int k = 0; k < KB; ++k) {
-            V cb = Simd::set1(ctile[j * K + k]);
+        if constexpr (kMasked) {
+            typename Simd::M sees[NV];
             GQLA_UNROLL
-            for (int v = 0; v < NV; ++v) a[k * NV + v] = Simd::fma(cb, pv[v], a[k * NV + v]);
+            for (int v = 0; v < NV; ++v) sees[v] = Simd::lt(Simd::set1(static_cast<float>(j)), Simd::load(visible + v * W));
+            GQLA_UNROLL
+            for (int k = 0; k < KB; ++k) {
+                V cb = Simd::set1(ctile[j * K + k]);
+                GQLA_UNROLL
+                for (int v = 0; v < NV; ++v) a[k * NV + v] = Simd::fma_where(sees[v], cb, pv[v], a[k * NV + v]);
+            }
+        } else {
+            GQLA_UNROLL
+            for (int k = 0; k < KB; ++k) {
+                V cb = Simd::set1(ctile[j * K + k]);
+                GQLA_UNROLL
+                for (int v = 0; v < NV; ++v) a[k * NV + v] = Simd::fma(cb, pv[v], a[k * NV + v]);
+            }
         }
     }
     GQLA_UNROLL
@@ -535,29 +613,59 @@ static inline void absorb_pv_tile(const float* ctile, int K, int n, const float*
 }
 
 // The leftover latent dims as one narrower tile (out of line, as above).
-template <int NV>
+template <int NV, bool kMasked>
 [[gnu::noinline]] static void absorb_pv_remainder(const AbsorbItem& it, int rem, int K, int n, int col, int k,
-                                                  const float* corr) {
+                                                  const float* corr, const float* visible) {
     with_remainder<Simd::kAbsorbDims>(rem, [&](auto r) {
-        absorb_pv_tile<decltype(r)::value, NV>(it.ctile + k, K, n, it.stile + col, it.rows_pad,
-                                               it.acc + k * int64_t(it.rows_pad) + col, it.rows_pad, corr + col);
+        absorb_pv_tile<decltype(r)::value, NV, kMasked>(it.ctile + k, K, n, it.stile + col, it.rows_pad,
+                                                        it.acc + k * int64_t(it.rows_pad) + col, it.rows_pad,
+                                                        corr + col, visible + col);
     });
 }
 
-template <int NV>
+// visible: per lane, the tokens of the block the row may see (kMasked only).
+template <int NV, bool kMasked = false>
 static inline void absorb_pv_cols(const AbsorbItem& it, int n, int K, int col, const float* corr,
-                                  PrefetchStream* pf) {
+                                  PrefetchStream* pf, const float* visible = nullptr) {
     constexpr int KB = Simd::kAbsorbDims;
     int k = 0;
     for (; k + KB <= it.r; k += KB) {
         if (pf) pf->step();
-        absorb_pv_tile<KB, NV>(it.ctile + k, K, n, it.stile + col, it.rows_pad, it.acc + k * int64_t(it.rows_pad) + col,
-                               it.rows_pad, corr + col);
+        absorb_pv_tile<KB, NV, kMasked>(it.ctile + k, K, n, it.stile + col, it.rows_pad,
+                                        it.acc + k * int64_t(it.rows_pad) + col, it.rows_pad, corr + col,
+                                        kMasked ? visible + col : nullptr);
     }
     if (k < it.r) {
         if (pf) pf->step();
-        absorb_pv_remainder<NV>(it, it.r - k, K, n, col, k, corr);
+        absorb_pv_remainder<NV, kMasked>(it, it.r - k, K, n, col, k, corr, visible);
     }
+}
+
+// The value pass of one block over all row vectors; the first column block
+// paces the prefetch.
+template <bool kMasked>
+static inline void absorb_pv_block(const AbsorbItem& it, int n, int K, const float* corr, PrefetchStream* pf,
+                                   const float* visible) {
+    constexpr int W = Simd::W;
+    constexpr int NV = Simd::kAbsorbRowVecs;
+    int col = 0;
+    for (; col + NV * W <= it.rows_pad; col += NV * W, pf = nullptr)
+        absorb_pv_cols<NV, kMasked>(it, n, K, col, corr, pf, visible);
+    for (; col < it.rows_pad; col += W, pf = nullptr) absorb_pv_cols<1, kMasked>(it, n, K, col, corr, pf, visible);
+}
+
+// Rows of an absorb item sit in lanes, so their visible counts for the block
+// at t are a vector too (floats: compared with the token index in lanes).
+static inline void absorb_visible_counts(const AbsorbItem& it, int64_t t, int n, float* visible) {
+    for (int i = 0; i < it.rows_pad; ++i) visible[i] = static_cast<float>(visible_in_block(it.row_limit[i], t, n));
+}
+
+// The masked value pass of the block at t, out of line (see
+// gqa_pv_block_masked); the latent tile must hold the block in f32.
+[[gnu::noinline]] static void absorb_pv_block_masked(const AbsorbItem& it, int64_t t, int n, int K, const float* corr) {
+    alignas(64) float visible[kAbsorbMaxRowBlock];  // rows_pad <= kAbsorbMaxRowBlock
+    absorb_visible_counts(it, t, n, visible);
+    absorb_pv_block<true>(it, n, K, corr, nullptr, visible);
 }
 
 // Causal mask and online softmax of one block of scores stile[j][rows]
@@ -572,8 +680,9 @@ static inline void absorb_softmax_block(const AbsorbItem& it, int64_t t, int n, 
             for (int i = 0; i < R; ++i)
                 if (t + j > it.row_limit[i]) it.stile[j * R + i] = kNegInf;
     for (int i = 0; i < R; i += W) {
+        // NaN scores stay out of the maximum (running max second).
         V mb = Simd::set1(kNegInf);
-        for (int j = 0; j < n; ++j) mb = Simd::max(mb, Simd::load(it.stile + j * R + i));
+        for (int j = 0; j < n; ++j) mb = Simd::max(Simd::load(it.stile + j * R + i), mb);
         V m_old = Simd::load(it.m + i);
         V m_new = Simd::max(m_old, mb);
         V sum = Simd::zero();
@@ -602,8 +711,7 @@ static void absorb_attend(const AbsorbItem& it) {
     }
     for (int64_t i = 0; i < static_cast<int64_t>(it.r) * R; ++i) it.acc[i] = 0.0f;
     float* corr = it.stile + kAbsorbTokenBlock * R;
-    int64_t min_limit = it.row_limit[0];
-    for (int i = 1; i < R; ++i) min_limit = it.row_limit[i] < min_limit ? it.row_limit[i] : min_limit;
+    const int64_t min_limit = min_row_limit(it.row_limit, R);
 
     // Latent rows of the block at position t (one page).
     auto latent_at = [&](int64_t t, const T** c, const T** kr) {
@@ -649,11 +757,9 @@ static void absorb_attend(const AbsorbItem& it) {
         for (; col + NV * W <= R; col += NV * W, pf = nullptr) absorb_scores_cols<NV>(it, n, K, col, pf);
         for (; col < R; col += W, pf = nullptr) absorb_scores_cols<1>(it, n, K, col, pf);
         absorb_softmax_block(it, t, n, min_limit, corr);
-        // Values from the same tile.
-        pf = &next_block;
-        col = 0;
-        for (; col + NV * W <= R; col += NV * W, pf = nullptr) absorb_pv_cols<NV>(it, n, K, col, corr, pf);
-        for (; col < R; col += W, pf = nullptr) absorb_pv_cols<1>(it, n, K, col, corr, pf);
+        // Values from the same tile; the causal diagonal masks lane by lane.
+        if (t + n - 1 > min_limit) absorb_pv_block_masked(it, t, n, K, corr);
+        else absorb_pv_block<false>(it, n, K, corr, &next_block, nullptr);
         t += n;
     }
 }

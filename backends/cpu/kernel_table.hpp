@@ -37,6 +37,8 @@ constexpr int64_t gqa_scratch_floats(int64_t rows, int64_t dk) {
 // Query rows of the absorb kernel live in SIMD lanes; blocks are padded to
 // this multiple (a multiple of every vector width).
 constexpr int kAbsorbRowAlign = 16;
+// Largest row block (lanes) of one absorb work item.
+constexpr int kAbsorbMaxRowBlock = 64;
 
 // One work item of the GQA-form kernel: the n_rep * s_q query rows of one
 // (sequence, KV group) over the cache positions [t0, t1). The key of token j

@@ -51,7 +51,14 @@ struct Simd {
     static inline V mul(V a, V b) { return _mm256_mul_ps(a, b); }
     static inline V add(V a, V b) { return _mm256_add_ps(a, b); }
     static inline V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+    // b when either is NaN (MAXPS returns its second operand then): the
+    // kernels pass the running maximum second, so a NaN never enters it.
     static inline V max(V a, V b) { return _mm256_max_ps(a, b); }
+    // Lane masks: m = a < b (false for NaN); fma_where keeps c where m is
+    // false, so a masked lane never sees a * b, not even a NaN.
+    using M = __m256;
+    static inline M lt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+    static inline V fma_where(M m, V a, V b, V c) { return _mm256_blendv_ps(c, _mm256_fmadd_ps(a, b, c), m); }
     static inline float hmax(V v) {
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -76,10 +83,13 @@ struct Simd {
         for (; i < n; ++i) out[i] = hsum(a[i]);
     }
     // 2^x: round-to-nearest split, degree-7 polynomial of e^(f ln2) on
-    // |f| <= 1/2 (relative error ~5e-9); inputs below -126 give exactly 0.
+    // |f| <= 1/2 (relative error ~5e-9); inputs below -126 give exactly 0,
+    // above 127 2^127. NaN gives NaN: `keep` is true for unordered inputs and
+    // the clamps take x as their second operand, which MINPS/MAXPS return
+    // when either operand is NaN (a NaN score must reach the output).
     static inline V exp2(V x) {
-        const V keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
-        x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-126.0f));
+        const V keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ);
+        x = _mm256_max_ps(_mm256_set1_ps(-126.0f), _mm256_min_ps(_mm256_set1_ps(127.0f), x));
         const V n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         const V f = _mm256_mul_ps(_mm256_sub_ps(x, n), _mm256_set1_ps(0.6931471805599453f));
         V p = _mm256_set1_ps(1.0f / 5040.0f);

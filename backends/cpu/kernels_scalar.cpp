@@ -63,7 +63,12 @@ struct Simd {
     static inline V mul(V a, V b) { return a * b; }
     static inline V add(V a, V b) { return a + b; }
     static inline V sub(V a, V b) { return a - b; }
+    // b when either is NaN, like the x86 max instructions: the kernels pass
+    // the running maximum second, so a NaN never enters it.
     static inline V max(V a, V b) { return a > b ? a : b; }
+    using M = bool;
+    static inline M lt(V a, V b) { return a < b; }
+    static inline V fma_where(M m, V a, V b, V c) { return m ? a * b + c : c; }
     static inline float hsum(V v) { return v; }
     static inline float hmax(V v) { return v; }
     static inline void hsum_many(const V* a, int n, float* out) {

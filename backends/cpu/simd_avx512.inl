@@ -38,7 +38,14 @@ struct Simd {
     static inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
     static inline V add(V a, V b) { return _mm512_add_ps(a, b); }
     static inline V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+    // b when either is NaN (as MAXPS): the kernels pass the running maximum
+    // second, so a NaN never enters it.
     static inline V max(V a, V b) { return _mm512_max_ps(a, b); }
+    // Lane masks: m = a < b (false for NaN); fma_where keeps c where m is
+    // false, so a masked lane never sees a * b, not even a NaN.
+    using M = __mmask16;
+    static inline M lt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+    static inline V fma_where(M m, V a, V b, V c) { return _mm512_mask3_fmadd_ps(a, b, c, m); }
     static inline __m256 halves(V v) {
         return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     }
@@ -77,10 +84,12 @@ struct Simd {
         }
         for (; i < n; ++i) out[i] = hsum(a[i]);
     }
-    // 2^x as in the AVX2 kernels (same polynomial), exact 0 below -126.
+    // 2^x as in the AVX2 kernels (same polynomial), exact 0 below -126 and
+    // NaN for NaN (`keep` true for unordered inputs; the clamps take x as
+    // their second operand, which VMINPS/VMAXPS return for a NaN operand).
     static inline V exp2(V x) {
-        const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
-        x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(127.0f)), _mm512_set1_ps(-126.0f));
+        const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
+        x = _mm512_max_ps(_mm512_set1_ps(-126.0f), _mm512_min_ps(_mm512_set1_ps(127.0f), x));
         const V n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         const V f = _mm512_mul_ps(_mm512_sub_ps(x, n), _mm512_set1_ps(0.6931471805599453f));
         V p = _mm512_set1_ps(1.0f / 5040.0f);

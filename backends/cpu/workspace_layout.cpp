@@ -12,7 +12,6 @@ namespace {
 // Query rows one decode chunk may hold when max_batch * max_q_len * H is
 // larger: enough rows to keep every thread busy with full tiles.
 constexpr int64_t kChunkRows = 4096;
-constexpr int kAbsorbMaxRowBlock = 64;
 
 struct Bump {
     size_t at = 0;

@@ -270,6 +270,23 @@ GQLA_API gqla_status gqla_decode(gqla_session* session, int32_t layer, int32_t b
                                  const gqla_seq_id* seqs, const gqla_tensor* q,
                                  gqla_tensor* o, gqla_tensor* lse);
 
+/* Non-finite values. The same on every device, path, kernel and cache dtype:
+ * - A position a query may not see (j > L - s_q + i, a slot of a page past
+ *   the sequence's length) contributes nothing to it, not even a NaN: a NaN
+ *   or inf stored there never reaches that query's o or lse.
+ * - A NaN or inf at a position a query sees reaches its output: a NaN in q
+ *   makes that head's o and lse NaN; a NaN in a visible key (k; the latent c
+ *   or kr for GQLA) makes the o and lse of every head that reads it NaN; a
+ *   NaN or inf in a visible value (v; the latent c for GQLA) makes the o
+ *   elements it feeds non-finite. Scores follow IEEE softmax arithmetic: a
+ *   +inf score makes the head's o and lse NaN, a -inf score weighs zero.
+ *   GQA kind: a KV head's entries feed the H/G query heads of its group;
+ *   GQLA: c and kr feed every head.
+ * - Appending converts to the cache dtype with IEEE rounding and no
+ *   saturation: into an f16 cache, values beyond its range (|x| >= 65520)
+ *   are stored as +-inf and then follow the rules above.
+ * Nothing is checked or reported: decode still returns GQLA_OK. */
+
 /* ------------------------------------------------------------------- path */
 
 /* Select the decode path. GQA: expand the latent cache of every live
