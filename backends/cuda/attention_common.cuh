@@ -121,10 +121,11 @@ __device__ __forceinline__ int64_t lse_index(const AttentionParams& p, int b, in
     return b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH;
 }
 
-// m: running max of scaled scores in log2 units, l: sum of exp2(s - m).
+// m: running max of scaled scores in log2 units, l: sum of exp2(s - m);
+// -inf where the row saw no token (l == 0), NaN where a score was.
 __device__ __forceinline__ void write_row_lse(const AttentionParams& p, int split, int b, int qi, int h, float m,
                                               float l) {
-    float lse2 = (l > 0.f) ? m + log2f(l) : -INFINITY;
+    float lse2 = (l == 0.f) ? -INFINITY : m + log2f(l);
     if (p.num_splits == 1) {
         if (p.lse) p.lse[lse_index(p, b, qi, h)] = lse2 * kLn2;
     } else {

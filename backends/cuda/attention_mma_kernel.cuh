@@ -10,11 +10,15 @@
 //   S = Q K^T      warps split (row tile, 16-token chunk) pairs
 //   softmax        online, f32, log2 domain, TPR threads per row
 //   O += P V       warps split (row tile, 16-column chunks) of O, in registers
+// In the tiles of a sequence's causal tail (tokens the earlier queries may
+// not see) the value rows are scrubbed between the softmax and P V, see
+// nonfinite.cuh.
 #pragma once
 
 #include "attention_common.cuh"
 #include "attention_mma_layout.hpp"
 #include "mma_primitives.cuh"
+#include "nonfinite.cuh"
 
 namespace gqla::cuda {
 
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
         cp_async_wait<STAGES - 1>();
         __syncthreads();
         const T* tK = sK + stage * BN * L.k_stride;
-        const T* tV = sV + stage * BN * vstride;
+        T* tV = sV + stage * BN * vstride;
 
         // S = Q K^T, scaled to log2 units, causal mask.
         for (int pair = warp; pair < MR * (BN / 16); pair += NW) {
@@ -203,7 +207,7 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
             T* prow = sP + smax_row * P_STRIDE;
 #pragma unroll
             for (int c = smax_sub; c < BN; c += TPR) {
-                float e = (m_new == -INFINITY) ? 0.f : exp2_ftz(srow[c] - m_new);
+                float e = softmax_weight(srow[c], m_new);
                 sum += e;
                 prow[c] = from_float<T>(e);
             }
@@ -214,6 +218,27 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
             if (smax_sub == 0) sAlpha[smax_row] = alpha;
         }
         __syncthreads();
+
+        // Tokens of the tile some row may not see (past the first row's
+        // limit, the earliest; loaded: before the end): their value rows
+        // scrubbed (a few rows per warp), and each row that may see a
+        // scrubbed token gets probability NaN for it.
+        const int tile_first = tile * BN;
+        const int hidden_begin = max(tile_first, sLimit[0] + 1), hidden_end = min(tile_first + BN, length);
+        if (hidden_begin < hidden_end) {
+            const int per_warp = (hidden_end - hidden_begin + NW - 1) / NW;
+            const int r0 = hidden_begin - tile_first + warp * per_warp;
+            const int rows_here = min(per_warp, hidden_end - tile_first - r0);
+            if (rows_here > 0) {
+                uint32_t bad = scrub_rows(tV + r0 * vstride, SmemRows{vstride, false}, rows_here, dv, lane);
+                for (; bad; bad &= bad - 1) {
+                    const int col = r0 + __ffs(bad) - 1, j = tile_first + col;
+                    for (int r = lane; r < ROWS; r += 32)
+                        if (j <= sLimit[r]) sP[r * P_STRIDE + col] = from_float<T>(quiet_nan());
+                }
+            }
+            __syncthreads();
+        }
 
         // O = alpha * O + P V.
         {
@@ -265,7 +290,7 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
                 if (mg >= p.rows || col >= dv) continue;
                 float l = sFinalL[row];
                 const auto [qi, h] = query_head(p, g, mg);
-                write_output(p, split, b, qi, h, col, l > 0.f ? acc[i][n][e] / l : 0.f);
+                write_output(p, split, b, qi, h, col, normalized(acc[i][n][e], l));
             }
     }
     for (int m = tid; m < ROWS; m += NT) {

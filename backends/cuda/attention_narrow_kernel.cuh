@@ -41,12 +41,16 @@
 // copies and their address arithmetic (8 per lane for 128-wide rows). Halves
 // with rows past the sequence's end still go through zero-filling cp.async,
 // which arrive on the same barrier.
+// In a chunk holding tokens some row of the warp may not see (the causal
+// tail), the V rows are scrubbed before O^T += V^T P^T (see nonfinite.cuh):
+// in the slot, or with shared rings in the warp's V^T fragments.
 #pragma once
 
 #include "attention_common.cuh"
 #include "attention_kernels.hpp"
 #include "cluster_merge.cuh"
 #include "mma_primitives.cuh"
+#include "nonfinite.cuh"
 #include "row_copies.cuh"
 #include "tma_primitives.cuh"
 
@@ -191,8 +195,10 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
 
     // Warp-private ring. With padded dims a slot's pad columns are read as K
     // (times zero queries) or V (into output columns never written), after
-    // the slot held the other role: they only have to be finite, so the
-    // ring starts zeroed and copies never write anything but cache rows.
+    // the slot held the other role. Key pads must be finite (0 x NaN would
+    // be a NaN score), but a former V half leaves its values there, which
+    // may be anything: each K half zero-fills its pad piece. Value pads only
+    // reach output columns never written. The ring starts zeroed.
     // With TMA boxes its first R - 1 halves are issued as soon as their page
     // ids arrive, before the query rows are staged: the prologue's two
     // memory latencies (page ids, then K/V) no longer wait for the query
@@ -251,6 +257,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
                 if (dk2)
                     copy_contiguous_rows16(dst, k_rows, dk1, k2 + pool_offset(p.k2, tb, grp), p.k2.row_stride, dk2,
                                            shift2, valid_rows, lane);
+                if (dk16 != dk) copy_contiguous_rows16(dst, k_rows, dk, k1, 0, 8, 0, 0, lane);  // zero key pad (see the ring)
             }
             if constexpr (TMA) {
                 cp_async_mbarrier_arrive(bar);
@@ -266,6 +273,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
                 if (dk2)
                     copy_scattered_rows16(dst, k_rows, dk1, valid ? k2 + pool_offset(p.k2, f, grp) : nullptr, dk2, k2,
                                           lane);
+                if (dk16 != dk)  // zero key pad (see the ring)
+                    copy_scattered_rows16(dst, k_rows, dk, static_cast<const T*>(nullptr), 8, k1, lane);
             }
         }
     };
@@ -345,6 +354,9 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         const int row = 2 * fc + e;
         limit[e] = row < rows_here ? length - p.q_len + row_qh(row).qi : length - 1;
     }
+    // First token some row of this warp may not see (its first row has the
+    // earliest limit; rows past the group's end see everything).
+    const int first_hidden = rows_here > 0 ? length - p.q_len + row_qh(0).qi + 1 : length;
 
     float acc[MAX_VT][4];
 #pragma unroll
@@ -416,8 +428,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
             const float m_new = fmaxf(run_m[e], mx);
             const bool none = m_new == -INFINITY;
             alpha[e] = none ? 1.f : exp2_ftz(run_m[e] - m_new);
-            lo = none ? 0.f : exp2_ftz(lo - m_new);
-            hi = none ? 0.f : exp2_ftz(hi - m_new);
+            lo = softmax_weight(lo, m_new);
+            hi = softmax_weight(hi, m_new);
             run_l[e] = run_l[e] * alpha[e] + lo + hi;
             run_m[e] = m_new;
             s[e] = lo;
@@ -427,19 +439,53 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         refill(2 * c, c + R / 2 < chunks, ids[R / 2 - 1]);
         wait_half(2 * c + 1);  // and its V
 
-        // P^T (tokens x rows) -> B operand (k = tokens, n = rows) by transposing
-        // the two 8x8 halves in registers.
-        const uint32_t pb0 = movmatrix_trans(pack_pair(s[0], s[1], static_cast<T*>(nullptr)));
-        const uint32_t pb1 = movmatrix_trans(pack_pair(s[2], s[3], static_cast<T*>(nullptr)));
-
-        // O^T = alpha O^T + V^T P^T: A = V^T tiles by ldmatrix.trans of V rows.
+        // A = V^T tiles by ldmatrix.trans of V rows.
         // Lane l reads row l % 8 + 8 (l / 16), piece 2i + (l / 8) % 2 (the
-        // same swizzle as K).
+        // same swizzle as K), and holds V^T rows (value columns) fr, fr + 8
+        // of tokens 2fc, 2fc + 1 (a[0], a[1]) and 2fc + 8, 2fc + 9 (a[2], a[3]).
         const T* vrow[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j)
             vrow[j] = tV + ((lane & 7) + ((lane >> 4) << 3)) * L.v_stride +
                       (((2 * j + ((lane >> 3) & 1)) ^ (SWZ ? lane & 7 : 0)) << 3);
+        // Tokens some row may not see, loaded (before the end): which have a
+        // non-finite value, and a NaN probability for each such token a row
+        // may see. A warp-private ring's slot is scrubbed in place (the
+        // product below stays as it is); shared rings' slots are read by the
+        // other row blocks' warps too, whose rows may see those values, so
+        // there each warp scrubs its own V^T fragments in the product.
+        const bool tail = tok0 + 16 > first_hidden && first_hidden < length;
+        if (tail) {
+            uint32_t bad = 0;
+            if constexpr (RB == 1) {
+                bad = scrub_rows(const_cast<T*>(tV), v_rows, 16, dv, lane);
+                if constexpr (TMA) fence_proxy_async_smem();  // these writes before TMA refills the slot
+                __syncwarp();
+            } else {
+#pragma unroll
+                for (int i = 0; i < MAX_VT; ++i) {
+                    if (i < v_tiles) {
+                        uint32_t a[4];
+                        ldmatrix_x4_trans(a, vrow[i & 3] + (i >> 2) * BLOCK);
+                        // (Value columns only: pad rows of V^T may hold a former K half.)
+                        const bool lo_col = i * 16 + fr < dv, hi_col = i * 16 + fr + 8 < dv;
+                        const uint32_t first = (lo_col ? scrub_pair<T>(a[0]) : 0u) | (hi_col ? scrub_pair<T>(a[1]) : 0u);
+                        const uint32_t second = (lo_col ? scrub_pair<T>(a[2]) : 0u) | (hi_col ? scrub_pair<T>(a[3]) : 0u);
+                        bad |= (first << (2 * fc)) | (second << (2 * fc + 8));
+                    }
+                }
+                bad = __reduce_or_sync(0xffffffffu, bad);
+            }
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                if (((bad >> fr) & 1) && tok0 + fr <= limit[e]) s[e] = quiet_nan();
+                if (((bad >> (fr + 8)) & 1) && tok0 + fr + 8 <= limit[e]) s[e + 2] = quiet_nan();
+            }
+        }
+        // O^T = alpha O^T + V^T P^T, P^T (tokens x rows) going to a B operand
+        // (k = tokens, n = rows) by transposing its two 8x8 halves in registers.
+        const uint32_t pb0 = movmatrix_trans(pack_pair(s[0], s[1], static_cast<T*>(nullptr)));
+        const uint32_t pb1 = movmatrix_trans(pack_pair(s[2], s[3], static_cast<T*>(nullptr)));
 #pragma unroll
         for (int i = 0; i < MAX_VT; ++i) {
             if (i < v_tiles) {
@@ -447,6 +493,12 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
                 acc[i][2] *= alpha[0]; acc[i][3] *= alpha[1];
                 uint32_t a[4];
                 ldmatrix_x4_trans(a, vrow[i & 3] + (i >> 2) * BLOCK);
+                if constexpr (RB > 1) {
+                    if (tail) {
+#pragma unroll
+                        for (int k = 0; k < 4; ++k) scrub_pair<T>(a[k]);
+                    }
+                }
                 mma_16816<T>(acc[i], a, pb0, pb1);
             }
         }
@@ -484,10 +536,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         scale[e] = (run_m[e] == -INFINITY) ? 0.f : exp2_ftz(run_m[e] - M);
         if (tw == 0 && fr == 0) {
             float tot = 0.f;
-            for (int w = w0; w < w0 + TW; ++w) {
-                const float mw = sWarpM[w * kNarrowRows + r];
-                if (mw != -INFINITY) tot += sWarpL[w * kNarrowRows + r] * exp2_ftz(mw - M);
-            }
+            for (int w = w0; w < w0 + TW; ++w) tot += rescaled_sum(sWarpM[w * kNarrowRows + r], sWarpL[w * kNarrowRows + r], M);
             sRowL[rbw * kNarrowRows + r] = tot;
             sRowM[rbw * kNarrowRows + r] = M;
         }
@@ -530,7 +579,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         const int m = e / dv, col = e - m * dv;
         const float l = sRowL[m];
         const int64_t out = sRowOut[m] + col;
-        const float v = l > 0.f ? merged(m, col) / l : 0.f;
+        const float v = normalized(merged(m, col), l);
         if (p.num_splits == 1) store_elem(p.o, p.o_dtype, out, v);
         else p.part_o[out] = v;
     }

@@ -2,10 +2,13 @@
 // fallback for dims the tensor-core kernel does not take (not multiples of 8,
 // values wider than 512). Same split/partial protocol as the MMA kernel, so
 // the combine kernel serves both. Rows: kSimtRows per CTA, tiles of
-// kSimtTile tokens; everything in shared memory, f32 throughout.
+// kSimtTile tokens; everything in shared memory, f32 throughout. The P V
+// sums stop at each row's last visible token, so a masked position's value
+// (a NaN or Inf, see nonfinite.cuh) never meets its zero probability.
 #include "attention_common.cuh"
 #include "attention_kernels.hpp"
 #include "cuda_status.hpp"
+#include "nonfinite.cuh"
 
 namespace gqla::cuda {
 
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
             for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
             float m_old = sM[m], m_new = fmaxf(m_old, mx);
             float alpha = (m_new == -INFINITY) ? 1.f : exp2_ftz(m_old - m_new);
-            float e = (m_new == -INFINITY) ? 0.f : exp2_ftz(s - m_new);
+            float e = softmax_weight(s, m_new);
             float sum = e;
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             sS[m * kSimtTile + lane] = e;
@@ -120,7 +123,8 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
             int m = i / dv, c = i % dv;
             float o = sO[i] * sAlpha[m];
             const float* pr = sS + m * kSimtTile;
-            for (int j = 0; j < kSimtTile; ++j) o = fmaf(pr[j], sV[j * L.v_stride + c], o);
+            const int visible = min(kSimtTile, sLimit[m] - tile * kSimtTile + 1);
+            for (int j = 0; j < visible; ++j) o = fmaf(pr[j], sV[j * L.v_stride + c], o);
             sO[i] = o;
         }
     }
@@ -130,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
         if (mg >= p.rows) continue;
         const auto [qi, h] = query_head(p, g, mg);
         float l = sL[m];
-        write_output(p, split, b, qi, h, c, l > 0.f ? sO[i] / l : 0.f);
+        write_output(p, split, b, qi, h, c, normalized(sO[i], l));
     }
     if (tid < kSimtRows) {
         int mg = rb * kSimtRows + tid;

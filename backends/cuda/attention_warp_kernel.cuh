@@ -11,10 +11,14 @@
 // Copies are coalesced: consecutive lanes take consecutive 16-byte pieces of
 // a row (a 256-byte K row is 16 lanes), so one warp instruction reads two
 // whole rows instead of a 32-byte slice of sixteen.
+//
+// A chunk holding tokens some row of the CTA may not see (the causal tail)
+// has its value rows scrubbed before P V, see nonfinite.cuh.
 #pragma once
 
 #include "attention_common.cuh"
 #include "mma_primitives.cuh"
+#include "nonfinite.cuh"
 #include "row_copies.cuh"
 
 namespace gqla::cuda {
@@ -94,6 +98,9 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         int mg = rb * 16 + (lane >> 2) + hr * 8;
         limit[hr] = (mg < p.rows) ? length - p.q_len + mg / p.heads_per_group : length - 1;
     }
+    // First token some row of this CTA may not see (its first row has the
+    // earliest limit; rows past the group's end see everything).
+    const int first_hidden = rb * 16 < p.rows ? length - p.q_len + (rb * 16) / p.heads_per_group + 1 : length;
 
     const T* k1 = static_cast<const T*>(p.k1.base);
     const T* k2 = static_cast<const T*>(p.k2.base);
@@ -176,12 +183,28 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
             for (int n = 0; n < 2; ++n)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    float pe = (m_new == -INFINITY) ? 0.f : exp2_ftz(s[n][hr * 2 + e] - m_new);
+                    float pe = softmax_weight(s[n][hr * 2 + e], m_new);
                     s[n][hr * 2 + e] = pe;
                     sum += pe;
                 }
             run_l[hr] = run_l[hr] * alpha[hr] + sum;
             run_m[hr] = m_new;
+        }
+        // Tokens of the chunk some row may not see (loaded: before the end):
+        // value rows scrubbed, NaN probabilities for the rows that may see a
+        // scrubbed one.
+        if (tok0 + 16 > first_hidden && first_hidden < length) {
+            const uint32_t bad = scrub_rows(const_cast<T*>(tV), SmemRows{vstride, false}, 16, dv, lane);
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int k = n * 8 + (lane & 3) * 2 + e;
+                        if (((bad >> k) & 1) && tok0 + k <= limit[hr]) s[n][hr * 2 + e] = quiet_nan();
+                    }
+            __syncwarp();
         }
         // S accumulators (m16n8 x2) are exactly the A fragment of P (m16k16).
         uint32_t pa[4];
@@ -225,8 +248,7 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         scale[hr] = (run_m[hr] == -INFINITY) ? 0.f : exp2_ftz(run_m[hr] - M);
         if (warp == 0 && (lane & 3) == 0) {
             float tot = 0.f;
-            for (int w = 0; w < NW; ++w)
-                if (sWarpM[w * 16 + r] != -INFINITY) tot += sWarpL[w * 16 + r] * exp2_ftz(sWarpM[w * 16 + r] - M);
+            for (int w = 0; w < NW; ++w) tot += rescaled_sum(sWarpM[w * 16 + r], sWarpL[w * 16 + r], M);
             sRowL[r] = tot;
             sRowM[r] = M;
         }
@@ -253,7 +275,7 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         if (mg >= p.rows) continue;
         const float l = sRowL[m];
         const auto [qi, h] = query_head(p, g, mg);
-        write_output(p, split, b, qi, h, col, l > 0.f ? sO[m * dv16 + col] / l : 0.f);
+        write_output(p, split, b, qi, h, col, normalized(sO[m * dv16 + col], l));
     }
     if (tid < 16) {
         const int mg = rb * 16 + tid;

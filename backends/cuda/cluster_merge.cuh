@@ -30,6 +30,7 @@
 
 #include "attention_common.cuh"
 #include "attention_kernels.hpp"
+#include "nonfinite.cuh"
 #include "tma_primitives.cuh"
 
 namespace gqla::cuda {
@@ -112,18 +113,18 @@ __device__ __forceinline__ void merge_splits_in_cluster(const AttentionParams& p
         const int e = first + i, r = e / dv, c = e - r * dv;
         float mx = -INFINITY;
         for (int sp = 0; sp < s.splits; ++sp) mx = fmaxf(mx, buf[sp * s.packet + r]);
+        // A split that saw no token (sum 0) is left out; a NaN sum (a NaN
+        // score, even under a max of -inf) or value reaches the output.
         float sum = 0.f, acc = 0.f;
-        if (mx != -INFINITY) {
-            for (int sp = 0; sp < s.splits; ++sp) {
-                const float* packet = buf + sp * s.packet;
-                if (packet[r] == -INFINITY) continue;
-                const float w = exp2f(packet[r] - mx);
-                sum = fmaf(w, packet[rows + r], sum);
-                acc = fmaf(w, packet[2 * rows + i], acc);
-            }
+        for (int sp = 0; sp < s.splits; ++sp) {
+            const float* packet = buf + sp * s.packet;
+            if (packet[rows + r] == 0.f) continue;
+            const float w = exp2f(packet[r] - mx);
+            sum = fmaf(w, packet[rows + r], sum);
+            acc = fmaf(w, packet[2 * rows + i], acc);
         }
-        store_elem(p.o, p.o_dtype, out[r] + c, sum > 0.f ? acc / sum : 0.f);
-        if (c == 0 && p.lse) p.lse[lse_at(r)] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+        store_elem(p.o, p.o_dtype, out[r] + c, normalized(acc, sum));
+        if (c == 0 && p.lse) p.lse[lse_at(r)] = sum == 0.f ? -INFINITY : (mx + log2f(sum)) * kLn2;
     }
 #endif
 }

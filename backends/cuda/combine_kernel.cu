@@ -17,6 +17,10 @@
 // attention kernel's last CTAs still run and wait in griddepcontrol.wait
 // (which returns once that grid has completed and its writes are visible),
 // so the launch latency between the two kernels is hidden.
+//
+// Non-finite partials: a split that saw no token (lse2 -inf, values 0)
+// weighs 0; a NaN lse2 or value reaches the merged output (and a NaN lse2
+// the lse), also where every split's lse2 is NaN or -inf.
 #include "attention_common.cuh"
 #include "attention_kernels.hpp"
 #include "cuda_status.hpp"
@@ -71,12 +75,13 @@ __global__ void __launch_bounds__(kThreads, kVec == 4 ? 4 : 2) combine_kernel(co
         }
         float m = mx;
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) m = fmaxf(m, l[j]);
-        if (m == -INFINITY) continue;  // only empty splits so far
-        const float rescale = exp2f(mx - m);  // 0 while mx is -inf
-        sum *= rescale;
+        for (int j = 0; j < kBatch; ++j) m = fmaxf(m, l[j]);  // drops NaN: their weights below are NaN
+        if (m != mx) {  // the max moved (from -inf: rescale by 0)
+            const float rescale = exp2f(mx - m);
+            sum *= rescale;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[e] *= rescale;
+            for (int e = 0; e < kVec; ++e) acc[e] *= rescale;
+        }
 #pragma unroll
         for (int j = 0; j < kBatch; ++j) {
             const float w = l[j] == -INFINITY ? 0.f : exp2f(l[j] - m);  // empty splits hold 0 (weight 0)
@@ -86,12 +91,12 @@ __global__ void __launch_bounds__(kThreads, kVec == 4 ? 4 : 2) combine_kernel(co
         }
         mx = m;
     }
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float inv = sum == 0.f ? 0.f : 1.f / sum;
     const int64_t out = row_offset(p.oa, b, qi, h) + c;
 #pragma unroll
     for (int e = 0; e < kVec; ++e) store_elem(p.o, p.o_dtype, out + e, acc[e] * inv);
     if (c == 0 && p.lse)
-        p.lse[b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+        p.lse[b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH] = sum == 0.f ? -INFINITY : (mx + log2f(sum)) * kLn2;
 }
 
 template <int kVec, int kBatch>

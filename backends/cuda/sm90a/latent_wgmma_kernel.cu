@@ -48,6 +48,11 @@
 // in shared memory (transposing them) for the cluster merge or a coalesced
 // store. H200, LLaMA-3-8B-GQLA absorb B=64 T=16384 (32 rows), graph us:
 // 301.4-305.7 with the 64-row products, 294.4-294.6 transposed.
+// Non-finite cache values (see nonfinite.cuh): in the tiles of the causal
+// tail (tokens the block's earlier queries may not see) WG0 scrubs those
+// tokens' latent rows, which are the values, after their scores and before
+// handing P over, and gives each row that may see a scrubbed token a NaN
+// probability for it.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -59,6 +64,7 @@
 #include "../cuda_status.hpp"
 #include "../latent_wgmma.hpp"
 #include "../launch_config.hpp"
+#include "../nonfinite.cuh"
 #include "../tensor_maps.hpp"
 #include "../tma_primitives.cuh"
 #include "wgmma_primitives.cuh"
@@ -79,7 +85,8 @@ constexpr int kWgThreads = 128;
 // transposed products): Q (kRows x 576), the two tile stages, P (kRows x 64
 // tokens, or its transpose), then rescale [64], row max [64], row sum [64],
 // limit [64] and, transposed, the warps' column maxima [2][4][32] and sums
-// [4][32]; one mbarrier per stage.
+// [4][32]; the causal tail's scrubbed-token masks [2][4]; one mbarrier per
+// stage.
 template <int kRows>
 struct LatentSmem {
     static constexpr int kQAtomBytes = kRows * kSwizzleRowBytes;  // kRows rows x 64 columns
@@ -88,7 +95,8 @@ struct LatentSmem {
     static constexpr int kPOff = kKOff + kStages * kStageBytes;
     static constexpr int kXOff = kPOff + kQAtomBytes;
     static constexpr int kXBytes = 4 * 64 * 4 + (kRows == 64 ? 0 : 3 * 4 * 32 * 4);
-    static constexpr int kBarOff = kXOff + kXBytes;
+    static constexpr int kTailOff = kXOff + kXBytes;
+    static constexpr int kBarOff = kTailOff + 2 * 4 * 4;
     static constexpr int kUsed = kBarOff + kStages * 8;
     static constexpr int kBytes = kUsed + 1024;  // slack to align the base to the swizzle period
     static_assert(kRows == 64 || kRows == 32, "query rows per CTA");
@@ -113,10 +121,35 @@ constexpr int kBarKEmpty = 4;
 constexpr int kBarColumnMax = 5;  // WG0 (transposed): the warps' column maxima written
 constexpr int kBarEnd = 6;  // all: products done, row max / sum written
 constexpr int kBarMerge = 7;  // all: cluster merge weights written
+constexpr int kBarTailMask = 8;  // WG0 (64-row products): the warps' scrubbed-token masks written
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
     return pack_pair(lo, hi, static_cast<T*>(nullptr));
+}
+
+// Called by a whole warp of WG0 after the scores of `tile`, with its stage
+// landed: zeroes the non-finite latent elements (the values) of the tile's
+// rows 16 wi .. 16 wi + 15 whose tokens lie in [first_hidden, length), and
+// returns (to every lane) a mask of those rows that had one (bit k: row
+// 16 wi + k).
+template <typename T>
+__device__ __forceinline__ uint32_t scrub_tail_rows(unsigned char* stage, int tile, int first_hidden, int length, int wi,
+                                                    int lane) {
+    constexpr int kPiecesPerRow = kLatentDim / 8;  // 16-byte pieces of a latent row
+    const int tile_first = tile * kLatentTile;
+    const int r_begin = max(16 * wi, first_hidden - tile_first), r_end = min(16 * wi + 16, length - tile_first);
+    uint32_t bad_rows = 0;
+    for (int i = lane; i < (r_end - r_begin) * kPiecesPerRow; i += 32) {
+        const int r = r_begin + i / kPiecesPerRow, piece = i % kPiecesPerRow;
+        uint4* at = reinterpret_cast<uint4*>(stage + (piece >> 3) * kAtomBytes + swizzled_offset(r, piece & 7));
+        uint4 v = *at;
+        if (scrub_pair<T>(v.x) | scrub_pair<T>(v.y) | scrub_pair<T>(v.z) | scrub_pair<T>(v.w)) {
+            *at = v;
+            bad_rows |= 1u << (r - 16 * wi);
+        }
+    }
+    return __reduce_or_sync(0xffffffffu, bad_rows);
 }
 
 // The splits of this row block are the CTAs of the cluster (rank = split);
@@ -156,16 +189,17 @@ __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int r
         float sum = 0.f;
 #pragma unroll
         for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp) {
-            const float wgt = sp < splits && ms[sp] != -INFINITY ? exp2f(ms[sp] - mx) * ls[sp] : 0.f;
+            // A split that saw no token (sum 0) weighs 0; NaN sums stay NaN.
+            const float wgt = sp < splits && ls[sp] != 0.f ? exp2f(ms[sp] - mx) * ls[sp] : 0.f;
             sW[k * kMaxLatentClusterSplits + sp] = wgt;
             sum += wgt;
         }
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const float inv = sum == 0.f ? 0.f : 1.f / sum;
 #pragma unroll
         for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp) sW[k * kMaxLatentClusterSplits + sp] *= inv;
         const QueryHead r = query_head(p, g, rb * kRows + m);
         sOff[k] = row_offset(p.oa, b, r.qi, r.h);
-        if (p.lse) p.lse[lse_index(p, b, r.qi, r.h)] = sum > 0.f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+        if (p.lse) p.lse[lse_index(p, b, r.qi, r.h)] = sum == 0.f ? -INFINITY : (mx + log2f(sum)) * kLn2;
     }
     named_barrier_sync(kBarMerge, kLatentThreads);  // the roles call this from different places
     constexpr int kPieces = kLatentDim / 8;
@@ -236,6 +270,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     float* sSum = sMax + 64;
     int* sLimit = reinterpret_cast<int*>(sSum + 64);
     float* sColumnMax = reinterpret_cast<float*>(sLimit + 64);  // transposed: [2][4][32], then sums [4][32]
+    uint32_t* sTailMask = reinterpret_cast<uint32_t*>(smem + L::kTailOff);  // [tile % 2][warp of WG0]
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::kBarOff);
 
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3;
@@ -415,6 +450,11 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     }
     fence_proxy_async_smem();  // Q stores -> wgmma's proxy
     __syncthreads();
+    // First token some row of this block may not see (its first row has the
+    // earliest limit; rows past the block's end see everything).
+    const int first_hidden = sLimit[0] + 1;
+    // Tiles holding such tokens, loaded (before the end): the causal tail.
+    auto in_tail = [&](int tile) { return (tile + 1) * kLatentTile > first_hidden && first_hidden < length; };
 
     // Accumulator fragment of wgmma m64nN: this thread holds rows r0 and r0 + 8,
     // columns 8j + 2*(lane % 4) + {0, 1} in registers 4j + {0, 1} / 4j + {2, 3}.
@@ -471,6 +511,16 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 wgmma_wait<0>();
                 fence_accumulators(s);
 
+                // The causal tail: this warp's 16 token rows scrubbed (its
+                // own tokens r0, r0 + 8), and which had a non-finite value.
+                const bool tail = in_tail(tile);
+                bool bad0 = false, bad1 = false;
+                if (tail) {
+                    const uint32_t bad = scrub_tail_rows<T>(sK + stage_of(tile) * kStageBytes, tile, first_hidden,
+                                                            length, wi, lane);
+                    bad0 = (bad >> (lane >> 2)) & 1;
+                    bad1 = (bad >> ((lane >> 2) + 8)) & 1;
+                }
                 // Mask tokens past a column's last visible one (only in a tile
                 // that reaches past some column's limit).
                 const int t0 = tile * kLatentTile + r0;
@@ -520,8 +570,12 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                     m[i] = n;
                     const float base = n == -INFINITY ? 0.f : n;  // exp2(-inf - 0) = 0
                     const int x = 4 * (i >> 1) + (i & 1);
-                    const float e0 = exp2_ftz(fmaf(s[x], scale, -base)), e1 = exp2_ftz(fmaf(s[x + 2], scale, -base));
+                    float e0 = exp2_ftz(fmaf(s[x], scale, -base)), e1 = exp2_ftz(fmaf(s[x + 2], scale, -base));
                     l[i] = l[i] * alpha[i] + (e0 + e1);
+                    if (tail) {  // a scrubbed value this column may see
+                        if (bad0 && t0 <= lim[i]) e0 = quiet_nan();
+                        if (bad1 && t0 + 8 <= lim[i]) e1 = quiet_nan();
+                    }
                     pt[i] = from_float<T>(e0);
                     pt[8 + i] = from_float<T>(e1);
                 }
@@ -626,7 +680,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const float sum = sSum[8 * (i >> 1) + c_lane + (i & 1)];
-            inv[i] = sum > 0.f ? 1.f / sum : 0.f;
+            inv[i] = sum == 0.f ? 0.f : 1.f / sum;
         }
         float* sO = reinterpret_cast<float*>(sK);  // [rows][kStagedRowFloats]
 #pragma unroll
@@ -662,6 +716,20 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 wgmma_wait<0>();
                 fence_accumulators(s);
 
+                // The causal tail: this warp's 16 token rows scrubbed, and the
+                // warps' masks of those that had a non-finite value shared
+                // (double-buffered by tile: the tail's tiles are consecutive).
+                const bool tail = in_tail(tile);
+                uint32_t bad_lo = 0, bad_hi = 0;  // tokens 0-31, 32-63 of the tile
+                if (tail) {
+                    const uint32_t bad = scrub_tail_rows<T>(sK + stage_of(tile) * kStageBytes, tile, first_hidden,
+                                                            length, wi, lane);
+                    uint32_t* masks = sTailMask + (tile & 1) * 4;
+                    if (lane == 0) masks[wi] = bad;
+                    named_barrier_sync(kBarTailMask, kWgThreads);
+                    bad_lo = masks[0] | (masks[1] << 16);
+                    bad_hi = masks[2] | (masks[3] << 16);
+                }
                 // The causal/length mask only where the tile reaches past a row's
                 // last visible token. Scores stay unscaled: the scale (> 0) goes
                 // into the row max and the exponent's fma.
@@ -698,10 +766,18 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
-                    const float e0 = exp2_ftz(fmaf(s[4 * j], scale, -b0)), e1 = exp2_ftz(fmaf(s[4 * j + 1], scale, -b0));
-                    const float e2 = exp2_ftz(fmaf(s[4 * j + 2], scale, -b1)), e3 = exp2_ftz(fmaf(s[4 * j + 3], scale, -b1));
+                    float e0 = exp2_ftz(fmaf(s[4 * j], scale, -b0)), e1 = exp2_ftz(fmaf(s[4 * j + 1], scale, -b0));
+                    float e2 = exp2_ftz(fmaf(s[4 * j + 2], scale, -b1)), e3 = exp2_ftz(fmaf(s[4 * j + 3], scale, -b1));
                     sum0 += e0 + e1;
                     sum1 += e2 + e3;
+                    if (tail) {  // scrubbed values rows r0 / r1 may see: tokens 8j + c_lane, + 1
+                        const uint32_t bits = ((j < 4 ? bad_lo : bad_hi) >> ((8 * j + c_lane) & 31)) & 3u;
+                        const int jj = j_base + 8 * j;
+                        if ((bits & 1) && jj <= lim0) e0 = quiet_nan();
+                        if ((bits & 2) && jj + 1 <= lim0) e1 = quiet_nan();
+                        if ((bits & 1) && jj <= lim1) e2 = quiet_nan();
+                        if ((bits & 2) && jj + 1 <= lim1) e3 = quiet_nan();
+                    }
                     pa[2 * j] = pack_two<T>(e0, e1);
                     pa[2 * j + 1] = pack_two<T>(e2, e3);
                 }
@@ -777,7 +853,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         if (wg == 1) cp_async_wait<0>();
         named_barrier_sync(kBarEnd, kLatentThreads);  // every product done; WG0's row max / sum visible
         const float L0 = sSum[r0], L1 = sSum[r1];
-        const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+        const float inv0 = L0 == 0.f ? 0.f : 1.f / L0, inv1 = L1 == 0.f ? 0.f : 1.f / L1;
         const int c0 = atom0 * 64 + c_lane;
         if (!p.cluster_merge) {
             // Each thread stores its fragment's column pairs of rows r0 and r1
