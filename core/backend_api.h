@@ -128,6 +128,21 @@ typedef struct gqla_decode_args {
     gqla_view lse;              /* [B, s_q, H] f32; data == NULL when not wanted */
 } gqla_decode_args;
 
+/* Rows of one sequence's always-kept cache copied out to host memory, in
+ * the cache dtype (sequence export): positions [start, start + count) of
+ * `layer`. GQA kind: a = K rows [count, G, D], b = V rows [count, G, Dv].
+ * GQLA: a = c [count, r], b = kr [count, d_r]. Both views are host memory,
+ * contiguous, of dtype desc.cache_dtype. The backend waits for its queued
+ * work before it returns, so the rows are those of every earlier append. */
+typedef struct gqla_read_args {
+    int32_t layer;
+    const int32_t* page_table;  /* host; covers positions [0, start + count) */
+    int64_t start;
+    int64_t count;
+    gqla_view a;
+    gqla_view b;
+} gqla_read_args;
+
 /* Status codes are gqla_status values. On failure a backend stores a message
  * retrievable with error_message(ctx) (or, for create, writes it to err). */
 typedef struct gqla_backend_vtable {
@@ -182,6 +197,9 @@ typedef struct gqla_backend_vtable {
      * gqla_backend_efficiency). The core pre-fills its defaults; the backend
      * overwrites what it has measured. NULL allowed (defaults used). */
     void (*efficiency)(const gqla_backend_desc* desc, gqla_backend_efficiency* inout);
+
+    /* Copy cached rows out (gqla_read_args). */
+    gqla_status (*read_rows)(void* ctx, const gqla_read_args* args);
 } gqla_backend_vtable;
 
 /* The CPU backend, linked into libgqla.so. */

@@ -37,6 +37,11 @@ public:
     gqla_seq_id fork_sequence(gqla_seq_id parent);
     int64_t sequence_length(gqla_seq_id seq, int32_t layer) const;
 
+    // Serialized sequences (session_export.cpp; format in sequence_format.hpp).
+    // export: bytes needed -> *needed; writes when capacity suffices.
+    void export_sequence(gqla_seq_id seq, void* buffer, size_t capacity, size_t* needed) const;
+    gqla_seq_id import_sequence(const void* buffer, size_t size);
+
     // One sequence; n = rows of a.
     void append(int32_t layer, gqla_seq_id seq, const gqla_tensor* a, const gqla_tensor* b);
     void append_batch(int32_t layer, int32_t num_seqs, const gqla_seq_id* seqs, const int64_t* counts,
@@ -71,6 +76,13 @@ private:
 
     void append_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* seqs, const int64_t* counts,
                        const gqla_tensor* a, const gqla_tensor* b, bool single);
+    // The part of an append after its arguments were checked: pages,
+    // copy-on-write, the backend's writes and the commit. counts has num_seqs
+    // entries; views hold their rows in order.
+    void append_views_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* seqs, const int64_t* counts,
+                             const gqla_view& a, const gqla_view& b, const char* call);
+    gqla_seq_id add_locked();
+    void release_locked(gqla_seq_id seq);
     void check_layer(int32_t layer) const;
     void require_weights(int32_t layer, const char* call) const;
     Sequence& find(gqla_seq_id id, const char* arg_name);

@@ -99,12 +99,16 @@ void Session::append_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* 
         slot_arg_[slot] = i;
     }
     if (total == 0) return;
+    append_views_locked(layer, num_seqs, ids, single ? &total : counts, a_view, b_view, call);
+}
 
+void Session::append_views_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* ids, const int64_t* counts,
+                                  const gqla_view& a_view, const gqla_view& b_view, const char* call) {
     // Capacity: new pages plus copies of shared pages that would receive rows.
     const int64_t P = cfg_.page_size;
     int64_t new_pages = 0, cow_pages = 0;
     for (int32_t i = 0; i < num_seqs; ++i) {
-        const int64_t count = single ? total : counts[i];
+        const int64_t count = counts[i];
         if (count == 0) continue;
         const Sequence& s = seqs_.find(ids[i])->second;
         const int64_t old_len = s.lengths[static_cast<size_t>(layer)];
@@ -128,7 +132,7 @@ void Session::append_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* 
     items.reserve(static_cast<size_t>(num_seqs));
     int64_t row = 0;
     for (int32_t i = 0; i < num_seqs; ++i) {
-        const int64_t count = single ? total : counts[i];
+        const int64_t count = counts[i];
         if (count == 0) continue;
         const Sequence& s = seqs_.find(ids[i])->second;
         const int64_t old_len = s.lengths[static_cast<size_t>(layer)];

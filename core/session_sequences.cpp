@@ -8,6 +8,10 @@ namespace gqla {
 
 gqla_seq_id Session::add_sequence() {
     std::lock_guard<std::mutex> lock(mu_);
+    return add_locked();
+}
+
+gqla_seq_id Session::add_locked() {
     if (free_slots_.empty())
         fail(GQLA_ERR_CAPACITY,
              "sequence_add: %d sequences are live, the most config.max_sequences allows (release one or raise it)",
@@ -53,6 +57,10 @@ gqla_seq_id Session::fork_sequence(gqla_seq_id parent_id) {
 
 void Session::release_sequence(gqla_seq_id id) {
     std::lock_guard<std::mutex> lock(mu_);
+    release_locked(id);
+}
+
+void Session::release_locked(gqla_seq_id id) {
     auto it = seqs_.find(id);
     if (it == seqs_.end())
         fail(GQLA_ERR_NOT_FOUND, "seq: unknown sequence id %lld", static_cast<long long>(id));

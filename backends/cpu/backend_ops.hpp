@@ -8,6 +8,8 @@ namespace gqla::cpu {
 gqla_status append_tokens(CpuContext* ctx, const gqla_append_args* args);
 gqla_status expand_tokens(CpuContext* ctx, const gqla_expand_args* args);
 gqla_status copy_pages(CpuContext* ctx, int32_t n, const int32_t* src, const int32_t* dst);
+// Copies a sequence's kept rows out in the cache dtype (cache_reads.cpp).
+gqla_status read_rows(CpuContext* ctx, const gqla_read_args* args);
 
 // GQA kind and the GQLA GQA path.
 gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* args);

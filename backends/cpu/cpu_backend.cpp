@@ -190,6 +190,8 @@ gqla_status cpu_copy_pages(void* p, int32_t n, const int32_t* s, const int32_t* 
     return copy_pages(as_ctx(p), n, s, d);
 }
 
+gqla_status cpu_read_rows(void* p, const gqla_read_args* a) { return read_rows(as_ctx(p), a); }
+
 gqla_status cpu_decode(void* p, const gqla_decode_args* a) {
     CpuContext* ctx = as_ctx(p);
     if (a->batch <= 0) return GQLA_OK;
@@ -221,6 +223,7 @@ const gqla_backend_vtable kCpuVtable = {
     nullptr,  // set_stream
     nullptr,  // synchronize: every call is synchronous
     efficiency,
+    cpu_read_rows,
 };
 
 }  // namespace

@@ -107,6 +107,9 @@ gqla_status vt_expand(void* ctx, const gqla_expand_args* a) {
 gqla_status vt_copy_pages(void* ctx, int32_t n, const int32_t* src, const int32_t* dst) {
     return guarded(ctx, [&](Session& s) { copy_pages(s, n, src, dst); });
 }
+gqla_status vt_read_rows(void* ctx, const gqla_read_args* a) {
+    return guarded(ctx, [&](Session& s) { read_rows(s, *a); });
+}
 gqla_status vt_update_sequence(void* ctx, int32_t slot, const int32_t* pages, int32_t num_pages, const int64_t* lengths) {
     return guarded(ctx, [&](Session& s) { update_sequence(s, slot, pages, num_pages, lengths); });
 }
@@ -180,6 +183,7 @@ const gqla_backend_vtable kVtable = {
     vt_set_stream,
     vt_synchronize,
     vt_efficiency,
+    vt_read_rows,
 };
 
 }  // namespace

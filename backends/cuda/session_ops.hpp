@@ -14,6 +14,8 @@ void set_expanded(Session& s, bool enable);
 void append(Session& s, const gqla_append_args& a);
 void expand(Session& s, const gqla_expand_args& a);
 void copy_pages(Session& s, int32_t n, const int32_t* src, const int32_t* dst);
+// Copies a sequence's kept rows to host memory and waits (cache_reads.cpp).
+void read_rows(Session& s, const gqla_read_args& a);
 void update_sequence(Session& s, int32_t slot, const int32_t* pages, int32_t num_pages, const int64_t* lengths);
 // Mirrors one layer's length and the page table of a slot if they differ
 // from what the device holds (decode's guard against a missed update).

@@ -1,4 +1,4 @@
-// Sequence add / release / fork / length.
+// Sequence add / release / fork / length / export / import.
 #include "capi/src/api_guard.hpp"
 #include "capi/src/session_handle.hpp"
 
@@ -34,6 +34,24 @@ gqla_status gqla_sequence_length(const gqla_session* session, gqla_seq_id seq, i
         const gqla::Session& s = session_of(session);
         require_non_null(out_length, "out_length");
         *out_length = s.sequence_length(seq, layer);
+    });
+}
+
+gqla_status gqla_sequence_export(const gqla_session* session, gqla_seq_id seq, void* buffer, size_t capacity,
+                                 size_t* needed) {
+    return guarded("gqla_sequence_export", [&] {
+        const gqla::Session& s = session_of(session);
+        require_non_null(needed, "needed");
+        s.export_sequence(seq, buffer, capacity, needed);
+    });
+}
+
+gqla_status gqla_sequence_import(gqla_session* session, const void* buffer, size_t size, gqla_seq_id* out) {
+    return guarded("gqla_sequence_import", [&] {
+        gqla::Session& s = session_of(session);
+        require_non_null(buffer, "buffer");
+        require_non_null(out, "out");
+        *out = s.import_sequence(buffer, size);
     });
 }
 

@@ -231,6 +231,35 @@ GQLA_API gqla_status gqla_sequence_fork(gqla_session* session, gqla_seq_id paren
 GQLA_API gqla_status gqla_sequence_length(const gqla_session* session, gqla_seq_id seq,
                                           int32_t layer, int64_t* out_length);
 
+/* Serialize one sequence's cache so that it can be restored later, in this
+ * or another session of the same kind, heads, dims, layer count and cache
+ * dtype, on any device (CPU <-> CUDA) and page size: swap a sequence out to
+ * host memory, keep a prompt's cache across processes, move it between
+ * devices. The buffer holds every layer's cached tokens of the always-kept
+ * cache (GQA: K and V; GQLA: latent c and rope key kr) in the cache dtype,
+ * little-endian, after a versioned header, and ends with a checksum; the
+ * exact layout is documented in docs/sequence-format.md.
+ * Call with buffer NULL and capacity 0 to learn the size in *needed; a
+ * capacity below it is refused (CAPACITY) with *needed set. On a CUDA
+ * session the call waits for the session's queued work (not allowed while
+ * the session's stream is being captured into a graph).
+ * Errors: INVALID_ARGUMENT (needed NULL, buffer NULL with capacity > 0),
+ * NOT_FOUND, CAPACITY, UNSUPPORTED, BACKEND. */
+GQLA_API gqla_status gqla_sequence_export(const gqla_session* session, gqla_seq_id seq, void* buffer,
+                                          size_t capacity, size_t* needed);
+
+/* Restore a sequence exported by gqla_sequence_export as a new sequence
+ * (*out): its stored cache elements are identical to the exported ones, and
+ * the expanded cache of the GQLA GQA path is rebuilt when that path is on.
+ * GQLA layers that hold tokens need their weights set. A buffer that is
+ * truncated, corrupted (checksum), of another format version or from a
+ * session of another shape is refused with a message saying which; a
+ * refused import leaves the session unchanged. All-or-nothing.
+ * Errors: INVALID_ARGUMENT, INVALID_STATE (weights), CAPACITY (pages or
+ * sequences), OUT_OF_MEMORY, BACKEND. */
+GQLA_API gqla_status gqla_sequence_import(gqla_session* session, const void* buffer, size_t size,
+                                          gqla_seq_id* out);
+
 /* ----------------------------------------------------------------- append */
 
 /* Append n >= 1 tokens of one layer to one sequence.
@@ -436,6 +465,31 @@ GQLA_API gqla_status gqla_session_set_stream(gqla_session* session, void* stream
  * session's stream; CPU: returns at once since CPU calls are synchronous).
  * Errors: INVALID_ARGUMENT, BACKEND. */
 GQLA_API gqla_status gqla_session_synchronize(gqla_session* session);
+
+/* ------------------------------------------------------------------ merge */
+
+/* Merge partial attention states of the same queries over disjoint sets of
+ * positions (a sequence split in parts, a shared prefix attended apart from
+ * each sequence's suffix, context shards) into the attention over their
+ * union. For every row (leading index: query token x head) and parts i:
+ *   lse = log(sum_i exp(lse_i)),   o = sum_i exp(lse_i - lse) * o_i
+ * computed in double precision, so the result is exact up to its final
+ * rounding to out's dtype.
+ *   outputs  num_states tensors [rows..., Dv] (ndim 2..GQLA_MAX_DIMS, equal
+ *            shapes), f32/f16/bf16, e.g. o of gqla_decode [B, s_q, H, Dv]
+ *   lses     num_states f32 tensors [rows...] (the leading shape of outputs)
+ *   out      [rows..., Dv], any of the three dtypes; may be outputs[0] itself
+ *            (same data and strides) but may not partly overlap an input
+ *   out_lse  f32 [rows...], optional (NULL)
+ * A part with lse = -inf attended to no position: it is skipped (its output
+ * is never read into the result, even if NaN); a row whose parts are all
+ * empty gets o = 0 and lse = -inf. A NaN or +inf lse makes its row NaN.
+ * Tensors must be in host memory in this version (device tensors:
+ * UNSUPPORTED). Errors: INVALID_ARGUMENT (shapes, dtypes, strides, NULL),
+ * UNSUPPORTED. */
+GQLA_API gqla_status gqla_merge_attention_states(int32_t num_states, const gqla_tensor* outputs,
+                                                 const gqla_tensor* lses, gqla_tensor* out,
+                                                 gqla_tensor* out_lse);
 
 #ifdef __cplusplus
 } /* extern "C" */

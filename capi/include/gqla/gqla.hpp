@@ -165,6 +165,16 @@ inline gqla_cost_report predict_cost(const ::gqla_config& cfg, const gqla_worklo
     return report;
 }
 
+// Partial attentions (outputs + lses over disjoint positions) merged into
+// the attention over their union (gqla_merge_attention_states).
+inline void merge_attention_states(const std::vector<gqla_tensor>& outputs, const std::vector<gqla_tensor>& lses,
+                                   gqla_tensor out, gqla_tensor* out_lse = nullptr) {
+    if (outputs.size() != lses.size())
+        throw Error(GQLA_ERR_INVALID_ARGUMENT, "merge_attention_states: outputs and lses differ in length");
+    check(gqla_merge_attention_states(static_cast<int32_t>(outputs.size()), outputs.data(), lses.data(), &out,
+                                      out_lse));
+}
+
 // ------------------------------------------------------------------ session
 
 // Owns one gqla_session. Move-only; the destructor destroys it.
@@ -216,6 +226,22 @@ public:
         int64_t n = 0;
         check(gqla_sequence_length(handle_, seq, layer, &n));
         return n;
+    }
+
+    // The sequence's cache as bytes (gqla_sequence_export) and back as a new
+    // sequence of this or another session of the same shape.
+    std::vector<unsigned char> export_sequence(gqla_seq_id seq) const {
+        size_t needed = 0;
+        check(gqla_sequence_export(handle_, seq, nullptr, 0, &needed));
+        std::vector<unsigned char> bytes(needed);
+        check(gqla_sequence_export(handle_, seq, bytes.data(), bytes.size(), &needed));
+        bytes.resize(needed);
+        return bytes;
+    }
+    gqla_seq_id import_sequence(const std::vector<unsigned char>& bytes) {
+        gqla_seq_id id = 0;
+        check(gqla_sequence_import(handle_, bytes.data(), bytes.size(), &id));
+        return id;
     }
 
     // GQA: a = k [n,G,D], b = v [n,G,Dv]. GQLA: a = c [n,r], b = kr [n,d_r].

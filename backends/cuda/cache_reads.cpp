@@ -1,0 +1,47 @@
+// Reading a sequence's kept cache rows back to host memory (sequence
+// export): one strided copy per (page, KV head) run, queued on the session's
+// stream after every earlier write, then a wait for that stream.
+#include <algorithm>
+
+#include "cuda_status.hpp"
+#include "session_ops.hpp"
+
+namespace gqla::cuda {
+
+void read_rows(Session& s, const gqla_read_args& a) {
+    const gqla_backend_desc& d = s.desc;
+    const bool gqa = d.kind == GQLA_KIND_GQA;
+    const int64_t P = d.page_size;
+    const size_t es = cache_elem_size(s);
+    const int64_t heads = gqa ? d.num_kv_heads : 1;
+    struct Part {
+        const DeviceBuffer& pool;
+        int32_t dim;
+        unsigned char* out;
+    };
+    const Part parts[2] = {{s.pool_a, gqa ? d.head_dim : d.latent_dim, static_cast<unsigned char*>(a.a.data)},
+                           {s.pool_b, gqa ? d.value_dim : d.rope_dim, static_cast<unsigned char*>(a.b.data)}};
+    for (const Part& part : parts) {
+        const PoolGeometry g = pool_geometry(s, heads, part.dim);
+        const size_t row_bytes = static_cast<size_t>(part.dim) * es;
+        const unsigned char* layer_base = part.pool.get<unsigned char>() + a.layer * g.layer_stride * es;
+        // Output rows are [count][heads][dim]: token i of head h at (i*heads + h)*dim.
+        for (int64_t i = 0; i < a.count;) {
+            const int64_t pos = a.start + i;
+            const int64_t slot = pos % P;
+            const int64_t run = std::min<int64_t>(P - slot, a.count - i);
+            const int64_t page = a.page_table[pos / P];
+            for (int64_t h = 0; h < heads; ++h) {
+                const unsigned char* src = layer_base + (page * g.page_stride + h * g.group_stride + slot * part.dim) * es;
+                unsigned char* dst = part.out + ((i * heads + h) * part.dim) * es;
+                check_cuda(cudaMemcpy2DAsync(dst, heads * row_bytes, src, row_bytes, row_bytes,
+                                             static_cast<size_t>(run), cudaMemcpyDeviceToHost, s.stream),
+                           "read_rows: cudaMemcpy2DAsync");
+            }
+            i += run;
+        }
+    }
+    check_cuda(cudaStreamSynchronize(s.stream), "read_rows: cudaStreamSynchronize");
+}
+
+}  // namespace gqla::cuda
