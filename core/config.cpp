@@ -153,14 +153,15 @@ int64_t expanded_bytes_per_token_layer(const gqla_config& c) {
 int64_t resolve_num_pages(const gqla_config& c) {
     const int64_t page = c.page_size;
     const int64_t per_token = kept_bytes_per_token_layer(c) * c.num_layers;  // small: dims are bounded
-    const int64_t max_pages = std::numeric_limits<int32_t>::max();           // page ids are int32
     int64_t pages;
     if (c.max_tokens > 0) {
         pages = c.max_tokens / page + (c.max_tokens % page != 0);
-        if (pages > max_pages)
-            fail(GQLA_ERR_INVALID_ARGUMENT, "config.max_tokens: %lld needs %lld pages of %d, more than %lld",
+        if (pages > kMaxPages)
+            fail(GQLA_ERR_INVALID_ARGUMENT,
+                 "config.max_tokens: %lld needs %lld pages of %d tokens, more than the limit of %lld pages; expected "
+                 "at most %lld tokens (or a larger config.page_size)",
                  static_cast<long long>(c.max_tokens), static_cast<long long>(pages), c.page_size,
-                 static_cast<long long>(max_pages));
+                 static_cast<long long>(kMaxPages), static_cast<long long>(kMaxPages * page));
     } else {
         int64_t page_bytes = per_token * page;
         pages = c.memory_budget_bytes / page_bytes;
@@ -170,7 +171,12 @@ int64_t resolve_num_pages(const gqla_config& c) {
                  "bytes)",
                  static_cast<long long>(c.memory_budget_bytes), c.page_size, c.num_layers,
                  static_cast<long long>(page_bytes));
-        if (pages > max_pages) pages = max_pages;
+        if (pages > kMaxPages)
+            fail(GQLA_ERR_INVALID_ARGUMENT,
+                 "config.memory_budget_bytes: %lld bytes hold %lld pages of %d tokens, more than the limit of %lld "
+                 "pages; expected at most %lld bytes (or a larger config.page_size, or config.max_tokens)",
+                 static_cast<long long>(c.memory_budget_bytes), static_cast<long long>(pages), c.page_size,
+                 static_cast<long long>(kMaxPages), static_cast<long long>(kMaxPages * page_bytes + page_bytes - 1));
     }
     int64_t tokens, kept, expanded;
     int64_t expanded_per_token = expanded_bytes_per_token_layer(c) * c.num_layers;

@@ -24,6 +24,10 @@ constexpr int32_t kMaxSequences = 1 << 20;
 constexpr int32_t kMaxBatch = 1 << 16;
 constexpr int32_t kMaxQLen = 4096;
 constexpr int32_t kMaxThreads = 4096;
+// Pages of one pool: every page costs 8 bytes of host bookkeeping (refcount
+// and free-list slot), so the cap keeps that under 128 MiB. Pages of 64
+// tokens then still hold 2^30 tokens, more than any device stores.
+constexpr int64_t kMaxPages = int64_t(1) << 24;
 
 // Defaults for `kind`; dims left 0. Throws INVALID_ARGUMENT for an unknown kind.
 // By reference: a C caller may pass any int, which must not be loaded as the enum.
@@ -49,11 +53,12 @@ int64_t expanded_bytes_per_token_layer(const gqla_config& cfg);
 
 // Number of pages the pool gets: max_tokens rounded up to whole pages, or the
 // whole pages memory_budget_bytes holds when max_tokens == 0. Throws
-// INVALID_ARGUMENT when that is 0 or overflows the page id range / int64 bytes.
+// INVALID_ARGUMENT when that is 0, more than kMaxPages, or overflows the
+// cache size in bytes.
 int64_t resolve_num_pages(const gqla_config& cfg);
 
-// Threads the CPU backend uses: num_threads, or the CPUs of this process's
-// affinity mask when 0.
+// Threads the CPU backend uses: num_threads, or when 0 the CPUs of this
+// process's affinity mask, capped by its cgroup CPU quota (usable_cpu_count).
 int32_t resolve_num_threads(int32_t requested);
 
 // validate + resolve_dims + pages/threads filled in + max_batch clamped to

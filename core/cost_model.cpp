@@ -86,12 +86,12 @@ double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe) 
     return probe.peak_gflops_f32;
 }
 
-ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& probe, int64_t tokens,
+ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& probe, double tokens,
                              const Efficiency& eff) {
     ExpansionCost e;
-    if (cfg.kind != GQLA_KIND_GQLA || tokens <= 0) return e;
+    if (cfg.kind != GQLA_KIND_GQLA || !(tokens > 0)) return e;
     const Dims d = dims_of(cfg);
-    const double n = static_cast<double>(tokens);
+    const double n = tokens;
     const double cache_elem = static_cast<double>(dtype_size(cfg.cache_dtype));
     const double weight_elem = static_cast<double>(dtype_size(weight_storage_dtype(cfg, probe.device)));
     const double expanded_width = d.G * (d.d_c + d.d_v);
@@ -143,7 +143,7 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     // A tie goes to absorb: it needs no expanded cache.
     rep.chosen = rep.gqa.time_s < rep.absorb.time_s ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
 
-    ExpansionCost e = expansion_cost(cfg, probe, w.batch * w.context, eff);
+    ExpansionCost e = expansion_cost(cfg, probe, tokens, eff);  // in double: batch * context may pass int64
     rep.expand_bytes = e.bytes;
     rep.expand_flops = e.flops;
     rep.expand_s = e.seconds;

@@ -74,13 +74,14 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
 
 // One-time cost of building the expanded cache of `tokens` cached tokens of
 // one layer: read the latent, write KC+VE, GEMM FLOPs 2*r*G*(d_c+d_v) per
-// token (plus reading W_UKV once). Zero for the GQA kind.
+// token (plus reading W_UKV once). Zero for the GQA kind. `tokens` is a
+// double so that batch * context of any valid workload fits.
 struct ExpansionCost {
     double bytes = 0;
     double flops = 0;
     double seconds = 0;
 };
-ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& probe, int64_t tokens,
+ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& probe, double tokens,
                              const Efficiency& eff);
 
 // AUTO for GQLA sessions: picks a path per decode shape bucket (batch, context,

@@ -101,9 +101,12 @@ Session::Session(const gqla_config& cfg, const gqla_backend_vtable* backend)
     : cfg_(resolve_for(cfg, backend)),
       desc_(make_desc(cfg_)),
       placement_{cfg_.device, cfg_.device == GQLA_DEVICE_CUDA ? cfg_.device_index : 0},
-      pool_(cfg_.max_tokens / cfg_.page_size) {
+      pool_(0) {
     const gqla_backend_vtable* vt = backend ? backend : backend_for(cfg_.device, cfg_.device_index);
     backend_ = std::make_unique<BackendContext>(vt, desc_);
+    // The page bookkeeping only once the backend holds the pages: a pool the
+    // device cannot allocate fails without building it first.
+    pool_ = PagePool(cfg_.max_tokens / cfg_.page_size);
     probe_ = session_probe(*vt, backend != nullptr, cfg_);
     efficiency_ = backend_efficiency(*vt, desc_, default_efficiency(cfg_.device));
     policy_ = std::make_unique<PathPolicy>(cfg_, probe_, efficiency_);

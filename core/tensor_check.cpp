@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "core/dtype.hpp"
 #include "core/enum_value.hpp"
@@ -29,6 +30,35 @@ void dims_list(const TensorSpec& s, char* out, size_t cap) {
         used += static_cast<size_t>(n);
     }
     if (used + 2 <= cap) std::strcat(out, "]");
+}
+
+// Whether distinct indices of `t` can address the same element. The outer
+// dimensions (extent > 1), taken from the smallest stride up, must each step
+// past everything the smaller ones reach; layouts that interleave without
+// nesting are refused too, which no real framework produces. Extents and
+// strides are known not to overflow (checked before).
+bool elements_overlap(const gqla_tensor* t, int ndim) {
+    int64_t strides[4];
+    int64_t shapes[4];
+    int n = 0;
+    for (int i = 0; i < ndim; ++i) {
+        if (t->shape[i] == 0) return false;  // no elements at all
+        if (t->shape[i] == 1) continue;      // never steps
+        strides[n] = i == ndim - 1 ? 1 : t->strides[i];
+        shapes[n] = t->shape[i];
+        ++n;
+    }
+    for (int i = 1; i < n; ++i)  // insertion sort by stride: at most 4 entries
+        for (int j = i; j > 0 && strides[j] < strides[j - 1]; --j) {
+            std::swap(strides[j], strides[j - 1]);
+            std::swap(shapes[j], shapes[j - 1]);
+        }
+    int64_t reach = 0;  // largest offset the smaller-stride dimensions address
+    for (int i = 0; i < n; ++i) {
+        if (strides[i] <= reach) return true;
+        reach += (shapes[i] - 1) * strides[i];
+    }
+    return false;
 }
 
 }  // namespace
@@ -95,6 +125,11 @@ gqla_view check_tensor(const gqla_tensor* t, const TensorSpec& s, const DevicePl
              __builtin_add_overflow(span, reach, &span)))
             fail(GQLA_ERR_INVALID_ARGUMENT, "%s: shape x strides overflows int64", name);
     }
+    if (elements_overlap(t, s.ndim))
+        fail(GQLA_ERR_INVALID_ARGUMENT,
+             "%s: strides overlap (two indices address the same element); expected each outer stride to step "
+             "past the extent of the dimensions with smaller strides",
+             name);
     int64_t bytes;
     if (__builtin_mul_overflow(span + 1, static_cast<int64_t>(dtype_size(t->dtype)), &bytes))
         fail(GQLA_ERR_INVALID_ARGUMENT, "%s: byte extent overflows int64", name);

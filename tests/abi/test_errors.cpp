@@ -3,10 +3,13 @@
 // reference) afterwards.
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness.hpp"
@@ -167,6 +170,22 @@ TEST_CASE("decode rejects bad inputs precisely and the session survives") {
             bad.ndim = 4;
             EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 1, one, &in.tq, &in.to, &bad), GQLA_ERR_INVALID_ARGUMENT, {"lse"});
         }
+        {  // overlapping strides: two indices on one element (an output would be written twice)
+            const gqla_seq_id pair[2] = {s, t};
+            Inputs b2(h, 2, 1, 1);
+            gqla_tensor bad = b2.to;
+            bad.strides[2] = bad.shape[3] / 2;  // heads half a row apart
+            EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 2, pair, &b2.tq, &bad, &b2.tl), GQLA_ERR_INVALID_ARGUMENT, {"o"});
+            bad = b2.to;
+            bad.strides[0] = bad.strides[2];  // both sequences on the same rows
+            EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 2, pair, &b2.tq, &bad, &b2.tl), GQLA_ERR_INVALID_ARGUMENT, {"o"});
+            bad = b2.tl;
+            bad.strides[0] = 1;  // batch stride inside the heads
+            EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 2, pair, &b2.tq, &b2.to, &bad), GQLA_ERR_INVALID_ARGUMENT, {"lse"});
+            bad = b2.tq;
+            bad.strides[2] = 1;
+            EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 2, pair, &bad, &b2.to, &b2.tl), GQLA_ERR_INVALID_ARGUMENT, {"q"});
+        }
         {  // s_q larger than a sequence, than max_q_len; batch over max_batch; repeated ids
             Inputs q6(h, 1, 6, 1);
             EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 1, one, &q6.tq, &q6.to, &q6.tl), GQLA_ERR_INVALID_ARGUMENT,
@@ -199,6 +218,14 @@ TEST_CASE("decode rejects bad inputs precisely and the session survives") {
 
         check_unchanged(before, snapshot(h, {s, t}));
         CHECK_DECODE_MATCHES(h.decode(0, {s, t}, 2), h.tol());
+
+        // Permuted but disjoint strides are accepted: o stored as [H, B, Dv].
+        const gqla_seq_id pair[2] = {s, t};
+        Inputs b2(h, 2, 1, 1);
+        gqla_tensor permuted = b2.to;
+        permuted.strides[0] = permuted.shape[3];
+        permuted.strides[2] = permuted.shape[0] * permuted.shape[3];
+        CHECK(gqla_decode(ss, 0, 2, pair, &b2.tq, &permuted, &b2.tl) == GQLA_OK);
     }
 }
 
@@ -473,4 +500,57 @@ TEST_CASE("session-less entry points reject bad inputs") {
     neg = w;
     neg.q_len = 0;
     EXPECT_GQLA_ERROR(gqla_predict_cost(&good, nullptr, &neg, &rep), GQLA_ERR_INVALID_ARGUMENT, {"w", "q_len"});
+}
+
+TEST_CASE("cost prediction of the largest workloads stays finite and positive") {
+    // batch * context passes int64: priced in double, never wrapped.
+    for (int kind = 0; kind < 2; ++kind) {
+        CAPTURE(kind);
+        gqla_config cfg = kind == 0 ? abi::odd_gqa_config(3) : abi::odd_gqla_config(3);
+        Harness h(cfg);
+        for (const gqla_workload& w : {gqla_workload{sizeof(gqla_workload), 2, INT64_MAX, 1},
+                                       gqla_workload{sizeof(gqla_workload), INT32_MAX, INT64_MAX, INT32_MAX}}) {
+            CAPTURE(w.batch);
+            gqla_cost_report free_standing{}, of_session{};
+            free_standing.struct_size = of_session.struct_size = sizeof(gqla_cost_report);
+            REQUIRE(gqla_predict_cost(&cfg, nullptr, &w, &free_standing) == GQLA_OK);
+            REQUIRE(gqla_session_predict_cost(h.session(), &w, &of_session) == GQLA_OK);
+            for (const gqla_cost_report& r : {free_standing, of_session}) {
+                CHECK(std::isfinite(r.gqa.time_s));
+                CHECK(r.gqa.bytes > 0);
+                CHECK(r.gqa.flops > 0);
+                CHECK(r.gqa.time_s > 0);
+                if (kind == 1) {
+                    CHECK(std::isfinite(r.absorb.time_s));
+                    CHECK(r.absorb.time_s > 0);
+                    CHECK(std::isfinite(r.expand_s));
+                    CHECK(r.expand_bytes > 0);
+                    CHECK(r.expand_flops > 0);
+                    CHECK(r.expand_s > 0);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("configs whose page bookkeeping would not fit are refused before allocating it") {
+    // Pages of one token up to the int32 page ids: 8 bytes of bookkeeping
+    // each (16 GiB) used to be built before the pool allocation failed.
+    gqla_config by_tokens = abi::odd_gqa_config(3);
+    by_tokens.page_size = 1;
+    by_tokens.max_tokens = INT32_MAX;
+    gqla_config by_budget = abi::odd_gqa_config(3);
+    by_budget.max_tokens = 0;
+    by_budget.memory_budget_bytes = INT64_MAX;
+    for (const auto& [cfg, field] : {std::pair{by_tokens, "max_tokens"}, std::pair{by_budget, "memory_budget_bytes"}}) {
+        CAPTURE(field);
+        const auto start = std::chrono::steady_clock::now();
+        EXPECT_GQLA_ERROR(gqla_config_validate(&cfg), GQLA_ERR_INVALID_ARGUMENT, {field});
+        gqla_session* s = reinterpret_cast<gqla_session*>(0x1);
+        EXPECT_GQLA_ERROR(gqla_session_create(&cfg, &s), GQLA_ERR_INVALID_ARGUMENT, {field});
+        CHECK(s == nullptr);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        CHECK(seconds < 1.0);  // no gigabytes built and freed
+        CHECK(std::string(gqla_last_error_message()).find("limit of 16777216 pages") != std::string::npos);
+    }
 }

@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "core/config.hpp"
@@ -144,4 +146,37 @@ TEST_CASE("config: resolution") {
     CHECK(gqla::resolve_config(g, GQLA_DEVICE_CPU).max_tokens == 640);
     g.memory_budget_bytes = 100;
     CHECK_THROWS_WITH_AS(gqla::resolve_config(g, GQLA_DEVICE_CPU), doctest::Contains("hold no page"), gqla::Error);
+}
+
+TEST_CASE("config: the page count is capped before anything is allocated") {
+    // 8 bytes of bookkeeping per page: 2^31 - 1 pages of one token would be
+    // 16 GiB of it, so validation refuses them up front.
+    gqla_config c = gqa_config();
+    c.page_size = 1;
+    c.max_tokens = std::numeric_limits<int32_t>::max();
+    CHECK(invalid(c).find("config.max_tokens: 2147483647 needs 2147483647 pages of 1 tokens, more than the limit "
+                          "of 16777216 pages") == 0);
+    c.max_tokens = gqla::kMaxPages + 1;
+    CHECK(invalid(c).find("config.max_tokens:") == 0);
+    c.max_tokens = gqla::kMaxPages;  // the limit itself is fine
+    CHECK(invalid(c) == "");
+    CHECK(gqla::resolve_num_pages(c) == gqla::kMaxPages);
+    c.page_size = 64;
+    c.max_tokens = gqla::kMaxPages * 64;
+    CHECK(invalid(c) == "");
+    c.max_tokens += 1;  // rounds up to one page more
+    CHECK(invalid(c).find("config.max_tokens:") == 0);
+
+    c = gqa_config();  // 8 KV heads x (128 + 128) x 2 bytes = 4096 bytes per token
+    c.max_tokens = 0;
+    c.memory_budget_bytes = std::numeric_limits<int64_t>::max();
+    const std::string message = invalid(c);
+    CHECK(message.find("config.memory_budget_bytes: 9223372036854775807 bytes hold") == 0);
+    CHECK(message.find("more than the limit of 16777216 pages") != std::string::npos);
+    const int64_t page_bytes = int64_t(64) * 8 * (128 + 128) * 2;
+    c.memory_budget_bytes = gqla::kMaxPages * page_bytes + page_bytes - 1;  // the largest budget accepted
+    CHECK(invalid(c) == "");
+    CHECK(gqla::resolve_num_pages(c) == gqla::kMaxPages);
+    c.memory_budget_bytes += 1;
+    CHECK(invalid(c).find("config.memory_budget_bytes:") == 0);
 }

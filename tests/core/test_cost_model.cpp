@@ -3,7 +3,10 @@
 // hysteresis and amortization rules.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <initializer_list>
+#include <limits>
 
 #include "core/cost_model.hpp"
 
@@ -377,6 +380,42 @@ TEST_CASE("cost model: device default efficiencies are fractions") {
             CHECK(e.compute[path] > 0);
             CHECK(e.compute[path] <= 1);
             CHECK(e.overhead_s[path] >= 0);
+        }
+    }
+}
+
+TEST_CASE("cost model: the largest workloads give finite, positive prices") {
+    // batch * context and batch * s_q * context pass int64 here; every count
+    // is computed in double, so nothing wraps (UBSan aborts on a wrap).
+    const int64_t huge = std::numeric_limits<int64_t>::max();
+    const int32_t big_batch = std::numeric_limits<int32_t>::max();
+    const gqla_config gqa = [] {
+        gqla_config c = llama3_8b_gqla();
+        c.kind = GQLA_KIND_GQA;
+        c.head_dim = 128;
+        return c;
+    }();
+    for (const gqla_workload& w : {workload(2, huge, 1), workload(big_batch, huge, big_batch)}) {
+        for (const gqla_config& c : {llama3_8b_gqla(), deepseek_v3_mla(), gqa}) {
+            CAPTURE(w.batch);
+            CAPTURE(c.kind);
+            const gqla_cost_report r = gqla::predict_cost(c, h100_like(), w, gqla::default_efficiency(GQLA_DEVICE_CUDA));
+            const bool latent = c.kind == GQLA_KIND_GQLA;
+            for (const gqla_path_cost* p : {&r.gqa, &r.absorb}) {
+                if (p == &r.absorb && !latent) continue;
+                for (double v : {p->bytes, p->flops, p->memory_s, p->compute_s, p->time_s}) {
+                    CHECK(std::isfinite(v));
+                    CHECK(v > 0);
+                }
+            }
+            if (latent) {
+                for (double v : {r.expand_bytes, r.expand_flops, r.expand_s}) {
+                    CHECK(std::isfinite(v));
+                    CHECK(v > 0);
+                }
+                // The expansion covers batch * context tokens: at least that many latent reads.
+                CHECK(r.expand_bytes >= 2.0 * static_cast<double>(huge));
+            }
         }
     }
 }

@@ -12,7 +12,7 @@
 A thin layer over the C library libgqla (gqla.h); see bindings/python/README.md.
 """
 
-from . import _enums, _gqla
+from . import _enums, _frameworks, _gqla
 from ._config import Config
 from ._errors import (
     BackendError, CapacityError, Error, InternalError, InvalidArgument, InvalidState,
@@ -25,7 +25,7 @@ __version__ = _gqla.version_string()
 """Version of the loaded libgqla ('major.minor.patch')."""
 
 __all__ = [
-    "Config", "Session", "probe", "device_count", "predict_cost", "__version__",
+    "Config", "Session", "probe", "device_count", "predict_cost", "merge_attention_states", "__version__",
     "Error", "InvalidArgument", "OutOfMemory", "CapacityError", "Unsupported", "NotFound",
     "InvalidState", "BackendError", "InternalError",
 ]
@@ -57,3 +57,29 @@ def predict_cost(config, batch, context, s_q=1, probe=None):
     raw_probe = None if probe is None else probe_fields(probe)
     raw = _gqla.predict_cost(config.to_c(), raw_probe, batch, context, s_q)
     return cost_report(raw, config.kind)
+
+
+def merge_attention_states(outputs, lses, out=None, out_lse=None):
+    """Merge partial attentions of the same queries over disjoint sets of
+    positions (e.g. ``decode(..., return_lse=True)`` over two parts of a
+    sequence) into the attention over their union.
+
+    ``outputs`` is a list of arrays [rows..., Dv] of equal shape, ``lses`` the
+    matching list of float32 arrays [rows...]. Per row:
+    ``lse = log(sum_i exp(lse_i))`` and ``o = sum_i exp(lse_i - lse) * o_i``,
+    computed in double precision. A part with lse = -inf attended to nothing
+    and is skipped. Host arrays (numpy, CPU torch) only in this version.
+    Returns ``(out, out_lse)``, allocated like ``outputs[0]`` unless given.
+    """
+    outputs, lses = list(outputs), list(lses)
+    if not outputs:
+        raise InvalidArgument("outputs: expected at least one partial output")
+    shape = getattr(outputs[0], "shape", None)
+    if shape is None or len(shape) < 2:
+        raise InvalidArgument("outputs[0]: expected an array of at least 2 dimensions [rows..., Dv]")
+    if out is None:
+        out = _frameworks.empty_like_framework(outputs[0], tuple(shape))
+    if out_lse is None:
+        out_lse = _frameworks.empty_like_framework(outputs[0], tuple(shape[:-1]), float32=True)
+    _gqla.merge_attention_states(outputs, lses, out, out_lse)
+    return out, out_lse

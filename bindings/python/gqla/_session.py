@@ -85,6 +85,19 @@ class Session:
         """Cached tokens of `seq` in `layer`."""
         return self._s.length(seq, layer)
 
+    def export_sequence(self, seq):
+        """The cache of `seq` (every layer's tokens of the always-kept cache,
+        in the cache dtype) as bytes in a versioned, checksummed format
+        (docs/sequence-format.md). :meth:`import_sequence` restores it in any
+        session of the same kind, dims, layers and cache dtype, on any device."""
+        return self._s.export_sequence(seq)
+
+    def import_sequence(self, data):
+        """Restore bytes from :meth:`export_sequence` as a new sequence and
+        return its id. Truncated, corrupted or foreign buffers raise
+        gqla.InvalidArgument and leave the session unchanged."""
+        return self._s.import_sequence(bytes(data))
+
     # -------------------------------------------------------------- append
     def append(self, layer, seq, a, b):
         """Append n tokens of one layer to one sequence.

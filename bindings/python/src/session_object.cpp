@@ -1,5 +1,6 @@
 #include "session_object.hpp"
 
+#include "integer_arg.hpp"
 #include "status_error.hpp"
 #include "struct_dicts.hpp"
 #include "tensor_arg.hpp"
@@ -35,17 +36,14 @@ public:
             invalid_argument(std::string(name) + ": expected a sequence of integers");
         }
         for (py::handle item : object) {
-            try {
-                copy_.push_back(item.cast<int64_t>());
-            } catch (const py::cast_error&) {
-                invalid_argument(std::string(name) + ": expected integers, got " +
-                                 py::repr(item).cast<std::string>());
-            }
+            copy_.push_back(int64_arg(item, std::string(name) + "[" + std::to_string(copy_.size()) + "]"));
         }
         data_ = copy_.data();
         size_ = static_cast<int64_t>(copy_.size());
     }
-    const int64_t* data() const { return data_; }
+    // Never NULL: an empty list is a valid array of zero ids, so the library
+    // judges the count (e.g. "batch: expected 1..") rather than a NULL pointer.
+    const int64_t* data() const { return data_ != nullptr ? data_ : &no_ids_; }
     int32_t size() const { return static_cast<int32_t>(size_); }
 
 private:
@@ -53,6 +51,7 @@ private:
     int64_t size_ = 0;
     std::vector<int64_t> copy_;
     py::object keep_alive_;
+    static constexpr int64_t no_ids_ = 0;
 };
 
 [[noreturn]] void throw_closed() {
@@ -106,7 +105,8 @@ py::dict session_object::config() const {
     return config_to_dict(resolved);
 }
 
-void session_object::set_weights(int32_t layer, py::handle w_ukv) {
+void session_object::set_weights(py::handle layer_arg, py::handle w_ukv) {
+    const int32_t layer = int32_arg(layer_arg, "layer");
     tensor_request request{"w_ukv"};
     request.cuda_device_index = device_index_;
     request.cuda_stream = stream_;
@@ -121,24 +121,30 @@ int64_t session_object::add_sequence() {
     return id;
 }
 
-void session_object::release(int64_t seq) {
+void session_object::release(py::handle seq_arg) {
+    const int64_t seq = int64_arg(seq_arg, "seq");
     check(locked([&](gqla_session* s) { return gqla_sequence_release(s, seq); }));
 }
 
-int64_t session_object::fork(int64_t parent) {
+int64_t session_object::fork(py::handle parent_arg) {
+    const int64_t parent = int64_arg(parent_arg, "seq");
     gqla_seq_id child = 0;
     py::gil_scoped_release no_gil;  // may copy a partial page
     check(locked([&](gqla_session* s) { return gqla_sequence_fork(s, parent, &child); }));
     return child;
 }
 
-int64_t session_object::length(int64_t seq, int32_t layer) const {
+int64_t session_object::length(py::handle seq_arg, py::handle layer_arg) const {
+    const int64_t seq = int64_arg(seq_arg, "seq");
+    const int32_t layer = int32_arg(layer_arg, "layer");
     int64_t n = 0;
     check(locked([&](gqla_session* s) { return gqla_sequence_length(s, seq, layer, &n); }));
     return n;
 }
 
-void session_object::append(int32_t layer, int64_t seq, py::handle a, py::handle b) {
+void session_object::append(py::handle layer_arg, py::handle seq_arg, py::handle a, py::handle b) {
+    const int32_t layer = int32_arg(layer_arg, "layer");
+    const int64_t seq = int64_arg(seq_arg, "seq");
     const bool latent = kind_ == GQLA_KIND_GQLA;
     tensor_request ra{latent ? "c" : "k"}, rb{latent ? "kr" : "v"};
     ra.cuda_device_index = rb.cuda_device_index = device_index_;
@@ -148,8 +154,9 @@ void session_object::append(int32_t layer, int64_t seq, py::handle a, py::handle
     check(locked([&](gqla_session* s) { return gqla_append(s, layer, seq, ta.get(), tb.get()); }));
 }
 
-void session_object::append_batch(int32_t layer, py::handle seqs, py::handle counts, py::handle a,
+void session_object::append_batch(py::handle layer_arg, py::handle seqs, py::handle counts, py::handle a,
                                   py::handle b) {
+    const int32_t layer = int32_arg(layer_arg, "layer");
     const bool latent = kind_ == GQLA_KIND_GQLA;
     int64_list ids(seqs, "seqs"), n(counts, "counts");
     if (ids.size() != n.size()) {
@@ -166,8 +173,9 @@ void session_object::append_batch(int32_t layer, py::handle seqs, py::handle cou
     }));
 }
 
-void session_object::decode(int32_t layer, py::handle seqs, py::handle q, py::handle o,
+void session_object::decode(py::handle layer_arg, py::handle seqs, py::handle q, py::handle o,
                             py::handle lse) {
+    const int32_t layer = int32_arg(layer_arg, "layer");
     int64_list ids(seqs, "seqs");
     tensor_request rq{"q"}, ro{"out"}, rl{"lse"};
     rq.cuda_device_index = ro.cuda_device_index = rl.cuda_device_index = device_index_;
@@ -183,6 +191,37 @@ void session_object::decode(int32_t layer, py::handle seqs, py::handle q, py::ha
     }));
 }
 
+py::bytes session_object::export_sequence(py::handle seq_arg) const {
+    const int64_t seq = int64_arg(seq_arg, "seq");
+    size_t needed = 0;
+    std::string bytes;
+    {
+        py::gil_scoped_release no_gil;
+        check(locked([&](gqla_session* s) { return gqla_sequence_export(s, seq, nullptr, 0, &needed); }));
+    }
+    bytes.resize(needed);
+    {
+        py::gil_scoped_release no_gil;  // copies the whole cache of the sequence (a CUDA session waits)
+        check(locked([&](gqla_session* s) {
+            return gqla_sequence_export(s, seq, bytes.data(), bytes.size(), &needed);
+        }));
+    }
+    bytes.resize(needed);
+    return py::bytes(bytes);
+}
+
+int64_t session_object::import_sequence(const py::bytes& data) {
+    char* buffer = nullptr;
+    Py_ssize_t size = 0;
+    if (PyBytes_AsStringAndSize(data.ptr(), &buffer, &size) != 0) throw py::error_already_set();
+    gqla_seq_id id = 0;
+    py::gil_scoped_release no_gil;  // `data` stays referenced by the caller's frame
+    check(locked([&](gqla_session* s) {
+        return gqla_sequence_import(s, buffer, static_cast<size_t>(size), &id);
+    }));
+    return id;
+}
+
 void session_object::select_path(int path) {
     py::gil_scoped_release no_gil;  // may expand the whole cache
     check(locked([&](gqla_session* s) { return gqla_select_path(s, static_cast<gqla_path>(path)); }));
@@ -194,12 +233,12 @@ py::tuple session_object::get_path() const {
     return py::make_tuple(static_cast<int>(active), static_cast<int>(requested));
 }
 
-py::dict session_object::predict_cost(int32_t batch, int64_t context, int32_t q_len) const {
+py::dict session_object::predict_cost(py::handle batch, py::handle context, py::handle s_q) const {
     gqla_workload w{};
     w.struct_size = sizeof(w);
-    w.batch = batch;
-    w.context = context;
-    w.q_len = q_len;
+    w.batch = int32_arg(batch, "batch");
+    w.context = int64_arg(context, "context");
+    w.q_len = int32_arg(s_q, "s_q");
     gqla_cost_report report{};
     report.struct_size = sizeof(report);
     check(locked([&](gqla_session* s) { return gqla_session_predict_cost(s, &w, &report); }));

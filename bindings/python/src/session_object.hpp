@@ -24,19 +24,23 @@ public:
     bool closed() const { return handle_ == nullptr; }
 
     pybind11::dict config() const;
-    void set_weights(int32_t layer, pybind11::handle w_ukv);
+    // Integer arguments arrive as Python objects: gqla_py::integer_arg turns
+    // bools and out-of-range values into gqla.InvalidArgument.
+    void set_weights(pybind11::handle layer, pybind11::handle w_ukv);
     int64_t add_sequence();
-    void release(int64_t seq);
-    int64_t fork(int64_t parent);
-    int64_t length(int64_t seq, int32_t layer) const;
-    void append(int32_t layer, int64_t seq, pybind11::handle a, pybind11::handle b);
-    void append_batch(int32_t layer, pybind11::handle seqs, pybind11::handle counts,
+    void release(pybind11::handle seq);
+    int64_t fork(pybind11::handle parent);
+    int64_t length(pybind11::handle seq, pybind11::handle layer) const;
+    void append(pybind11::handle layer, pybind11::handle seq, pybind11::handle a, pybind11::handle b);
+    void append_batch(pybind11::handle layer, pybind11::handle seqs, pybind11::handle counts,
                       pybind11::handle a, pybind11::handle b);
-    void decode(int32_t layer, pybind11::handle seqs, pybind11::handle q, pybind11::handle o,
+    void decode(pybind11::handle layer, pybind11::handle seqs, pybind11::handle q, pybind11::handle o,
                 pybind11::handle lse);
     void select_path(int path);
     pybind11::tuple get_path() const;
-    pybind11::dict predict_cost(int32_t batch, int64_t context, int32_t q_len) const;
+    pybind11::bytes export_sequence(pybind11::handle seq) const;
+    int64_t import_sequence(const pybind11::bytes& data);
+    pybind11::dict predict_cost(pybind11::handle batch, pybind11::handle context, pybind11::handle s_q) const;
     pybind11::dict stats() const;
     void set_stream(std::intptr_t stream);
     std::intptr_t stream() const { return stream_; }

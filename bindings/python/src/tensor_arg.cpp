@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 
 #include <string>
+#include <utility>
 
 namespace py = pybind11;
 
@@ -18,13 +19,55 @@ std::string describe_shape(int ndim, const int64_t* shape) {
     return s + (ndim == 1 ? ",)" : ")");
 }
 
+// Row-major strides of t's shape; an empty dimension counts as one so that
+// no stride is 0 (the C ABI wants every stride >= 1).
+void set_compact_strides(gqla_tensor& t) {
+    int64_t stride = 1;
+    for (int i = t.ndim - 1; i >= 0; --i) {
+        t.strides[i] = stride;
+        stride *= t.shape[i] > 1 ? t.shape[i] : 1;
+    }
+}
+
+// Refuses strides under which two indices address one element: outputs would
+// be written twice (and the C ABI refuses them too). The dimensions, taken
+// from the smallest stride up, must each step past what the smaller ones
+// reach. Strides are known >= 1 here.
+void check_disjoint(const gqla_tensor& t, const char* name) {
+    int order[GQLA_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < t.ndim; ++i)
+        if (t.shape[i] > 1) order[n++] = i;
+    for (int i = 1; i < n; ++i)
+        for (int j = i; j > 0 && t.strides[order[j]] < t.strides[order[j - 1]]; --j) std::swap(order[j], order[j - 1]);
+    int64_t reach = 0;  // largest offset of the dimensions with smaller strides
+    for (int k = 0; k < n; ++k) {
+        const int i = order[k];
+        if (t.strides[i] <= reach) {
+            invalid_argument(std::string(name) + ": strides overlap: dimension " + std::to_string(i) +
+                             " steps " + std::to_string(t.strides[i]) + " elements, within the " +
+                             std::to_string(reach + 1) + " the dimensions with smaller strides span, so two "
+                             "indices address one element (shape " + describe_shape(t.ndim, t.shape) +
+                             "); expected non-overlapping strides (a contiguous array works)");
+        }
+        reach += (t.shape[i] - 1) * t.strides[i];
+    }
+}
+
 // Checks the stride rules of the C ABI and normalizes strides of extent-1
 // dimensions (never used to address memory, but frameworks fill them with
-// arbitrary values, e.g. 0 after broadcasting).
+// arbitrary values, e.g. 0 after broadcasting) and of empty arrays (numpy
+// gives those all-zero strides).
 void finish_layout(gqla_tensor& t, const char* name) {
     if (t.ndim < 1 || t.ndim > GQLA_MAX_DIMS) {
         invalid_argument(std::string(name) + ": " + std::to_string(t.ndim) +
                          " dimensions; gqla takes 1.." + std::to_string(GQLA_MAX_DIMS));
+    }
+    for (int i = 0; i < t.ndim; ++i) {
+        if (t.shape[i] == 0) {  // no element is addressed: any strides do
+            set_compact_strides(t);
+            return;
+        }
     }
     int64_t span = 1;  // elements covered by the dimensions inside the current one
     for (int i = t.ndim - 1; i >= 0; --i) {
@@ -50,6 +93,17 @@ void finish_layout(gqla_tensor& t, const char* name) {
         const int64_t extent = t.strides[i] * t.shape[i];
         if (extent > span) span = extent;
     }
+    check_disjoint(t, name);
+}
+
+// Numpy can hold either byte order; the library reads native values only.
+// Reading a swapped array would give garbage, so it is refused (converting
+// would break the promise that arrays are used in place, never copied).
+void require_native_byte_order(const py::dtype& dtype, const char* name) {
+    if (dtype.attr("isnative").cast<bool>()) return;
+    invalid_argument(std::string(name) + ": numpy dtype " + py::str(dtype.attr("str")).cast<std::string>() +
+                     " has non-native byte order; expected native byte order (convert with "
+                     "array.astype(array.dtype.newbyteorder('=')))");
 }
 
 // io dtypes: float32, float16, and bfloat16 given either as raw uint16 bits or
@@ -77,7 +131,11 @@ gqla_dtype dlpack_dtype(DLDataType dtype, const char* name) {
 }
 
 gqla_dtype typestr_dtype(const std::string& typestr, const char* name) {
-    // Byte order '<' or '|' (native little endian on every supported machine).
+    const char native = py::module_::import("sys").attr("byteorder").cast<std::string>() == "little" ? '<' : '>';
+    if (typestr.size() == 3 && typestr[0] != native && typestr[0] != '|') {
+        invalid_argument(std::string(name) + ": __cuda_array_interface__ typestr '" + typestr +
+                         "' has non-native byte order; expected native byte order ('" + native + "')");
+    }
     const std::string code = typestr.size() == 3 ? typestr.substr(1) : typestr;
     if (code == "f4") return GQLA_DTYPE_F32;
     if (code == "f2") return GQLA_DTYPE_F16;
@@ -95,14 +153,6 @@ int64_t bytes_to_elements(int64_t bytes, int64_t itemsize, const char* name) {
 }
 
 int64_t dtype_size(gqla_dtype dtype) { return dtype == GQLA_DTYPE_F32 ? 4 : 2; }
-
-void set_compact_strides(gqla_tensor& t) {
-    int64_t stride = 1;
-    for (int i = t.ndim - 1; i >= 0; --i) {
-        t.strides[i] = stride;
-        stride *= t.shape[i];
-    }
-}
 
 }  // namespace
 
@@ -142,6 +192,7 @@ void tensor_arg::from_numpy(py::handle object, const tensor_request& request) {
     if (request.writable && !array.writeable()) {
         invalid_argument(std::string(request.name) + ": the array is read-only");
     }
+    require_native_byte_order(array.dtype(), request.name);
     tensor_.dtype = numpy_dtype(array, request.name);
     tensor_.device = GQLA_DEVICE_CPU;
     tensor_.ndim = static_cast<int32_t>(array.ndim());

@@ -161,9 +161,11 @@ typedef struct gqla_config {
 
     int32_t page_size;       /* tokens per page (default 64) */
     int64_t max_tokens;      /* token capacity of the page pool, summed over sequences
-                                (0 = derive from memory_budget_bytes) */
+                                (0 = derive from memory_budget_bytes); the pool holds at
+                                most 2^24 pages, so at most 2^24 * page_size tokens */
     int64_t memory_budget_bytes; /* used only when max_tokens == 0: bytes for the always-kept
-                                    cache (latent for GQLA, K/V for GQA) over all layers */
+                                    cache (latent for GQLA, K/V for GQA) over all layers; a
+                                    budget of more than 2^24 pages is refused */
     int32_t max_sequences;   /* live sequences at once (default 256) */
     int32_t max_batch;       /* largest decode batch (default 256) */
     int32_t max_q_len;       /* largest s_q per decode (default 16) */
