@@ -1,12 +1,9 @@
 #include "core/config.hpp"
 
-#include <sched.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
-#include <limits>
 
+#include "core/cpu_topology.hpp"
 #include "core/dtype.hpp"
 #include "core/enum_value.hpp"
 #include "core/error.hpp"
@@ -188,17 +185,7 @@ int64_t resolve_num_pages(const gqla_config& c) {
     return pages;
 }
 
-int32_t resolve_num_threads(int32_t requested) {
-    if (requested > 0) return requested;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-        int n = CPU_COUNT(&set);
-        if (n > 0) return n;
-    }
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return online > 0 ? static_cast<int32_t>(online) : 1;
-}
+int32_t resolve_num_threads(int32_t requested) { return requested > 0 ? requested : usable_cpu_count(); }
 
 gqla_config resolve_config(const gqla_config& in, gqla_device_type device) {
     validate_config(in);

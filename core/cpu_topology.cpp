@@ -1,5 +1,7 @@
 #include "core/cpu_topology.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -130,7 +132,130 @@ void read_caches(CpuTopology& t) {
 #endif
 }
 
+// Whole text of a small file, "" when missing.
+std::string read_text(const char* path) {
+    std::string text;
+    std::FILE* f = std::fopen(path, "r");
+    if (!f) return text;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+    std::fclose(f);
+    return text;
+}
+
+// Calls visit(dir) for root + path and each of its ancestors up to root:
+// a quota anywhere above a cgroup limits it too. With a cgroup namespace the
+// path may not exist under root; walking up still reaches root itself.
+template <class Visit>
+void for_cgroup_and_ancestors(const std::string& root, std::string path, Visit visit) {
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    for (;;) {
+        visit(root + path);
+        if (path.empty()) return;
+        const size_t slash = path.rfind('/');
+        path.resize(slash == std::string::npos ? 0 : slash);
+    }
+}
+
+// The tightest CPU quota of this process's cgroups, 0 when there is none.
+double cgroup_quota_cpus() {
+    const cpu_quota::CgroupPaths paths = cpu_quota::parse_proc_self_cgroup(read_text("/proc/self/cgroup"));
+    double tightest = 0;
+    auto tighten = [&](double cpus) {
+        if (cpus > 0 && (tightest == 0 || cpus < tightest)) tightest = cpus;
+    };
+    for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"})
+        for_cgroup_and_ancestors(root, paths.v2, [&](const std::string& dir) {
+            tighten(cpu_quota::from_cgroup_v2(read_line(dir + "/cpu.max").c_str()));
+        });
+    for (const char* root : {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"})
+        for_cgroup_and_ancestors(root, paths.v1_cpu, [&](const std::string& dir) {
+            tighten(cpu_quota::from_cgroup_v1(read_line(dir + "/cpu.cfs_quota_us").c_str(),
+                                              read_line(dir + "/cpu.cfs_period_us").c_str()));
+        });
+    return tightest;
+}
+
+int32_t affinity_cpu_count() {
+#if defined(__linux__)
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        const int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online > 0) return static_cast<int32_t>(online);
+#endif
+    const unsigned n = std::thread::hardware_concurrency();
+    return n > 0 ? static_cast<int32_t>(n) : 1;
+}
+
 }  // namespace
+
+namespace cpu_quota {
+
+double from_cgroup_v2(const char* cpu_max) {
+    const char* p = cpu_max;
+    while (*p == ' ') ++p;
+    if (std::strncmp(p, "max", 3) == 0) return 0;
+    char* end = nullptr;
+    const double quota = std::strtod(p, &end);
+    if (end == p || !(quota > 0)) return 0;
+    p = end;
+    const double period = std::strtod(p, &end);
+    if (end == p || !(period > 0)) return 0;
+    return quota / period;
+}
+
+double from_cgroup_v1(const char* quota_us, const char* period_us) {
+    char* end = nullptr;
+    const double quota = std::strtod(quota_us, &end);
+    if (end == quota_us || !(quota > 0)) return 0;  // -1: no limit
+    const double period = std::strtod(period_us, &end);
+    if (end == period_us || !(period > 0)) return 0;
+    return quota / period;
+}
+
+CgroupPaths parse_proc_self_cgroup(const std::string& text) {
+    CgroupPaths paths;
+    size_t start = 0;
+    while (start < text.size()) {
+        size_t end = text.find('\n', start);
+        if (end == std::string::npos) end = text.size();
+        const std::string line = text.substr(start, end - start);
+        start = end + 1;
+        // hierarchy-id:controller-list:path (the path may itself hold ':')
+        const size_t c1 = line.find(':');
+        const size_t c2 = c1 == std::string::npos ? c1 : line.find(':', c1 + 1);
+        if (c2 == std::string::npos) continue;
+        const std::string id = line.substr(0, c1), controllers = line.substr(c1 + 1, c2 - c1 - 1);
+        const std::string path = line.substr(c2 + 1);
+        if (id == "0" && controllers.empty()) {
+            paths.v2 = path;
+            continue;
+        }
+        for (size_t pos = 0; pos <= controllers.size();) {
+            size_t comma = controllers.find(',', pos);
+            if (comma == std::string::npos) comma = controllers.size();
+            if (controllers.compare(pos, comma - pos, "cpu") == 0) paths.v1_cpu = path;
+            pos = comma + 1;
+        }
+    }
+    return paths;
+}
+
+int32_t thread_count(int32_t affinity_cpus, double quota_cpus) {
+    int32_t n = std::max<int32_t>(1, affinity_cpus);
+    // A quota of 1.5 CPUs still lets two threads run half the time each;
+    // the small slack keeps 2.0 (2000000 / 1000000) from becoming 3.
+    if (quota_cpus > 0) n = std::min(n, std::max<int32_t>(1, static_cast<int32_t>(std::ceil(quota_cpus - 1e-6))));
+    return n;
+}
+
+}  // namespace cpu_quota
+
+int32_t usable_cpu_count() { return cpu_quota::thread_count(affinity_cpu_count(), cgroup_quota_cpus()); }
 
 CpuTopology cpu_topology() {
     CpuTopology t;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace gqla {
@@ -19,5 +20,33 @@ struct CpuTopology {
 };
 
 CpuTopology cpu_topology();
+
+// CPUs this process can keep busy: those of its affinity mask, fewer when a
+// cgroup CPU quota (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us, the
+// tightest along the cgroup's ancestors) allows less, rounded up. At least 1.
+int32_t usable_cpu_count();
+
+// The pieces of usable_cpu_count, exposed to be tested on fixture text.
+namespace cpu_quota {
+
+// CPUs a cgroup v2 cpu.max line grants ("150000 100000" -> 1.5); 0 for
+// "max ..." (no limit) or text that does not parse.
+double from_cgroup_v2(const char* cpu_max);
+// CPUs cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us grant; 0 for a quota
+// of -1 (no limit) or text that does not parse.
+double from_cgroup_v1(const char* quota_us, const char* period_us);
+
+// The cgroup paths of /proc/self/cgroup text: the v2 one ("0::/a/b") and the
+// v1 one of the cpu controller ("4:cpu,cpuacct:/a/b"); "" when absent.
+struct CgroupPaths {
+    std::string v2;
+    std::string v1_cpu;
+};
+CgroupPaths parse_proc_self_cgroup(const std::string& text);
+
+// Threads for `affinity_cpus` CPUs under a quota of `quota_cpus` (0: none).
+int32_t thread_count(int32_t affinity_cpus, double quota_cpus);
+
+}  // namespace cpu_quota
 
 }  // namespace gqla

@@ -5,10 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/aligned_buffer.hpp"
 #include "backends/cpu/kernel_table.hpp"
+#include "backends/cpu/thread_pool.hpp"
 #include "backends/cpu/workspace_layout.hpp"
 #include "core/backend_api.h"
 
@@ -60,6 +62,15 @@ struct CpuContext {
     AlignedBuffer workspace;
 
     char error[512] = {0};
+
+    // Workers of this context's parallel loops, one slot per workspace
+    // thread area; started by the first call that needs them. Calls on one
+    // context are serialized by its session, so the start needs no lock.
+    std::unique_ptr<ThreadPool> pool;
+    ThreadPool& threads() {
+        if (!pool) pool = std::make_unique<ThreadPool>(ws_layout.threads);
+        return *pool;
+    }
 
     int n_rep() const { return desc.num_heads / desc.num_kv_heads; }
     // Width of one row of the expansion GEMM output: G * (d_c + d_v).

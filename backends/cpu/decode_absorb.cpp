@@ -4,13 +4,12 @@
 //   o  = o~ * W_UV[g]^T     (GEMM per group)
 // The query rows of a sequence (i, h) sit in SIMD lanes of a transposed
 // query block QT[k][row], k over [q~ | qr].
-#include <omp.h>
-
 #include <algorithm>
 
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/decode_plan.hpp"
 #include "backends/cpu/io_rows.hpp"
+#include "backends/cpu/thread_pool.hpp"
 
 namespace gqla::cpu {
 
@@ -69,30 +68,40 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
         const int cols = M <= 3 ? kGemvCols : kGemmCols;
         const int col_tasks_q = (r + cols - 1) / cols;
         const int col_tasks_o = (dv + cols - 1) / cols;
-#pragma omp parallel num_threads(L.threads)
-        {
-            const int tid = omp_get_thread_num();
+        ThreadPool& pool = ctx->threads();
+        // The workspace area of the thread in pool slot `tid`.
+        struct ThreadArea {
+            float* t_ctile; float* t_stile; float* t_acc; float* t_m; float* t_l; int64_t* t_limit; uint32_t* t_pairs;
+        };
+        auto thread_area = [&](int tid) {
+            ThreadArea t;
             float* tws = ws + W.thread_off + W.thread_floats * static_cast<size_t>(tid);
-            float* t_ctile = tws;
-            float* t_stile = t_ctile + round16(kAbsorbTokenBlock * K);
-            float* t_acc = t_stile + round16(kAbsorbTokenBlock * RB + RB);
-            float* t_m = t_acc + round16(static_cast<int64_t>(r) * RB);
-            float* t_l = t_m + RB;
-            int64_t* t_limit = reinterpret_cast<int64_t*>(t_l + RB);
-            uint32_t* t_pairs = reinterpret_cast<uint32_t*>(t_m + round16(4 * RB));
+            t.t_ctile = tws;
+            t.t_stile = t.t_ctile + round16(kAbsorbTokenBlock * K);
+            t.t_acc = t.t_stile + round16(kAbsorbTokenBlock * RB + RB);
+            t.t_m = t.t_acc + round16(static_cast<int64_t>(r) * RB);
+            t.t_l = t.t_m + RB;
+            t.t_limit = reinterpret_cast<int64_t*>(t.t_l + RB);
+            t.t_pairs = reinterpret_cast<uint32_t*>(t.t_m + round16(4 * RB));
+            return t;
+        };
+        // Each numbered phase is one pool call: the next starts once every
+        // item of the previous one has run.
+        {
 
             // 1. Nope parts of the queries, group-major rows m = (b, i, hh).
-#pragma omp for schedule(static)
-            for (int64_t bi = 0; bi < static_cast<int64_t>(nb) * s_q; ++bi) {
+            pool.parallel_for_spread(static_cast<int64_t>(nb) * s_q, [&](int64_t first, int64_t end, int) {
+            for (int64_t bi = first; bi < end; ++bi) {
                 const int64_t b = b0 + bi / s_q, i = bi % s_q;
                 for (int h = 0; h < H; ++h) {
                     const int64_t g = h / n_rep, m = bi * n_rep + h % n_rep;
                     load_row_f32(view_at(a->q, b, i, h), a->q.dtype, dc, q_scale, qc + (g * M + m) * dc);
                 }
             }
+            });
             // 2. q~[g] = qc[g] * W_UK[g].
-#pragma omp for schedule(static)
-            for (int task = 0; task < G * col_tasks_q; ++task) {
+            pool.parallel_for_spread(G * col_tasks_q, [&](int64_t first, int64_t end, int) {
+            for (int task = static_cast<int>(first); task < end; ++task) {
                 const int64_t g = task / col_tasks_q;
                 const int n0 = task % col_tasks_q * cols;
                 const int64_t off = g * (dc + dv) * static_cast<int64_t>(r) + n0;  // W_UK[g], columns n0..
@@ -101,9 +110,10 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
                 else gemm(static_cast<int>(M), std::min(cols, r - n0), dc, qc + g * M * dc, dc, w + off, r,
                           qt + g * M * r + n0, r);
             }
+            });
             // 3. Transposed query blocks [q~ | qr] per sequence; padding rows are 0.
-#pragma omp for schedule(static)
-            for (int64_t bi = 0; bi < static_cast<int64_t>(nb) * s_q; ++bi) {
+            pool.parallel_for_spread(static_cast<int64_t>(nb) * s_q, [&](int64_t first, int64_t end, int) {
+            for (int64_t bi = first; bi < end; ++bi) {
                 const int64_t bl = bi / s_q, i = bi % s_q;
                 float* qtb = QT + bl * K * Rpad;
                 for (int h = 0; h < H; ++h) {
@@ -116,9 +126,11 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
                 if (i == s_q - 1)
                     for (int k = 0; k < K; ++k) std::fill(qtb + k * Rpad + R, qtb + (k + 1) * Rpad, 0.0f);
             }
+            });
             // 4. Attention over the latent.
-#pragma omp for schedule(dynamic, 1)
-            for (int idx = 0; idx < plan.num_items; ++idx) {
+            pool.parallel_for(plan.num_items, 1, [&](int64_t first, int64_t end, int tid) {
+            const auto [t_ctile, t_stile, t_acc, t_m, t_l, t_limit, t_pairs] = thread_area(tid);
+            for (int idx = static_cast<int>(first); idx < end; ++idx) {
                 const WorkItem& wi = plan.items[plan.order[idx]];
                 const int64_t bl = wi.unit / blocks, blk = wi.unit % blocks;
                 const gqla_decode_seq& seq = a->seqs[b0 + bl];
@@ -163,9 +175,10 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
                             (t_m[lane] + __builtin_log2f(t_l[lane])) * kLn2;
                 }
             }
+            });
             // 5. Merge split units into o~.
-#pragma omp for schedule(dynamic, 1)
-            for (int u = 0; u < units; ++u) {
+            pool.parallel_for(units, 1, [&](int64_t first, int64_t end, int) {
+            for (int u = static_cast<int>(first); u < end; ++u) {
                 const UnitSplit& us = plan.units[u];
                 if (us.count < 2) continue;
                 const int64_t bl = u / blocks, col0 = u % blocks * RB;
@@ -193,9 +206,10 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
                         *static_cast<float*>(view_at_mut(a->lse, b0 + bl, i, h)) = (mx + __builtin_log2f(l)) * kLn2;
                 }
             }
+            });
             // 6. o[g] = o~[g] * W_UV[g]^T.
-#pragma omp for schedule(static)
-            for (int task = 0; task < G * col_tasks_o; ++task) {
+            pool.parallel_for_spread(G * col_tasks_o, [&](int64_t first, int64_t end, int) {
+            for (int task = static_cast<int>(first); task < end; ++task) {
                 const int64_t g = task / col_tasks_o;
                 const int n0 = task % col_tasks_o * cols;
                 // W_UV[g]^T, columns n0..: a contiguous [r][dv] block in bf16,
@@ -205,15 +219,17 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
                 else gemm(static_cast<int>(M), std::min(cols, dv - n0), r, qt + g * M * r, r,
                           wt + g * (dc + dv) + dc + n0, NW, out + g * M * dv + n0, dv);
             }
+            });
             // 7. Output rows in the io dtype.
-#pragma omp for schedule(static)
-            for (int64_t bi = 0; bi < static_cast<int64_t>(nb) * s_q; ++bi) {
+            pool.parallel_for_spread(static_cast<int64_t>(nb) * s_q, [&](int64_t first, int64_t end, int) {
+            for (int64_t bi = first; bi < end; ++bi) {
                 const int64_t b = b0 + bi / s_q, i = bi % s_q;
                 for (int h = 0; h < H; ++h) {
                     const int64_t g = h / n_rep, m = bi * n_rep + h % n_rep;
                     store_row_f32(out + (g * M + m) * dv, 1.0f, view_at_mut(a->o, b, i, h), d.io_dtype, dv);
                 }
             }
+            });
         }
     }
     return GQLA_OK;

@@ -1,13 +1,12 @@
 // Decode of the GQA kind and of the GQLA GQA path: one work item per
 // (sequence, KV group, split piece) streams that group's K/V pages once for
 // all n_rep x s_q query rows of the group.
-#include <omp.h>
-
 #include <algorithm>
 
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/decode_plan.hpp"
 #include "backends/cpu/io_rows.hpp"
+#include "backends/cpu/thread_pool.hpp"
 
 namespace gqla::cpu {
 
@@ -80,19 +79,26 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
         const int nb = std::min(chunk_batch, a->batch - b0);
         const int units = nb * G;
         plan_decode(plan, units, [&](int32_t u) { return a->seqs[b0 + u / G].length; }, L);
-#pragma omp parallel num_threads(L.threads)
-        {
-            const int tid = omp_get_thread_num();
+        ThreadPool& pool = ctx->threads();
+        // The workspace area of the thread in pool slot `tid`.
+        struct ThreadArea { float* t_scratch; float* t_acc; float* t_m; float* t_l; int64_t* t_limit; };
+        auto thread_area = [&](int tid) {
+            ThreadArea t;
             float* tws = ws + W.thread_off + W.thread_floats * static_cast<size_t>(tid);
-            float* t_scratch = tws;
-            float* t_acc = t_scratch + gqa_scratch_floats(rows, dk);
-            float* t_m = t_acc + round16(static_cast<int64_t>(rows) * dv);
-            float* t_l = t_m + rows;
-            int64_t* t_limit = reinterpret_cast<int64_t*>(t_l + rows);  // 2 * rows floats past an aligned start
+            t.t_scratch = tws;
+            t.t_acc = t.t_scratch + gqa_scratch_floats(rows, dk);
+            t.t_m = t.t_acc + round16(static_cast<int64_t>(rows) * dv);
+            t.t_l = t.t_m + rows;
+            t.t_limit = reinterpret_cast<int64_t*>(t.t_l + rows);  // 2 * rows floats past an aligned start
+            return t;
+        };
+        // Each phase below is one pool call: the next starts once every item
+        // of the previous one has run.
+        {
 
             // Queries of each unit as f32 rows (i, hh), pre-scaled.
-#pragma omp for schedule(static)
-            for (int u = 0; u < units; ++u) {
+            pool.parallel_for_spread(units, [&](int64_t first, int64_t end, int) {
+            for (int u = static_cast<int>(first); u < end; ++u) {
                 const int64_t b = b0 + u / G, g = u % G;
                 for (int row = 0; row < rows; ++row) {
                     const int64_t i = row / n_rep, h = g * n_rep + row % n_rep;
@@ -100,9 +106,11 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
                                  q32 + (static_cast<int64_t>(u) * rows + row) * dk);
                 }
             }
+            });
 
-#pragma omp for schedule(dynamic, 1)
-            for (int idx = 0; idx < plan.num_items; ++idx) {
+            pool.parallel_for(plan.num_items, 1, [&](int64_t first, int64_t end, int tid) {
+            const auto [t_scratch, t_acc, t_m, t_l, t_limit] = thread_area(tid);
+            for (int idx = static_cast<int>(first); idx < end; ++idx) {
                 const WorkItem& w = plan.items[plan.order[idx]];
                 const int64_t b = b0 + w.unit / G, g = w.unit % G;
                 const gqla_decode_seq& seq = a->seqs[b];
@@ -129,10 +137,12 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
                 attend(it);
                 if (w.partial < 0) write_group_output(a, n_rep, b, g, rows, dv, t_acc, t_m, t_l, d.io_dtype);
             }
+            });
 
             // Merge split units through their log-sum-exp.
-#pragma omp for schedule(dynamic, 1)
-            for (int u = 0; u < units; ++u) {
+            pool.parallel_for(units, 1, [&](int64_t first, int64_t end, int tid) {
+            float* const t_acc = thread_area(tid).t_acc;
+            for (int u = static_cast<int>(first); u < end; ++u) {
                 const UnitSplit& us = plan.units[u];
                 if (us.count < 2) continue;
                 const int64_t b = b0 + u / G, g = u % G;
@@ -160,6 +170,7 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
                         *static_cast<float*>(view_at_mut(a->lse, b, i, h)) = (mx + __builtin_log2f(l)) * kLn2;
                 }
             }
+            });
         }
     }
     return GQLA_OK;

@@ -1,15 +1,16 @@
 // The expansion GEMM out[n][G*(d_c+d_v)] = latent[n][r] * W^T. With oneDNN
 // it is one matmul (W read in place through transposed strides); otherwise
-// the kernel table's GEMM over row blocks on the context's threads. Both run
-// on desc.num_threads OpenMP threads: oneDNN's OpenMP runtime is the same
-// pool decode uses, so its thread count is set for the call and restored.
-#include <omp.h>
-
+// the kernel table's GEMM over row blocks on the context's thread pool. Both
+// use desc.num_threads threads; oneDNN runs on its own OpenMP runtime, whose
+// thread count is set for the call and restored.
 #include <algorithm>
 
 #include "backends/cpu/backend_ops.hpp"
+#include "backends/cpu/thread_pool.hpp"
 
 #ifdef GQLA_WITH_ONEDNN
+#include <omp.h>
+
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
@@ -17,6 +18,7 @@ namespace gqla::cpu {
 
 namespace {
 
+#ifdef GQLA_WITH_ONEDNN
 class OmpThreadsScope {
 public:
     explicit OmpThreadsScope(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
@@ -27,16 +29,18 @@ public:
 private:
     int saved_;
 };
+#endif
 
-[[maybe_unused]] void fallback_gemm(const CpuContext* ctx, const LayerWeights& w, int64_t n, const float* latent, float* out) {
+[[maybe_unused]] void fallback_gemm(CpuContext* ctx, const LayerWeights& w, int64_t n, const float* latent, float* out) {
     const int64_t r = ctx->desc.latent_dim, N = ctx->expanded_width();
     constexpr int64_t kRows = 16;
     const GemmFn gemm = ctx->kernels->gemm;
     const float* wt = w.wt.as<float>();
-#pragma omp parallel for schedule(static) num_threads(ctx->desc.num_threads)
-    for (int64_t r0 = 0; r0 < n; r0 += kRows)
-        gemm(static_cast<int>(std::min(kRows, n - r0)), static_cast<int>(N), static_cast<int>(r), latent + r0 * r, r,
-             wt, N, out + r0 * N, N);
+    ctx->threads().parallel_for_spread((n + kRows - 1) / kRows, [&](int64_t first, int64_t end, int) {
+        for (int64_t r0 = first * kRows; r0 < std::min(n, end * kRows); r0 += kRows)
+            gemm(static_cast<int>(std::min(kRows, n - r0)), static_cast<int>(N), static_cast<int>(r), latent + r0 * r,
+                 r, wt, N, out + r0 * N, N);
+    });
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Accuracy of one configuration against the float64 reference (SPEC §4): a
+// Accuracy of one configuration against the float64 reference (bounds: docs/numerics.md): a
 // small batch of sequences of different lengths, fresh random inputs, output
 // poisoned before the call, relative L2 error over the whole batch.
 #pragma once
@@ -18,7 +18,7 @@ struct AccuracySpec {
 // ||o - ref|| / ||ref|| over the batch; throws GqlaError when a call fails.
 double relative_error_vs_reference(const AccuracySpec& spec);
 
-// The error bound SPEC §4 sets for a cache dtype; with q and o in `io`, the
+// The error bound docs/numerics.md sets for a cache dtype; with q and o in `io`, the
 // looser of the cache's and the io dtype's (o is rounded to it).
 double error_bound(gqla_dtype cache);
 double error_bound(gqla_dtype cache, gqla_dtype io);

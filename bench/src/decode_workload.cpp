@@ -169,6 +169,8 @@ double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_tota
         if (spent > max_total_s && times.size() >= 3) break;
     }
     last_device_s_ = device_times.size() == times.size() ? median(device_times) : 0.0;
+    last_p99_s_ = percentile(times, 99.0);
+    last_calls_ = static_cast<int>(times.size());
     return median(times);
 }
 

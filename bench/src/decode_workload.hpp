@@ -58,6 +58,10 @@ public:
     // CUDA sessions with device q/o: median device time (CUDA events around
     // each call, no host launch/sync latency) of the last time_decode; else 0.
     double last_device_seconds() const { return last_device_s_; }
+    // 99th percentile of the wall times of the last time_decode, and how
+    // many calls it timed: the tail a busy host shows first.
+    double last_p99_seconds() const { return last_p99_s_; }
+    int last_calls() const { return last_calls_; }
 
     // Select a path (GQA: expands the cache now, outside any timing).
     void select_path(gqla_path p);
@@ -80,6 +84,8 @@ private:
     std::unique_ptr<CudaIoBuffer> q_dev_, o_dev_;
     std::unique_ptr<CudaEventTimer> timer_;
     double last_device_s_ = 0;
+    double last_p99_s_ = 0;
+    int last_calls_ = 0;
     int64_t next_group_ = 0;
 };
 

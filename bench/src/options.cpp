@@ -24,7 +24,9 @@ const char* kUsage =
     "                              with the same total tokens\n"
     "  --s-q N[,N...]              query tokens per sequence (default 1)\n"
     "  --threads N                 CPU threads (default: all available)\n"
-    "  --reps N                    timed decode calls per case, median reported (default 20)\n"
+    "  --reps N                    timed decode calls per case, median and p99 reported (default 20)\n"
+    "  --busy N                    N busy-looping threads of the bench run while calls are timed\n"
+    "                              (the library sharing its CPUs with an application's threads)\n"
     "  --hot                       decode the same sequences every call (default: rotate over\n"
     "                              >= 512 MiB of cache so every call starts cold)\n"
     "  --page-size N               tokens per cache page (default: library default)\n"
@@ -127,6 +129,7 @@ Options parse_options(int argc, char** argv) {
         } else if (a == "--s-q") o.s_qs = parse_counts<int>(a, value());
         else if (a == "--threads") o.threads = static_cast<int>(parse_count(a, value()));
         else if (a == "--reps") o.reps = static_cast<int>(parse_count(a, value()));
+        else if (a == "--busy") o.busy = static_cast<int>(parse_count(a, value()));
         else if (a == "--page-size") o.page_size = static_cast<int>(parse_count(a, value()));
         else if (a == "--hot") o.hot = true;
         else if (a == "--json") o.json = true;

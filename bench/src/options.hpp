@@ -26,6 +26,7 @@ struct Options {
     std::vector<int> s_qs{1};
     int threads = 0;
     int reps = 20;
+    int busy = 0;                            // --busy: busy-looping threads during the timed calls
     bool hot = false;
     bool json = false;
     int page_size = 0;

@@ -1,6 +1,7 @@
 #include "support.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -61,6 +62,14 @@ double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double percentile(std::vector<double> v, double p) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const double rank = std::ceil(p / 100.0 * static_cast<double>(v.size()));
+    const size_t i = static_cast<size_t>(std::min(std::max(rank, 1.0), static_cast<double>(v.size()))) - 1;
+    return v[i];
 }
 
 gqla_device_type resolve_auto_device() {

@@ -41,6 +41,8 @@ inline double now_s() {
 }
 
 double median(std::vector<double> v);
+// Nearest-rank percentile (p in (0, 100]) of v; 0 for an empty v.
+double percentile(std::vector<double> v, double p);
 
 // The device a session with device AUTO lands on: the probe resolves AUTO
 // exactly as sessions do (CUDA module + visible GPU, GQLA_DEVICE override).

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "accuracy_check.hpp"
+#include "busy_threads.hpp"
 #include "decode_workload.hpp"
 #include "json_writer.hpp"
 #include "naive_baseline.hpp"
@@ -29,7 +30,10 @@ struct CaseResult {
     std::string lengths;        // "" (uniform), "mixed MIN:MAX" or "uniform (mean of mixed)"
     int sets = 0;
     bool io_on_device = false;  // q/o in GPU memory (no copies in the time)
-    double seconds = 0;
+    double seconds = 0;         // median wall time of one call
+    double p99_seconds = 0;     // 99th percentile of the same calls
+    int calls = 0;              // timed calls
+    int busy = 0;               // --busy threads running meanwhile
     double device_seconds = 0;  // CUDA: median device time (events), 0 when not measured
     gqla_path_cost cost{};      // the library's count of bytes/FLOPs for the active path
     double floor_s = 0;         // max(bytes / measured bandwidth, flops / measured peak)
@@ -52,9 +56,9 @@ void print_table_header(const BenchEnv& env) {
         std::printf(", %.1f GFLOP/s bf16 dot peak%s", env.roofline.peak_bf16_gflops,
                     env.roofline.kernels_use_bf16_dot ? " (roof of bf16 caches)" : " (not used by the kernels)");
     std::printf("\n  %s\n", env.roofline.source.c_str());
-    std::printf("%-15s %-7s %-5s %5s %7s %4s %10s %10s %8s %9s %6s %10s %10s %8s %9s\n", "preset", "path", "dtype",
-                "batch", "context", "s_q", "ms", "device_ms", "GB/s", "GFLOP/s", "roof", "pred_ms", "naive_ms", "speedup",
-                "rel_err");
+    std::printf("%-15s %-7s %-5s %5s %7s %4s %10s %10s %10s %8s %9s %6s %10s %10s %8s %9s\n", "preset", "path",
+                "dtype", "batch", "context", "s_q", "ms", "p99_ms", "device_ms", "GB/s", "GFLOP/s", "roof", "pred_ms",
+                "naive_ms", "speedup", "rel_err");
 }
 
 void print_table_row(const CaseResult& r) {
@@ -71,9 +75,9 @@ void print_table_row(const CaseResult& r) {
         std::snprintf(speedup, sizeof speedup, "%.1fx", *r.baseline_s / r.seconds);
     }
     if (r.rel_err) std::snprintf(err, sizeof err, "%.1e", *r.rel_err);
-    std::printf("%-15s %-7s %-5s %5d %7lld %4d %10.3f %10s %8.1f %9.1f %5.0f%% %10.3f %10s %8s %9s\n", r.preset->name,
-                path_name(r.active), dtype_label(r.dtype), r.batch, static_cast<long long>(r.context), r.s_q,
-                r.seconds * 1e3, dev, r.cost.bytes / r.seconds / 1e9, r.cost.flops / r.seconds / 1e9,
+    std::printf("%-15s %-7s %-5s %5d %7lld %4d %10.3f %10.3f %10s %8.1f %9.1f %5.0f%% %10.3f %10s %8s %9s\n",
+                r.preset->name, path_name(r.active), dtype_label(r.dtype), r.batch, static_cast<long long>(r.context),
+                r.s_q, r.seconds * 1e3, r.p99_seconds * 1e3, dev, r.cost.bytes / r.seconds / 1e9, r.cost.flops / r.seconds / 1e9,
                 100.0 * r.floor_s / r.seconds, r.cost.time_s * 1e3, naive, speedup, err);
 }
 
@@ -98,6 +102,9 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
         return;
     }
     j.num("ms", r.seconds * 1e3)
+        .num("p99_ms", r.p99_seconds * 1e3)
+        .integer("calls", r.calls)
+        .integer("busy_threads", r.busy)
         .num("gbps", r.cost.bytes / r.seconds / 1e9)
         .num("gflops", r.cost.flops / r.seconds / 1e9)
         .num("roofline_frac", r.floor_s / r.seconds)
@@ -199,7 +206,13 @@ std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const Be
         r.error = why_not;
         if (work) {
             try {
-                r.seconds = work->time_decode(batch, s_q, opt.reps, 3.0, opt.hot);
+                {
+                    const BusyThreads busy(opt.busy);
+                    r.seconds = work->time_decode(batch, s_q, opt.reps, 3.0, opt.hot);
+                }
+                r.p99_seconds = work->last_p99_seconds();
+                r.calls = work->last_calls();
+                r.busy = opt.busy;
                 r.device_seconds = work->last_device_seconds();
                 r.active = work->active_path();
                 r.io_on_device = work->io_on_device();

@@ -9,7 +9,7 @@
 namespace gqla::bench {
 
 // Returns the process exit code (non-zero when a case failed or an accuracy
-// check broke its SPEC §4 bound).
+// check broke its bound in docs/numerics.md).
 int run_sweep(const Options& opt, const BenchEnv& env);
 
 }  // namespace gqla::bench
