@@ -1,13 +1,15 @@
 // Measures what the CPU can actually stream from memory and compute, with one
-// pinned thread per CPU of the affinity mask. Bounded in time (~100 ms on an
-// idle host, ~200 ms at worst: every phase stops at a deadline) so a
-// probe stays cheap enough to run once per process; the best of several
-// short rounds is reported, so a briefly busy host costs accuracy little.
+// pinned thread per CPU of the affinity mask, all running at once. Bounded in
+// time (~150 ms on an idle 2-core host; every phase stops at a deadline, so
+// ~250 ms at worst) so a probe stays cheap enough to run once per process.
+// Each number is a robust statistic over several trials, so a briefly busy
+// host costs accuracy little, and never exceeds a physical limit.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "core/cpu_features.hpp"
 #include "core/cpu_topology.hpp"
 
 namespace gqla {
@@ -15,7 +17,10 @@ namespace gqla {
 struct CpuCalibration {
     double read_gbps = 0;        // streaming read bandwidth, 1e9 B/s (0: could not
                                  // fault in a buffer beyond the caches in time)
-    double peak_gflops_f32 = 0;  // f32 FMA throughput, 1e9 FLOP/s
+    double peak_gflops_f32 = 0;  // f32 FMA throughput, 1e9 FLOP/s, capped at
+                                 // the cores' FMA peak at clock_ghz (0: not measured)
+    double peak_before_cap_gflops = 0;  // the trials' statistic, before that cap
+    double clock_ghz = 0;        // all-core clock measured after the FMA trials (0: unknown)
     double seconds = 0;          // wall time the measurement took
 };
 
@@ -29,7 +34,8 @@ size_t calibration_buffer_bytes(const CpuTopology& topo);
 size_t min_read_bytes_per_thread(const CpuTopology& topo);
 
 // isa_flags (GQLA_ISA_*, after the GQLA_MAX_ISA cap) picks the widest FMA and
-// load instructions the kernels may use, so the peak matches what they reach.
-CpuCalibration calibrate_cpu(const CpuTopology& topo, uint64_t isa_flags);
+// load instructions the kernels may use, so the peak matches what they reach;
+// id tells how many FLOPs per cycle those instructions can do on this core.
+CpuCalibration calibrate_cpu(const CpuIdentity& id, const CpuTopology& topo, uint64_t isa_flags);
 
 }  // namespace gqla

@@ -162,6 +162,19 @@ float read_loop_portable(const float* p, size_t n) {
 
 }  // namespace
 
+uint64_t dependent_adds(uint64_t rounds) {
+#ifdef GQLA_X86
+    // Register + register: some cores fold chains of add-immediate in the
+    // renamer, which would count more than one addition per cycle.
+    uint64_t x = 0, step = 1;
+    for (uint64_t i = 0; i < rounds; ++i) __asm__ volatile(".rept 64\n\tadd %1, %0\n\t.endr" : "+r"(x) : "r"(step));
+    return rounds * 64;
+#else
+    (void)rounds;
+    return 0;
+#endif
+}
+
 FmaLoopFn pick_fma_loop(uint64_t isa_flags) {
 #ifdef GQLA_X86
     if (isa_flags & GQLA_ISA_AVX512F) return fma_loop_avx512;

@@ -17,6 +17,12 @@ using FmaLoopFn = double (*)(uint64_t iters, float* sink);
 // so the loads cannot be elided.
 using ReadLoopFn = float (*)(const float* p, size_t n);
 
+// Runs rounds x 64 integer additions, each depending on the one before, and
+// returns how many ran. An addition takes one cycle on every x86 core, so the
+// count over the time taken is the core clock, whatever the hypervisor or
+// sysfs say. 0 off x86, where no such guarantee holds: the clock is unknown.
+uint64_t dependent_adds(uint64_t rounds);
+
 // Widest loops the GQLA_ISA_* flags permit (portable fallbacks on other hosts).
 FmaLoopFn pick_fma_loop(uint64_t isa_flags);
 ReadLoopFn pick_read_loop(uint64_t isa_flags);

@@ -13,7 +13,10 @@ namespace gqla {
 
 namespace {
 
-constexpr const char* kHeader = "gqla-probe-cache 1";
+// Version 2: records of the warmed-up, capped calibration with full-sweep
+// bandwidth; version 1 files may hold readings from cache hits or a cold
+// core, so they are measured anew rather than trusted.
+constexpr const char* kHeader = "gqla-probe-cache 2";
 
 }  // namespace
 
@@ -32,6 +35,7 @@ bool load_calibration(const std::string& path, const CalibrationRecord& want, Ca
         else if (key == "isa_flags") rec.isa_flags = std::strtoull(value.c_str(), nullptr, 16);
         else if (key == "read_gbps") rec.read_gbps = std::strtod(value.c_str(), nullptr);
         else if (key == "peak_gflops_f32") rec.peak_gflops_f32 = std::strtod(value.c_str(), nullptr);
+        else if (key == "clock_ghz") rec.clock_ghz = std::strtod(value.c_str(), nullptr);
     }
     if (rec.model != want.model || rec.affinity_cores != want.affinity_cores || rec.isa_flags != want.isa_flags)
         return false;
@@ -55,7 +59,8 @@ bool save_calibration(const std::string& path, const CalibrationRecord& rec) {
             << "affinity_cores=" << rec.affinity_cores << "\n"
             << "isa_flags=" << std::hex << rec.isa_flags << std::dec << "\n"
             << "read_gbps=" << rec.read_gbps << "\n"
-            << "peak_gflops_f32=" << rec.peak_gflops_f32 << "\n";
+            << "peak_gflops_f32=" << rec.peak_gflops_f32 << "\n"
+            << "clock_ghz=" << rec.clock_ghz << "\n";
         if (!out) {
             std::remove(tmp_name.str().c_str());
             return false;

@@ -46,7 +46,9 @@ const HostCpu& host_cpu() {
 
 struct Measured {
     uint64_t isa_flags = 0;
-    bool measured = false;  // false: the measurement failed, numbers are estimates
+    // Which numbers were measured; a failed measurement leaves the estimate.
+    bool read_measured = false, peak_measured = false;
+    bool all_measured() const { return read_measured && peak_measured; }
     double read_gbps = 0;
     double peak_gflops_f32 = 0;
     int attempts = 0;
@@ -74,7 +76,7 @@ Measured calibrated_numbers(const HostCpu& host, uint64_t isa_flags) {
     Measured* earlier = nullptr;
     for (Measured& m : g_measured)
         if (m.isa_flags == isa_flags) earlier = &m;
-    if (earlier && (earlier->measured || earlier->attempts >= kCalibrationAttempts ||
+    if (earlier && (earlier->all_measured() || earlier->attempts >= kCalibrationAttempts ||
                     now - earlier->last_attempt < kCalibrationRetryAfter))
         return *earlier;
 
@@ -93,11 +95,11 @@ Measured calibrated_numbers(const HostCpu& host, uint64_t isa_flags) {
     if (use_file && load_calibration(cache_path, want, &stored)) {
         m.read_gbps = stored.read_gbps;
         m.peak_gflops_f32 = stored.peak_gflops_f32;
-        m.measured = true;
+        m.read_measured = m.peak_measured = true;
     } else {
         CpuCalibration c;
         try {
-            c = calibrate_cpu(host.topology, isa_flags);
+            c = calibrate_cpu(host.identity, host.topology, isa_flags);
         } catch (const std::exception&) {
             // No threads or no memory for the buffer: report estimates instead.
         }
@@ -108,14 +110,25 @@ Measured calibrated_numbers(const HostCpu& host, uint64_t isa_flags) {
         // worse than on the estimate, so such a reading counts as failed.
         if (c.read_gbps < kImplausibleFraction * est_gbps) c.read_gbps = 0;
         if (c.peak_gflops_f32 < kImplausibleFraction * est_peak) c.peak_gflops_f32 = 0;
-        m.measured = c.read_gbps > 0 && c.peak_gflops_f32 > 0;
+        m.read_measured = c.read_gbps > 0;
+        m.peak_measured = c.peak_gflops_f32 > 0;
         // A failed measurement (e.g. no memory for the buffer) falls back to
         // the estimate for that number rather than reporting 0.
-        m.read_gbps = c.read_gbps > 0 ? c.read_gbps : est_gbps;
-        m.peak_gflops_f32 = c.peak_gflops_f32 > 0 ? c.peak_gflops_f32 : est_peak;
-        if (use_file && m.measured) {
+        m.read_gbps = m.read_measured ? c.read_gbps : est_gbps;
+        m.peak_gflops_f32 = m.peak_measured ? c.peak_gflops_f32 : est_peak;
+        // A retry keeps what an earlier attempt did measure.
+        if (earlier && earlier->read_measured && !m.read_measured) {
+            m.read_measured = true;
+            m.read_gbps = earlier->read_gbps;
+        }
+        if (earlier && earlier->peak_measured && !m.peak_measured) {
+            m.peak_measured = true;
+            m.peak_gflops_f32 = earlier->peak_gflops_f32;
+        }
+        if (use_file && m.all_measured()) {
             want.read_gbps = m.read_gbps;
             want.peak_gflops_f32 = m.peak_gflops_f32;
+            want.clock_ghz = c.clock_ghz;
             save_calibration(cache_path, want);  // best effort: an unwritable path only costs a re-measure
         }
     }
@@ -172,11 +185,13 @@ gqla_status probe_cpu(uint32_t flags, gqla_probe_info* out) {
         Measured m = calibrated_numbers(host, isa);
         info.read_gbps = m.read_gbps;
         info.peak_gflops_f32 = m.peak_gflops_f32;
-        info.calibrated = m.measured ? 1 : 0;
+        info.measured = (m.read_measured ? GQLA_MEASURED_READ_GBPS : 0) | (m.peak_measured ? GQLA_MEASURED_PEAK : 0);
+        info.calibrated = m.all_measured() ? 1 : 0;
     } else {
         info.read_gbps = estimated_read_gbps(host.topology);
         info.peak_gflops_f32 = estimated_peak_gflops_f32(host.identity, host.topology, isa);
         info.calibrated = 0;
+        info.measured = 0;
     }
     info.peak_gflops_bf16 = info.peak_gflops_f32 * bf16_to_f32_peak_ratio(isa);
     return deliver(info, out);
@@ -204,6 +219,8 @@ gqla_status probe_device(gqla_device_type device, int32_t index, uint32_t flags,
         }
         info.device = GQLA_DEVICE_CUDA;
         info.device_index = index;
+        // The CUDA probe measures bandwidth and peak together.
+        if (info.calibrated && info.measured == 0) info.measured = GQLA_MEASURED_READ_GBPS | GQLA_MEASURED_PEAK;
         return deliver(info, out);
     } catch (const Error& e) {
         if (message) *message = e.what();

@@ -223,12 +223,14 @@ TEST_CASE("probe: calibration records round-trip through a file") {
     rec.isa_flags = GQLA_ISA_SSE42 | GQLA_ISA_AVX2;
     rec.read_gbps = 12.5;
     rec.peak_gflops_f32 = 345.25;
+    rec.clock_ghz = 3.75;
     REQUIRE(gqla::save_calibration(path, rec));
 
     gqla::CalibrationRecord got;
     CHECK(gqla::load_calibration(path, rec, &got));
     CHECK(got.read_gbps == rec.read_gbps);
     CHECK(got.peak_gflops_f32 == rec.peak_gflops_f32);
+    CHECK(got.clock_ghz == rec.clock_ghz);
 
     gqla::CalibrationRecord other = rec;
     other.model = "Another CPU";
@@ -241,6 +243,16 @@ TEST_CASE("probe: calibration records round-trip through a file") {
     CHECK_FALSE(gqla::load_calibration(path, other, &got));
     std::remove(path.c_str());
     CHECK_FALSE(gqla::load_calibration(path, rec, &got));
+
+    // Files of the earlier calibration (which could read a cold core or the
+    // cache) are measured anew rather than trusted.
+    {
+        std::ofstream old_file(path);
+        old_file << "gqla-probe-cache 1\nmodel=" << rec.model << "\naffinity_cores=3\nisa_flags=5\n"
+                 << "read_gbps=71.5\npeak_gflops_f32=248\n";
+    }
+    CHECK_FALSE(gqla::load_calibration(path, rec, &got));
+    std::remove(path.c_str());
 }
 
 TEST_CASE("probe: GQLA_PROBE_CACHE persists a calibration") {

@@ -57,6 +57,18 @@ static int probe(gqla_device_type device, int32_t index, uint32_t flags, gqla_pr
     return 1;
 }
 
+/* Whether a number (GQLA_MEASURED_* bit) was measured rather than estimated.
+ * calibrated covers all of them; measured tells them apart when only some were. */
+static int is_measured(const gqla_probe_info* info, uint32_t bit) {
+    return info->calibrated || ((uint32_t)info->measured & bit) != 0;
+}
+
+static const char* origin(const gqla_probe_info* info, uint32_t bit) {
+    return is_measured(info, bit) ? "measured" : "estimated";
+}
+
+static const char* json_bool(int value) { return value ? "true" : "false"; }
+
 static void print_cpu_table(const gqla_probe_info* c) {
     size_t i;
     printf("CPU\n");
@@ -69,9 +81,9 @@ static void print_cpu_table(const gqla_probe_info* c) {
     if (c->isa_flags == 0) printf(" (baseline only)");
     printf("\n");
     printf("  caches           L1d %d KiB, L2 %d KiB, L3 %d KiB\n", c->l1d_kb, c->l2_kb, c->l3_kb);
-    printf("  read bandwidth   %.1f GB/s (%s)\n", c->read_gbps, c->calibrated ? "measured" : "estimated");
-    printf("  f32 peak         %.1f GFLOP/s (%s)\n", c->peak_gflops_f32, c->calibrated ? "measured" : "estimated");
-    printf("  bf16 peak        %.1f GFLOP/s\n", c->peak_gflops_bf16);
+    printf("  read bandwidth   %.1f GB/s (%s)\n", c->read_gbps, origin(c, GQLA_MEASURED_READ_GBPS));
+    printf("  f32 peak         %.1f GFLOP/s (%s)\n", c->peak_gflops_f32, origin(c, GQLA_MEASURED_PEAK));
+    printf("  bf16 peak        %.1f GFLOP/s (%s)\n", c->peak_gflops_bf16, origin(c, GQLA_MEASURED_PEAK));
 }
 
 static void print_cuda_table(const gqla_probe_info* g) {
@@ -100,8 +112,11 @@ static void print_cpu_json(const gqla_probe_info* c) {
         first = 0;
     }
     printf("], \"l1d_kb\": %d, \"l2_kb\": %d, \"l3_kb\": %d", c->l1d_kb, c->l2_kb, c->l3_kb);
-    printf(", \"read_gbps\": %.3f, \"peak_gflops_f32\": %.3f, \"peak_gflops_bf16\": %.3f, \"calibrated\": %s}",
-           c->read_gbps, c->peak_gflops_f32, c->peak_gflops_bf16, c->calibrated ? "true" : "false");
+    printf(", \"read_gbps\": %.3f, \"peak_gflops_f32\": %.3f, \"peak_gflops_bf16\": %.3f, \"calibrated\": %s",
+           c->read_gbps, c->peak_gflops_f32, c->peak_gflops_bf16, json_bool(c->calibrated));
+    printf(", \"read_gbps_measured\": %s, \"peak_measured\": %s}",
+           json_bool(is_measured(c, GQLA_MEASURED_READ_GBPS)),
+           json_bool(is_measured(c, GQLA_MEASURED_PEAK)));
 }
 
 static void print_cuda_json(const gqla_probe_info* g) {

@@ -351,6 +351,10 @@ GQLA_API gqla_status gqla_get_path(const gqla_session* session, gqla_path* activ
 /* Probe flags */
 #define GQLA_PROBE_CALIBRATE (1u << 0) /* measure bandwidth and peak (cached per process) */
 
+/* Bits of gqla_probe_info.measured: which roofline numbers were measured */
+#define GQLA_MEASURED_READ_GBPS (1u << 0) /* read_gbps */
+#define GQLA_MEASURED_PEAK      (1u << 1) /* peak_gflops_f32 (and the bf16 peak derived from it) */
+
 typedef struct gqla_probe_info {
     size_t struct_size;          /* sizeof(gqla_probe_info) */
     gqla_device_type device;     /* CPU or CUDA */
@@ -373,6 +377,9 @@ typedef struct gqla_probe_info {
     double peak_gflops_f32;      /* FMA peak, all threads / SIMT f32 */
     double peak_gflops_bf16;     /* tensor-core bf16 peak (CUDA); CPU: bf16 dot peak or f32 peak */
     int32_t calibrated;          /* 1: read_gbps/peaks were measured, 0: estimated from specs */
+    int32_t measured;            /* GQLA_MEASURED_* bits: which numbers were measured, the others
+                                    are estimates (calibrated is 1 when all were). It fills what
+                                    was tail padding, so sizeof is unchanged */
 } gqla_probe_info;
 
 /* Number of devices of a type visible now (CPU: 1; CUDA: 0 when the module

@@ -1,0 +1,41 @@
+// The two measurements of the CPU calibration, each on one pinned thread per
+// CPU of `cpus`, all running at once, each bounded by a deadline.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/cpu_calibration_threads.hpp"
+#include "core/cpu_estimates.hpp"
+
+namespace gqla {
+
+struct PeakReading {
+    double gflops = 0;       // after the cap (0: not measured)
+    double raw_gflops = 0;   // the trials' statistic before it
+    double clock_ghz = 0;    // all-core clock from dependent additions (0: unknown)
+    double ceiling_gflops = 0;  // the cap: FMA pipes x lanes x cores x clock_ghz (0: unknown)
+};
+
+// f32 FMA throughput with the widest FMA isa_flags allow: the cores are first
+// run until their rate stops rising (clocks ramped up, wide units powered),
+// then timed over several trials of fixed work on all threads at once. A
+// trial's rate is the larger of its wall-time and CPU-time rates (another
+// process on a core slows the first only); the upper quartile of the trials
+// counts (a single trial in a turbo burst or with a timer glitch does not),
+// capped at what the cores can do at the clock measured right after.
+PeakReading measure_peak_gflops(const std::vector<int>& cpus, const CpuIdentity& id, const CpuTopology& topo,
+                                uint64_t isa_flags, CalibrationClock::time_point deadline);
+
+// Streaming read bandwidth (1e9 B/s; 0: not measured). Each thread allocates
+// and writes its own bytes_per_thread buffer (so its pages are local and
+// real), then all threads sweep their whole buffers at once, several times;
+// the statistic is the upper quartile of the sweeps. Buffers are filled until
+// fill_deadline: when some thread got fewer than min_bytes_per_thread (reads
+// could then come from the cache) nothing is reported.
+double measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, size_t min_bytes_per_thread,
+                         uint64_t isa_flags, CalibrationClock::time_point fill_deadline,
+                         CalibrationClock::time_point deadline);
+
+}  // namespace gqla
