@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "core/dtype.hpp"
 #include "core/reference.hpp"
@@ -16,8 +18,12 @@ namespace abi {
 // ------------------------------------------------------------------ data
 
 Rng::Rng() {
-    std::random_device rd;
-    seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    if (const char* replay = std::getenv("GQLA_TEST_SEED")) {
+        seed_ = std::strtoull(replay, nullptr, 10);
+    } else {
+        std::random_device rd;
+        seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    }
     gen_.seed(seed_);
 }
 
@@ -62,16 +68,47 @@ gqla_tensor view(Buffer& b, std::vector<int64_t> shape, std::vector<int64_t> str
     return t;
 }
 
+double as_stored(double x, gqla_dtype cache_dtype) {
+    unsigned char cell[4];
+    gqla::store_from_f32(cell, cache_dtype, 0, static_cast<float>(x));
+    return gqla::load_as_f32(cell, cache_dtype, 0);
+}
+
+namespace {
+
+double dtype_bound(gqla_dtype t) {
+    switch (t) {
+        case GQLA_DTYPE_F32: return 1e-5;
+        case GQLA_DTYPE_F16: return 2e-3;
+        case GQLA_DTYPE_BF16: return 1e-2;
+    }
+    return 0.0;
+}
+
+}  // namespace
+
 double tolerance(gqla_dtype cache_dtype, gqla_dtype io_dtype) {
-    auto of = [](gqla_dtype t) {
-        switch (t) {
-            case GQLA_DTYPE_F32: return 1e-5;
-            case GQLA_DTYPE_F16: return 2e-3;
-            case GQLA_DTYPE_BF16: return 1e-2;
-        }
-        return 0.0;
-    };
-    return std::max(of(cache_dtype), of(io_dtype));
+    return std::max(dtype_bound(cache_dtype), dtype_bound(io_dtype));
+}
+
+double quantization_tolerance(gqla_dtype cache_dtype, gqla_dtype io_dtype) {
+    const double rounding = cache_dtype == GQLA_DTYPE_F32 ? 1.0 : 2.0;
+    return std::max(rounding * dtype_bound(cache_dtype), dtype_bound(io_dtype));
+}
+
+double lse_error(const double* lse, const double* ref, size_t n) {
+    double diff = 0.0, floor = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(lse[i])) return std::numeric_limits<double>::infinity();
+        const double scale = std::max(1.0, std::abs(ref[i]));
+        diff += (lse[i] - ref[i]) * (lse[i] - ref[i]);
+        floor += scale * scale;
+    }
+    return n ? std::sqrt(diff / floor) : 0.0;
+}
+
+std::string replay_hint(uint64_t seed) {
+    return "random seed " + std::to_string(seed) + " (replay with GQLA_TEST_SEED=" + std::to_string(seed) + ")";
 }
 
 const char* dtype_label(gqla_dtype t) { return gqla::dtype_name(t); }
@@ -193,7 +230,7 @@ constexpr double kGapSentinel = 7.0;  // exactly representable in every dtype
 // ------------------------------------------------------------------ harness
 
 Harness::Harness(const gqla_config& cfg, bool set_all_weights) : cfg_(cfg) {
-    CAPTURE(rng_.seed());
+    INFO(replay_hint(rng_.seed()));
     const gqla_status st = gqla_session_create(&cfg_, &session_);
     INFO("gqla_session_create: " << gqla_last_error_message());
     REQUIRE(st == GQLA_OK);
@@ -286,8 +323,10 @@ gqla_status Harness::append_batch(int32_t layer, const std::vector<gqla_seq_id>&
 
 void Harness::record(gqla_seq_id seq, int32_t layer, const std::vector<double>& a, const std::vector<double>& b) {
     Rows& r = rows_.at({seq, layer});
-    r.a.insert(r.a.end(), a.begin(), a.end());
-    r.b.insert(r.b.end(), b.begin(), b.end());
+    r.a_given.insert(r.a_given.end(), a.begin(), a.end());
+    r.b_given.insert(r.b_given.end(), b.begin(), b.end());
+    for (double x : a) r.a.push_back(as_stored(x, cfg_.cache_dtype));
+    for (double x : b) r.b.push_back(as_stored(x, cfg_.cache_dtype));
 }
 
 gqla_seq_id Harness::fork(gqla_seq_id parent) {
@@ -324,19 +363,21 @@ Buffer Harness::random_q(int32_t batch, int32_t s_q) {
     return make_input(rng_, cfg_.io_dtype, static_cast<size_t>(batch) * s_q * cfg_.num_heads * q_dim());
 }
 
-void Harness::reference(gqla_seq_id seq, int32_t layer, int32_t s_q, const double* qv, double* o,
-                        double* lse) const {
-    const Rows& r = rows_.at({seq, layer});
+void Harness::reference(gqla_seq_id seq, int32_t layer, int32_t s_q, const double* qv, double* o, double* lse,
+                        bool stored) const {
+    const Rows& rows = rows_.at({seq, layer});
+    const std::vector<double>& a = stored ? rows.a : rows.a_given;
+    const std::vector<double>& b = stored ? rows.b : rows.b_given;
     const int64_t L = mirrored_length(seq, layer);
     const int H = cfg_.num_heads, G = cfg_.num_kv_heads;
     if (is_gqla()) {
         const double scale = cfg_.softmax_scale != 0.0f ? cfg_.softmax_scale
                                                         : 1.0 / std::sqrt(double(cfg_.nope_dim + cfg_.rope_dim));
         gqla::ref::gqla_decode(H, G, cfg_.latent_dim, cfg_.nope_dim, cfg_.rope_dim, cfg_.value_dim, L, s_q, scale, qv,
-                               weights_.at(layer).data(), r.a.data(), r.b.data(), o, lse);
+                               weights_.at(layer).data(), a.data(), b.data(), o, lse);
     } else {
         const double scale = cfg_.softmax_scale != 0.0f ? cfg_.softmax_scale : 1.0 / std::sqrt(double(cfg_.head_dim));
-        gqla::ref::gqa_decode(H, G, cfg_.head_dim, out_dim(), L, s_q, scale, qv, r.a.data(), r.b.data(), o, lse);
+        gqla::ref::gqa_decode(H, G, cfg_.head_dim, out_dim(), L, s_q, scale, qv, a.data(), b.data(), o, lse);
     }
 }
 
@@ -348,7 +389,6 @@ DecodeResult Harness::decode(int32_t layer, const std::vector<gqla_seq_id>& seqs
 
 DecodeResult Harness::decode_with(int32_t layer, const std::vector<gqla_seq_id>& seqs, int32_t s_q,
                                   Buffer& q_dense, Layout layout, bool with_lse) {
-    CAPTURE(rng_.seed());
     const int64_t B = static_cast<int64_t>(seqs.size()), H = cfg_.num_heads;
     const std::vector<int64_t> q_shape{B, s_q, H, q_dim()}, o_shape{B, s_q, H, out_dim()}, l_shape{B, s_q, H};
     const auto q_str = strides_for(q_shape, layout), o_str = strides_for(o_shape, layout),
@@ -368,6 +408,8 @@ DecodeResult Harness::decode_with(int32_t layer, const std::vector<gqla_seq_id>&
 
     gqla_tensor tq = view(q, q_shape, q_str), to = view(o, o_shape, o_str), tl = view(lse, l_shape, l_str);
     DecodeResult res;
+    res.seed = rng_.seed();
+    res.given_tol = quantization_tolerance(cfg_.cache_dtype, cfg_.io_dtype);
     res.status = gqla_decode(session_, layer, static_cast<int32_t>(B), seqs.data(), &tq, &to, with_lse ? &tl : nullptr);
     if (res.status != GQLA_OK) return res;
 
@@ -388,15 +430,24 @@ DecodeResult Harness::decode_with(int32_t layer, const std::vector<gqla_seq_id>&
 
     const size_t q_per_seq = static_cast<size_t>(s_q * H * q_dim()), o_per_seq = static_cast<size_t>(s_q * H * out_dim()),
                  l_per_seq = static_cast<size_t>(s_q * H);
+    // q_dense holds q as gqla reads it (rounded to the io dtype).
     for (int64_t b = 0; b < B; ++b) {
         std::vector<double> qv(q_per_seq), ref_o(o_per_seq), ref_l(l_per_seq), got_l(l_per_seq);
         for (size_t i = 0; i < q_per_seq; ++i) qv[i] = q_dense.get(b * q_per_seq + i);
-        reference(seqs[b], layer, s_q, qv.data(), ref_o.data(), ref_l.data());
-        res.o_err = std::max(res.o_err, gqla::ref::rel_l2(res.o.data() + b * o_per_seq, ref_o.data(), o_per_seq));
-        if (with_lse) {
+        if (with_lse)
             for (size_t i = 0; i < l_per_seq; ++i) got_l[i] = lse.get(l_off[b * l_per_seq + i]);
-            res.lse_err = std::max(res.lse_err, gqla::ref::rel_l2(got_l.data(), ref_l.data(), l_per_seq));
-        }
+        const double* got_o = res.o.data() + b * o_per_seq;
+        auto compare = [&](bool stored, double& o_err, double& lse_err) {
+            reference(seqs[b], layer, s_q, qv.data(), ref_o.data(), ref_l.data(), stored);
+            o_err = std::max(o_err, gqla::ref::rel_l2(got_o, ref_o.data(), o_per_seq));
+            if (with_lse) lse_err = std::max(lse_err, lse_error(got_l.data(), ref_l.data(), l_per_seq));
+        };
+        compare(true, res.o_err, res.lse_err);
+        if (cache_rounds_inputs()) compare(false, res.o_err_given, res.lse_err_given);
+    }
+    if (!cache_rounds_inputs()) {
+        res.o_err_given = res.o_err;
+        res.lse_err_given = res.lse_err;
     }
     return res;
 }

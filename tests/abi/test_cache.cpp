@@ -122,6 +122,7 @@ TEST_CASE("append_batch gives the same outputs as per-sequence appends of the sa
         CHECK_DECODE_MATCHES(r1, 1e-5);
         CHECK_DECODE_MATCHES(r2, 1e-5);
         REQUIRE(r1.o.size() == r2.o.size());
+        INFO(abi::replay_hint(h.rng().seed()));
         for (size_t i = 0; i < r1.o.size(); ++i) CHECK(r1.o[i] == doctest::Approx(r2.o[i]).epsilon(1e-6));
     }
 }

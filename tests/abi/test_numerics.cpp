@@ -1,4 +1,4 @@
-// Decode through the C ABI against the float64 reference (SPEC §4): every
+// Decode through the C ABI against the float64 reference: every
 // cache dtype, both GQLA paths, s_q > 1, variable and page-boundary lengths,
 // lse, narrow io dtypes and strided views.
 #include <doctest/doctest.h>
@@ -54,6 +54,7 @@ TEST_CASE("GQA path and absorb path agree on the same f32 inputs") {
         CAPTURE(G);
         gqla_config cfg = abi::odd_gqla_config(G);
         Harness h(cfg);
+        INFO(abi::replay_hint(h.rng().seed()));
         auto seqs = sequences_of_lengths(h, {5, 33, 70});
         abi::Buffer q = h.random_q(3, 2);
         REQUIRE(gqla_select_path(h.session(), GQLA_PATH_ABSORB) == GQLA_OK);

@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "core/reference.hpp"
+#include "tests/core/test_checks.hpp"
 #include "gqla/gqla.h"
 
 namespace {
 
 struct Rng {
-    std::mt19937_64 gen{std::random_device{}()};
+    uint64_t seed = core_test::random_seed();
+    std::mt19937_64 gen{seed};
     std::vector<float> normal(size_t n, double stddev = 1.0) {
         std::normal_distribution<double> d(0.0, stddev);
         std::vector<float> v(n);
@@ -103,6 +105,8 @@ public:
     ~Harness() { gqla_session_destroy(s_); }
 
     gqla_session* session() { return s_; }
+    std::string replay_hint() const { return core_test::replay_hint(rng_.seed); }
+    std::vector<float> random(size_t n) { return rng_.normal(n); }
 
     // New W_UKV for a layer that may already hold tokens.
     void replace_weights(int layer) {
@@ -143,7 +147,8 @@ public:
         }
     }
 
-    // Decode and return the largest rel-L2 error over sequences (o and lse).
+    // Decode and return the largest error over sequences: rel-L2 of o and
+    // core_test::lse_error of lse.
     double decode_error(int layer, std::vector<gqla_seq_id> seqs, int s_q, std::vector<float>* o_out = nullptr) {
         const int B = int(seqs.size()), H = d_.H;
         std::vector<float> q = rng_.normal(size_t(B) * s_q * H * d_.q_width());
@@ -167,8 +172,8 @@ public:
                                        ref_lse.data());
             worst = std::max(worst, gqla::ref::rel_l2(o.data() + size_t(b) * s_q * H * d_.o_width(), ref_o.data(),
                                                       ref_o.size()));
-            worst = std::max(worst, gqla::ref::rel_l2(lse.data() + size_t(b) * s_q * H, ref_lse.data(),
-                                                      ref_lse.size()));
+            worst = std::max(worst, core_test::lse_error(lse.data() + size_t(b) * s_q * H, ref_lse.data(),
+                                                         ref_lse.size()));
         }
         if (o_out) *o_out = o;
         return worst;
@@ -203,6 +208,7 @@ TEST_CASE("end to end: GQA decode matches the float64 reference") {
     Dims d{GQLA_KIND_GQA, 6, 3, 40, 24, 0, 0, 0, 0};
     const int page = 5;
     Harness h(d, page, GQLA_PATH_AUTO);
+    INFO(h.replay_hint());
     std::vector<gqla_seq_id> seqs = populate(h, page);
     CHECK(h.decode_error(0, seqs, 1) <= 1e-5);  // a has 1 token
     std::vector<gqla_seq_id> long_ones = {seqs[1], seqs[2], seqs[3]};
@@ -216,6 +222,7 @@ TEST_CASE("end to end: both GQLA paths match the reference and each other") {
     Dims d{GQLA_KIND_GQLA, 6, 2, 0, 0, 384, 96, 32, 80};
     const int page = 7;
     Harness h(d, page, GQLA_PATH_ABSORB);
+    INFO(h.replay_hint());
     std::vector<gqla_seq_id> seqs = populate(h, page);
     gqla_path active;
     GQLA_OK_OR_FAIL(gqla_get_path(h.session(), &active, nullptr));
@@ -252,15 +259,13 @@ TEST_CASE("end to end: both GQLA paths match the reference and each other") {
 TEST_CASE("end to end: GQA path and absorb path agree on the same inputs") {
     Dims d{GQLA_KIND_GQLA, 6, 3, 0, 0, 64, 32, 16, 24};
     const int page = 4;
-    // Same seeds would be needed for identical inputs across sessions; instead
-    // one session decodes the same queries on both paths.
+    // One session decodes the same queries on both paths (two sessions would
+    // draw different inputs).
     Harness h(d, page, GQLA_PATH_GQA, 1);
+    INFO(h.replay_hint());
     gqla_seq_id a = h.add();
     h.append(0, {a}, {37});
-    std::vector<float> q(2 * 6 * 48), o1(2 * 6 * 24), o2(2 * 6 * 24);
-    std::mt19937 gen(7);
-    std::normal_distribution<float> nd;
-    for (float& x : q) x = nd(gen);
+    std::vector<float> q = h.random(2 * 6 * 48), o1(2 * 6 * 24), o2(2 * 6 * 24);
     gqla_tensor tq = tensor(q, {1, 2, 6, 48}), t1 = tensor(o1, {1, 2, 6, 24}), t2 = tensor(o2, {1, 2, 6, 24});
     GQLA_OK_OR_FAIL(gqla_decode(h.session(), 0, 1, &a, &tq, &t1, nullptr));
     GQLA_OK_OR_FAIL(gqla_select_path(h.session(), GQLA_PATH_ABSORB));
@@ -302,6 +307,7 @@ TEST_CASE("end to end: AUTO path stays correct whichever path the cost model pic
     Dims d{GQLA_KIND_GQLA, 8, 2, 0, 0, 128, 32, 16, 32};
     const int page = 16;
     Harness h(d, page, GQLA_PATH_AUTO);
+    INFO(h.replay_hint());
     std::vector<gqla_seq_id> seqs = populate(h, page);
     h.append(0, {seqs[0]}, {300});
     std::vector<gqla_seq_id> long_ones = {seqs[0], seqs[2], seqs[3]};

@@ -9,19 +9,16 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_backend_internal.hpp"
 #include "core/backend_api.h"
 #include "core/dtype.hpp"
 #include "core/reference.hpp"
+#include "tests/core/test_checks.hpp"
 
 namespace cpu_backend_test {
-
-inline std::mt19937_64 fresh_rng() {
-    std::random_device rd;
-    return std::mt19937_64((static_cast<uint64_t>(rd()) << 32) ^ rd());
-}
 
 // x as it survives a round trip through dtype t.
 inline double round_to(double x, gqla_dtype t) {
@@ -94,12 +91,13 @@ struct Sequence {
 
 struct Errors {
     double out = 0.0;  // rel L2 of o
-    double lse = 0.0;  // rel L2 of lse
+    double lse = 0.0;  // core_test::lse_error
 };
 
 class Driver {
 public:
-    explicit Driver(const gqla_backend_desc& d) : desc_(d), vt_(gqla_cpu_backend()), rng_(fresh_rng()) {
+    explicit Driver(const gqla_backend_desc& d)
+        : desc_(d), vt_(gqla_cpu_backend()), seed_(core_test::random_seed()), rng_(seed_) {
         char err[256] = {0};
         status_ = vt_->create(&desc_, &ctx_, err, sizeof err);
         for (int32_t p = 0; p < d.num_pages; ++p) free_.push_back(p);
@@ -116,6 +114,8 @@ public:
     const gqla_backend_vtable* vt() const { return vt_; }
     const gqla_backend_desc& desc() const { return desc_; }
     std::mt19937_64& rng() { return rng_; }
+    uint64_t seed() const { return seed_; }
+    std::string replay_hint() const { return core_test::replay_hint(seed_); }
 
     // Tested layer: the last one; the others get unrelated data.
     int32_t layer() const { return desc_.num_layers - 1; }
@@ -245,7 +245,7 @@ public:
                 gqla::ref::gqa_decode(int(H), d.num_kv_heads, d.head_dim, int(dv), s.length, s_q, d.softmax_scale, qb,
                                       s.a.data(), s.b.data(), ro.data(), rl.data());
             else if (s.length > kDefinitionOracleMaxLength) {
-                // Long contexts: the GQA form of SPEC 1.2 on float64 expanded
+                // Long contexts: the GQA form of the GQLA math on float64 expanded
                 // keys (the definition costs G*(d_c+d_v)*r per token per head).
                 expand_reference(const_cast<Sequence&>(s));
                 gqla::ref::gqa_decode(int(H), d.num_kv_heads, d.nope_dim + d.rope_dim, int(dv), s.length, s_q,
@@ -263,7 +263,7 @@ public:
                 }
         }
         e.out = gqla::ref::rel_l2(got.data(), ref.data(), got.size());
-        e.lse = gqla::ref::rel_l2(got_lse.data(), ref_lse.data(), got_lse.size());
+        e.lse = core_test::lse_error(got_lse.data(), ref_lse.data(), got_lse.size());
         if (out_o) *out_o = got;
         return e;
     }
@@ -324,6 +324,7 @@ private:
     const gqla_backend_vtable* vt_;
     void* ctx_ = nullptr;
     gqla_status status_ = GQLA_ERR_INTERNAL;
+    uint64_t seed_;
     std::mt19937_64 rng_;
     std::vector<int32_t> free_;
     std::vector<Sequence> seqs_;

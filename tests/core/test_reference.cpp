@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/reference.hpp"
+#include "tests/core/test_checks.hpp"
 
 namespace {
 
@@ -19,17 +20,14 @@ std::vector<double> random_vector(std::mt19937_64& rng, size_t n) {
     return v;
 }
 
-std::mt19937_64 fresh_rng() {
-    std::random_device rd;
-    return std::mt19937_64((static_cast<uint64_t>(rd()) << 32) ^ rd());
-}
-
 constexpr double kExact = 1e-12;
 
 }  // namespace
 
 TEST_CASE("reference: identical keys give the mean of the visible values") {
-    auto rng = fresh_rng();
+    const uint64_t seed = core_test::random_seed();
+    INFO(core_test::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     const int H = 4, G = 2, D = 5, Dv = 3, s_q = 3;
     const int64_t L = 7;
     auto q = random_vector(rng, static_cast<size_t>(s_q) * H * D);
@@ -56,7 +54,9 @@ TEST_CASE("reference: identical keys give the mean of the visible values") {
 }
 
 TEST_CASE("reference: a single token returns its value and its own score as lse") {
-    auto rng = fresh_rng();
+    const uint64_t seed = core_test::random_seed();
+    INFO(core_test::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     const int H = 6, G = 3, D = 4, Dv = 2;
     const double scale = 0.37;
     auto q = random_vector(rng, static_cast<size_t>(H) * D);
@@ -92,7 +92,9 @@ TEST_CASE("reference: known scores give the closed-form softmax and lse") {
 }
 
 TEST_CASE("reference: query i ignores cache positions after L - s_q + i") {
-    auto rng = fresh_rng();
+    const uint64_t seed = core_test::random_seed();
+    INFO(core_test::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     const int H = 2, G = 1, D = 3, Dv = 3, s_q = 4;
     const int64_t L = 6;
     auto q = random_vector(rng, static_cast<size_t>(s_q) * H * D);
@@ -121,7 +123,9 @@ TEST_CASE("reference: query i ignores cache positions after L - s_q + i") {
 }
 
 TEST_CASE("reference: GQLA equals GQA over keys expanded by hand and the absorb algebra") {
-    auto rng = fresh_rng();
+    const uint64_t seed = core_test::random_seed();
+    INFO(core_test::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     const int H = 6, G = 3, r = 7, d_c = 4, d_r = 3, d_v = 5, s_q = 3;
     const int64_t L = 9;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d_c + d_r));
@@ -151,7 +155,7 @@ TEST_CASE("reference: GQLA equals GQA over keys expanded by hand and the absorb 
     std::vector<double> o_gqa(n_out), lse_gqa(s_q * H);
     gqla::ref::gqa_decode(H, G, dq, d_v, L, s_q, scale, q.data(), K.data(), V.data(), o_gqa.data(), lse_gqa.data());
     CHECK(gqla::ref::rel_l2(o.data(), o_gqa.data(), n_out) < kExact);
-    CHECK(gqla::ref::rel_l2(lse.data(), lse_gqa.data(), lse.size()) < kExact);
+    CHECK(core_test::lse_error(lse.data(), lse_gqa.data(), lse.size()) < kExact);
 
     // Absorb algebra, written out here: q~ = W_UK^T qc, scores over c and kr,
     // o~ = sum p c, o = W_UV o~.

@@ -6,14 +6,15 @@ import numpy as np
 import gqla
 import reference as ref
 
-# The odd GQLA shape of SPEC §4: nothing is a power of two or a multiple of 64.
+# An odd GQLA shape: nothing is a power of two or a multiple of 64.
 ODD_GQLA = dict(num_heads=6, num_groups=3, latent_dim=384, nope_dim=96, rope_dim=32, value_dim=80)
 ODD_GQA = dict(num_heads=6, num_kv_heads=2, head_dim=96, value_dim=80)
 
 
 class Filled:
-    """A session plus the float32 source data of every sequence and layer,
-    so the reference can be recomputed after any sequence of appends."""
+    """A session plus the float32 source data of every sequence and layer
+    (as given to append, i.e. rounded to the io dtype only), so the
+    reference can be recomputed after any sequence of appends."""
 
     def __init__(self, session, rng):
         self.session = session
@@ -82,13 +83,16 @@ class Filled:
         q = self.rng.standard_normal((batch, s_q, c.num_heads, c.query_dim)).astype(np.float32)
         return ref.from_io(ref.to_io(q, self.io_dtype)).astype(np.float32)
 
-    def reference(self, seqs, q, layer=0):
-        """float64 (o [B, s_q, H, Dv], lse [B, s_q, H])."""
+    def reference(self, seqs, q, layer=0, as_stored=True):
+        """float64 (o [B, s_q, H, Dv], lse [B, s_q, H]) on the cached rows as
+        the cache stores them (rounded to the cache dtype) or as given."""
         c = self.config
         scale = c.softmax_scale or None
         outs, lses = [], []
         for i, seq in enumerate(seqs):
             a, b = self.cache(seq, layer)
+            if as_stored:
+                a, b = ref.as_stored(a, c.cache_dtype), ref.as_stored(b, c.cache_dtype)
             if c.kind == "gqla":
                 o, lse = ref.gqla(q[i], a, b, self.weights[layer], c.num_kv_heads,
                                   c.nope_dim, c.value_dim, scale)

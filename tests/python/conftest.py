@@ -45,6 +45,15 @@ def pytest_report_header(config):
     return f"gqla python tests: GQLA_TEST_SEED={BASE_SEED}, package from {where}"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Every failure report says which seed replays it."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.sections.append(("random seed", f"GQLA_TEST_SEED={BASE_SEED} replays this run"))
+
+
 @pytest.fixture
 def rng(request):
     """A generator of fresh random data, different for every test."""

@@ -1,5 +1,5 @@
-"""An independent float64 numpy implementation of SPEC §1 (GQA and GQLA
-decode attention with causal multi-token queries), plus dtype helpers.
+"""An independent float64 numpy implementation of GQA and GQLA decode
+attention with causal multi-token queries, plus dtype helpers.
 
 Written from the math, not from the library: scores, causal mask, softmax
 and the value sum are computed densely per sequence.
@@ -7,7 +7,24 @@ and the value sum are computed densely per sequence.
 
 import numpy as np
 
+# Bounds against the reference on the inputs as the cache stores them (o: rel
+# L2, lse: lse_error).
 TOLERANCE = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2}
+# Looser bounds against the reference on the inputs as given: they also cover
+# the rounding of K/V (or c/kr) into the cache (up to 2^-8 relative per
+# element for bf16, 2^-11 for f16), so they are twice the bounds above.
+QUANTIZATION_TOLERANCE = {"f32": 1e-5, "f16": 4e-3, "bf16": 2e-2}
+
+
+def tolerance(cache_dtype, io_dtype):
+    """Bound against the stored-input reference; a narrower io dtype adds
+    its own rounding of q and o."""
+    return max(TOLERANCE[cache_dtype], TOLERANCE[io_dtype])
+
+
+def quantization_tolerance(cache_dtype, io_dtype):
+    """Bound against the given-input reference."""
+    return max(QUANTIZATION_TOLERANCE[cache_dtype], TOLERANCE[io_dtype])
 
 
 def attention(q, keys, values, group_of_head, scale, s_q):
@@ -62,6 +79,19 @@ def relative_error(actual, expected):
     return float(np.linalg.norm(actual - expected) / np.linalg.norm(expected))
 
 
+def lse_error(actual, expected):
+    """||lse - ref|| / ||max(1, |ref|)|| (L2 norms, max per element). lse is
+    a log, so a relative error of values near zero would be fragile: there
+    the absolute error counts, where every |ref| >= 1 this is the relative L2
+    error. inf when lse holds a NaN or inf."""
+    actual = np.asarray(actual, np.float64)
+    expected = np.asarray(expected, np.float64)
+    if not np.isfinite(actual).all():
+        return float("inf")
+    floor = np.maximum(1.0, np.abs(expected))
+    return float(np.linalg.norm(actual - expected) / np.linalg.norm(floor))
+
+
 # ------------------------------------------------------------ io dtypes
 def to_bf16_bits(x):
     """float32 -> bfloat16 bits (uint16), round to nearest even."""
@@ -81,6 +111,12 @@ def to_io(x, io_dtype):
     if io_dtype == "f16":
         return np.ascontiguousarray(x, np.float16)
     return to_bf16_bits(x)
+
+
+def as_stored(x, cache_dtype):
+    """float32 values as a cache of cache_dtype holds them: rounded to
+    nearest even, like the library's append."""
+    return from_io(to_io(x, cache_dtype)).astype(np.float32)
 
 
 def from_io(x):

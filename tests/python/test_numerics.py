@@ -1,5 +1,5 @@
-"""Decode results against the float64 reference of SPEC §1, with the
-tolerances of SPEC §4: both kinds, both GQLA paths, every cache dtype, s_q
+"""Decode results against the float64 reference, within the dtype
+tolerances: both kinds, both GQLA paths, every cache dtype, s_q
 1..5, ragged batches around page boundaries, long contexts, fork, path
 switches and several layers."""
 
@@ -19,12 +19,22 @@ def ragged_lengths(s_q):
 
 
 def check_decode(filled, seqs, s_q, tolerance, layer=0):
+    """o and lse within `tolerance` of the reference on the inputs as the
+    cache stores them, and within the looser quantization bound of the
+    reference on the inputs as given."""
     q = filled.random_queries(len(seqs), s_q)
     o, lse = filled.decode(seqs, q, layer=layer, return_lse=True)
-    o_ref, lse_ref = filled.reference(seqs, q, layer=layer)
     assert np.isfinite(o).all(), "output left poisoned"
+    o_ref, lse_ref = filled.reference(seqs, q, layer=layer)
     assert ref.relative_error(o, o_ref) <= tolerance
-    assert ref.relative_error(lse, lse_ref) <= max(tolerance, 1e-5)
+    assert ref.lse_error(lse, lse_ref) <= tolerance
+    c = filled.config
+    if c.cache_dtype in ("f32", c.io_dtype):
+        return  # the cache stores the inputs unchanged
+    given_tolerance = ref.quantization_tolerance(c.cache_dtype, c.io_dtype)
+    o_given, lse_given = filled.reference(seqs, q, layer=layer, as_stored=False)
+    assert ref.relative_error(o, o_given) <= given_tolerance
+    assert ref.lse_error(lse, lse_given) <= given_tolerance
 
 
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
@@ -166,8 +176,7 @@ def test_half_precision_io(rng, kind, io_dtype, cache_dtype):
     with filled.session:
         seqs = [filled.new_sequence(n) for n in (2, 33)]
         # Output rounding to the io dtype adds to the cache tolerance.
-        tolerance = max(ref.TOLERANCE[cache_dtype], ref.TOLERANCE[io_dtype])
-        check_decode(filled, seqs, 2, tolerance)
+        check_decode(filled, seqs, 2, ref.tolerance(cache_dtype, io_dtype))
 
 
 def test_custom_softmax_scale_and_layers(rng):

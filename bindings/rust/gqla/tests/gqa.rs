@@ -1,9 +1,9 @@
-//! GQA-kind sessions against the float64 reference (SPEC §1.1, §4).
+//! GQA-kind sessions against the float64 reference, within the dtype bounds.
 
 mod common;
 
-use common::io::{decode, encode, poisoned, rounded, TestElement};
-use common::{reference, rel_l2, Rng};
+use common::io::{as_stored, decode, encode, poisoned, rounded, TestElement};
+use common::{lse_error, quantization_tolerance, reference, rel_l2, Rng};
 use gqla::{Bf16, Config, DType, Device, ErrorKind, Path, SequenceId, Session, F16};
 
 /// H=6 query heads in G=3 groups, D=64, Dv=80 (value dim differs from D).
@@ -12,6 +12,8 @@ const G: usize = 3;
 const D: usize = 64;
 const DV: usize = 80;
 
+/// A sequence and its keys/values as given to append (io-rounded, before
+/// rounding into the cache).
 struct Cached {
     id: SequenceId,
     k: Vec<f32>,
@@ -82,11 +84,15 @@ fn fill<T: TestElement>(session: &Session, rng: &mut Rng, lengths: &[usize]) -> 
     seqs
 }
 
+/// o (rel. L2) and lse (`lse_error`) within `tolerance` of the reference on
+/// the inputs as a `cache` cache stores them, and within the quantization
+/// bound of the reference on the inputs as given.
 fn check_decode<T: TestElement>(
     session: &Session,
     rng: &mut Rng,
     seqs: &[&Cached],
     s_q: usize,
+    (cache, io): (DType, DType),
     tolerance: f64,
 ) {
     let batch = seqs.len();
@@ -97,25 +103,42 @@ fn check_decode<T: TestElement>(
     session
         .decode_with_lse(0, &ids, &encode::<T>(&q), &mut o, &mut lse)
         .unwrap();
+    let o = decode(&o);
     let scale = 1.0 / (D as f64).sqrt();
-    let (mut ref_o, mut ref_lse) = (vec![], vec![]);
-    for (b, seq) in seqs.iter().enumerate() {
-        let len = seq.k.len() / (G * D);
-        let qb = &q[b * s_q * H * D..][..s_q * H * D];
-        let r = reference::gqa(&seq.k, &seq.v, qb, len, s_q, H, G, D, DV, scale);
-        ref_o.extend(r.o);
-        ref_lse.extend(r.lse);
+    let context = format!("s_q {s_q}, {}", rng.replay_hint());
+    for stored in [true, false] {
+        if !stored && (cache == DType::F32 || cache == io) {
+            break; // the cache holds the inputs unchanged
+        }
+        let (bound, against) = if stored {
+            (tolerance, "stored inputs")
+        } else {
+            (quantization_tolerance(cache, io), "given inputs")
+        };
+        let (mut ref_o, mut ref_lse) = (vec![], vec![]);
+        for (b, seq) in seqs.iter().enumerate() {
+            let len = seq.k.len() / (G * D);
+            let qb = &q[b * s_q * H * D..][..s_q * H * D];
+            let (k, v) = if stored {
+                (as_stored(&seq.k, cache), as_stored(&seq.v, cache))
+            } else {
+                (seq.k.clone(), seq.v.clone())
+            };
+            let r = reference::gqa(&k, &v, qb, len, s_q, H, G, D, DV, scale);
+            ref_o.extend(r.o);
+            ref_lse.extend(r.lse);
+        }
+        let err = rel_l2(&o, &ref_o);
+        assert!(
+            err <= bound,
+            "o: rel L2 {err:.3e} > {bound:.0e} against the {against} ({context})"
+        );
+        let lse_err = lse_error(&lse, &ref_lse);
+        assert!(
+            lse_err <= bound,
+            "lse: error {lse_err:.3e} > {bound:.0e} against the {against} ({context})"
+        );
     }
-    let err = rel_l2(&decode(&o), &ref_o);
-    assert!(
-        err <= tolerance,
-        "o: rel L2 {err:.3e} > {tolerance:.0e} (s_q {s_q})"
-    );
-    let lse_err = rel_l2(&lse, &ref_lse);
-    assert!(
-        lse_err <= tolerance,
-        "lse: rel L2 {lse_err:.3e} > {tolerance:.0e} (s_q {s_q})"
-    );
 }
 
 fn check_all_q_lens<T: TestElement>(cache: DType, io: DType, tolerance: f64, salt: u64) {
@@ -125,7 +148,7 @@ fn check_all_q_lens<T: TestElement>(cache: DType, io: DType, tolerance: f64, sal
     let seqs = fill::<T>(&s, &mut rng, &[1, page - 1, page, page + 1, 700]);
     for s_q in 1..=5 {
         let batch: Vec<&Cached> = seqs.iter().filter(|c| c.k.len() / (G * D) >= s_q).collect();
-        check_decode::<T>(&s, &mut rng, &batch, s_q, tolerance);
+        check_decode::<T>(&s, &mut rng, &batch, s_q, (cache, io), tolerance);
     }
 }
 
@@ -153,7 +176,7 @@ fn many_sequences_of_different_lengths() {
     let lengths: Vec<usize> = (0..40).map(|i| 1 + (i * 37) % 90).collect();
     let seqs = fill::<f32>(&s, &mut rng, &lengths);
     let batch: Vec<&Cached> = seqs.iter().collect();
-    check_decode::<f32>(&s, &mut rng, &batch, 1, 1e-5);
+    check_decode::<f32>(&s, &mut rng, &batch, 1, (DType::F32, DType::F32), 1e-5);
 }
 
 #[test]

@@ -3,11 +3,11 @@
 
 use gqla::{Config, DType, Device, Path, SequenceId, Session};
 
-use super::io::{decode, encode, poisoned, rounded, TestElement};
+use super::io::{as_stored, decode, encode, poisoned, rounded, TestElement};
 use super::reference::{self, GqlaDims};
-use super::{rel_l2, Rng};
+use super::{lse_error, quantization_tolerance, rel_l2, Rng};
 
-/// The odd sizes SPEC §4 asks for: H=6, G=2, d_c=96, d_r=32, r=384, d_v=80.
+/// Odd sizes: H=6, G=2, d_c=96, d_r=32, r=384, d_v=80.
 pub const ODD_DIMS: GqlaDims = GqlaDims {
     heads: 6,
     groups: 2,
@@ -19,7 +19,8 @@ pub const ODD_DIMS: GqlaDims = GqlaDims {
 
 pub struct Sequence {
     pub id: SequenceId,
-    /// Latents and rope keys as the library received them (after io rounding).
+    /// Latents and rope keys as the library received them (after io
+    /// rounding, before rounding into the cache).
     pub c: Vec<f32>,
     pub kr: Vec<f32>,
 }
@@ -36,6 +37,8 @@ pub struct GqlaFixture {
     pub w: Vec<f32>,
     pub seqs: Vec<Sequence>,
     pub rng: Rng,
+    pub cache: DType,
+    pub io: DType,
 }
 
 pub struct Options {
@@ -89,6 +92,8 @@ impl GqlaFixture {
             w,
             seqs: Vec::new(),
             rng,
+            cache: options.cache,
+            io: options.io,
         }
     }
 
@@ -146,7 +151,9 @@ impl GqlaFixture {
     }
 
     /// Decode `q` (f32 values, sent as T) for the sequences `indices`, check o
-    /// and lse against the reference within `tolerance` (rel. L2), return o.
+    /// (rel. L2) and lse (`lse_error`) within `tolerance` of the reference on
+    /// the inputs as the cache stores them, and within the quantization bound
+    /// of the reference on the inputs as given; return o.
     pub fn decode_checked<T: TestElement>(
         &self,
         indices: &[usize],
@@ -166,27 +173,64 @@ impl GqlaFixture {
         let o = decode(&o);
 
         let q = decode(&q_sent);
+        let lens: Vec<usize> = indices.iter().map(|&i| self.seqs[i].len(d)).collect();
+        let path = self.session.path().expect("path");
+        let context = format!(
+            "path {path}, s_q {s_q}, lengths {lens:?}, {}",
+            self.rng.replay_hint()
+        );
+        let unchanged_by_cache = self.cache == DType::F32 || self.cache == self.io;
+        for stored in [true, false] {
+            if !stored && unchanged_by_cache {
+                break;
+            }
+            let (bound, against) = if stored {
+                (tolerance, "stored inputs")
+            } else {
+                (quantization_tolerance(self.cache, self.io), "given inputs")
+            };
+            let (ref_o, ref_lse) = self.reference(indices, s_q, &q, stored);
+            let err = rel_l2(&o, &ref_o);
+            let lse_err = lse_error(&lse, &ref_lse);
+            assert!(
+                err <= bound,
+                "o: rel L2 {err:.3e} > {bound:.0e} against the {against} ({context})"
+            );
+            assert!(
+                lse_err <= bound,
+                "lse: error {lse_err:.3e} > {bound:.0e} against the {against} ({context})"
+            );
+        }
+        o
+    }
+
+    /// Reference o and lse of the sequences `indices` for queries `q`, on
+    /// the cached rows as stored (rounded to the cache dtype) or as given.
+    fn reference(
+        &self,
+        indices: &[usize],
+        s_q: usize,
+        q: &[f32],
+        stored: bool,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let d = self.dims;
         let scale = d.default_scale();
         let (mut ref_o, mut ref_lse) = (Vec::new(), Vec::new());
         for (b, &i) in indices.iter().enumerate() {
             let seq = &self.seqs[i];
             let qb = &q[b * s_q * d.heads * d.dq()..][..s_q * d.heads * d.dq()];
-            let r = reference::gqla(d, &self.w, &seq.c, &seq.kr, qb, seq.len(d), s_q, scale);
+            let (c, kr) = if stored {
+                (
+                    as_stored(&seq.c, self.cache),
+                    as_stored(&seq.kr, self.cache),
+                )
+            } else {
+                (seq.c.clone(), seq.kr.clone())
+            };
+            let r = reference::gqla(d, &self.w, &c, &kr, qb, seq.len(d), s_q, scale);
             ref_o.extend(r.o);
             ref_lse.extend(r.lse);
         }
-        let err = rel_l2(&o, &ref_o);
-        let lse_err = rel_l2(&lse, &ref_lse);
-        let lens: Vec<usize> = indices.iter().map(|&i| self.seqs[i].len(d)).collect();
-        let path = self.session.path().expect("path");
-        assert!(
-            err <= tolerance,
-            "o: rel L2 {err:.3e} > {tolerance:.0e} (path {path}, s_q {s_q}, lengths {lens:?})"
-        );
-        assert!(
-            lse_err <= tolerance,
-            "lse: rel L2 {lse_err:.3e} > {tolerance:.0e} (path {path}, s_q {s_q}, lengths {lens:?})"
-        );
-        o
+        (ref_o, ref_lse)
     }
 }

@@ -1,7 +1,7 @@
 //! Element types as test inputs: convert from the f32 test data and back, so
 //! that the reference sees exactly the values the library received.
 
-use gqla::{Bf16, Element, F16};
+use gqla::{Bf16, DType, Element, F16};
 
 pub trait TestElement: Element {
     fn from_f32(value: f32) -> Self;
@@ -46,6 +46,16 @@ pub fn decode<T: TestElement>(values: &[T]) -> Vec<f32> {
 /// The values as a `T` buffer holds them.
 pub fn rounded<T: TestElement>(values: &[f32]) -> Vec<f32> {
     values.iter().map(|&v| T::from_f32(v).to_f32()).collect()
+}
+
+/// The values as a cache of `cache` dtype stores them after append (round to
+/// nearest even).
+pub fn as_stored(values: &[f32], cache: DType) -> Vec<f32> {
+    match cache {
+        DType::F32 => values.to_vec(),
+        DType::F16 => rounded::<F16>(values),
+        DType::Bf16 => rounded::<Bf16>(values),
+    }
 }
 
 /// A buffer of NaNs, so that any element decode leaves unwritten is caught.

@@ -8,12 +8,18 @@ pub mod gqla_fixture;
 pub mod io;
 pub mod reference;
 
+use gqla::DType;
+
 /// xorshift64* — fresh, reproducible-per-seed random inputs without crates.
-pub struct Rng(u64);
+pub struct Rng {
+    state: u64,
+    seed: u64,
+}
 
 impl Rng {
     /// A generator seeded from the clock and `salt`, so every run draws new
-    /// data; the seed is printed so that a failure can be replayed.
+    /// data, or from GQLA_TEST_SEED to replay a run; the seed is printed (and
+    /// named by every failed decode check) so that a failure can be replayed.
     pub fn fresh(salt: u64) -> Rng {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -28,14 +34,22 @@ impl Rng {
     }
 
     pub fn seeded(seed: u64) -> Rng {
-        Rng(seed | 1)
+        Rng {
+            state: seed | 1,
+            seed,
+        }
+    }
+
+    /// What to set to replay this generator's draws.
+    pub fn replay_hint(&self) -> String {
+        format!("replay with GQLA_TEST_SEED={}", self.seed)
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        self.state.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
     /// Uniform in [-1, 1), never exactly zero-filled buffers.
@@ -66,6 +80,51 @@ pub fn rel_l2(actual: &[f32], expected: &[f64]) -> f64 {
         "reference is all zeros: the test data is degenerate"
     );
     (diff / norm).sqrt()
+}
+
+/// ‖lse − ref‖₂ / ‖max(1, |ref|)‖₂ (max per element). lse is a log, so a
+/// relative error of values near zero would be fragile: there the absolute
+/// error counts, where every |ref| >= 1 this is the relative L2 error.
+pub fn lse_error(actual: &[f32], expected: &[f64]) -> f64 {
+    assert_eq!(actual.len(), expected.len(), "lengths differ");
+    let mut diff = 0.0;
+    let mut floor = 0.0;
+    for (&a, &e) in actual.iter().zip(expected) {
+        assert!(
+            a.is_finite(),
+            "non-finite lse {a} (poison left or overflow)"
+        );
+        diff += (a as f64 - e).powi(2);
+        floor += e.abs().max(1.0).powi(2);
+    }
+    if floor > 0.0 {
+        (diff / floor).sqrt()
+    } else {
+        0.0
+    }
+}
+
+/// Bound of o (rel L2) and lse (`lse_error`) against the reference on the
+/// inputs as the cache stores them; a narrower io dtype adds its own
+/// rounding of q and o.
+pub fn tolerance(cache: DType, io: DType) -> f64 {
+    dtype_bound(cache).max(dtype_bound(io))
+}
+
+/// Looser bound against the reference on the inputs as given: it also
+/// covers their rounding into the cache (up to 2^-8 relative per element for
+/// bf16, 2^-11 for f16), so it is twice the cache dtype's bound.
+pub fn quantization_tolerance(cache: DType, io: DType) -> f64 {
+    let rounding = if cache == DType::F32 { 1.0 } else { 2.0 };
+    (rounding * dtype_bound(cache)).max(dtype_bound(io))
+}
+
+fn dtype_bound(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-5,
+        DType::F16 => 2e-3,
+        DType::Bf16 => 1e-2,
+    }
 }
 
 /// Largest |actual − expected|.

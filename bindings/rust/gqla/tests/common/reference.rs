@@ -1,4 +1,4 @@
-//! Float64 implementation of the attention math (SPEC §1), per sequence.
+//! Float64 implementation of the attention math, per sequence.
 //!
 //! Causality: with cache length L and s_q queries, query i attends to
 //! positions j <= L - s_q + i.
