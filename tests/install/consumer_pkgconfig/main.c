@@ -4,6 +4,11 @@
 
 #include <gqla/gqla.h>
 
+/* The same program is the add_subdirectory consumer (subproject/). */
+#ifndef CONSUMER_NAME
+#define CONSUMER_NAME "pkg-config consumer"
+#endif
+
 int main(void) {
     enum { H = 4, G = 2, D = 8 };
     float k[G * D], v[G * D], q[H * D], o[H * D];
@@ -38,6 +43,6 @@ int main(void) {
                 fprintf(stderr, "o[%d][%d] wrong\n", h, d);
                 return 1;
             }
-    printf("OK pkg-config consumer, gqla %s\n", gqla_version_string());
+    printf("OK %s, gqla %s\n", CONSUMER_NAME, gqla_version_string());
     return 0;
 }

@@ -6,9 +6,9 @@
 //! (`gqla_status(pub c_uint)`) so that a value these bindings do not know
 //! (from a newer library) is still a valid Rust value.
 //!
-//! The library is found at build time through `GQLA_LIB_DIR`, `gqla.pc` or a
-//! CMake build tree of this source tree; dependents can read the directory
-//! from the `DEP_GQLA_LIB_DIR` environment variable in their build script.
+//! The library is found at build time through `GQLA_LIB_DIR` or pkg-config's
+//! `gqla.pc`; dependents can read the directory from the `DEP_GQLA_LIB_DIR`
+//! environment variable in their build script.
 
 // Generated code: kept byte for byte as bindgen wrote it (see regenerate.sh).
 #[rustfmt::skip]

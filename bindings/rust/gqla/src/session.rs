@@ -116,6 +116,21 @@ impl Session {
 
     /// GQLA only: upload `W_UKV` of `layer`, shape `[G*(d_c+d_v), r]` row-major,
     /// laid out like DeepSeek's `kv_b_proj.weight`. Any element type.
+    ///
+    /// ```
+    /// use gqla::{Config, Device, Session};
+    /// let (h, g, r, dc, dr, dv) = (4, 2, 32, 16, 8, 16);
+    /// let cfg = Config::gqla().heads(h, g).latent_dim(r).nope_dim(dc).rope_dim(dr).value_dim(dv)
+    ///     .device(Device::Cpu).max_tokens(256).build()?;
+    /// let session = Session::new(&cfg)?;
+    /// let w_ukv: Vec<f32> = (0..g * (dc + dv) * r).map(|i| (i % 11) as f32 * 0.01).collect();
+    /// session.set_weights(0, &w_ukv)?;
+    ///
+    /// // A buffer of the wrong length is refused, naming the argument.
+    /// let err = session.set_weights(0, &w_ukv[1..]).unwrap_err();
+    /// assert!(err.message().contains("w_ukv"));
+    /// # Ok::<(), gqla::Error>(())
+    /// ```
     pub fn set_weights<T: Element>(&self, layer: usize, w_ukv: &[T]) -> Result<()> {
         let c = &self.config;
         let layer = check_layer(c, layer)?;
@@ -182,6 +197,24 @@ impl Session {
     /// * GQLA: `a` = c `[n, r]`, `b` = kr `[n, d_r]` (RoPE already applied)
     ///
     /// All-or-nothing: on error nothing is appended.
+    ///
+    /// ```
+    /// use gqla::{Config, DType, Device, Session};
+    /// let (h, g, d) = (4, 2, 8); // H = 4 query heads in G = 2 groups, D = 8
+    /// let cfg = Config::gqa().heads(h, g).head_dim(d).cache_dtype(DType::F32)
+    ///     .device(Device::Cpu).max_tokens(256).build()?;
+    /// let session = Session::new(&cfg)?;
+    /// let seq = session.add_sequence()?;
+    ///
+    /// let n = 3; // k and v of 3 tokens: [n, G, D] each
+    /// session.append(0, seq, &vec![0.5f32; n * g * d], &vec![1.0f32; n * g * d])?;
+    /// assert_eq!(session.length(seq, 0)?, 3);
+    ///
+    /// // k of 1 token with v of 2: refused, and nothing appended.
+    /// assert!(session.append(0, seq, &vec![0.5f32; g * d], &vec![1.0f32; 2 * g * d]).is_err());
+    /// assert_eq!(session.length(seq, 0)?, 3);
+    /// # Ok::<(), gqla::Error>(())
+    /// ```
     pub fn append<T: Element>(
         &self,
         layer: usize,
@@ -210,6 +243,23 @@ impl Session {
     /// Append to several sequences at once: `seqs[i]` receives `counts[i]`
     /// consecutive token rows of `a`/`b` (rows packed in the order of `seqs`).
     /// All-or-nothing over the whole call.
+    ///
+    /// ```
+    /// use gqla::{Config, DType, Device, Session};
+    /// let (h, g, d) = (4, 2, 8); // H = 4 query heads in G = 2 groups, D = 8
+    /// let cfg = Config::gqa().heads(h, g).head_dim(d).cache_dtype(DType::F32)
+    ///     .device(Device::Cpu).max_tokens(256).build()?;
+    /// let session = Session::new(&cfg)?;
+    /// let (first, second) = (session.add_sequence()?, session.add_sequence()?);
+    ///
+    /// // 2 tokens for `first`, then 1 for `second`: k and v are [3, G, D].
+    /// let k: Vec<f32> = (0..3 * g * d).map(|i| i as f32 * 0.01).collect();
+    /// let v = k.clone();
+    /// session.append_many(0, &[first, second], &[2, 1], &k, &v)?;
+    /// assert_eq!(session.length(first, 0)?, 2);
+    /// assert_eq!(session.length(second, 0)?, 1);
+    /// # Ok::<(), gqla::Error>(())
+    /// ```
     pub fn append_many<T: Element>(
         &self,
         layer: usize,
@@ -263,6 +313,31 @@ impl Session {
     /// Decode attention of `layer` for the batch `seqs`: `q` is
     /// `[B, s_q, H, Dq]` (s_q taken from its length), `o` is `[B, s_q, H, Dv]`.
     /// Query i of a sequence of length L attends to positions `j <= L - s_q + i`.
+    ///
+    /// ```
+    /// use gqla::{Config, DType, Device, Session};
+    /// let (h, g, d) = (4, 2, 8); // H = 4 query heads in G = 2 groups, D = 8
+    /// let cfg = Config::gqa().heads(h, g).head_dim(d).cache_dtype(DType::F32)
+    ///     .device(Device::Cpu).max_tokens(256).build()?;
+    /// let session = Session::new(&cfg)?;
+    /// let seq = session.add_sequence()?;
+    /// let k = vec![0.2f32; g * d];                                // 1 token: [1, G, D]
+    /// let v: Vec<f32> = (0..g * d).map(|i| i as f32).collect();
+    /// session.append(0, seq, &k, &v)?;
+    ///
+    /// let q = vec![0.3f32; h * d];   // [B = 1, s_q = 1, H, D]
+    /// let mut o = vec![0.0f32; h * d];
+    /// session.decode(0, &[seq], &q, &mut o)?;
+    ///
+    /// // With one cached token, every head returns the value row of its group.
+    /// for head in 0..h {
+    ///     let group = head / (h / g);
+    ///     for i in 0..d {
+    ///         assert!((o[head * d + i] - v[group * d + i]).abs() < 1e-5);
+    ///     }
+    /// }
+    /// # Ok::<(), gqla::Error>(())
+    /// ```
     pub fn decode<T: Element>(
         &self,
         layer: usize,
@@ -275,6 +350,25 @@ impl Session {
 
     /// [`decode`](Session::decode) that also writes `lse` `[B, s_q, H]`, the
     /// natural-log log-sum-exp of the scaled scores (to merge partial attentions).
+    ///
+    /// ```
+    /// use gqla::{Config, DType, Device, Session};
+    /// let (h, g, d) = (4, 2, 8); // H = 4 query heads in G = 2 groups, D = 8
+    /// let cfg = Config::gqa().heads(h, g).head_dim(d).cache_dtype(DType::F32)
+    ///     .device(Device::Cpu).max_tokens(256).build()?;
+    /// let session = Session::new(&cfg)?;
+    /// let seq = session.add_sequence()?;
+    /// session.append(0, seq, &vec![0.5f32; g * d], &vec![1.0f32; g * d])?; // 1 token
+    ///
+    /// let q = vec![0.25f32; h * d];
+    /// let (mut o, mut lse) = (vec![0.0f32; h * d], vec![0.0f32; h]); // lse: [B, s_q, H]
+    /// session.decode_with_lse(0, &[seq], &q, &mut o, &mut lse)?;
+    ///
+    /// // One position: the log-sum-exp is its score q.k / sqrt(D).
+    /// let score = (0.25 * 0.5 * d as f32) / (d as f32).sqrt();
+    /// assert!(lse.iter().all(|l| (l - score).abs() < 1e-5));
+    /// # Ok::<(), gqla::Error>(())
+    /// ```
     pub fn decode_with_lse<T: Element>(
         &self,
         layer: usize,
