@@ -56,7 +56,7 @@ def test_probe_calibrated():
 
 
 def test_predict_cost_worked_checks():
-    """SPEC §1.3: H100-like specs pick absorb for s_q 1 and 2; H20-like specs
+    """docs/cost-model.md, worked checks: H100-like specs pick absorb for s_q 1 and 2; H20-like specs
     pick absorb for s_q 1 and the GQA path for s_q 2."""
     config = gqla.Config.gqla(**LLAMA3_8B_GQLA, cache_dtype="bf16", device="cpu")
     h100 = {"device": "cuda", "read_gbps": 3350.0, "peak_gflops_bf16": 990e3, "peak_gflops_f32": 67e3}

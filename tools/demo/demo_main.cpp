@@ -79,7 +79,7 @@ void show_path_choice(const Preset& p, gqla_device_type device) {
     gqla_session_destroy(session);
 }
 
-// Returns false when a path misses its SPEC §4 bound.
+// Returns false when a path misses its bound (docs/numerics.md, tolerances).
 bool show_accuracy(const Preset& p, gqla_device_type device) {
     std::printf("\n3. Both paths vs the float64 reference (2 sequences of 37 and 70 tokens, s_q = 2, random inputs)\n");
     bool ok = true;

@@ -17,6 +17,8 @@ pub const GQLA_ISA_AVX512BF16: u32 = 256;
 pub const GQLA_ISA_AVX512FP16: u32 = 512;
 pub const GQLA_ISA_AMX: u32 = 1024;
 pub const GQLA_PROBE_CALIBRATE: u32 = 1;
+pub const GQLA_MEASURED_READ_GBPS: u32 = 1;
+pub const GQLA_MEASURED_PEAK: u32 = 2;
 extern "C" {
     pub fn gqla_version() -> i32;
 }
@@ -777,6 +779,23 @@ extern "C" {
     ) -> gqla_status;
 }
 extern "C" {
+    pub fn gqla_sequence_export(
+        session: *const gqla_session,
+        seq: gqla_seq_id,
+        buffer: *mut ::std::os::raw::c_void,
+        capacity: usize,
+        needed: *mut usize,
+    ) -> gqla_status;
+}
+extern "C" {
+    pub fn gqla_sequence_import(
+        session: *mut gqla_session,
+        buffer: *const ::std::os::raw::c_void,
+        size: usize,
+        out: *mut gqla_seq_id,
+    ) -> gqla_status;
+}
+extern "C" {
     pub fn gqla_append(
         session: *mut gqla_session,
         layer: i32,
@@ -843,6 +862,7 @@ pub struct gqla_probe_info {
     pub peak_gflops_f32: f64,
     pub peak_gflops_bf16: f64,
     pub calibrated: i32,
+    pub measured: i32,
 }
 #[test]
 fn bindgen_test_layout_gqla_probe_info() {
@@ -1247,6 +1267,23 @@ fn bindgen_test_layout_gqla_probe_info() {
         );
     }
     test_field_calibrated();
+    fn test_field_measured() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_probe_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).measured) as usize - ptr as usize
+            },
+            308usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_probe_info),
+                "::",
+                stringify!(measured)
+            )
+        );
+    }
+    test_field_measured();
 }
 impl Default for gqla_probe_info {
     fn default() -> Self {
@@ -1974,4 +2011,13 @@ extern "C" {
 }
 extern "C" {
     pub fn gqla_session_synchronize(session: *mut gqla_session) -> gqla_status;
+}
+extern "C" {
+    pub fn gqla_merge_attention_states(
+        num_states: i32,
+        outputs: *const gqla_tensor,
+        lses: *const gqla_tensor,
+        out: *mut gqla_tensor,
+        out_lse: *mut gqla_tensor,
+    ) -> gqla_status;
 }
