@@ -6,6 +6,10 @@ set -euo pipefail
 
 packages=(libdnnl-dev doctest-dev pybind11-dev python3-numpy python3-pytest libdlpack-dev bindgen
           cmake ninja-build g++ pkg-config python3-dev)
+# The fuzzing and ThreadSanitizer stages build with clang-14: libclang-rt-14-dev
+# holds its sanitizer and libFuzzer runtimes (libclang_rt.fuzzer*.a, tsan),
+# libomp-dev the OpenMP runtime clang links.
+packages+=(clang libclang-rt-14-dev libomp-dev)
 # The Rust stage of tools/test.sh needs cargo: Debian's where none is on
 # PATH (nor a rustup one under ~/.cargo/bin, which tools/test.sh also finds).
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then packages+=(cargo); fi

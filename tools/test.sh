@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The README's second command: everything that checks gqla, from a fresh clone.
 #   1. missing Debian packages           4. sanitizer build (ASan + UBSan, build-asan/) + ctest
-#   2. Release build (build/)            5. pytest (Python bindings, from build/)
-#   3. ctest (cuda tests skip w/o GPU)   6. cargo test + the Rust example (against build/)
+#   2. Release build (build/)            5. fuzzers: API sequences (build-asan/), libFuzzer
+#   3. ctest (cuda tests skip w/o GPU)      (clang, build-fuzz/), 60 s each, fixed seeds
+#                                        6. ThreadSanitizer: the thread tests (clang, build-tsan/)
+#                                        7. pytest (Python bindings, from build/)
+#                                        8. cargo test + the Rust example (against build/)
 # A failed install/configure/build stops the run (later stages need it); a
-# failed test stage is recorded and the remaining test stages still run.
+# failed test stage is recorded and the remaining test stages still run. The
+# clang builds of stages 5 and 6 only gate their own stage.
 # Prints the time of every stage and ends with a summary line; exits
 # non-zero when anything failed.
 set -euo pipefail
@@ -81,7 +85,41 @@ must "build sanitizers" cmake --build build-asan --parallel "$jobs"
 # The install test builds out-of-tree consumers without the sanitizer
 # flags (they could not link the instrumented library); it ran above.
 check "ctest sanitizers" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --no-tests=error --output-on-failure --parallel "$jobs" --label-exclude install
+  ctest --test-dir build-asan --no-tests=error --output-on-failure --parallel "$jobs" --label-exclude 'install|fuzz'
+check "fuzz api-sequence (ASan+UBSan, 60 s)" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --no-tests=error --output-on-failure --label-regex fuzz
+
+# The clang builds: the library and only the targets the stage runs; CUDA,
+# Python, tools and examples off.
+clang_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+             -DGQLA_WITH_CUDA=OFF -DGQLA_BUILD_PYTHON=OFF -DGQLA_BUILD_TOOLS=OFF -DGQLA_BUILD_EXAMPLES=OFF)
+run_libfuzzer() {  # fixed seed over the committed corpus; new inputs go to build-fuzz/, never the repo
+  local found=build-fuzz/fuzz-corpus artifacts=build-fuzz/fuzz-artifacts/
+  mkdir -p "$found" "$artifacts"
+  env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    build-fuzz/tests/fuzz/gqla_capi_libfuzzer -max_total_time=60 -seed=1 -print_final_stats=1 \
+    -artifact_prefix="$artifacts" "$found" tests/fuzz/corpus
+}
+# -fsanitize=fuzzer-no-link gives libFuzzer coverage of the library itself.
+if run_stage "configure libFuzzer (clang, ASan+UBSan)" configure build-fuzz "${clang_build[@]}" \
+     -DGQLA_SANITIZE=ON -DGQLA_LIBFUZZER=ON \
+     -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link &&
+   run_stage "build libFuzzer" cmake --build build-fuzz --parallel "$jobs" --target gqla_capi_libfuzzer; then
+  check "libFuzzer (60 s)" run_libfuzzer
+else
+  failed=1
+fi
+
+# TSan sees through gqla's own threads and locks; tests/tsan.supp names the
+# uninstrumented OpenMP runtimes (see there).
+if run_stage "configure ThreadSanitizer (clang)" configure build-tsan "${clang_build[@]}" -DGQLA_TSAN=ON &&
+   run_stage "build ThreadSanitizer" cmake --build build-tsan --parallel "$jobs" --target gqla_thread_tests; then
+  check "ThreadSanitizer" \
+    env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$root/tests/tsan.supp" \
+    build-tsan/tests/abi/gqla_thread_tests --test-case='threads: *'
+else
+  failed=1
+fi
 
 check "pytest" env PYTHONPATH="$root/build/bindings/python" /usr/bin/python3 -m pytest -q tests/python
 check "cargo test (bindings/rust)" env GQLA_LIB_DIR="$root/build/capi" \
