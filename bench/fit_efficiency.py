@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Fits the cost model's per-path efficiency factors to measured decode times.
 
 Input: the JSON of `gqla-bench --validate-auto --json`. Each row carries the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Writes and installs gqla.pc; runs at install time (install(CODE) in
 # capi/CMakeLists.txt sets the GQLA_PC_* inputs). Install time, because only
 # then is the prefix known for certain: `cmake --install --prefix <dir>`

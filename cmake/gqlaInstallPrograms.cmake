@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # gqla_install_program(<target>): install a program of gqla's own into the
 # bindir with an rpath that finds libgqla.so relative to the binary
 # ($ORIGIN/../lib, $ORIGIN/../lib/x86_64-linux-gnu, ...), so it runs from any

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # How gqla behaves inside another project (add_subdirectory, FetchContent).
 # GQLA_TOP_LEVEL is set by the top-level CMakeLists.txt.
 

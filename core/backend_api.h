@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend_api.h — the internal interface between the gqla core and a compute
  * backend (CPU, built into libgqla.so; CUDA, a module libgqla_cuda.so loaded

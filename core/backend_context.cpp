@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "core/backend_context.hpp"
 
 #include "core/error.hpp"

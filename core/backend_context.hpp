@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A backend instance of one session: the vtable plus its context, destroyed
 // with the session. Turns a backend's status into a gqla::Error that carries
 // the backend's own message.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "core/backend_registry.hpp"
 
 #include <dlfcn.h>

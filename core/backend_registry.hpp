@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which compute backend serves which device. The CPU backend is linked in;
 // the CUDA backend is a module (libgqla_cuda.so) loaded with dlopen on first
 // use, once per process, never unloaded:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla_config: defaults, field-by-field validation and resolution of the
 // "0 = default" fields into the values a session actually uses.
 #pragma once

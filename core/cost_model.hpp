@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Roofline cost model of SPEC §1.3 and the AUTO path policy built on it.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Measures what the CPU can actually stream from memory and compute, with one
 // pinned thread per CPU of the affinity mask, all running at once. Bounded in
 // time (~150 ms on an idle 2-core host; every phase stops at a deadline, so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The inner loops of the CPU calibration, one per instruction set. Each is
 // compiled for its ISA through a target attribute (the core itself is built
 // for baseline x86-64) and must only be called when the ISA flags allow it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two measurements of the CPU calibration, each on one pinned thread per
 // CPU of `cpus`, all running at once, each bounded by a deadline.
 #pragma once

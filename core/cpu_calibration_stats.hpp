@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Turning the calibration's timed trials into one number: per-trial rates
 // over wall and CPU time, robust statistics over trials, and the limits a
 // reading must respect to be believed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Threads of the CPU calibration: one pinned thread per CPU of the affinity
 // mask, started together for each trial so their timings overlap.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Spec-sheet estimates of a CPU's roofline numbers, used when the probe is
 // asked not to measure (fast) and to derive the bf16 peak from the f32 one.
 #pragma once

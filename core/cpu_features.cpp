@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "core/cpu_features.hpp"
 
 #include <cctype>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the host CPU says about itself through cpuid/xgetbv: identity strings
 // and the ISA extensions both the CPU and the OS (saved register state) support.
 #pragma once

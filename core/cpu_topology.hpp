@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How many CPUs the host has and this process may use, and the cache sizes,
 // read from Linux sysfs and the scheduler (each falls back to something sane).
 #pragma once

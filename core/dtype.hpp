@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scalar conversions between f32 and the 16-bit storage types, shared by the
 // core, the CPU backend, the reference and the tests. Round-to-nearest-even,
 // NaN kept quiet; no ISA requirement (the SIMD kernels convert in registers).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The integer a C caller stored in an enum-typed field or argument. C allows
 // any int there; in C++ reading an out-of-range value through the enum type
 // is undefined, so validation reads the bytes as int instead.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one exception type of the library. Everything below the C entry points
 // reports failure by throwing gqla::Error; the entry points turn it into a
 // gqla_status plus the thread-local message of gqla_last_error_message().

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host implementation of gqla_merge_attention_states. Per row (one query
 // token and head) with parts i = 0..n-1:
 //   m = max_i lse_i,  w_i = exp(lse_i - m),  W = sum_i w_i

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Merging partial attention states: the outputs and log-sum-exps of the same
 // queries over disjoint sets of positions (split sequences, tensor-parallel
 // shards of the context, a shared prefix attended separately from each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "core/page_pool.hpp"
 
 #include <stdexcept>

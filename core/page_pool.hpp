@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bookkeeping of the cache pages: which page ids are free and how many
 // sequences share each used page (fork shares pages; copy-on-write splits
 // them). The memory behind a page id belongs to the backend; this class only

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla::PathPolicy: the AUTO path decision, made per decode shape with
 // hysteresis so near-equal paths do not flip-flop (each flip to the GQA path
 // re-expands the whole cache).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hardware probe: what the device can move and compute, for the cost model.
 #pragma once
 

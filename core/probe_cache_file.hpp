@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Calibration results kept across processes in the file named by
 // $GQLA_PROBE_CACHE, so short-lived programs need not re-measure. The file is
 // small text; an entry is used only when it was measured on the same CPU

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla::probe_cpu, gqla::cpu_isa_flags and gqla::probe_device: the host CPU
 // described from cpuid and sysfs, with roofline numbers measured once per
 // process (and ISA cap) or estimated from specs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Float64 reference of the decode math. Written straight from the definitions
 // so that nothing here shares an idea (blocking, online softmax, absorption)
 // with the code it checks: scores, a max-shifted softmax, a weighted sum.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Float64 reference of the decode math: the oracle every backend, test,
 // benchmark and the demo compares against. Dense, single-sequence,
 // deliberately simple (no paging, no blocking, no shortcuts) so it is easy

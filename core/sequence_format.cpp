@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writing and checking the serialized sequence format (sequence_format.hpp).
 #include "core/sequence_format.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The serialized form of one sequence's cache (gqla_sequence_export /
 // gqla_sequence_import), independent of device, page size and byte order of
 // the host. All integers little-endian; cache elements little-endian in the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A session: the resolved config, one backend instance, the page pool and
 // the sequences (page tables and per-layer lengths), and the decode path.
 // Every public method takes the session's mutex, so one session may be used

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Appending cache rows: validate everything, reserve every page the call
 // needs (new pages and copy-on-write copies of shared pages that receive
 // rows), let the backend write, and only then commit the new page tables and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decode: validate, fill the preallocated per-sequence array, pick the path,
 // call the backend. Nothing here allocates on success (a path switch under
 // AUTO does, once, when the cost model changes its mind).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sequence export and import (format: sequence_format.hpp). Export reads the
 // always-kept rows of every layer back from the backend; import adds a new
 // sequence and appends those rows layer by layer in the cache dtype, so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decode path of GQLA sessions. The latent cache is always kept; the GQA path
 // additionally keeps the per-group expanded cache, built from the latent when
 // the path is switched on and freed when it is switched off.

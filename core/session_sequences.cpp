@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sequence lifetime: add, fork (shared pages), release, length.
 #include <algorithm>
 

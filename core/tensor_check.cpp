@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "core/tensor_check.hpp"
 
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checks of a gqla_tensor crossing the ABI against what a call expects, and
 // its conversion to the backend's gqla_view. Allocates nothing unless it
 // fails (it runs on the decode path).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checked copy of a caller's gqla_workload (cost prediction input).
 #pragma once
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's first command: build gqla (Release, in build/) and run the demo.
 # Works on a fresh Debian 12 machine: missing packages are installed first.
 set -euo pipefail

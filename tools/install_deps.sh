@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian 12 packages gqla builds and tests with, when any is
 # missing. Shared by tools/demo.sh and tools/test.sh so that both work on a
 # fresh machine.

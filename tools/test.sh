@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's second command: everything that checks gqla, from a fresh clone.
 #   1. missing Debian packages           4. sanitizer build (ASan + UBSan, build-asan/) + ctest
 #   2. Release build (build/)            5. fuzzers: API sequences (build-asan/), libFuzzer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A 64-byte aligned, owned byte buffer whose allocation failure is a value
 // (no exceptions), so callers can report OUT_OF_MEMORY and keep old state.
 // Buffers of 2 MiB and more (page pools, weight copies, workspaces) are

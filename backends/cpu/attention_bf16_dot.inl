@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decode over a bf16 cache with AVX512-BF16 dot products (GQA form below,
 // absorb form at the end)
 // (vdpbf16ps: 16 lanes, each += a[2i] b[2i] + a[2i+1] b[2i+1], f32 sums).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel bodies shared by every ISA translation unit. The including file
 // defines, inside its own namespace, a struct `Simd` (vector type V, width W,
 // register-tile sizes and the primitive operations) and then includes this

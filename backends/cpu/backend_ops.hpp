@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The operations behind the CPU vtable, one file each.
 #pragma once
 

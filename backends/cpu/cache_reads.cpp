@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading cached rows back out (sequence export): the inverse of the kept
 // cache's writes in cache_writes.cpp, byte for byte in the cache dtype.
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writing the cache: appended rows (converted from the io dtype to the cache
 // dtype), expanded rows built from the latent (KC/VE = W_UKV c), and page
 // copies for copy-on-write.

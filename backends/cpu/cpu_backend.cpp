@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU backend's vtable and context lifecycle: pools, weights, workspace.
 // The per-call work lives in cache_writes.cpp, decode_gqa.cpp and
 // decode_absorb.cpp.

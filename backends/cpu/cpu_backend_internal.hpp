@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal controls of the CPU backend for tests and benchmarks (not part of
 // the vtable): pin a context to one ISA's kernels to exercise each of them.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // State of one CPU backend context: the description it was created with, the
 // cache pools (layout of core/backend_api.h), per-layer weights, the decode
 // workspace and the chosen kernel table.

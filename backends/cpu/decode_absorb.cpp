@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decode of the GQLA absorb path:
 //   q~ = qc * W_UK[g]       (GEMM per group over all rows of the chunk)
 //   MQA over the latent     (work items: sequence x row block x split piece)

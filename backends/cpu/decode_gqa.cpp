@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decode of the GQA kind and of the GQLA GQA path: one work item per
 // (sequence, KV group, split piece) streams that group's K/V pages once for
 // all n_rep x s_q query rows of the group.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Split-KV planning: see decode_plan.hpp.
 #include "backends/cpu/decode_plan.hpp"
 

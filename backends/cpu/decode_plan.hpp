@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Work planning of one decode chunk: every unit (a sequence's KV group, or a
 // block of query rows for the absorb path) covers the cache positions
 // [0, length). Long units are split so that all threads get work even at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Achieved / roofline factors of the CPU kernels, used by the cost model.
 //
 // f32 FMA kernels (hosts without AVX512-BF16, f16/f32 caches). Where the

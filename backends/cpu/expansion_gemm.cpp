@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The expansion GEMM out[n][G*(d_c+d_v)] = latent[n][r] * W^T. With oneDNN
 // it is one matmul (W read in place through transposed strides); otherwise
 // the kernel table's GEMM over row blocks on the context's thread pool. Both

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Moving rows between caller tensors (io dtype, strided views) and f32 or
 // cache-dtype buffers. Only used by the non-ISA units, on short rows
 // (queries, outputs, appended tokens), so scalar conversion is enough.

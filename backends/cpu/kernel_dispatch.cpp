@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runtime choice of the kernel table from the probe's ISA bits (which honor
 // the GQLA_MAX_ISA cap, so a capped run exercises the narrower kernels).
 #include "backends/cpu/kernel_table.hpp"

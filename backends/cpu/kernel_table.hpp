@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-ISA kernel table of the CPU backend. Each ISA translation unit
 // (scalar, AVX2+FMA+F16C, AVX-512) fills one table from the same templated
 // kernel source; dispatch picks a table once per context from the probe's

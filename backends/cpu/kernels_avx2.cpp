@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AVX2 + FMA + F16C kernels: 8 f32 lanes, 16 vector registers. Tile sizes
 // keep the accumulators plus operands within the 16 ymm registers.
 #include <immintrin.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AVX-512 (F/BW/VL/DQ) kernels: 16 f32 lanes, 32 vector registers, which
 // allow larger register tiles than AVX2.
 // GCC 12's AVX-512 headers build conversions on `__m512 __Y = __Y;`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AVX-512 kernels plus AVX512-BF16 dot products for both attention forms
 // over a bf16 cache (attention_bf16_dot.inl); every other entry is the plain
 // AVX-512 kernel, compiled again in this unit's own namespace.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Portable kernels: one f32 "lane", plain C++ arithmetic. The reference for
 // the SIMD kernels and the fallback on hosts without AVX2/FMA/F16C.
 #include <cstdint>

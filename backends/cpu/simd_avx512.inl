@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The AVX-512 (F/BW/VL/DQ) vector layer of the CPU kernels: 16 f32 lanes,
 // 32 vector registers, which allow larger register tiles than AVX2.
 // Included inside the namespace of each AVX-512 translation unit (plain and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Persistent worker threads for the CPU backend's parallel loops, built to
 // stay fast when the host is busy with other work.
 //

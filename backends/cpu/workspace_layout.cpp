@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Workspace sizing: see workspace_layout.hpp.
 #include "backends/cpu/workspace_layout.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sizes and offsets of the decode workspace, fixed at create from the
 // session's limits so decode never allocates. Large batches are processed in
 // chunks of at most `rows_cap` query rows (batch x s_q x heads), which keeps

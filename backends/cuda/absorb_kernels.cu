@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // See absorb_kernels.hpp. One warp per (b, qi, h) row, 8 rows per CTA, each
 // lane moving 8-element pieces (16-byte vectors where aligned). One
 // 128-thread CTA per row with element loads took 9 us for the 2 x 2048 rows

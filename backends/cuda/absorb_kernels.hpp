@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reordering kernels around the absorb path's cuBLAS projections. The GEMMs
 // run batched over groups, so queries and outputs live in group-major
 // workspaces: row(g, b, qi, hi) = ((g*B + b)*s_q + qi)*n_rep + hi.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pieces shared by the tensor-core and the SIMT decode kernels: which tokens
 // a split owns, where a query/output row lives, the page lookup, and how a
 // finished row (output + log-sum-exp) is written, and the programmatic

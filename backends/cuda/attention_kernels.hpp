@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side entry points of the decode kernels (attention, split combine).
 // Plans (which variant, how many splits) live in decode_plan.*; these only
 // know how to launch a given variant.

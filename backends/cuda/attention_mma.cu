@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Launch glue of the tensor-core decode variants (instantiated per dtype in
 // attention_mma_bf16.cu / attention_mma_f16.cu so they compile in parallel).
 #include "attention_kernels.hpp"

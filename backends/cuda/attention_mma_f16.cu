@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensor-core decode kernels instantiated for the f16 cache.
 #include "attention_mma_kernel.cuh"
 #include "attention_mma_variants.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Split-KV flash decoding on tensor cores (mma.sync m16n8k16, bf16/f16).
 //
 // One CTA = one sequence x one group x one block of ROWS = 16*MR query rows

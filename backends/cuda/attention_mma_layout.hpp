@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared-memory layout of the tensor-core decode kernel, computed the same way
 // on the host (launch size, occupancy) and on the device (carving).
 #pragma once

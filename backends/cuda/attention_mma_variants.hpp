@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tensor-core variants (warps, MR, BN, STAGES, MAX_NC), instantiated for
 // bf16 and f16 only: six kernels keep the module's build time small.
 //   Small : GQA decode, n_rep * s_q <= 16 rows, Dv <= 256; 2 CTAs/SM at D=128

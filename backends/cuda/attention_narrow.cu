@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Instantiation (bf16, f16 x ring sizes x row layouts), TMA maps and launch
 // glue of the narrow-group decode kernel (8 query rows of a group per CTA).
 #include <climits>

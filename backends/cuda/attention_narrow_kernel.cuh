@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Split-KV flash decoding for groups of few query rows (GQA decode:
 // n_rep * s_q), 8 per CTA, keys up to 256 and values up to 128 wide. Groups
 // of more rows take one CTA per 8 rows; those CTAs read the same K/V, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parameters of one decode-attention launch, passed by value so that a launch
 // captured in a CUDA graph carries everything it needs except the device-side
 // sequence tables, which it reads at replay time (new lengths, new pages).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scalar f32 split-KV decode: the exact path for the f32 cache and the
 // fallback for dims the tensor-core kernel does not take (not multiples of 8,
 // values wider than 512). Same split/partial protocol as the MMA kernel, so

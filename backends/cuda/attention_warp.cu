@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Instantiation (bf16, f16 x pipeline depths) and launch glue of the per-warp
 // decode kernel.
 #include "attention_kernels.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Split-KV flash decoding with one independent stream of work per warp, for
 // up to 16 query rows per group (GQA decode: n_rep * s_q <= 16) and values up
 // to 128 wide. Each warp owns 16 of every 64 tokens: it copies its own K/V

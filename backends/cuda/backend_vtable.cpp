@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The module's only export: gqla_cuda_backend_get, returning the vtable of
 // backend_api.h. Every entry binds the session's device, runs the operation
 // and turns a BackendError (or any exception) into a status + message.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // See batched_gemm.hpp.
 #include "batched_gemm.hpp"
 

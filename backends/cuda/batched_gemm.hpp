@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Strided-batched GEMMs of the decode path (the absorb projections) through
 // cuBLASLt, each shape's descriptors and algorithm chosen once and kept: a
 // decode call then costs the host one cublasLtMatmul per GEMM instead of

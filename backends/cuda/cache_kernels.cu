@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernels that move cache rows and sequence tables (see cache_kernels.hpp).
 // None of them is on the decode hot path except through the tables they fill.
 #include "cache_kernels.hpp"

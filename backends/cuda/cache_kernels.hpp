@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host entry points of the kernels that move cache rows and tables: writing
 // appended rows into the paged pools (with dtype conversion), reading latent
 // rows back for expansion, copy-on-write page copies, the device-side

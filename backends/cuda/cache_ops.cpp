@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cache-side operations: weights, expanded pools, appends, expansion,
 // copy-on-write page copies and the device-side sequence tables.
 #include <algorithm>

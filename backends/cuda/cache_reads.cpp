@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading a sequence's kept cache rows back to host memory (sequence
 // export): one strided copy per (page, KV head) run, queued on the session's
 // stream after every earlier write, then a wait for that stream.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // See calibration_kernels.hpp. Random (not zero) data: zeros run faster than
 // real data on some parts and would overstate the rates.
 #include <cuda_bf16.h>

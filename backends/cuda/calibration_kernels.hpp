@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernels behind the probe's calibration: random fills and a streaming read.
 #pragma once
 

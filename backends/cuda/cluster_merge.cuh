@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Split-KV merge of the narrow kernel inside a thread-block cluster
 // (compute capability 9.0+).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Merges the split partials of each (sequence, query token, head) row:
 // o = sum_s w_s o_s / sum_s w_s with w_s = 2^(lse2_s - max), and the row's
 // natural-log lse.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Turning CUDA and cuBLAS failures into gqla_status + message. Every runtime
 // and cuBLAS call of the module goes through these checks; the message lands
 // in the session (error_message) or in create's err buffer.

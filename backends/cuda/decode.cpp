@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decode dispatch: stage host tensors, then per path
 //   GQA kind / GQLA GQA path : one attention launch (+ combine when split)
 //   GQLA absorb path         : pack q (unless the projection and the latent

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // See decode_plan.hpp.
 #include "decode_plan.hpp"
 

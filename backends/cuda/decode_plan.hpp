@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How one attention launch is shaped: kernel variant (tensor-core size or the
 // f32 SIMT kernel) and the number of KV splits. Splits fill the SMs at small
 // batch and are not used when the batch already fills them.

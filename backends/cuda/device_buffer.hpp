@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Owning handles for device and pinned host memory. Allocation failures
 // become OUT_OF_MEMORY with the size and purpose in the message.
 #pragma once

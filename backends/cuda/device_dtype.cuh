@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device-side element access by run-time dtype, for kernels that touch each
 // element once (staging, scatter, Q loads, outputs): one instantiation serves
 // every dtype. The hot loops are templated on the 16-bit type instead.

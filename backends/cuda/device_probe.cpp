@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA device probe: spec-derived roofline numbers, and with
 // GQLA_PROBE_CALIBRATE measured ones (read bandwidth by a streaming kernel,
 // bf16 tensor-core rate by a cuBLAS GEMM), once per process per device.

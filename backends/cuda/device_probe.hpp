@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA device discovery and probe (see probe.cpp).
 #pragma once
 

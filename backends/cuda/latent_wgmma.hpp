@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Latent-attention decode kernel of the absorb path on Hopper warpgroup MMAs
 // (wgmma, sm_90a). Serves the MLA shape: keys = [latent (512) | rope (0 or
 // 64)], value = the same latent, up to 64 query rows (heads x s_q) per CTA.

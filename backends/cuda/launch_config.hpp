@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Launch configurations shared by the decode kernels.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thin wrappers over the sm_80+ warp-level instructions the decode kernels
 // use: cp.async (16-byte global->shared copies with zero fill, so that tail
 // tokens read as zeros instead of stale data), ldmatrix and mma.sync m16n8k16.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Keeping non-finite cache values where they belong.
 //
 // A position a query may not see must not change its output, not even

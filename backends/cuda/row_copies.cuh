@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Warp-wide cp.async copies of 16 cache rows into shared memory, shared by
 // the per-warp and narrow-group decode kernels. Consecutive lanes take
 // consecutive 16-byte pieces of a row, so one warp instruction reads whole

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Session lifetime: everything decode needs is allocated here (pools, tables,
 // workspace) so that decode itself never allocates.
 #include "session.hpp"

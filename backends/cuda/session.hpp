@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // State of one CUDA session: paged pools in the layout of backend_api.h,
 // weights, device-side sequence tables, the decode workspace sized at create,
 // staging for host tensors, the stream and the cuBLAS handles.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The operations behind the vtable, on a bound Session. Each throws
 // BackendError; the vtable turns that into a status and a message.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // See tensor_maps.hpp.
 #include "tensor_maps.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TMA tensor maps of the cache pools, for the kernels that load whole tiles
 // with the tensor memory accelerator (compute capability 9.0).
 #pragma once

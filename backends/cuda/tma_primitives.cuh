@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hopper tensor-memory-accelerator (TMA) loads, the shared-memory barriers
 // (mbarrier) they complete on, and the cluster stores and barriers of the
 // narrow kernel's split merge (compute capability 9.0; the bodies

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A/B of gqla-bench on one GPU in one call: this tree against another source
 # tree (e.g. the last release, unpacked with `git archive REV | tar -x -C DIR`).
 # Builds both (in parallel), then runs the GPU bench rows of run_on_gpu.sh

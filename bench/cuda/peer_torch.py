@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Torch peers for the CUDA decode shapes gqla is measured on (H200 targets).
 
 GQA: torch SDPA on contiguous K/V [B, G, T, D] (bf16), two ways: with

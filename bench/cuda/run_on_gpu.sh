@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One pass over everything that needs a GPU, for a machine with nvcc, CMake,
 # ninja, torch and pybind11 but no oneDNN/doctest (doctest may be carried in
 # .carry/doctest): build the library with the CUDA module, run the cuda-labelled

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch version of gqla-bench's presets on a GPU: the same shapes, decoded
 the way a PyTorch model does it, so gqla's CUDA times have a comparison point.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Accuracy of one configuration against the float64 reference (bounds: docs/numerics.md): a
 // small batch of sequences of different lengths, fresh random inputs, output
 // poisoned before the call, relative L2 error over the whole batch.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every measurement in a run shares: the device the sessions land on,
 // the machine roofline measured in this run, and the memory the bench may use.
 #pragma once

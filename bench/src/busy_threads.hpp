@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --busy N: threads of the bench's own that keep N CPUs busy while a case is
 // timed, standing in for an application whose threads compete with the
 // library's for the same cores.

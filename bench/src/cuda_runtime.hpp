@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The few CUDA runtime services the bench needs, loaded at run time so the
 // bench still runs on machines without CUDA:
 //  - query/output buffers in GPU memory: with host tensors every decode would

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "decode_workload.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One timed decode configuration on the library: a session holding `sets`
 // disjoint batches of sequences of equal length, decoded in rotation so each
 // call reads cache lines the previous calls did not touch (cold caches), or

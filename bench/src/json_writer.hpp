@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Minimal single-line JSON object builder: the bench prints one object per
 // line so results can be read back with `jq` or json.loads per line.
 #pragma once

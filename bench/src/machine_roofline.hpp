@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two roofline numbers of the machine the bench runs on, measured in the
 // same run as the timings they judge (a probe from another day, another
 // thread count or another frequency state would make roofline fractions lie).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla-bench: decode attention timed through the public C ABI, judged against
 // this machine's roofline, a naive repeat-KV implementation and the float64
 // reference. See `gqla-bench --help`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "naive_baseline.hpp"
 
 #include <omp.h>

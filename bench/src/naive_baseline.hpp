@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The comparison point: decode attention written the way a straightforward
 // framework implementation does it, in plain loops over the same cache dtype.
 //   GQA : the cache holds K/V per KV head; every step first repeats them for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Model shapes the bench and the demo run: the attention layer of a few real
 // (or GQLA-converted) models, and how many cache bytes each path reads.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small helpers shared by the bench and the demo: status checks that carry
 // the library's message, random inputs, host tensors, wall-clock time.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The default mode of gqla-bench: time every (preset, dtype, path, batch,
 // context, s_q) case of the options, next to a naive baseline and the
 // roofline floor, and print a table or one JSON object per case.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --validate-auto: does AUTO pick the faster path? For every GQLA preset and
 // cell of batch x context x s_q, measure both paths and compare with the
 // choice gqla_session_predict_cost reports; also how close the predicted

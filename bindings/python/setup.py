@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Builds the gqla._gqla extension against an already built libgqla.
 
 Where libgqla is looked for, first match wins:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every C entry point shares: exception -> gqla_status translation, the
 // thread-local last-error message, and checks of pointer / struct arguments.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cache-writing and attention entry points: append, append_batch, decode.
 #include "capi/src/api_guard.hpp"
 #include "capi/src/session_handle.hpp"

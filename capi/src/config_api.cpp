@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla_config_default / gqla_config_validate.
 #include "capi/src/api_guard.hpp"
 #include "core/backend_registry.hpp"

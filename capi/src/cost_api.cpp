@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cost prediction: pure (from a config and a probe) or for a live session.
 #include <cmath>
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla_merge_attention_states: combines partial attention outputs by their
 // log-sum-exps (no session involved).
 #include "capi/src/api_guard.hpp"

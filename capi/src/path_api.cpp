@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decode path selection.
 #include "capi/src/api_guard.hpp"
 #include "capi/src/session_handle.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device count and probe, routed through the backend registry.
 #include "capi/src/api_guard.hpp"
 #include "core/backend_registry.hpp"

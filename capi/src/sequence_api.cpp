@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sequence add / release / fork / length / export / import.
 #include "capi/src/api_guard.hpp"
 #include "capi/src/session_handle.hpp"

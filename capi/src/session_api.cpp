@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Session lifetime, weights, config/stats getters, stream.
 #include <new>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The opaque gqla_session of the C ABI: a gqla::Session behind the C name.
 #pragma once
 

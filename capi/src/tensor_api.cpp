@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla_tensor_init: a contiguous row-major host tensor descriptor.
 #include <cstring>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gqla from C: a small GQLA (group-query latent attention) layer decoded on
  * both paths — the expanded per-group "GQA path" and the latent "absorb path"
  * — which must agree, followed by a plain GQA session.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla from C++ (gqla.hpp): a small GQLA layer decoded on the absorb path and
 // on the expanded GQA path, which must agree; then what the cost model thinks
 // of each path on this machine.

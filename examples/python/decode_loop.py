@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A GQLA layer decode loop on the CPU with numpy.
 
 Prefills a few sequences of different lengths, then generates tokens: each

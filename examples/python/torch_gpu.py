@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GQA decode on the GPU with torch tensors, checked against
 torch.nn.functional.scaled_dot_product_attention(enable_gqa=True).
 

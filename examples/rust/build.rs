@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Embed the directory of libgqla (found by gqla-sys) as the binary's rpath,
 //! so that `cargo run` works without LD_LIBRARY_PATH or a system install.
 

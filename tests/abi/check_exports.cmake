@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DLIBRARY=<libgqla.so> -DHEADER=<gqla.h> -P check_exports.cmake
 # Fails unless the defined dynamic symbols of LIBRARY are exactly the
 # functions HEADER declares with GQLA_API (a version node's own absolute

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Harness implementation: data generation, layouts, the host mirror and the
 // comparison with the float64 reference.
 #include "harness.hpp"

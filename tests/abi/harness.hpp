@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test harness for the C ABI suite: random inputs in any io dtype, poisoned
 // outputs, and a host mirror of every sequence's cache so each decode can be
 // checked against the float64 reference.

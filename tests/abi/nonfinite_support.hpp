@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Support of the non-finite tests: sessions under each CPU kernel ISA the
 // host has, sequences whose cache rows hold chosen NaN / inf entries (with a
 // host mirror of the rows as the cache stores them), and a decode checked

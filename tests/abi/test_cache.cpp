@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cache management through the C ABI: path switching, batched appends,
 // fork with copy-on-write, capacity exhaustion and recovery.
 #include <doctest/doctest.h>

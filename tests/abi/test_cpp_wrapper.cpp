@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla.hpp: the C++ layer over the C ABI — RAII, exceptions carrying the
 // status and message, and decode results equal to the reference.
 #include <doctest/doctest.h>

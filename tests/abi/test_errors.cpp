@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bad inputs at every entry point: the exact status, a message that names the
 // offending argument, and a session that still works (and still matches the
 // reference) afterwards.

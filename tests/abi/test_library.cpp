@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Library-level calls: version, status strings, config validation messages,
 // probe and cost prediction.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla_merge_attention_states: partial attentions over disjoint position sets
 // merge into the attention over their union. With one query token per
 // sequence a decode attends to every cached position, so decoding the same q

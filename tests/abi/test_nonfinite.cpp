@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Non-finite values through the C ABI, on every CPU kernel table the host
 // has, for GQA and both GQLA paths and every cache dtype: a position a query
 // may not see never reaches it (not even a NaN), and a NaN or inf at a

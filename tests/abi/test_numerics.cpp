@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decode through the C ABI against the float64 reference: every
 // cache dtype, both GQLA paths, s_q > 1, variable and page-boundary lengths,
 // lse, narrow io dtypes and strided views.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla_sequence_export / gqla_sequence_import: bit-exact round trips, the
 // expanded cache rebuilt on import, and every damaged or foreign buffer
 // refused with the session unchanged.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Threading promises of gqla.h: distinct sessions run concurrently; one
 // session may be used from several threads (it serializes its own calls), so
 // both a caller-serialized and an unsynchronized shared session must give the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A strict C99 user of gqla.h: creates a GQLA session, appends one token and
  * decodes it. With a single cached token attention returns that token's value
  * W_UV[g] c for every head of group g, which is checked here in plain C. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CPU calibration: the FLOPs-per-cycle table for the three classes of x86
 // vector units, the cap at the theoretical peak, the statistics over trials,
 // the measured clock, and the per-number measured flag of the probe.

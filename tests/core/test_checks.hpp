@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Seeds and error measures shared by the core tests: every randomized test
 // draws from a fresh seed, prints it when a check fails, and replays it when
 // GQLA_TEST_SEED is set.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Config defaults, validation messages and resolution.
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The backend's efficiency hook: what a backend reports replaces the device
 // defaults per path and per term, and out-of-range values are ignored.
 #include <doctest/doctest.h>

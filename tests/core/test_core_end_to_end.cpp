@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // End to end through the C entry points on the built-in CPU backend: paged
 // appends (single, batched, forked), decode of GQA and of both GQLA paths,
 // each compared with the float64 reference on the same inputs.

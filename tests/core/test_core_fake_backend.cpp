@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test double of the backend vtable (see test_core_fake_backend.hpp).
 #include "test_core_fake_backend.hpp"
 

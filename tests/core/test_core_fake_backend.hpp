@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A test double of the backend vtable for the core's bookkeeping tests. It
 // does no attention: per cache row it keeps one number (the first element of
 // the appended row), so tests can read a sequence's tokens back through its

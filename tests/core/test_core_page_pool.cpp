@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Page pool: free list order, reference counts, reservations that roll back.
 #include <doctest/doctest.h>
 

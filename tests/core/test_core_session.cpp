@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Session bookkeeping over a test double backend: page accounting,
 // all-or-nothing appends, fork with copy-on-write, path switching and the
 // validation messages. Attention numerics are not tested here.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cost model (SPEC §1.3) and the AUTO path policy: hand-counted bytes and
 // FLOPs, the spec's worked checks on synthetic GPU probes, and the policy's
 // hysteresis and amortization rules.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU backend driven through its vtable against the float64 reference:
 // odd head counts and dims, page-boundary lengths, thousands of tokens,
 // several sequences per call, every cache dtype, every ISA the host has,

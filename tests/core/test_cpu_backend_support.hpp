@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small driver of the CPU backend vtable for its tests: a page allocator,
 // sequences that remember what was appended (as the cache stores it, in
 // float64) and decode calls checked against the float64 reference.

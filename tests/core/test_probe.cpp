@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hardware probe: CPU fields are sane, the GQLA_MAX_ISA cap works, calibration
 // is fast and positive, and results persist through GQLA_PROBE_CACHE.
 #include <doctest/doctest.h>

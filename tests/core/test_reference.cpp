@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The float64 reference checked against facts that do not depend on it:
 // closed-form softmax results, the head-to-group mapping, causal masking, and
 // the absorb algebra derived independently in the test.

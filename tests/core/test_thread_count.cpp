@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Default thread count: the cgroup CPU quota files and /proc/self/cgroup as
 // the kernel writes them, and how a quota caps the affinity mask.
 #include <doctest/doctest.h>

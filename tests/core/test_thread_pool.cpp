@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU backend's thread pool: every item once, slots private to one
 // thread at a time, nesting and concurrent callers, and a call that finishes
 // while its workers are kept from running.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU tests of the CUDA backend through its vtable (no core needed): decode
 // vs the float64 reference for GQA and GQLA (both paths), paged with ragged
 // lengths and s_q > 1, odd dims, f32/f16/bf16 caches, copy-on-write forks,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cross-device test through the public C ABI only: identical inputs go to a
 // CPU session and a CUDA session (GQA kind and GQLA kind on both paths, ragged
 // batch, s_q > 1, host tensors); each is checked against the float64

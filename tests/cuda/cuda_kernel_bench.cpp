@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Times the CUDA backend's decode through its vtable on the target shapes
 // (bf16 cache, page 64, device tensors): median of per-call CUDA-event times
 // (host launch latency included), and the mean device time per decode step

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU tests of how the CUDA backend treats non-finite cache values and
 // queries, through its vtable (no core needed):
 //   hidden    NaN, +Inf and -Inf in cache rows that the earlier queries of a

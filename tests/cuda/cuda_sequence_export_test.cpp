@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sequences exported from a CPU session restore in a CUDA session and back:
 // the stored elements travel unchanged (re-exports are byte-identical) and
 // decodes on both devices agree within the cache dtype's bound. Exit 77

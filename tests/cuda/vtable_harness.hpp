@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A minimal stand-in for the core over the CUDA backend's vtable: page
 // allocation with ref-counted pages and copy-on-write, per-layer lengths,
 // update_sequence after every change, and host copies of every appended row

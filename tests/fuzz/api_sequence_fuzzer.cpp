@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // API-sequence fuzzer: random valid and invalid calls over the public C ABI,
 // on random configs (both kinds, every dtype, odd sizes, tiny page pools).
 // After every call the session is compared with a shadow model (sequences,

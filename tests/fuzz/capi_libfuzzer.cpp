@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness over the public C ABI. The input is read front to back
 // as a config (occasionally with raw, out-of-range fields) followed by a
 // sequence of calls: sequence add/release/fork, append and append_batch with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host buffers in any gqla dtype and tensor descriptors over them, shared by
 // the fuzzers: values are stored in the buffer's dtype and read back exactly,
 // so the reference sees the numbers gqla saw.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpus of gqla_capi_libfuzzer (tests/fuzz/corpus/).
 
 Each file encodes a config and a short story of calls in the byte layout

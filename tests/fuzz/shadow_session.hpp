@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a gqla session should hold after the calls it accepted: live
 // sequences, per-layer cached rows (the exact values handed to gqla), page
 // tables with shared pages and copy-on-write exactly as the contract states,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared by the install checks (cmake -P scripts): running commands, checking
 # an installed prefix, building and running the two out-of-tree consumers.
 # None of them sets LD_LIBRARY_PATH: what they run must find libgqla.so

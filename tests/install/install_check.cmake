@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DBUILD_DIR=... -DWORK_DIR=... -DC_COMPILER=... [-DGENERATOR=...] -P install_check.cmake
 # Installs the build tree under test into a fresh prefix (`cmake --install
 # --prefix`, the configured layout) and uses it from outside: the two

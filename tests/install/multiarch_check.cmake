@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DSOURCE_DIR=... -DWORK_DIR=... -DC_COMPILER=... -DCXX_COMPILER=... -DMULTIARCH=...
 #       [-DGENERATOR=...] [-DWITH_ONEDNN=...] [-DDNNL_DIR=...] -P multiarch_check.cmake
 # A distribution-style install: gqla configured on its own with prefix

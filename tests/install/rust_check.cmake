@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DRUST_DIR=<repo>/bindings/rust -DLIBDIR=<installed libdir> -DWORK_DIR=... -P rust_check.cmake
 # A new cargo project with path dependencies on the crates, built offline
 # and run against the install that multiarch_check.cmake left in LIBDIR:

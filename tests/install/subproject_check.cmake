@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DSOURCE_DIR=... -DWORK_DIR=... -DC_COMPILER=... -DCXX_COMPILER=...
 #       [-DGENERATOR=...] [-DWITH_ONEDNN=...] [-DDNNL_DIR=...] -P subproject_check.cmake
 # gqla inside another project (subproject/): configured with the parent's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DBUILD_DIR=... -P test_names_check.cmake
 # Every test this build tree registers is named gqla.*, so that in a parent
 # project's ctest they neither collide with the parent's nor hide among them.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Builders shared by the tests: a session filled with random sequences and
 the float64 reference of a decode over it."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pytest setup: make the built gqla package importable and share fixtures.
 
 The package is looked up in $GQLA_PYTHONPATH, then in the usual build trees

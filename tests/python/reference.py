@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An independent float64 numpy implementation of GQA and GQLA decode
 attention with causal multi-token queries, plus dtype helpers.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The non-numeric surface: version, config round trip, probe, cost
 prediction, stats, context manager and threads."""
 

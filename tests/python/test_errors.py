@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bad inputs raise the gqla.Error subclass of their status (which is also
 the matching built-in exception), carry the library's message, change
 nothing, and leave the session usable."""

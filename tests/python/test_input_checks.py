@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Arguments the binding must refuse (or accept) before the library sees
 them: byte order, empty arrays, integers out of range or given as bools, and
 overlapping strides. A refusal is a gqla.InvalidArgument naming the argument

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Decode results against the float64 reference, within the dtype
 tolerances: both kinds, both GQLA paths, every cache dtype, s_q
 1..5, ragged batches around page boundaries, long contexts, fork, path

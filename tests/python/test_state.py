@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Sequence export/import and the merge of partial attentions, through the
 Python API."""
 

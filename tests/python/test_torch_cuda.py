@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU tests through torch tensors (skipped without torch, CUDA, or the
 gqla CUDA module): zero-copy device tensors, outputs allocated on q's
 device, the current torch stream honoured, and results against the float64

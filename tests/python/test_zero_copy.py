@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Arrays cross into the library without copies: the descriptor points at
 the caller's memory, strided views are read in place, `out=` is written in
 place, and layouts the C ABI cannot take are refused, naming the argument."""

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla-demo: what the library sees on this machine, which GQLA path it picks
 // and why, proof that both paths compute the same attention as a float64
 // reference, and how prediction and measurement compare for one layer of

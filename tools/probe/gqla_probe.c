@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gqla-probe: prints what gqla's hardware probe finds (CPU and CUDA devices)
  * and the bandwidth and peak the cost model prices decode steps with, as a

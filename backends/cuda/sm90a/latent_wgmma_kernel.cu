@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Absorb-path decode over the latent cache on Hopper warpgroup MMAs.
 //
 // One CTA = one sequence x 64 query rows (heads x s_q) x one split of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hopper warpgroup MMA (wgmma, sm_90a) over shared-memory operands in the
 // 128-byte-swizzled layout, plus the fences and named barriers around it.
 // Only the shapes the latent decode kernels use: S = Q K^T as m64n64k16 (both

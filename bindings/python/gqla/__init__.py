@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """gqla: KV cache and decode attention for GQA and GQLA (DeepSeek MLA).
 
     import gqla, numpy as np

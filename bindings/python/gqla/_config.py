@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Session configuration."""
 
 from . import _enums, _gqla

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """String names of the C enums, as the Python API spells them."""
 
 from . import _errors

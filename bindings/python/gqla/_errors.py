@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Exceptions raised by gqla.
 
 Every failed library call raises a subclass of :class:`Error` chosen by the C

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Framework-aware helpers: allocating outputs next to the query tensor and
 finding the CUDA stream the caller's framework is working on.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Readable dicts from the extension's raw report dicts (enum codes -> names)."""
 
 from . import _enums

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """gqla.Session: the KV cache of many sequences and decode attention over it."""
 
 import numpy as np

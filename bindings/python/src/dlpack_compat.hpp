@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DLPack declarations the binding needs. The system header (libdlpack-dev on
 // Debian 12) is DLPack 0.6, which predates the versioned capsule
 // ("dltensor_versioned", DLPack >= 1.0) that new producers may hand out. Its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "integer_arg.hpp"
 
 #include "status_error.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading a Python integer argument into the C type the library takes.
 //
 // Anything with __index__ (int, numpy integers) is accepted; bools are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla._gqla: the extension module. It binds the C ABI (gqla/gqla.h) and
 // nothing else; the public API with docstrings, string enums and output
 // allocation is the pure-Python package around it (gqla/__init__.py).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The extension's Session: a gqla_session* plus what the Python layer needs
 // around it (closing, the CUDA stream used for DLPack hand-over, GIL
 // release). Argument policy (output allocation, framework streams) lives in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "status_error.hpp"
 
 #include <pybind11/pybind11.h>

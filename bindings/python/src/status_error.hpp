@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Turning a gqla_status into a Python exception of the matching gqla.Error
 // subclass. The exception classes live in pure Python (gqla/_errors.py) so
 // they can use multiple inheritance (InvalidArgument is also a ValueError);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "struct_dicts.hpp"
 
 #include "status_error.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Conversions between the C ABI's structs and plain Python dicts. Field names
 // in the dicts are exactly the C field names; enums stay integers (the Python
 // layer maps them to strings), so this file holds no policy of its own.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensor_arg.hpp"
 
 #include "dlpack_compat.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Describing a Python array object as a gqla_tensor without copying it.
 //
 // Accepted: numpy arrays (and objects exposing __array_interface__), objects

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Finds libgqla and tells cargo how to link it. Uses only std so the crate
 //! builds without crates.io.
 //!

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Regenerates src/bindings.rs from the public C header with bindgen.
 #
 #   regenerate.sh            rewrite src/bindings.rs in place

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Gives this crate's tests, doctests and examples the rpath to libgqla that
 //! gqla-sys found (cargo passes `rustc-link-arg` only to the package that
 //! prints it, so each package that links binaries repeats it).

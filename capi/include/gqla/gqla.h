@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gqla.h — the public C99 interface of gqla.
  *

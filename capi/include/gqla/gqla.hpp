@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gqla.hpp — header-only C++17 convenience layer over gqla.h.
 //
 // It calls only the public C ABI, so it works against any libgqla.so.1 and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A GQLA layer shaped like LLaMA-3-8B converted to GQLA (H=32 query heads in
 //! G=8 groups, latent rank 512), one short prompt per sequence, then a few
 //! decode steps. Prints the path the cost model chose and how closely the

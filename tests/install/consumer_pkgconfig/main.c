@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Installed-package check through pkg-config: one GQA token in, its value out. */
 #include <math.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The rpath to the library gqla-sys found, as bindings/rust/README.md shows;
 //! the directory is also compiled in, for the check to compare.
 fn main() {

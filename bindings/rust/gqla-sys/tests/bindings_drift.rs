@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Fails when the committed src/bindings.rs is not what bindgen produces from
 //! the current header. Skipped (with a notice) where the bindgen CLI is absent.
 

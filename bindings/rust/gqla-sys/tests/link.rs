@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The crate links against libgqla and the runtime library speaks the ABI
 //! major version these bindings were generated for.
 

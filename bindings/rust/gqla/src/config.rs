@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Session configuration: builders for the two kinds, starting from the
 //! library's own defaults (`gqla_config_default`) and validated by it.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The roofline cost model: predicted bytes, FLOPs and time of one decode
 //! step on each path, so that callers see why a path is chosen.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Rust enums for the C enums. Values arrive from C as newtype integers, so a
 //! value these bindings do not know becomes an error instead of undefined
 //! behavior.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Errors: the kind mirrors the C status codes; the message is the one the
 //! library stored for the failed call (or one written here when the Rust side
 //! rejects arguments before calling the library).

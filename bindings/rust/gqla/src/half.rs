@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! 16-bit floats as stored in buffers passed to gqla: IEEE binary16 ([`F16`])
 //! and bfloat16 ([`Bf16`]). Only conversions; arithmetic happens in f32.
 //! Written here because the crate has no dependencies.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Safe Rust interface to gqla: the KV cache of LLM decoding and decode
 //! attention for GQA and GQLA (group-query latent attention; DeepSeek's MLA is
 //! the case G = H), the latter through two equivalent paths over the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Merging partial attention states by their log-sum-exps.
 
 use gqla_sys as ffi;

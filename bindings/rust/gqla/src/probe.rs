@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Hardware probe: what the cost model knows about a device.
 
 use std::os::raw::c_char;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Saving and restoring one sequence's cache as bytes.
 
 use gqla_sys as ffi;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A session: the KV cache of many sequences plus decode attention over it.
 
 use std::mem::size_of;

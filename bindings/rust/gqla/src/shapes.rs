@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Rust-side checks of buffer lengths and arguments before a call crosses the
 //! ABI, so that a mistake names the Rust argument and is caught even where a
 //! slice length cannot be expressed to the library.

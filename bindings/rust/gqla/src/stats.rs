@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Memory and capacity of a session (`gqla_stats`).
 
 use gqla_sys as ffi;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! gqla_tensor descriptors over host slices (contiguous, row-major).
 
 use std::mem::size_of;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Probe and cost model through the safe API, including SPEC §1.3's worked checks.
 
 use gqla::{Config, DType, Device, Path, Session, Workload};

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Bad inputs give the right error kind and a message naming the argument;
 //! failed calls change nothing.
 

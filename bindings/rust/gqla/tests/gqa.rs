@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! GQA-kind sessions against the float64 reference, within the dtype bounds.
 
 mod common;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! merge_attention_states: two partial decodes (one query token each, so each
 //! attends to all of its sequence) merge into the decode over a sequence that
 //! holds both parts' tokens.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A session shared between threads (the header promises an internal lock).
 
 mod common;

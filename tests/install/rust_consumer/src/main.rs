@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Installed-package check through the Rust crates: one GQA token in, its
 //! value out, and the directory the library was found in.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A GQLA session together with host copies of everything appended to it, so
 //! that any decode can be checked against the float64 reference.
 

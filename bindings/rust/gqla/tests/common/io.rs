@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Element types as test inputs: convert from the f32 test data and back, so
 //! that the reference sees exactly the values the library received.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Shared by the integration tests: a PRNG, the float64 reference of the
 //! attention math, and error measures. Kept independent of the library: it
 //! implements the defining formulas, not either decode path.

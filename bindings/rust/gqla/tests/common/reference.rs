@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Float64 implementation of the attention math, per sequence.
 //!
 //! Causality: with cache length L and s_q queries, query i attends to
