@@ -92,8 +92,8 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run(int64_t items, int64_t grain, ChunkFn fn, void* body) {
     if (items <= 0) return;
     grain = std::max<int64_t>(1, grain);
-    // Chunk indices live in the low 32 bits of claim_.
-    constexpr int64_t kMaxChunks = int64_t{1} << 30;
+    // Chunk counts and indices live in kChunkBits-wide fields of claim_.
+    constexpr int64_t kMaxChunks = static_cast<int64_t>(kChunkMask);
     if ((items + grain - 1) / grain > kMaxChunks) grain = (items + kMaxChunks - 1) / kMaxChunks;
     const uint32_t chunks = static_cast<uint32_t>((items + grain - 1) / grain);
 
@@ -107,9 +107,10 @@ void ThreadPool::run(int64_t items, int64_t grain, ChunkFn fn, void* body) {
     body_.store(body, std::memory_order_relaxed);
     items_.store(items, std::memory_order_relaxed);
     grain_.store(grain, std::memory_order_relaxed);
-    chunks_.store(chunks, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
-    claim_.store(static_cast<uint64_t>(call) << 32, std::memory_order_release);
+    claim_.store((static_cast<uint64_t>(call & 0xffffffu) << (2 * kChunkBits)) |
+                     (static_cast<uint64_t>(chunks) << kChunkBits),
+                 std::memory_order_release);
     call_number_.store(call, std::memory_order_seq_cst);
     if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&call_number_);
 
@@ -121,16 +122,15 @@ void ThreadPool::run(int64_t items, int64_t grain, ChunkFn fn, void* body) {
 void ThreadPool::take_chunks(int slot) {
     uint64_t v = claim_.load(std::memory_order_acquire);
     for (;;) {
-        const uint32_t next = static_cast<uint32_t>(v);
-        // chunks_ may already belong to a later call than v; then the call of
-        // v has ended, claim_ has moved on and the exchange below fails.
-        if (next >= chunks_.load(std::memory_order_relaxed)) return;
+        const uint32_t next = static_cast<uint32_t>(v & kChunkMask);
+        const uint32_t chunks = static_cast<uint32_t>((v >> kChunkBits) & kChunkMask);
+        if (next >= chunks) return;
+        // Succeeds only while v is still the current call's word.
         if (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
         // This chunk is ours: its call cannot end before we count it done.
         const int64_t grain = grain_.load(std::memory_order_relaxed);
         const int64_t items = items_.load(std::memory_order_relaxed);
         const int64_t begin = static_cast<int64_t>(next) * grain;
-        const uint32_t chunks = chunks_.load(std::memory_order_relaxed);
         fn_.load(std::memory_order_relaxed)(body_.load(std::memory_order_relaxed), begin,
                                             std::min(items, begin + grain), slot);
         if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == chunks &&

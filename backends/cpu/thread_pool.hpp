@@ -87,10 +87,13 @@ private:
     std::atomic<void*> body_{nullptr};
     std::atomic<int64_t> items_{0};
     std::atomic<int64_t> grain_{1};
-    std::atomic<uint32_t> chunks_{0};
-    // (call number << 32) | next chunk to take. The call number in the same
-    // word makes a worker still holding an earlier call's value fail its
-    // compare-exchange instead of taking a chunk of the wrong call.
+    // One word holds (call number mod 2^24, the call's chunk count, the next
+    // chunk to take), so a compare-exchange on it succeeds only against the
+    // call whose count it checked: a worker still holding an earlier call's
+    // word fails instead of taking a chunk that call does not have while the
+    // caller of the next call rewrites the fields above.
+    static constexpr int kChunkBits = 20;
+    static constexpr uint64_t kChunkMask = (uint64_t{1} << kChunkBits) - 1;
     alignas(64) std::atomic<uint64_t> claim_{0};
     alignas(64) std::atomic<uint32_t> done_{0};          // chunks finished (futex word of the caller)
     std::atomic<uint32_t> caller_sleeping_{0};

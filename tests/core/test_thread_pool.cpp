@@ -195,3 +195,35 @@ TEST_CASE("thread pool: a call finishes while its workers cannot run") {
     sem_destroy(&g_parked);
     sem_destroy(&g_release);
 }
+
+TEST_CASE("thread pool: a worker late from one call never takes a chunk of the next") {
+    // Many short calls back to back with different chunk counts: a worker
+    // that read the claim word of a finished call and resumes while the next
+    // call is being set up must not run a chunk twice or count one the call
+    // does not have (which once left the caller waiting for ever). A call
+    // that hangs fails the test instead of blocking it.
+    ThreadPool pool(3);
+    std::atomic<bool> finished{false};
+    std::atomic<int64_t> wrong{0};
+    std::thread runner([&] {
+        std::vector<std::atomic<int>> runs(8);
+        for (int call = 0; call < 200000; ++call) {
+            const int64_t items = 2 + call % 5;
+            for (int64_t i = 0; i < items; ++i) runs[static_cast<size_t>(i)].store(0, std::memory_order_relaxed);
+            pool.parallel_for(items, 1, [&](int64_t begin, int64_t end, int) {
+                for (int64_t i = begin; i < end; ++i) runs[static_cast<size_t>(i)].fetch_add(1);
+            });
+            for (int64_t i = 0; i < items; ++i) wrong += runs[static_cast<size_t>(i)].load() != 1;
+        }
+        finished = true;
+    });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!finished && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!finished) {
+        std::fprintf(stderr, "thread pool: a call never finished (the caller waits for a chunk count it cannot reach)\n");
+        std::_Exit(1);
+    }
+    runner.join();
+    CHECK(wrong.load() == 0);
+}
