@@ -12,30 +12,17 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "f32_tensors.hpp"
 #include "gqla/gqla.h"
 
 namespace {
 
 constexpr int H = 6, G = 2, D = 40, DV = 24;
 
-void ok(gqla_status st) {
-    INFO(gqla_last_error_message());
-    REQUIRE(st == GQLA_OK);
-}
-
-gqla_tensor host_f32(std::vector<float>& v, std::initializer_list<int64_t> shape) {
-    gqla_tensor t;
-    std::vector<int64_t> s(shape);
-    REQUIRE(gqla_tensor_init(&t, v.data(), GQLA_DTYPE_F32, static_cast<int32_t>(s.size()), s.data()) == GQLA_OK);
-    return t;
-}
-
-std::vector<float> random_vector(std::mt19937_64& rng, size_t n) {
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
+using abi::host_f32;
+using abi::random_vector;
+using abi::rel_l2;
+constexpr auto ok = abi::require_ok;
 
 struct Partials {
     std::vector<float> o_x, lse_x, o_y, lse_y, o_union, lse_union;
@@ -82,15 +69,6 @@ Partials decode_partials(std::mt19937_64& rng, int64_t nx, int64_t ny) {
     run(u, p.o_union, p.lse_union);
     gqla_session_destroy(s);
     return p;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-        den += double(ref[i]) * ref[i];
-    }
-    return std::sqrt(num / den);
 }
 
 // lse is a logarithm: absolute error, relative only beyond magnitude 1.

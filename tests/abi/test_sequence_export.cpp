@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "f32_tensors.hpp"
 #include "gqla/gqla.h"
 
 namespace {
 
-void ok(gqla_status st) {
-    INFO(gqla_last_error_message());
-    REQUIRE(st == GQLA_OK);
-}
+using abi::random_vector;
+using abi::rel_l2;
+constexpr auto ok = abi::require_ok;
 
 struct Shape {
     gqla_kind kind;
@@ -47,19 +47,7 @@ gqla_config config_of(const Shape& s, int32_t max_tokens = 4096) {
     return c;
 }
 
-std::vector<float> random_vector(std::mt19937_64& rng, size_t n) {
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
-
-gqla_tensor host(std::vector<float>& v, std::vector<int64_t> shape) {
-    gqla_tensor t;
-    REQUIRE(gqla_tensor_init(&t, v.data(), GQLA_DTYPE_F32, static_cast<int32_t>(shape.size()), shape.data()) ==
-            GQLA_OK);
-    return t;
-}
+gqla_tensor host(std::vector<float>& v, std::vector<int64_t> shape) { return abi::host_f32(v, std::move(shape)); }
 
 // A session whose GQLA weights come from `rng_seed` (so two sessions can hold
 // the same weights).
@@ -105,15 +93,6 @@ std::vector<float> decode_one(gqla_session* s, const gqla_config& c, gqla_seq_id
     gqla_tensor tq = host(q, {1, 1, c.num_heads, dq}), to = host(o, {1, 1, c.num_heads, c.value_dim});
     ok(gqla_decode(s, layer, 1, &seq, &tq, &to, nullptr));
     return o;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-        den += double(ref[i]) * ref[i];
-    }
-    return std::sqrt(num / den);
 }
 
 gqla_stats stats_of(const gqla_session* s) {
