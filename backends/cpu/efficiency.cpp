@@ -11,8 +11,10 @@
 //     softmax, the split merge and page switches.
 //   Absorb (MLA 16 heads, s_q=1..2): 66-79 GFLOP/s on one thread, 0.68-0.81
 //     of one core's FMA peak; 0.7 is the value used.
-//   Overhead: one OpenMP parallel region with three worksharing barriers
-//     plus planning, about 10 us on an idle machine.
+//   Overhead: the decode's phases on the backend's thread pool (one call
+//     per former worksharing loop, each ending when its last chunk has run)
+//     plus planning, about 10 us on an idle machine when it was measured
+//     with OpenMP's barriers; not refitted since the pool replaced them.
 // Memory and compute use the same factor here. Checked against
 // `gqla-bench --validate-auto --device cpu --json` on an idle 2-core EPYC
 // with a calibrated probe (34.9 GB/s, 233 GFLOP/s; 57 cells, data in
