@@ -105,6 +105,14 @@ gqla_status cpu_create(const gqla_backend_desc* desc, void** out_ctx, char* err,
         delete ctx;
         return report(GQLA_ERR_OUT_OF_MEMORY, "cannot allocate the decode workspace");
     }
+    // The workers start here, with the workspace they index, so that decode
+    // neither allocates nor starts threads.
+    try {
+        ctx->pool = std::make_unique<ThreadPool>(ctx->ws_layout.threads);
+    } catch (const std::bad_alloc&) {
+        delete ctx;
+        return report(GQLA_ERR_OUT_OF_MEMORY, "out of memory for the thread pool");
+    }
     *out_ctx = ctx;
     return GQLA_OK;
 }

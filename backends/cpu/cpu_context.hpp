@@ -65,13 +65,9 @@ struct CpuContext {
     char error[512] = {0};
 
     // Workers of this context's parallel loops, one slot per workspace
-    // thread area; started by the first call that needs them. Calls on one
-    // context are serialized by its session, so the start needs no lock.
+    // thread area; started by create (cpu_backend.cpp).
     std::unique_ptr<ThreadPool> pool;
-    ThreadPool& threads() {
-        if (!pool) pool = std::make_unique<ThreadPool>(ws_layout.threads);
-        return *pool;
-    }
+    ThreadPool& threads() { return *pool; }
 
     int n_rep() const { return desc.num_heads / desc.num_kv_heads; }
     // Width of one row of the expansion GEMM output: G * (d_c + d_v).
