@@ -39,7 +39,7 @@
 extern "C" {
 #endif
 
-#define GQLA_BACKEND_ABI_VERSION 1u
+#define GQLA_BACKEND_ABI_VERSION 2u
 
 /* Name of the function libgqla_cuda.so exports:
  *   const gqla_backend_vtable* gqla_cuda_backend_get(uint32_t abi_version);
@@ -71,6 +71,7 @@ typedef struct gqla_backend_desc {
     int32_t page_size;
     int64_t num_pages;
     int32_t max_sequences, max_batch, max_q_len;
+    int64_t max_q_tokens;                /* most query rows of one call (sum of q_lens) */
     int32_t device_index;
     int32_t num_threads;                 /* resolved (>= 1) */
 } gqla_backend_desc;
@@ -116,17 +117,33 @@ typedef struct gqla_decode_seq {
     int32_t num_pages;          /* entries in page_table */
     int32_t slot;
     int64_t length;             /* cached tokens of this layer (>= q_len) */
+    int32_t q_len;              /* queries of this sequence, 1..length: its last q_len
+                                   tokens; query k sees positions j <= length - q_len + k */
+    int64_t q_row;              /* ragged calls: first row of this sequence in q/o/lse
+                                   (prefix sum of the q_lens before it); uniform: b * q_len */
 } gqla_decode_seq;
 
+/* One attention call. Uniform calls (ragged == 0): every sequence has
+ * q_len queries and q/o/lse are 4-d/3-d [B, s_q, H, .] / [B, s_q, H].
+ * Ragged calls (ragged == 1): sequence b has seqs[b].q_len queries, rows
+ * packed in sequence order, and the views drop the batch dim: q [N, H, Dq],
+ * o [N, H, Dv], lse [N, H] with N = total_q; the rows of sequence b are
+ * q_row .. q_row + q_len - 1. */
 typedef struct gqla_decode_args {
     int32_t layer;
-    gqla_path path;             /* GQA or ABSORB (never AUTO) */
+    gqla_path path;             /* GQA or ABSORB (never AUTO, never GQA_TRANSIENT) */
     int32_t batch;
-    int32_t q_len;              /* s_q */
+    int32_t q_len;              /* uniform: s_q of every sequence; ragged: the largest q_len */
     const gqla_decode_seq* seqs;
-    gqla_view q;                /* [B, s_q, H, Dq] */
-    gqla_view o;                /* [B, s_q, H, Dv] */
-    gqla_view lse;              /* [B, s_q, H] f32; data == NULL when not wanted */
+    gqla_view q;                /* [B, s_q, H, Dq] or ragged [N, H, Dq] */
+    gqla_view o;                /* [B, s_q, H, Dv] or ragged [N, H, Dv] */
+    gqla_view lse;              /* [B, s_q, H] or ragged [N, H], f32; data == NULL when not wanted */
+    int32_t ragged;             /* 0 uniform, 1 ragged (see above) */
+    /* GQLA with path GQA only: 1 = the GQA form over latent rows up-projected
+     * for this call (the kept expanded cache, allocated or not, is not read);
+     * the backend reads the latent c and kr and its weights of the layer. */
+    int32_t transient;
+    int64_t total_q;            /* sum of q_len over the batch (<= desc.max_q_tokens) */
 } gqla_decode_args;
 
 /* Rows of one sequence's always-kept cache copied out to host memory, in

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -106,6 +107,9 @@ void validate_config(const gqla_config& c) {
     check_range("max_sequences", c.max_sequences, 1, kMaxSequences);
     check_range("max_batch", c.max_batch, 1, kMaxBatch);
     check_range("max_q_len", c.max_q_len, 1, kMaxQLen);
+    if (c.max_q_tokens < 0 || c.max_q_tokens > kMaxQTokens)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "config.max_q_tokens: expected 0 (max_batch * max_q_len) or 1..%lld, got %lld",
+             static_cast<long long>(kMaxQTokens), static_cast<long long>(c.max_q_tokens));
     const int device = enum_value(c.device);
     if (device != GQLA_DEVICE_AUTO && device != GQLA_DEVICE_CPU && device != GQLA_DEVICE_CUDA)
         fail(GQLA_ERR_INVALID_ARGUMENT, "config.device: expected GQLA_DEVICE_AUTO, _CPU or _CUDA (0..2), got %d",
@@ -197,6 +201,8 @@ gqla_config resolve_config(const gqla_config& in, gqla_device_type device) {
     c.max_tokens = pages * c.page_size;
     c.num_threads = resolve_num_threads(in.num_threads);
     if (c.max_batch > c.max_sequences) c.max_batch = c.max_sequences;  // a batch holds distinct sequences
+    if (c.max_q_tokens == 0)  // 1.0 sized its workspaces for max_batch full-length calls
+        c.max_q_tokens = std::min(static_cast<int64_t>(c.max_batch) * c.max_q_len, kMaxQTokens);
     return c;
 }
 

@@ -23,7 +23,9 @@ constexpr int32_t kMaxLayers = 4096;
 constexpr int32_t kMaxPageSize = 4096;
 constexpr int32_t kMaxSequences = 1 << 20;
 constexpr int32_t kMaxBatch = 1 << 16;
-constexpr int32_t kMaxQLen = 4096;
+constexpr int32_t kMaxQLen = 65536;
+// Query rows of one call (sum of q_lens); the workspaces scale with it.
+constexpr int64_t kMaxQTokens = int64_t(1) << 22;
 constexpr int32_t kMaxThreads = 4096;
 // Pages of one pool: every page costs 8 bytes of host bookkeeping (refcount
 // and free-list slot), so the cap keeps that under 128 MiB. Pages of 64

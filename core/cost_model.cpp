@@ -106,6 +106,40 @@ ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& prob
     return e;
 }
 
+namespace {
+
+// The GQA form over latent rows up-projected for one call: the expansion of
+// every cached token the call reads (expansion_cost, at its own efficiency)
+// and then the GQA form's attention over the expanded rows. The CUDA backend
+// writes those rows to device memory and reads them back (twice the expanded
+// width per token); the CPU backend expands tile by tile into scratch that
+// stays in cache, so its attention reads only the latent (counted by the
+// expansion) and kr.
+gqla_path_cost transient_cost(const gqla_config& cfg, const gqla_probe_info& probe, double tokens,
+                              double qo_bytes, double attention_flops, const Efficiency& eff) {
+    const Dims d = dims_of(cfg);
+    const double cache_elem = static_cast<double>(dtype_size(cfg.cache_dtype));
+    const double peak = priced_peak_gflops(cfg, probe) * 1e9;
+    const bool spills = probe.device == GQLA_DEVICE_CUDA;
+    const double expanded_width = d.G * (d.d_c + d.d_v);
+    const double attention_bytes = tokens * ((spills ? expanded_width : 0.0) + d.d_r) * cache_elem + qo_bytes;
+    const gqla_path_cost attend = price(attention_bytes, attention_flops, eff, Efficiency::kGqaPath, probe, peak);
+    const ExpansionCost e = expansion_cost(cfg, probe, tokens, eff);
+    gqla_path_cost c{};
+    c.bytes = attend.bytes + e.bytes;
+    c.flops = attend.flops + e.flops;
+    c.memory_s = c.bytes / bytes_per_second(probe);
+    c.compute_s = c.flops / peak;
+    c.overhead_s = attend.overhead_s;
+    c.time_s = attend.time_s + e.seconds;
+    c.bound = c.compute_s / eff.compute[Efficiency::kGqaPath] > c.memory_s / eff.memory[Efficiency::kGqaPath]
+                  ? GQLA_BOUND_COMPUTE
+                  : GQLA_BOUND_MEMORY;
+    return c;
+}
+
+}  // namespace
+
 gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& probe,
                               const gqla_workload& w, const Efficiency& eff) {
     gqla_cost_report rep{};
@@ -114,6 +148,10 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     const double B = w.batch, L = static_cast<double>(w.context), s = w.q_len;
     const double tokens = B * L;
     const double queries = B * s;  // query tokens of the step
+    // (query, key) pairs a step scores: query i of s sees L - s + 1 + i
+    // positions, L - (s - 1) / 2 on average (prefill chunks do about half
+    // the rectangle; a decode step of s << L barely differs from s * L).
+    const double pairs = queries * std::max(1.0, L - (std::min(s, L) - 1.0) / 2.0);
     const double cache_elem = static_cast<double>(dtype_size(cfg.cache_dtype));
     const double io_elem = static_cast<double>(dtype_size(cfg.io_dtype));
     const double peak = priced_peak_gflops(cfg, probe) * 1e9;
@@ -121,23 +159,24 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     if (cfg.kind == GQLA_KIND_GQA) {
         const double bytes = tokens * d.G * (d.D + d.Dv) * cache_elem
                              + queries * d.H * (d.D + d.Dv) * io_elem;  // q in, o out
-        const double flops = queries * L * d.H * (2.0 * d.D + 2.0 * d.Dv);
+        const double flops = pairs * d.H * (2.0 * d.D + 2.0 * d.Dv);
         rep.gqa = price(bytes, flops, eff, Efficiency::kGqaPath, probe, peak);
         rep.chosen = GQLA_PATH_GQA;
+        rep.call_chosen = GQLA_PATH_GQA;
         return rep;
     }
 
     const double qo_bytes = queries * d.H * (d.d_c + d.d_r + d.d_v) * io_elem;
 
     const double gqa_bytes = tokens * (d.G * (d.d_c + d.d_v) + d.d_r) * cache_elem + qo_bytes;
-    const double gqa_flops = queries * L * d.H * (2.0 * (d.d_c + d.d_r) + 2.0 * d.d_v);
+    const double gqa_flops = pairs * d.H * (2.0 * (d.d_c + d.d_r) + 2.0 * d.d_v);
     rep.gqa = price(gqa_bytes, gqa_flops, eff, Efficiency::kGqaPath, probe, peak);
 
     const double weight_elem = static_cast<double>(dtype_size(weight_storage_dtype(cfg, probe.device)));
     const double absorb_bytes = tokens * (d.r + d.d_r) * cache_elem
                                 + d.G * (d.d_c + d.d_v) * d.r * weight_elem  // W_UK and W_UV
                                 + qo_bytes;
-    const double absorb_flops = queries * L * d.H * (2.0 * (d.r + d.d_r) + 2.0 * d.r)
+    const double absorb_flops = pairs * d.H * (2.0 * (d.r + d.d_r) + 2.0 * d.r)
                                 + queries * d.H * 2.0 * (d.d_c + d.d_v) * d.r;  // q~ and o projections
     rep.absorb = price(absorb_bytes, absorb_flops, eff, Efficiency::kAbsorbPath, probe, peak);
 
@@ -148,6 +187,9 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     rep.expand_bytes = e.bytes;
     rep.expand_flops = e.flops;
     rep.expand_s = e.seconds;
+
+    rep.transient = transient_cost(cfg, probe, tokens, qo_bytes, gqa_flops, eff);
+    rep.call_chosen = rep.transient.time_s < rep.absorb.time_s ? GQLA_PATH_GQA_TRANSIENT : GQLA_PATH_ABSORB;
     return rep;
 }
 

@@ -66,8 +66,8 @@ double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe);
 // efficiency, compute_s / compute efficiency) + overhead; bound names the
 // larger of those two efficiency-scaled terms.
 // The cache of each sequence is read once per step for all s_q query tokens;
-// FLOPs scale with s_q (each query token sees about `context` tokens; the
-// causal triangle of s_q << context is neglected). The expansion covers the
+// FLOPs count the causal (query, key) pairs: query i of s_q sees
+// context - s_q + 1 + i positions. The expansion covers the
 // batch * context cached tokens of one layer.
 // The probe must carry positive read_gbps and peak FLOP/s.
 gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& probe,

@@ -40,6 +40,7 @@ gqla_backend_desc make_desc(const gqla_config& c) {
     d.max_sequences = c.max_sequences;
     d.max_batch = c.max_batch;
     d.max_q_len = c.max_q_len;
+    d.max_q_tokens = c.max_q_tokens;
     d.device_index = c.device == GQLA_DEVICE_CUDA ? c.device_index : 0;
     d.num_threads = c.num_threads;
     return d;

@@ -51,6 +51,22 @@ public:
     void decode(int32_t layer, int32_t batch, const gqla_seq_id* seqs, const gqla_tensor* q, gqla_tensor* o,
                 gqla_tensor* lse);
 
+    // One attention call (session_attention.cpp). Pointers are the caller's;
+    // q_lens NULL means uniform queries (s_q from q's shape).
+    struct AttentionCall {
+        int32_t layer = 0;
+        int32_t batch = 0;
+        const gqla_seq_id* ids = nullptr;
+        const int32_t* q_lens = nullptr;
+        const gqla_tensor* q = nullptr;
+        gqla_tensor* o = nullptr;
+        gqla_tensor* lse = nullptr;
+        int path_value = GQLA_PATH_AUTO;  // the call's gqla_path as the caller's int (ignored when on_session_path)
+        bool on_session_path = false;     // gqla_decode: the session's active path
+    };
+    // Returns the form the call ran on (GQA, ABSORB or GQA_TRANSIENT).
+    gqla_path attention(const AttentionCall& call);
+
     // By reference: a C caller may pass any int, which must not be loaded as the enum.
     void select_path(const gqla_path& path);
     gqla_path active_path() const;
@@ -82,6 +98,11 @@ private:
     // entries; views hold their rows in order.
     void append_views_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* seqs, const int64_t* counts,
                              const gqla_view& a, const gqla_view& b, const char* call);
+    gqla_path attention_locked(const AttentionCall& call);
+    // The form of a gqla_attention call on a GQLA session for its requested
+    // path: AUTO prices absorb, the kept expanded cache (when kept) and the
+    // transient expansion at the call's shape.
+    gqla_path call_form(gqla_path requested, int32_t batch, int64_t mean_context, int32_t q_len) const;
     gqla_seq_id add_locked();
     void release_locked(gqla_seq_id seq);
     void check_layer(int32_t layer) const;

@@ -101,6 +101,9 @@ void Session::switch_for_auto(gqla_path want) {
 void Session::select_path(const gqla_path& path) {
     std::lock_guard<std::mutex> lock(mu_);
     const int value = enum_value(path);
+    if (value == GQLA_PATH_GQA_TRANSIENT)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "path: GQLA_PATH_GQA_TRANSIENT is a form of one gqla_attention call, not a "
+             "session path (expected GQLA_PATH_AUTO, _GQA or _ABSORB)");
     if (value != GQLA_PATH_AUTO && value != GQLA_PATH_GQA && value != GQLA_PATH_ABSORB)
         fail(GQLA_ERR_INVALID_ARGUMENT, "path: expected GQLA_PATH_AUTO, _GQA or _ABSORB (0..2), got %d", value);
     if (cfg_.kind == GQLA_KIND_GQA) {
@@ -112,6 +115,7 @@ void Session::select_path(const gqla_path& path) {
     switch (path) {
         case GQLA_PATH_GQA: enable_expanded_path(); break;
         case GQLA_PATH_ABSORB: disable_expanded_path(); break;
+        case GQLA_PATH_GQA_TRANSIENT: break;  // refused above
         case GQLA_PATH_AUTO: {
             gqla_path want = have_history_
                                  ? policy_->choose(last_batch_, last_context_, last_q_len_, active_,

@@ -12,10 +12,12 @@ gqla_status copy_pages(CpuContext* ctx, int32_t n, const int32_t* src, const int
 // Copies a sequence's kept rows out in the cache dtype (cache_reads.cpp).
 gqla_status read_rows(CpuContext* ctx, const gqla_read_args* args);
 
-// GQA kind and the GQLA GQA path.
+// GQA kind and the GQLA GQA path over the kept expanded cache.
 gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* args);
 // GQLA absorb path.
 gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* args);
+// GQLA GQA form over latent rows up-projected for the call (args->transient).
+gqla_status decode_gqa_transient(CpuContext* ctx, const gqla_decode_args* args);
 
 // out[n][G*(d_c+d_v)] = latent[n][r] * W^T of one layer (oneDNN matmul when
 // built with it, else the kernel table's GEMM), on the context's threads.

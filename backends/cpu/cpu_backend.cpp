@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CPU backend's vtable and context lifecycle: pools, weights, workspace.
-// The per-call work lives in cache_writes.cpp, decode_gqa.cpp and
-// decode_absorb.cpp.
+// The per-call work lives in cache_writes.cpp, decode_gqa.cpp,
+// gqa_transient.cpp and decode_absorb.cpp.
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -33,6 +34,13 @@ bool use_isa(void* ctx, Isa isa) {
 }
 
 const char* isa_name(void* ctx) { return static_cast<CpuContext*>(ctx)->kernels->name; }
+
+void limit_chunk_rows(void* p, int64_t rows) {
+    CpuContext* ctx = static_cast<CpuContext*>(p);
+    const int64_t floor = ctx->desc.num_heads;
+    for (PathWorkspace* w : {&ctx->ws_layout.gqa, &ctx->ws_layout.absorb})
+        if (w->rows_cap > 0) w->rows_cap = std::max(floor, std::min(w->rows_cap, rows));
+}
 
 namespace {
 
@@ -158,7 +166,11 @@ gqla_status cpu_set_weights(void* p, int32_t layer, const gqla_view* wv) {
     if (bf16) {
         uint16_t* w16 = fresh.w16.as<uint16_t>();
         uint16_t* wuv16 = fresh.wuv16.as<uint16_t>();
-        for (size_t i = 0; i < elems; ++i) w16[i] = f32_to_bf16(w[i]);
+        fresh.w16_exact = true;
+        for (size_t i = 0; i < elems; ++i) {
+            w16[i] = f32_to_bf16(w[i]);
+            fresh.w16_exact = fresh.w16_exact && bf16_to_f32(w16[i]) == w[i];
+        }
         // wuv16[g][k][n] = W_UV[g][n][k]: row g*(dc+dv)+dc+n of w.
         for (int64_t g = 0; g < G; ++g)
             for (int64_t k = 0; k < r; ++k)
@@ -206,6 +218,7 @@ gqla_status cpu_decode(void* p, const gqla_decode_args* a) {
     if (a->batch <= 0) return GQLA_OK;
     if (ctx->desc.kind == GQLA_KIND_GQA) return decode_gqa_form(ctx, a);
     if (a->path == GQLA_PATH_ABSORB) return decode_absorb(ctx, a);
+    if (a->transient) return decode_gqa_transient(ctx, a);
     if (!ctx->expanded_on)
         return fail(ctx, GQLA_ERR_INVALID_STATE, "decode: GQA path requested but the expanded cache is off");
     return decode_gqa_form(ctx, a);

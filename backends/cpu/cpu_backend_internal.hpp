@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Internal controls of the CPU backend for tests and benchmarks (not part of
-// the vtable): pin a context to one ISA's kernels to exercise each of them.
+// the vtable): pin a context to one ISA's kernels to exercise each of them,
+// and shrink its chunks to exercise how calls are cut.
 #pragma once
+
+#include <cstdint>
 
 #include "backends/cpu/kernel_table.hpp"
 
@@ -12,5 +15,9 @@ namespace gqla::cpu {
 bool use_isa(void* ctx, Isa isa);
 // Name of the kernel table a context uses ("scalar", "avx2", "avx512").
 const char* isa_name(void* ctx);
+// Lowers the query rows of one chunk (GQA forms, absorb path) to at least
+// `rows` (never below the heads of one query, never above what the
+// workspace holds), so that small tests cut sequences into query ranges.
+void limit_chunk_rows(void* ctx, int64_t rows);
 
 }  // namespace gqla::cpu

@@ -34,6 +34,9 @@ struct LayerWeights {
     // is kept then (expansion_reads_wt()).
     AlignedBuffer w16;
     AlignedBuffer wuv16;
+    // w16 holds W exactly (bf16 checkpoints): the GQA_TRANSIENT form then
+    // up-projects with it, which bf16 dot products make twice as fast.
+    bool w16_exact = false;
     bool set() const { return !w.empty() || !w16.empty(); }
     bool bf16() const { return !w16.empty(); }
     size_t bytes() const { return w.size() + wt.size() + w16.size() + wuv16.size(); }

@@ -1,20 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// Decode of the GQA kind and of the GQLA GQA path: one work item per
-// (sequence, KV group, split piece) streams that group's K/V pages once for
-// all n_rep x s_q query rows of the group.
+// Attention of the GQA kind and of the GQLA GQA path over the cache: one
+// work item per (unit tile, split piece). A narrow tile (a decode step)
+// holds all n_rep x q_len rows of its (sequence, KV group) and streams the
+// group's K/V pages once for them; wide tiles (prefill chunks) hold
+// kWideRows rows each and read only the positions their last row may see,
+// so a chunk of n queries costs about half the full rectangle.
 #include <algorithm>
 
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/decode_plan.hpp"
-#include "backends/cpu/io_rows.hpp"
+#include "backends/cpu/gqa_form.hpp"
 #include "backends/cpu/thread_pool.hpp"
 
 namespace gqla::cpu {
 
 namespace {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Where the key/value segments of group g live in the pools.
 struct GroupCache {
@@ -44,135 +44,89 @@ GroupCache group_cache(const CpuContext* ctx, int32_t layer) {
     return c;
 }
 
-// Normalises `rows` accumulated rows of unit (b, g) into o (and lse).
-void write_group_output(const gqla_decode_args* a, int n_rep, int64_t b, int64_t g, int rows, int dv,
-                        const float* acc, const float* m, const float* l, gqla_dtype io) {
-    for (int row = 0; row < rows; ++row) {
-        const int64_t i = row / n_rep, h = g * n_rep + row % n_rep;
-        store_row_f32(acc + static_cast<int64_t>(row) * dv, 1.0f / l[row], view_at_mut(a->o, b, i, h), io, dv);
-        if (a->lse.data)
-            *static_cast<float*>(view_at_mut(a->lse, b, i, h)) = (m[row] + __builtin_log2f(l[row])) * kLn2;
-    }
-}
-
 }  // namespace
 
 gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
     const gqla_backend_desc& d = ctx->desc;
     const WorkspaceLayout& L = ctx->ws_layout;
     const PathWorkspace& W = L.gqa;
-    const int H = d.num_heads, G = d.num_kv_heads, n_rep = H / G, s_q = a->q_len;
-    const int rows = n_rep * s_q;
+    const int n_rep = ctx->n_rep();
     const GroupCache gc = group_cache(ctx, a->layer);
     const int dk = gc.d1 + gc.d2, dv = gc.dv;
-    const float q_scale = d.softmax_scale * kLog2e;
-    const GqaAttendFn attend = ctx->kernels->gqa_attend[d.cache_dtype - 1];
     const size_t es = ctx->elem_size;
     float* ws = ctx->workspace.as<float>();
     float* q32 = ws + W.q_off;
-    DecodePlan plan;
-    plan.items = reinterpret_cast<WorkItem*>(ws + W.items_off);
-    plan.units = reinterpret_cast<UnitSplit*>(ws + W.units_off);
-    plan.order = reinterpret_cast<int32_t*>(ws + W.order_off);
-    const int chunk_batch = static_cast<int>(std::max<int64_t>(1, L.rows_cap / (static_cast<int64_t>(H) * s_q)));
-
-    for (int b0 = 0; b0 < a->batch; b0 += chunk_batch) {
-        const int nb = std::min(chunk_batch, a->batch - b0);
-        const int units = nb * G;
-        plan_decode(plan, units, [&](int32_t u) { return a->seqs[b0 + u / G].length; }, L);
-        ThreadPool& pool = ctx->threads();
-        // The workspace area of the thread in pool slot `tid`.
-        struct ThreadArea { float* t_scratch; float* t_acc; float* t_m; float* t_l; int64_t* t_limit; };
-        auto thread_area = [&](int tid) {
-            ThreadArea t;
-            float* tws = ws + W.thread_off + W.thread_floats * static_cast<size_t>(tid);
-            t.t_scratch = tws;
-            t.t_acc = t.t_scratch + gqa_scratch_floats(rows, dk);
-            t.t_m = t.t_acc + round16(static_cast<int64_t>(rows) * dv);
-            t.t_l = t.t_m + rows;
-            t.t_limit = reinterpret_cast<int64_t*>(t.t_l + rows);  // 2 * rows floats past an aligned start
-            return t;
-        };
+    DecodePlan plan = plan_arrays(ws, W);
+    const CallRows rows{a};
+    GqaChunker chunker(ctx, rows, ws);
+    ThreadPool& pool = ctx->threads();
+    GqaChunk c;
+    while (chunker.next(c)) {
+        plan_decode(plan, c.num_tiles, [&](int32_t t) { return c.tiles[t].extent; },
+                    [&](int32_t t) { return c.tiles[t].rows; }, W, L.threads);
         // Each phase below is one pool call: the next starts once every item
         // of the previous one has run.
-        {
+        load_chunk_queries(ctx, rows, c, dk, q32);
 
-            // Queries of each unit as f32 rows (i, hh), pre-scaled.
-            pool.parallel_for_spread(units, [&](int64_t first, int64_t end, int) {
-            for (int u = static_cast<int>(first); u < end; ++u) {
-                const int64_t b = b0 + u / G, g = u % G;
-                for (int row = 0; row < rows; ++row) {
-                    const int64_t i = row / n_rep, h = g * n_rep + row % n_rep;
-                    load_row_f32(view_at(a->q, b, i, h), a->q.dtype, dk, q_scale,
-                                 q32 + (static_cast<int64_t>(u) * rows + row) * dk);
-                }
-            }
-            });
-
-            pool.parallel_for(plan.num_items, 1, [&](int64_t first, int64_t end, int tid) {
-            const auto [t_scratch, t_acc, t_m, t_l, t_limit] = thread_area(tid);
+        pool.parallel_for(plan.num_items, 1, [&](int64_t first, int64_t end, int tid) {
+            const GqaThreadArea area = gqa_thread_area(ctx, tid);
             for (int idx = static_cast<int>(first); idx < end; ++idx) {
                 const WorkItem& w = plan.items[plan.order[idx]];
-                const int64_t b = b0 + w.unit / G, g = w.unit % G;
-                const gqla_decode_seq& seq = a->seqs[b];
-                for (int row = 0; row < rows; ++row) t_limit[row] = seq.length - s_q + row / n_rep;
+                const GqaTile& t = c.tiles[w.unit];
+                const GqaUnit& u = c.units[t.unit];
+                const gqla_decode_seq& seq = a->seqs[u.b];
+                tile_limits(rows, n_rep, u, t, 0, area.limit);
                 GqaItem it;
-                it.rows = rows;
-                it.q = q32 + static_cast<int64_t>(w.unit) * rows * dk;
+                it.rows = t.rows;
+                it.q = q32 + (u.row0 + t.row0) * dk;
                 it.q_ld = dk;
-                it.row_limit = t_limit;
+                it.row_limit = area.limit;
                 it.page_table = seq.page_table;
                 it.page_size = d.page_size;
                 it.t0 = w.t0;
                 it.t1 = w.t1;
-                it.k1 = gc.k1 + g * gc.k1_group * es; it.k1_page_stride = gc.k1_page; it.d1 = gc.d1;
+                it.k1 = gc.k1 + u.g * gc.k1_group * es; it.k1_page_stride = gc.k1_page; it.d1 = gc.d1;
                 it.k2 = gc.k2; it.k2_page_stride = gc.k2_page; it.d2 = gc.d2;
-                it.v = gc.v + g * gc.v_group * es; it.v_page_stride = gc.v_page; it.dv = dv;
+                it.v = gc.v + u.g * gc.v_group * es; it.v_page_stride = gc.v_page; it.dv = dv;
                 if (w.partial < 0) {
-                    it.acc = t_acc; it.m = t_m; it.l = t_l;
+                    it.acc = area.acc; it.m = area.m; it.l = area.l;
                 } else {
                     float* p = ws + W.partial_off + W.partial_floats * static_cast<size_t>(w.partial);
-                    it.acc = p; it.m = p + static_cast<int64_t>(rows) * dv; it.l = it.m + rows;
+                    it.acc = p; it.m = p + int64_t(t.rows) * dv; it.l = it.m + t.rows;
                 }
-                it.scratch = t_scratch;
-                attend(it);
-                if (w.partial < 0) write_group_output(a, n_rep, b, g, rows, dv, t_acc, t_m, t_l, d.io_dtype);
+                it.scratch = area.scratch;
+                gqa_kernel(ctx, t)(it);
+                if (w.partial < 0) write_tile_output(rows, n_rep, u, t, dv, area.acc, area.m, area.l, d.io_dtype);
             }
-            });
+        });
 
-            // Merge split units through their log-sum-exp.
-            pool.parallel_for(units, 1, [&](int64_t first, int64_t end, int tid) {
-            float* const t_acc = thread_area(tid).t_acc;
-            for (int u = static_cast<int>(first); u < end; ++u) {
-                const UnitSplit& us = plan.units[u];
+        // Merge split tiles through their log-sum-exp.
+        pool.parallel_for(c.num_tiles, 1, [&](int64_t first, int64_t end, int tid) {
+            float* const acc = gqa_thread_area(ctx, tid).acc;
+            for (int ti = static_cast<int>(first); ti < end; ++ti) {
+                const UnitSplit& us = plan.units[ti];
                 if (us.count < 2) continue;
-                const int64_t b = b0 + u / G, g = u % G;
-                for (int row = 0; row < rows; ++row) {
+                const GqaTile& t = c.tiles[ti];
+                const GqaUnit& u = c.units[t.unit];
+                const int nr = t.rows;
+                auto part = [&](int k) { return ws + W.partial_off + W.partial_floats * static_cast<size_t>(us.first_partial + k); };
+                for (int i = 0; i < nr; ++i) {
                     float mx = -3.0e38f;
-                    for (int k = 0; k < us.count; ++k) {
-                        const float* p = ws + W.partial_off + W.partial_floats * static_cast<size_t>(us.first_partial + k);
-                        mx = std::max(mx, p[static_cast<int64_t>(rows) * dv + row]);
-                    }
-                    float* acc = t_acc;
+                    for (int k = 0; k < us.count; ++k) mx = std::max(mx, part(k)[int64_t(nr) * dv + i]);
                     std::fill(acc, acc + dv, 0.0f);
                     float l = 0.0f;
                     for (int k = 0; k < us.count; ++k) {
-                        const float* p = ws + W.partial_off + W.partial_floats * static_cast<size_t>(us.first_partial + k);
-                        const float pm = p[static_cast<int64_t>(rows) * dv + row];
-                        const float pl = p[static_cast<int64_t>(rows) * dv + rows + row];
-                        const float wgt = __builtin_exp2f(pm - mx);
-                        l += pl * wgt;
-                        const float* pa = p + static_cast<int64_t>(row) * dv;
+                        const float* p = part(k);
+                        const float wgt = __builtin_exp2f(p[int64_t(nr) * dv + i] - mx);
+                        l += p[int64_t(nr) * dv + nr + i] * wgt;
+                        const float* pa = p + int64_t(i) * dv;
                         for (int e = 0; e < dv; ++e) acc[e] += pa[e] * wgt;
                     }
-                    const int64_t i = row / n_rep, h = g * n_rep + row % n_rep;
-                    store_row_f32(acc, 1.0f / l, view_at_mut(a->o, b, i, h), d.io_dtype, dv);
-                    if (a->lse.data)
-                        *static_cast<float*>(view_at_mut(a->lse, b, i, h)) = (mx + __builtin_log2f(l)) * kLn2;
+                    GqaTile row{t.unit, t.row0 + i, 1, t.wide, t.extent};
+                    write_tile_output(rows, n_rep, u, row, dv, acc, &mx, &l, d.io_dtype);
                 }
             }
-            });
-        }
+        });
     }
     return GQLA_OK;
 }

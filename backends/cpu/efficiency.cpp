@@ -39,6 +39,15 @@
 //     two runs, 55/57 cells, mean regret 0.15%, max 4.5% and 6.6%, 96-98%
 //     within +-35% (bench/results/cpu_validate_auto_check.json); a refit
 //     on them moves no decision, so the factors stay.
+//   Prefill (gqla_attention with q_len > 16: wide kernels, rows in lanes)
+//     is not a regime of its own here: the factors stay those fitted to
+//     decode. Measured on the same EPYC (one thread, hot cache, 64 rows x
+//     4096 tokens of GQA D=128): bf16-dot 172-181 GFLOP/s, ~0.75 of the bf16
+//     dot peak (the 0.45 above prices it ~1.7x slow); f32 cache 92-94
+//     GFLOP/s, ~0.8 of the f32 FMA peak. GQA_TRANSIENT adds its up-projection
+//     (one core, 64 tokens x 512 x 256 per block): ~97 GFLOP/s in f32 with
+//     its transposes, ~165-186 with bf16 dot products when the weights are
+//     bf16.
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/kernel_table.hpp"
 

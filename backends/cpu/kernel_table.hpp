@@ -38,6 +38,26 @@ constexpr int64_t gqa_scratch_floats(int64_t rows, int64_t dk) {
 // Query rows of the absorb kernel live in SIMD lanes; blocks are padded to
 // this multiple (a multiple of every vector width).
 constexpr int kAbsorbRowAlign = 16;
+
+// Wide GQA items (many query rows: prefill chunks) put their rows in SIMD
+// lanes, as the absorb kernel does, so no score needs a horizontal sum and
+// the softmax is lane-parallel. At most kWideRows rows per item.
+constexpr int kWideRows = 64;
+constexpr int kWideTokenBlock = 32;
+// GqaItem::scratch of gqa_attend_wide for keys [d1 | d2] and values dv,
+// rows <= kWideRows (rows_pad = rows rounded up to kAbsorbRowAlign):
+//   queries transposed     [d1 + d2 + 2][rows_pad] (f32, or bf16 pairs)
+//   scores / probabilities [kWideTokenBlock + 1][rows_pad] (+ rescale)
+//   keys widened to f32    [kWideTokenBlock][d1 + d2]
+//   values widened to f32  [kWideTokenBlock][dv]
+//   value / probability pairs (bf16 dot products) [kWideTokenBlock / 2][dv + rows_pad]
+//   accumulator transposed [dv][rows_pad]
+//   m, l, visible counts, limits (int64)  [6][rows_pad]
+constexpr int64_t gqa_wide_scratch_floats(int64_t d1, int64_t d2, int64_t dv) {
+    return round16((d1 + d2 + 2) * kWideRows) + round16((kWideTokenBlock + 1) * kWideRows) +
+           round16(kWideTokenBlock * (d1 + d2)) + round16(kWideTokenBlock * dv) +
+           round16(kWideTokenBlock / 2 * (dv + kWideRows)) + round16(dv * kWideRows) + round16(6 * kWideRows);
+}
 // Largest row block (lanes) of one absorb work item.
 constexpr int kAbsorbMaxRowBlock = 64;
 
@@ -94,7 +114,28 @@ constexpr int64_t absorb_pair_scratch_floats(int64_t K, int64_t r, int64_t rows)
            round16(kAbsorbTokenBlock / 2 * rows);
 }
 
+// Up-projection of a block of latent rows for one group (the GQA_TRANSIENT
+// form): out[j][n] = sum_k c[j][k] * W[n][k] for j < tokens, n < N, where W
+// is the group's [N][r] block of W_UKV (d_c rows of W_UK, then d_v of W_UV).
+// f32 accumulation; W in f32, or in bf16 when that holds it exactly.
+struct ExpandItem {
+    int tokens;                 // rows of this block, <= kExpandTokens
+    const void* const* latent;  // [tokens] rows of r elements of the cache dtype
+    int r;
+    const void* w;              // [N][r]
+    int w_bf16;                 // w is bf16 (else f32)
+    int N;
+    float* out;                 // [tokens][N]
+    float* scratch;             // expand_scratch_floats(r, N)
+};
+// Room for a block of kExpandTokens rows.
+constexpr int kExpandTokens = 64;
+constexpr int64_t expand_scratch_floats(int64_t r, int64_t N) {
+    return round16((kExpandTokens + 1) * r) + round16(N * kExpandTokens);
+}
+
 using GqaAttendFn = void (*)(const GqaItem&);
+using ExpandFn = void (*)(const ExpandItem&);
 using AbsorbAttendFn = void (*)(const AbsorbItem&);
 // C[M,N] = A[M,K] * B[K,N]; row-major with leading dimensions, f32.
 using GemmFn = void (*)(int M, int N, int K, const float* A, int64_t lda,
@@ -108,7 +149,11 @@ struct KernelTable {
     const char* name;
     // Indexed by cache dtype: [0] f32, [1] f16, [2] bf16 (gqla_dtype - 1).
     GqaAttendFn gqa_attend[3];
+    // The same item with its rows in SIMD lanes (rows <= kWideRows, scratch
+    // gqa_wide_scratch_floats): many rows per item, as prefill chunks have.
+    GqaAttendFn gqa_attend_wide[3];
     AbsorbAttendFn absorb_attend[3];
+    ExpandFn expand[3];
     GemmFn gemm;
     GemmBf16Fn gemm_bf16;
 };

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // AVX-512 kernels plus AVX512-BF16 dot products for both attention forms
-// over a bf16 cache (attention_bf16_dot.inl); every other entry is the plain
-// AVX-512 kernel, compiled again in this unit's own namespace.
+// over a bf16 cache (attention_bf16_dot.inl, attention_wide_bf16.inl) and
+// for the transient up-projection (expansion_bf16.inl); every other entry
+// is the plain AVX-512 kernel, compiled again in this unit's own namespace.
 // GCC 12's AVX-512 headers build conversions on `__m512 __Y = __Y;`
 // (_mm512_undefined_*), which -Wuninitialized reports at every inlined use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -20,6 +21,10 @@ namespace avx512bf16_isa {
 #include "backends/cpu/simd_avx512.inl"
 #include "backends/cpu/attention_kernels.inl"
 #include "backends/cpu/attention_bf16_dot.inl"
+namespace bf16dot {
+#include "backends/cpu/attention_wide_bf16.inl"
+#include "backends/cpu/expansion_bf16.inl"
+}  // namespace bf16dot
 
 }  // namespace avx512bf16_isa
 
@@ -27,6 +32,8 @@ const KernelTable& avx512bf16_kernels() {
     static const KernelTable table = [] {
         KernelTable t = avx512bf16_isa::make_table(Isa::Avx512Bf16, "avx512-bf16");
         t.gqa_attend[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::gqa_attend_bf16;
+        t.gqa_attend_wide[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::gqa_attend_wide_bf16;
+        t.expand[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::expand_latent_bf16;
         t.absorb_attend[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::absorb_attend_bf16;
         return t;
     }();

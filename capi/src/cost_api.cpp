@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Cost prediction: pure (from a config and a probe) or for a live session.
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "capi/src/api_guard.hpp"
@@ -31,6 +32,10 @@ gqla_probe_info read_probe(const gqla_probe_info* p) {
     return copy;
 }
 
+// A 1.0 caller's report ends at expand_s; the fields appended in 1.1 are
+// written only when the caller's struct_size holds them.
+constexpr size_t kCostReportV1Size = offsetof(gqla_cost_report, expand_s) + sizeof(double);
+
 }  // namespace
 
 extern "C" {
@@ -42,7 +47,7 @@ gqla_status gqla_predict_cost(const gqla_config* cfg, const gqla_probe_info* pro
         gqla::validate_config(c);
         gqla::resolve_dims(c);
         gqla_workload work = gqla::read_workload(w, "w");
-        gqla::capi::require_out_struct(out, "out", sizeof(gqla_cost_report), "gqla_cost_report");
+        gqla::capi::require_out_struct(out, "out", kCostReportV1Size, "gqla_cost_report");
         gqla_probe_info p;
         if (probe != nullptr) {
             p = read_probe(probe);
@@ -58,7 +63,7 @@ gqla_status gqla_session_predict_cost(const gqla_session* session, const gqla_wo
     return guarded("gqla_session_predict_cost", [&] {
         const gqla::Session& s = gqla::capi::session_of(session);
         gqla_workload work = gqla::read_workload(w, "w");
-        gqla::capi::require_out_struct(out, "out", sizeof(gqla_cost_report), "gqla_cost_report");
+        gqla::capi::require_out_struct(out, "out", kCostReportV1Size, "gqla_cost_report");
         gqla::capi::write_out_struct(out, s.predict_cost(work));
     });
 }

@@ -119,6 +119,7 @@ const char* path_label(gqla_path p) {
         case GQLA_PATH_AUTO: return "auto";
         case GQLA_PATH_GQA: return "gqa";
         case GQLA_PATH_ABSORB: return "absorb";
+        case GQLA_PATH_GQA_TRANSIENT: return "gqa_transient";
     }
     return "?";
 }

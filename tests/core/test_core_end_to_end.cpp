@@ -292,7 +292,9 @@ TEST_CASE("end to end: C entry points turn errors into statuses with messages") 
     CHECK(std::string(gqla_status_string(GQLA_ERR_CAPACITY)).find("GQLA_ERR_CAPACITY") == 0);
     CHECK(std::string(gqla_status_string(static_cast<gqla_status>(42))).find("UNKNOWN") != std::string::npos);
     CHECK(gqla_version() == GQLA_VERSION);
-    CHECK(std::string(gqla_version_string()) == "1.0.0");
+    const std::string expected = std::to_string(GQLA_VERSION_MAJOR) + "." + std::to_string(GQLA_VERSION_MINOR) + "." +
+                                 std::to_string(GQLA_VERSION_PATCH);
+    CHECK(std::string(gqla_version_string()) == expected);
     int32_t n = -1;
     GQLA_OK_OR_FAIL(gqla_device_count(GQLA_DEVICE_CPU, &n));
     CHECK(n == 1);

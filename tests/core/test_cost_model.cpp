@@ -98,12 +98,13 @@ TEST_CASE("cost model: bytes and FLOPs of a small GQLA config, counted by hand")
     // q/o: 6 query tokens x 4 heads x (4+2 in + 6 out) x 4 B = 1152
     // GQA path: 20 tokens x (2*(4+6) + 2) x 4 B = 1760
     CHECK(r.gqa.bytes == 1760 + 1152);
-    // 6 x 10 x 4 heads x (2*(4+2) + 2*6) = 240 x 24
-    CHECK(r.gqa.flops == 5760);
+    // causal pairs: query i of 3 sees 8 + i positions, 9 on average: 6 x 9 = 54
+    // 54 x 4 heads x (2*(4+2) + 2*6) = 216 x 24
+    CHECK(r.gqa.flops == 5184);
     // absorb: 20 x (8+2) x 4 = 800, W_UKV 2*(4+6)*8 x 4 B (f32 on CPU) = 640
     CHECK(r.absorb.bytes == 800 + 640 + 1152);
-    // 240 x (2*(8+2) + 2*8) = 8640, projections 6 x 4 x 2*(4+6)*8 = 3840
-    CHECK(r.absorb.flops == 8640 + 3840);
+    // 216 x (2*(8+2) + 2*8) = 7776, projections 6 x 4 x 2*(4+6)*8 = 3840
+    CHECK(r.absorb.flops == 7776 + 3840);
     // expansion of 20 tokens: read 20x8x4 = 640, write 20x20x4 = 1600, W 640;
     // 20 x 2*8*(2*(4+6)) = 6400 FLOPs
     CHECK(r.expand_bytes == 640 + 1600 + 640);
@@ -111,9 +112,9 @@ TEST_CASE("cost model: bytes and FLOPs of a small GQLA config, counted by hand")
     CHECK(r.expand_s == doctest::Approx(6400e-9));  // compute-bound at 1 GFLOP/s
 
     CHECK(r.gqa.memory_s == doctest::Approx(2912e-9));
-    CHECK(r.gqa.compute_s == doctest::Approx(5760e-9));
-    CHECK(r.gqa.time_s == doctest::Approx(5760e-9));
-    CHECK(r.absorb.time_s == doctest::Approx(12480e-9));
+    CHECK(r.gqa.compute_s == doctest::Approx(5184e-9));
+    CHECK(r.gqa.time_s == doctest::Approx(5184e-9));
+    CHECK(r.absorb.time_s == doctest::Approx(11616e-9));
     CHECK(r.chosen == GQLA_PATH_GQA);
 }
 
@@ -169,7 +170,7 @@ TEST_CASE("cost model: GQA kind has one path, K+V bytes") {
     const gqla_cost_report r = gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), pure_roofline());
     // 20 tokens x 2 heads x (8+8) x 4 B + 6 x 4 x (8+8) x 4 B
     CHECK(r.gqa.bytes == 2560 + 1536);
-    CHECK(r.gqa.flops == 6 * 10 * 4 * 32);
+    CHECK(r.gqa.flops == 6 * 9 * 4 * 32);  // 6 queries seeing 9 positions on average
     CHECK(r.absorb.bytes == 0);
     CHECK(r.absorb.time_s == 0);
     CHECK(r.chosen == GQLA_PATH_GQA);
@@ -201,15 +202,15 @@ TEST_CASE("cost model: bound classification, efficiency and overhead") {
 }
 
 TEST_CASE("cost model: memory and compute efficiencies scale their own term") {
-    // GQA path at 1 GB/s, 1000 GFLOP/s: memory 2912 ns, compute 5.76 ns.
+    // GQA path at 1 GB/s, 1000 GFLOP/s: memory 2912 ns, compute 5.184 ns.
     const gqla_config c = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_F32, GQLA_DTYPE_F32);
     gqla_probe_info p = unit_cpu_probe();
     p.peak_gflops_f32 = 1000;
     Efficiency e = pure_roofline();
-    e.compute[Efficiency::kGqaPath] = 0.001;  // compute term 5760 ns now exceeds memory
+    e.compute[Efficiency::kGqaPath] = 0.001;  // compute term 5184 ns now exceeds memory
     const gqla_cost_report r = gqla::predict_cost(c, p, workload(2, 10, 3), e);
-    CHECK(r.gqa.compute_s == doctest::Approx(5.76e-9));  // the pure roofline term is reported
-    CHECK(r.gqa.time_s == doctest::Approx(5760e-9));
+    CHECK(r.gqa.compute_s == doctest::Approx(5.184e-9));  // the pure roofline term is reported
+    CHECK(r.gqa.time_s == doctest::Approx(5184e-9));
     CHECK(r.gqa.bound == GQLA_BOUND_COMPUTE);
     // the absorb path keeps its own factors
     CHECK(r.absorb.bound == GQLA_BOUND_MEMORY);
@@ -220,7 +221,7 @@ TEST_CASE("cost model: memory and compute efficiencies scale their own term") {
     Efficiency m = pure_roofline();
     m.memory[Efficiency::kGqaPath] = 0.9;
     const gqla_cost_report slow = gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), m);
-    CHECK(slow.gqa.time_s == doctest::Approx(5760e-9));
+    CHECK(slow.gqa.time_s == doctest::Approx(5184e-9));
     CHECK(slow.gqa.bound == GQLA_BOUND_COMPUTE);
 }
 

@@ -231,9 +231,11 @@ public:
         std::vector<gqla_decode_seq> ds;
         for (int i : idx) {
             Sequence& s = seqs_[static_cast<size_t>(i)];
-            ds.push_back(gqla_decode_seq{s.pages.data(), static_cast<int32_t>(s.pages.size()), s.slot, s.length});
+            ds.push_back(gqla_decode_seq{s.pages.data(), static_cast<int32_t>(s.pages.size()), s.slot, s.length,
+                                         static_cast<int32_t>(s_q), static_cast<int64_t>(ds.size()) * s_q});
         }
-        gqla_decode_args args{layer(), path, static_cast<int32_t>(B), s_q, ds.data(), q.view, o.view, lse.view};
+        gqla_decode_args args{layer(), path, static_cast<int32_t>(B), s_q, ds.data(), q.view, o.view, lse.view,
+                              /*ragged=*/0, /*transient=*/0, static_cast<int64_t>(B) * s_q};
         *st_out = vt_->decode(ctx_, &args);
         Errors e;
         if (*st_out != GQLA_OK) return e;

@@ -57,7 +57,7 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define GQLA_VERSION_MAJOR 1  /* ABI major: also the SONAME suffix (libgqla.so.1) */
-#define GQLA_VERSION_MINOR 0
+#define GQLA_VERSION_MINOR 1
 #define GQLA_VERSION_PATCH 0
 /* Encoded as major * 10000 + minor * 100 + patch. */
 #define GQLA_VERSION (GQLA_VERSION_MAJOR * 10000 + GQLA_VERSION_MINOR * 100 + GQLA_VERSION_PATCH)
@@ -110,7 +110,11 @@ typedef enum gqla_device_type {
 typedef enum gqla_path {
     GQLA_PATH_AUTO = 0,  /* chosen by the roofline cost model (GQLA); GQA kind: always GQA */
     GQLA_PATH_GQA = 1,   /* per-group expanded cache (GQLA) / the only path (GQA kind) */
-    GQLA_PATH_ABSORB = 2 /* MQA over the latent cache (GQLA only) */
+    GQLA_PATH_ABSORB = 2, /* MQA over the latent cache (GQLA only) */
+    /* gqla_attention only (GQLA): the GQA form over latent rows up-projected
+     * for this call into the session's workspace, whether or not the
+     * expanded cache is kept. Never a session path. */
+    GQLA_PATH_GQA_TRANSIENT = 3
 } gqla_path;
 
 /* ----------------------------------------------------------------- tensor */
@@ -169,12 +173,19 @@ typedef struct gqla_config {
                                     budget of more than 2^24 pages is refused */
     int32_t max_sequences;   /* live sequences at once (default 256) */
     int32_t max_batch;       /* largest decode batch (default 256) */
-    int32_t max_q_len;       /* largest s_q per decode (default 16) */
+    int32_t max_q_len;       /* largest s_q / q_lens entry per call, up to 65536 (default 16) */
 
     gqla_device_type device; /* default AUTO */
     int32_t device_index;    /* CUDA ordinal (default 0) */
     gqla_path path;          /* initial path (default AUTO) */
     int32_t num_threads;     /* CPU threads (0 = one per available core) */
+
+    /* Appended in 1.1 (a caller built against 1.0 leaves it at its default). */
+    int64_t max_q_tokens;    /* largest number of query tokens in one call (the sum of
+                                its q_lens; B * s_q for uniform calls), up to 2^22. 0 =
+                                max_batch * max_q_len (capped at 2^22). The workspaces scale with it (CUDA: about
+                                2 * max_q_tokens * H * (r + d_r + d_v) * 4 bytes for GQLA),
+                                so set it when max_q_len is large (prefill chunks). */
 } gqla_config;
 
 /* Fill *cfg with defaults for `kind` (dims left 0: the caller must set them).
@@ -302,6 +313,68 @@ GQLA_API gqla_status gqla_decode(gqla_session* session, int32_t layer, int32_t b
                                  const gqla_seq_id* seqs, const gqla_tensor* q,
                                  gqla_tensor* o, gqla_tensor* lse);
 
+/* ---------------------------------------------------- attention (general) */
+
+/* Arguments of gqla_attention. Initialize with gqla_attention_args_default;
+ * later versions append fields (struct_size tells which are present). */
+typedef struct gqla_attention_args {
+    size_t struct_size;        /* sizeof(gqla_attention_args) */
+    int32_t layer;
+    int32_t batch;             /* B sequences, 1..max_batch, each at most once */
+    const gqla_seq_id* seqs;   /* [B] */
+    /* Query tokens per sequence (host memory, [B]): sequence i of length L
+     * has q_lens[i] (1..min(L, max_q_len)) queries, its LAST q_lens[i]
+     * tokens; query k attends to positions j <= L - q_lens[i] + k. NULL: every
+     * sequence has s_q queries (s_q from q's shape). */
+    const int32_t* q_lens;
+    /* q_lens NULL: q [B, s_q, H, Dq], o [B, s_q, H, Dv], lse [B, s_q, H].
+     * q_lens set: rows packed in sequence order, q [N, H, Dq], o [N, H, Dv],
+     * lse [N, H] with N = sum(q_lens) <= config.max_q_tokens.
+     * Dtypes, devices and strides as for gqla_decode; lse may be NULL. */
+    const gqla_tensor* q;
+    gqla_tensor* o;
+    gqla_tensor* lse;
+    /* Path of THIS call (the session's selected path and its kept caches do
+     * not change, except as gqla_decode would under a session path of AUTO):
+     *   AUTO          the fastest form the cost model predicts among those
+     *                 available now: absorb, the GQA path over the kept
+     *                 expanded cache (when kept), and GQA_TRANSIENT;
+     *   GQA           over the kept expanded cache when it is kept, else
+     *                 GQA_TRANSIENT;
+     *   ABSORB        the absorb path;
+     *   GQA_TRANSIENT the GQA form over latent rows up-projected for this
+     *                 call (prefill chunks: about 3x fewer FLOPs than absorb
+     *                 for DeepSeek-V3 shapes, no kept expanded cache needed).
+     * GQA-kind sessions accept AUTO and GQA. Default AUTO. */
+    gqla_path path;
+    /* Optional output (NULL = not wanted): the form the call ran on, GQA,
+     * ABSORB or GQA_TRANSIENT (GQA for GQA-kind sessions). */
+    gqla_path* path_taken;
+} gqla_attention_args;
+
+/* Fill *args with defaults: struct_size, path AUTO, everything else 0/NULL.
+ * Errors: INVALID_ARGUMENT (args NULL). */
+GQLA_API gqla_status gqla_attention_args_default(gqla_attention_args* args);
+
+/* Attention of one layer for a batch of sequences with any mix of query
+ * counts (decoding sequences with 1 query beside prefill chunks of
+ * thousands), on the path `args->path` asks for. gqla_decode(s, l, B, seqs,
+ * q, o, lse) is this call with uniform queries on the session's path.
+ * Numerics, the non-finite policy, streams and graph capture as for
+ * gqla_decode. The GQA_TRANSIENT form needs scratch for one layer's
+ * expanded rows of the call's sequences: the CPU backend works tile by tile
+ * in its fixed workspace; the CUDA backend keeps one layer of expanded pages
+ * (pages_total * page_size * G * (d_c + d_v) elements of the cache dtype),
+ * allocated by the first call that uses the form (capture a CUDA graph of
+ * such a call only after one uncaptured call; a captured GQA_TRANSIENT call
+ * expands the token counts its sequences had at capture, so replay it only
+ * while their lengths are unchanged) and reported in
+ * gqla_stats.workspace_bytes.
+ * Errors: INVALID_ARGUMENT (shapes, dtypes, strides, q_lens, batch, path),
+ * NOT_FOUND, INVALID_STATE (weights missing), OUT_OF_MEMORY (transient
+ * workspace), BACKEND. A failed call changes nothing. */
+GQLA_API gqla_status gqla_attention(gqla_session* session, const gqla_attention_args* args);
+
 /* Non-finite values. The same on every device, path, kernel and cache dtype:
  * - A position a query may not see (j > L - s_q + i, a slot of a page past
  *   the sequence's length) contributes nothing to it, not even a NaN: a NaN
@@ -427,6 +500,13 @@ typedef struct gqla_cost_report {
     double expand_bytes;       /* one-time cost of building the expanded cache */
     double expand_flops;
     double expand_s;
+    /* Appended in 1.1. */
+    gqla_path_cost transient;  /* GQLA: the GQA form over latent rows up-projected
+                                  per call (the expansion of the batch's
+                                  context included); zeros for GQA kind */
+    gqla_path call_chosen;     /* what gqla_attention's AUTO picks for this
+                                  workload with no expanded cache kept:
+                                  GQA (GQA kind), ABSORB or GQA_TRANSIENT */
 } gqla_cost_report;
 
 /* Predict both paths' cost of one decode step of `layer`-sized attention for

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the GQA-form calls share, over the cache (decode_gqa.cpp) and over
+// latent pieces up-projected per call (gqa_transient.cpp): cutting a call
+// into chunks of (sequence, KV group, query range) units and those into
+// kernel tiles, the queries of a tile as scaled f32 rows, the row limits,
+// the per-thread scratch and the writing of finished rows.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/call_rows.hpp"
+#include "backends/cpu/cpu_context.hpp"
+#include "backends/cpu/kernel_table.hpp"
+
+namespace gqla::cpu {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct GqaChunk {
+    GqaUnit* units = nullptr;
+    GqaTile* tiles = nullptr;
+    int32_t num_units = 0;
+    int32_t num_tiles = 0;
+    int64_t rows = 0;
+};
+
+// Walks a call chunk by chunk. Units take whole (sequence, group) query runs
+// while they fit; a run with more rows than a chunk holds is cut into the
+// fewest equal query ranges that fit. Sequences with at most kNarrowQueries
+// queries give one narrow tile per unit, longer ones wide tiles of
+// kWideRows rows.
+class GqaChunker {
+public:
+    GqaChunker(const CpuContext* ctx, const CallRows& rows, float* workspace);
+    // The next chunk, in the workspace; false when the call is done.
+    bool next(GqaChunk& c);
+
+private:
+    const CallRows& rows_;
+    const PathWorkspace& W_;
+    int32_t batch_, groups_, n_rep_;
+    GqaUnit* units_;
+    GqaTile* tiles_;
+    int32_t b_ = 0, g_ = 0, k0_ = 0;
+    int32_t part_queries_ = 0;  // queries per range of the current run
+};
+
+// Per-thread scratch of a GQA-form item.
+struct GqaThreadArea {
+    float* scratch;   // the kernel's (WorkspaceLayout::attend_floats)
+    float* acc;       // [tile_rows][dv] of an unsplit tile
+    float* m;
+    float* l;
+    int64_t* limit;   // [tile_rows]
+};
+GqaThreadArea gqa_thread_area(const CpuContext* ctx, int tid);
+
+// The kernel for a tile: rows in lanes or in register tiles.
+inline GqaAttendFn gqa_kernel(const CpuContext* ctx, const GqaTile& t) {
+    const int dt = ctx->desc.cache_dtype - 1;
+    return t.wide ? ctx->kernels->gqa_attend_wide[dt] : ctx->kernels->gqa_attend[dt];
+}
+
+// Queries of the chunk's tiles as f32 rows [chunk row][dk], pre-multiplied by
+// scale * log2(e), on the context's threads.
+void load_chunk_queries(CpuContext* ctx, const CallRows& rows, const GqaChunk& c, int dk, float* q32);
+
+// limit[i]: last position row tile.row0 + i of unit u may see, minus `shift`.
+void tile_limits(const CallRows& rows, int n_rep, const GqaUnit& u, const GqaTile& t, int64_t shift, int64_t* limit);
+
+// Writes the rows of a tile from unnormalised acc [rows][dv], m, l (log2
+// domain) to o and lse.
+void write_tile_output(const CallRows& rows, int n_rep, const GqaUnit& u, const GqaTile& t, int dv, const float* acc,
+                       const float* m, const float* l, gqla_dtype io);
+
+}  // namespace gqla::cpu

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: Apache-2.0
+// Attention calls (gqla_decode and gqla_attention): validate, fill the
+// preallocated per-sequence array, pick the form the call runs on, call the
+// backend. Nothing here allocates on success (a kept-cache switch under the
+// session's AUTO does, once, when the cost model changes its mind).
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.hpp"
+#include "core/session.hpp"
+
+namespace gqla {
+
+namespace {
+
+const char* path_name(gqla_path p) {
+    switch (p) {
+        case GQLA_PATH_AUTO: return "AUTO";
+        case GQLA_PATH_GQA: return "GQA";
+        case GQLA_PATH_ABSORB: return "ABSORB";
+        case GQLA_PATH_GQA_TRANSIENT: return "GQA_TRANSIENT";
+    }
+    return "?";
+}
+
+}  // namespace
+
+void Session::decode(int32_t layer, int32_t batch, const gqla_seq_id* ids, const gqla_tensor* q, gqla_tensor* o,
+                     gqla_tensor* lse) {
+    AttentionCall call;
+    call.layer = layer;
+    call.batch = batch;
+    call.ids = ids;
+    call.q = q;
+    call.o = o;
+    call.lse = lse;
+    call.on_session_path = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    attention_locked(call);
+}
+
+gqla_path Session::attention(const AttentionCall& call) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return attention_locked(call);
+}
+
+gqla_path Session::attention_locked(const AttentionCall& c) {
+    check_layer(c.layer);
+    if (c.batch < 1 || c.batch > cfg_.max_batch)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "batch: expected 1..%d (config.max_batch), got %d", cfg_.max_batch, c.batch);
+    if (c.ids == nullptr) fail(GQLA_ERR_INVALID_ARGUMENT, "seqs: NULL (expected %d sequence ids)", c.batch);
+    const bool gqa = cfg_.kind == GQLA_KIND_GQA;
+    const int path_value = c.path_value;
+    if (!c.on_session_path) {
+        if (path_value < GQLA_PATH_AUTO || path_value > GQLA_PATH_GQA_TRANSIENT)
+            fail(GQLA_ERR_INVALID_ARGUMENT,
+                 "path: expected GQLA_PATH_AUTO, _GQA, _ABSORB or _GQA_TRANSIENT (0..3), got %d", path_value);
+        if (gqa && path_value != GQLA_PATH_AUTO && path_value != GQLA_PATH_GQA)
+            fail(GQLA_ERR_INVALID_ARGUMENT, "path: GQLA_PATH_%s needs a GQLA session (this session is GQA)",
+                 path_name(static_cast<gqla_path>(path_value)));
+    }
+    require_weights(c.layer, c.on_session_path ? "decode" : "attention");
+
+    // Query counts: uniform (s_q from q's shape) or one per sequence.
+    const bool ragged = c.q_lens != nullptr;
+    const char* dq_name = gqa ? "head_dim" : "nope_dim + rope_dim";
+    int64_t s_q = 0, total_q = 0;
+    int32_t max_len = 0;
+    gqla_view q_view{}, o_view{}, lse_view{};
+    if (!ragged) {
+        const TensorSpec q_spec{"q", 4, {"batch", "s_q", "num_heads", dq_name},
+                                {c.batch, kAnyExtent, cfg_.num_heads, cfg_.head_dim}, cfg_.io_dtype, false};
+        q_view = check_tensor(c.q, q_spec, placement_);
+        s_q = q_view.shape[1];
+        if (s_q < 1 || s_q > cfg_.max_q_len)
+            fail(GQLA_ERR_INVALID_ARGUMENT, "q: shape[1] (s_q) expected 1..%d (config.max_q_len), got %lld",
+                 cfg_.max_q_len, static_cast<long long>(s_q));
+        total_q = s_q * c.batch;
+        if (total_q > cfg_.max_q_tokens)
+            fail(GQLA_ERR_INVALID_ARGUMENT, "q: batch %d x s_q %lld = %lld query tokens exceed config.max_q_tokens %lld",
+                 c.batch, static_cast<long long>(s_q), static_cast<long long>(total_q),
+                 static_cast<long long>(cfg_.max_q_tokens));
+        max_len = static_cast<int32_t>(s_q);
+        const TensorSpec o_spec{"o", 4, {"batch", "s_q", "num_heads", "value_dim"},
+                                {c.batch, s_q, cfg_.num_heads, cfg_.value_dim}, cfg_.io_dtype, false};
+        o_view = check_tensor(c.o, o_spec, placement_);
+        if (c.lse != nullptr) {
+            const TensorSpec lse_spec{"lse", 3, {"batch", "s_q", "num_heads"}, {c.batch, s_q, cfg_.num_heads},
+                                      GQLA_DTYPE_F32, false};
+            lse_view = check_tensor(c.lse, lse_spec, placement_);
+        }
+    } else {
+        for (int32_t i = 0; i < c.batch; ++i) {
+            const int32_t n = c.q_lens[i];
+            if (n < 1 || n > cfg_.max_q_len)
+                fail(GQLA_ERR_INVALID_ARGUMENT, "q_lens[%d]: expected 1..%d (config.max_q_len), got %d", i,
+                     cfg_.max_q_len, n);
+            total_q += n;
+            max_len = std::max(max_len, n);
+        }
+        if (total_q > cfg_.max_q_tokens)
+            fail(GQLA_ERR_INVALID_ARGUMENT, "q_lens: %lld query tokens in all exceed config.max_q_tokens %lld",
+                 static_cast<long long>(total_q), static_cast<long long>(cfg_.max_q_tokens));
+        const TensorSpec q_spec{"q", 3, {"sum(q_lens)", "num_heads", dq_name},
+                                {total_q, cfg_.num_heads, cfg_.head_dim}, cfg_.io_dtype, false};
+        q_view = check_tensor(c.q, q_spec, placement_);
+        const TensorSpec o_spec{"o", 3, {"sum(q_lens)", "num_heads", "value_dim"},
+                                {total_q, cfg_.num_heads, cfg_.value_dim}, cfg_.io_dtype, false};
+        o_view = check_tensor(c.o, o_spec, placement_);
+        if (c.lse != nullptr) {
+            const TensorSpec lse_spec{"lse", 2, {"sum(q_lens)", "num_heads"}, {total_q, cfg_.num_heads},
+                                      GQLA_DTYPE_F32, false};
+            lse_view = check_tensor(c.lse, lse_spec, placement_);
+        }
+    }
+
+    const uint32_t epoch = next_epoch();
+    int64_t context_sum = 0, row = 0;
+    double weighted_queries = 0;  // sum of q_len * length: the call's attention work
+    for (int32_t i = 0; i < c.batch; ++i) {
+        auto it = seqs_.find(c.ids[i]);
+        if (it == seqs_.end())
+            fail(GQLA_ERR_NOT_FOUND, "seqs[%d]: unknown sequence id %lld", i, static_cast<long long>(c.ids[i]));
+        const Sequence& s = it->second;
+        size_t slot = static_cast<size_t>(s.slot);
+        if (slot_epoch_[slot] == epoch)
+            fail(GQLA_ERR_INVALID_ARGUMENT, "seqs[%d]: sequence id %lld repeated (also seqs[%d]); an id may appear "
+                 "once per call", i, static_cast<long long>(c.ids[i]), slot_arg_[slot]);
+        slot_epoch_[slot] = epoch;
+        slot_arg_[slot] = i;
+        const int64_t length = s.lengths[static_cast<size_t>(c.layer)];
+        const int64_t n = ragged ? c.q_lens[i] : s_q;
+        if (n > length) {
+            if (ragged)
+                fail(GQLA_ERR_INVALID_ARGUMENT,
+                     "q_lens[%d]: %lld queries exceed the %lld cached tokens of sequence %lld in layer %d (queries "
+                     "are the last q_lens[i] cached tokens)", i, static_cast<long long>(n),
+                     static_cast<long long>(length), static_cast<long long>(c.ids[i]), c.layer);
+            fail(GQLA_ERR_INVALID_ARGUMENT,
+                 "seqs[%d]: s_q %lld exceeds the %lld cached tokens of sequence %lld in layer %d (queries are the "
+                 "last s_q cached tokens)", i, static_cast<long long>(n), static_cast<long long>(length),
+                 static_cast<long long>(c.ids[i]), c.layer);
+        }
+        gqla_decode_seq& d = decode_seqs_[static_cast<size_t>(i)];
+        d.page_table = s.pages.data();
+        d.num_pages = static_cast<int32_t>(s.pages.size());
+        d.slot = s.slot;
+        d.length = length;
+        d.q_len = static_cast<int32_t>(n);
+        d.q_row = row;
+        row += n;
+        context_sum += length;
+        weighted_queries += static_cast<double>(n) * static_cast<double>(length);
+    }
+
+    gqla_decode_args args{};
+    args.layer = c.layer;
+    args.batch = c.batch;
+    args.q_len = max_len;
+    args.seqs = decode_seqs_.data();
+    args.q = q_view;
+    args.o = o_view;
+    args.lse = lse_view;
+    args.ragged = ragged ? 1 : 0;
+    args.total_q = total_q;
+    gqla_path taken = GQLA_PATH_GQA;
+    if (!gqa) {
+        // The shape the cost model prices: the mean context, and the query
+        // count that gives the call's attention work (sum of q_len * length).
+        const int64_t mean_context = std::max<int64_t>(1, context_sum / c.batch);
+        const int32_t q_eff = static_cast<int32_t>(std::clamp<double>(
+            weighted_queries / std::max<double>(1.0, static_cast<double>(context_sum)) + 0.5, 1.0, max_len));
+        const bool session_auto = c.on_session_path || path_value == GQLA_PATH_AUTO;
+        if (session_auto && requested_ == GQLA_PATH_AUTO) {
+            last_batch_ = c.batch;
+            last_context_ = mean_context;
+            last_q_len_ = q_eff;
+            last_layer_ = c.layer;
+            have_history_ = true;
+            // The policy weighs one layer's expansion against one layer's call.
+            gqla_path want = policy_->choose(c.batch, mean_context, q_eff, active_,
+                                             layer_tokens_[static_cast<size_t>(c.layer)]);
+            if (want != active_) switch_for_auto(want);
+        }
+        taken = c.on_session_path ? active_
+                                  : call_form(static_cast<gqla_path>(path_value), c.batch, mean_context, q_eff);
+    }
+    args.path = taken == GQLA_PATH_ABSORB ? GQLA_PATH_ABSORB : GQLA_PATH_GQA;
+    args.transient = taken == GQLA_PATH_GQA_TRANSIENT ? 1 : 0;
+    const gqla_backend_vtable& vt = backend_->vt();
+    backend_->check(vt.decode(backend_->ctx(), &args), c.on_session_path ? "decode" : "attention");
+    return taken;
+}
+
+gqla_path Session::call_form(gqla_path requested, int32_t batch, int64_t mean_context, int32_t q_len) const {
+    switch (requested) {
+        case GQLA_PATH_ABSORB: return GQLA_PATH_ABSORB;
+        case GQLA_PATH_GQA_TRANSIENT: return GQLA_PATH_GQA_TRANSIENT;
+        case GQLA_PATH_GQA: return expanded_ ? GQLA_PATH_GQA : GQLA_PATH_GQA_TRANSIENT;
+        case GQLA_PATH_AUTO: break;
+    }
+    gqla_workload w{};
+    w.struct_size = sizeof(w);
+    w.batch = batch;
+    w.context = mean_context;
+    w.q_len = q_len;
+    const gqla_cost_report r = gqla::predict_cost(cfg_, probe_, w, efficiency_);
+    // Ties go to the form that reads the least extra memory: absorb, then
+    // the kept expanded cache, then the transient expansion.
+    gqla_path best = GQLA_PATH_ABSORB;
+    double best_s = r.absorb.time_s;
+    if (expanded_ && r.gqa.time_s < best_s) {
+        best = GQLA_PATH_GQA;
+        best_s = r.gqa.time_s;
+    }
+    if (r.transient.time_s < best_s) best = GQLA_PATH_GQA_TRANSIENT;
+    return best;
+}
+
+}  // namespace gqla
