@@ -21,6 +21,7 @@
 #include "core/error.hpp"
 #include "core/probe.hpp"
 #include "core/probe_cache_file.hpp"
+#include "core/status_translation.hpp"
 
 namespace gqla {
 
@@ -204,11 +205,13 @@ gqla_status probe_device(gqla_device_type device, int32_t index, uint32_t flags,
         if (message) *message = "out: expected a gqla_probe_info to fill, got NULL";
         return GQLA_ERR_INVALID_ARGUMENT;
     }
-    try {
+    gqla_status result = GQLA_OK;
+    auto probe = [&] {
         const gqla_device_type resolved = resolve_device(device);
         if (resolved == GQLA_DEVICE_CPU) {
             if (index != 0) fail(GQLA_ERR_INVALID_ARGUMENT, "device_index: the CPU is device 0, got %d", index);
-            return probe_cpu(flags, out);
+            result = probe_cpu(flags, out);
+            return;
         }
         const gqla_backend_vtable* cuda = backend_for(GQLA_DEVICE_CUDA, index);
         gqla_probe_info info{};
@@ -216,23 +219,19 @@ gqla_status probe_device(gqla_device_type device, int32_t index, uint32_t flags,
         gqla_status st = cuda->probe(index, flags, &info);
         if (st != GQLA_OK) {
             if (message) *message = std::string("CUDA backend probe of device ") + std::to_string(index) + " failed";
-            return st;
+            result = st;
+            return;
         }
         info.device = GQLA_DEVICE_CUDA;
         info.device_index = index;
         // The CUDA probe measures bandwidth and peak together.
         if (info.calibrated && info.measured == 0) info.measured = GQLA_MEASURED_READ_GBPS | GQLA_MEASURED_PEAK;
-        return deliver(info, out);
-    } catch (const Error& e) {
-        if (message) *message = e.what();
-        return e.status();
-    } catch (const std::bad_alloc&) {
-        if (message) *message = "probe: out of host memory";
-        return GQLA_ERR_OUT_OF_MEMORY;
-    } catch (const std::exception& e) {
-        if (message) *message = std::string("probe: ") + e.what();
-        return GQLA_ERR_INTERNAL;
-    }
+        result = deliver(info, out);
+    };
+    const gqla_status thrown = status_of(probe, [message](gqla_status, const char* what) {
+        if (message) *message = what;
+    });
+    return thrown != GQLA_OK ? thrown : result;
 }
 
 gqla_status probe_device(gqla_device_type device, int32_t index, uint32_t flags, gqla_probe_info* out) {

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // The module's only export: gqla_cuda_backend_get, returning the vtable of
 // backend_api.h. Every entry binds the session's device, runs the operation
-// and turns a BackendError (or any exception) into a status + message.
+// and turns a BackendError (or any exception) into a status + message
+// (core/status_translation.hpp).
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <new>
 
 #include "core/backend_api.h"
+#include "core/status_translation.hpp"
 #include "device_probe.hpp"
 #include "session_ops.hpp"
 
@@ -18,20 +20,12 @@ namespace {
 template <typename F>
 gqla_status guarded(void* ctx, F&& f) {
     Session* s = static_cast<Session*>(ctx);
-    try {
-        bind_device(*s);
-        f(*s);
-        return GQLA_OK;
-    } catch (const BackendError& e) {
-        s->error = e.what();
-        return e.status;
-    } catch (const std::bad_alloc&) {
-        s->error = "CUDA backend: host allocation failed";
-        return GQLA_ERR_OUT_OF_MEMORY;
-    } catch (const std::exception& e) {
-        s->error = std::string("CUDA backend: ") + e.what();
-        return GQLA_ERR_INTERNAL;
-    }
+    return status_of(
+        [&] {
+            bind_device(*s);
+            f(*s);
+        },
+        [s](gqla_status, const char* message) { s->error = message; });
 }
 
 gqla_status vt_device_count(int32_t* out) {
@@ -42,35 +36,22 @@ gqla_status vt_device_count(int32_t* out) {
 thread_local std::string t_probe_error;
 
 gqla_status vt_probe(int32_t index, uint32_t flags, gqla_probe_info* out) {
-    try {
-        probe_device(index, flags, out);
-        return GQLA_OK;
-    } catch (const BackendError& e) {
-        t_probe_error = e.what();
-        return e.status;
-    } catch (const std::exception& e) {
-        t_probe_error = e.what();
-        return GQLA_ERR_INTERNAL;
-    }
+    return status_of([&] { probe_device(index, flags, out); },
+                     [](gqla_status, const char* message) { t_probe_error = message; });
 }
 
 gqla_status vt_create(const gqla_backend_desc* desc, void** out_ctx, char* err, size_t err_len) {
     *out_ctx = nullptr;
-    try {
-        if (desc->device_index < 0 || desc->device_index >= visible_device_count())
-            throw BackendError(GQLA_ERR_UNSUPPORTED, "CUDA device " + std::to_string(desc->device_index) + " not visible");
-        *out_ctx = create_session(*desc);
-        return GQLA_OK;
-    } catch (const BackendError& e) {
-        if (err && err_len) std::snprintf(err, err_len, "%s", e.what());
-        return e.status;
-    } catch (const std::bad_alloc&) {
-        if (err && err_len) std::snprintf(err, err_len, "CUDA backend: host allocation failed");
-        return GQLA_ERR_OUT_OF_MEMORY;
-    } catch (const std::exception& e) {
-        if (err && err_len) std::snprintf(err, err_len, "CUDA backend: %s", e.what());
-        return GQLA_ERR_INTERNAL;
-    }
+    return status_of(
+        [&] {
+            if (desc->device_index < 0 || desc->device_index >= visible_device_count())
+                throw BackendError(GQLA_ERR_UNSUPPORTED,
+                                   "CUDA device " + std::to_string(desc->device_index) + " not visible");
+            *out_ctx = create_session(*desc);
+        },
+        [err, err_len](gqla_status, const char* message) {
+            if (err && err_len) std::snprintf(err, err_len, "%s", message);
+        });
 }
 
 void vt_destroy(void* ctx) { destroy_session(static_cast<Session*>(ctx)); }
@@ -90,7 +71,8 @@ void vt_memory_usage(void* ctx, int64_t out[4]) {
                                   s.q_stage.bytes() + s.o_stage.bytes() + s.lse_stage.bytes() + s.part_o.bytes() +
                                   s.part_lse2.bytes() + s.q_nope.bytes() + s.q_att.bytes() + s.o_att.bytes() +
                                   s.o_proj.bytes() + s.expand_in.bytes() + s.expand_out.bytes() +
-                                  s.row_tokens.bytes() + s.staged_a.bytes() + s.staged_b.bytes());
+                                  s.row_tokens.bytes() + s.staged_a.bytes() + s.staged_b.bytes() +
+                                  s.transient_kc.bytes() + s.transient_ve.bytes() + s.transient_tokens.bytes());
 }
 
 gqla_status vt_set_weights(void* ctx, int32_t layer, const gqla_view* w) {

@@ -10,14 +10,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/error.hpp"
 #include "gqla/gqla.h"
 
 namespace gqla::cuda {
 
-// Thrown inside the module, caught at the vtable boundary.
-struct BackendError : std::runtime_error {
-    gqla_status status;
-    BackendError(gqla_status s, const std::string& msg) : std::runtime_error(msg), status(s) {}
+// Thrown inside the module, caught at the vtable boundary, where
+// core/status_translation.hpp turns it into its status like any gqla::Error.
+struct BackendError : Error {
+    BackendError(gqla_status s, const std::string& msg) : Error(s, msg) {}
 };
 
 [[noreturn]] inline void throw_cuda(cudaError_t e, const char* what) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/status_translation.hpp"
 #include "gqla/gqla.h"
 
 namespace gqla::capi {
@@ -14,26 +15,11 @@ namespace gqla::capi {
 // Store "<function>: <message>" as this thread's last error.
 void record_error(const char* function, const char* message) noexcept;
 
-// Run body; every exception becomes a status: gqla::Error -> its status,
-// std::bad_alloc -> OUT_OF_MEMORY, anything else -> INTERNAL.
+// Run body; every exception becomes a status (core/status_translation.hpp)
+// and its message this thread's last error.
 template <class Body>
 gqla_status guarded(const char* function, Body&& body) noexcept {
-    try {
-        body();
-        return GQLA_OK;
-    } catch (const Error& e) {
-        record_error(function, e.what());
-        return status_known(e.status()) && e.status() != GQLA_OK ? e.status() : GQLA_ERR_INTERNAL;
-    } catch (const std::bad_alloc&) {
-        record_error(function, "out of memory (host allocation failed)");
-        return GQLA_ERR_OUT_OF_MEMORY;
-    } catch (const std::exception& e) {
-        record_error(function, e.what());
-        return GQLA_ERR_INTERNAL;
-    } catch (...) {
-        record_error(function, "unknown exception");
-        return GQLA_ERR_INTERNAL;
-    }
+    return status_of(body, [function](gqla_status, const char* message) { record_error(function, message); });
 }
 
 // INVALID_ARGUMENT "<name>: NULL" when p is NULL.
