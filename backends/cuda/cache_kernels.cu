@@ -28,6 +28,16 @@ __global__ void gather_rows_kernel(const void* pool, int dtype, int64_t page_str
         store_elem(dst, dst_dtype, static_cast<int64_t>(row) * dim + c, load_elem(pool, dtype, base + c));
 }
 
+__global__ void sequence_tokens_kernel(const __grid_constant__ SequenceTokensParams p) {
+    const int i = blockIdx.x;
+    const int32_t* table = p.page_tables + p.slot[i] * p.table_stride;
+    int64_t* out = p.tokens + p.out_row[i];
+    for (int r = threadIdx.x; r < p.rows[i]; r += blockDim.x) {
+        const int64_t pos = p.start[i] + r;
+        out[r] = static_cast<int64_t>(table[pos / p.page_size]) * p.page_size + pos % p.page_size;
+    }
+}
+
 __global__ void copy_pages_kernel(const __grid_constant__ CopyPagesParams p) {
     const int i = blockIdx.x, layer = blockIdx.y;
     unsigned char* base = p.pool + layer * p.layer_bytes;
@@ -73,6 +83,12 @@ void launch_gather_rows(const void* pool, int32_t dtype, int64_t page_stride, in
     gather_rows_kernel<<<rows, 128, 0, stream>>>(pool, dtype, page_stride, row_stride, page_size, dim, row_token,
                                                  dst, dst_dtype);
     check_launch("gather_rows_kernel");
+}
+
+void launch_sequence_tokens(const SequenceTokensParams& p, cudaStream_t stream) {
+    if (p.count == 0) return;
+    sequence_tokens_kernel<<<p.count, 256, 0, stream>>>(p);
+    check_launch("sequence_tokens_kernel");
 }
 
 void launch_copy_pages(const CopyPagesParams& p, cudaStream_t stream) {

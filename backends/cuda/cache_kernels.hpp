@@ -28,6 +28,25 @@ void launch_gather_rows(const void* pool, int32_t dtype, int64_t page_stride, in
                         int32_t dim, const int64_t* row_token, int32_t rows, void* dst, int32_t dst_dtype,
                         cudaStream_t stream);
 
+// Token indices (page * page_size + slot, as launch_scatter_rows and
+// launch_gather_rows take them) of positions [start, start + rows) of up to
+// kTokenSegmentsPerLaunch sequences, looked up in the device page tables, so
+// that work queued on the stream (or replayed from a CUDA graph) finds the
+// pages the tables hold then, with no host staging. Segment i fills
+// tokens[out_row[i] .. out_row[i] + rows[i]).
+constexpr int kTokenSegmentsPerLaunch = 64;
+struct SequenceTokensParams {
+    const int32_t* page_tables; int64_t table_stride;
+    int32_t page_size;
+    int32_t count;  // segments
+    int64_t* tokens;
+    int32_t slot[kTokenSegmentsPerLaunch];
+    int32_t rows[kTokenSegmentsPerLaunch];
+    int32_t out_row[kTokenSegmentsPerLaunch];
+    int64_t start[kTokenSegmentsPerLaunch];
+};
+void launch_sequence_tokens(const SequenceTokensParams& p, cudaStream_t stream);
+
 // Copy whole pages src[i] -> dst[i] of every layer of one pool.
 constexpr int kCopyPagesPerLaunch = 128;
 struct CopyPagesParams {

@@ -3,8 +3,10 @@
 // copy-on-write page copies and the device-side sequence tables.
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "cache_kernels.hpp"
+#include "cache_rows.hpp"
 #include "core/dtype.hpp"
 #include "session_ops.hpp"
 
@@ -53,68 +55,12 @@ void item_tokens(const gqla_append_item& it, int32_t page_size, int64_t* out) {
     }
 }
 
-void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, int64_t src_col_offset_elems,
-                  const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim, const int64_t* tokens,
-                  int32_t rows) {
-    const PoolGeometry g = pool_geometry(s, groups, dim);
-    ScatterParams p{};
-    p.src = static_cast<const unsigned char*>(src.data) + src_col_offset_elems * dtype_size(src.dtype);
-    p.src_dtype = src.dtype;
-    p.src_row_stride = src.strides[0];
-    p.src_group_stride = src_group_stride;
-    p.dst = pool.get<unsigned char>() + layer * g.layer_stride * cache_elem_size(s);
-    p.dst_dtype = s.desc.cache_dtype;
-    p.dst_page_stride = g.page_stride;
-    p.dst_group_stride = g.group_stride;
-    p.dst_row_stride = g.row_stride;
-    p.page_size = s.desc.page_size;
-    p.groups = static_cast<int32_t>(groups);
-    p.dim = dim;
-    p.rows = rows;
-    p.row_token = tokens;
-    launch_scatter_rows(p, s.stream);
-}
-
-// KC/VE rows of `layer` for the given tokens, from the latent pool:
-// E [rows][G*(d_c+d_v)] = C [rows][r] . W_UKV^T, then scattered per group.
-void expand_tokens(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
-    const gqla_backend_desc& d = s.desc;
-    const void* w = s.weights[static_cast<size_t>(layer)].get();
-    if (!w) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: weights of layer " + std::to_string(layer) + " not set");
+// KC/VE rows of `layer` for the given tokens, into the kept expanded cache.
+void expand_kept(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
+    if (!s.weights[static_cast<size_t>(layer)].get())
+        throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: weights of layer " + std::to_string(layer) + " not set");
     if (!s.pool_kc.get()) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: expanded cache not enabled");
-    const int r = d.latent_dim, G = d.num_kv_heads, width = d.nope_dim + d.value_dim, N = G * width;
-    // Group g's block of W: the g-th, or with per-head copies the first of its heads'.
-    const int64_t copies = s.weight_copies(), group_stride = copies * width * r;
-    const PoolGeometry cg = pool_geometry(s, 1, r);
-    const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cache_elem_size(s);
-    const float one = 1.f, zero = 0.f;
-    for (int64_t first = 0; first < n; first += s.expand_chunk) {
-        const int rows = static_cast<int>(std::min<int64_t>(s.expand_chunk, n - first));
-        // Latent rows in W's dtype (16-bit caches: as stored), f32 products.
-        launch_gather_rows(c_layer, d.cache_dtype, cg.page_stride, cg.row_stride, d.page_size, r, d_tokens + first,
-                           rows, s.expand_in.get(), projection_dtype(s), s.stream);
-        const cudaDataType_t in_type = projection_cuda_type(s);
-        if (copies == 1)
-            check_cublas(cublasGemmEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, r, &one, w, in_type, r,
-                                      s.expand_in.get(), in_type, r, &zero, s.expand_out.get<float>(), CUDA_R_32F, N,
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                         "latent expansion (GemmEx)");
-        else  // blocks spaced by per-head copies: one GEMM per group, the same latent rows
-            check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, width, rows, r, &one, w, in_type,
-                                                    r, group_stride, s.expand_in.get(), in_type, r, 0, &zero,
-                                                    s.expand_out.get<float>(), CUDA_R_32F, N, width, G,
-                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                         "latent expansion (GemmStridedBatchedEx)");
-        gqla_view e{};
-        e.data = s.expand_out.get();
-        e.dtype = GQLA_DTYPE_F32;
-        e.on_device = 1;
-        e.ndim = 2;
-        e.strides[0] = N;
-        e.strides[1] = 1;
-        scatter_into(s, e, width, 0, s.pool_kc, layer, G, d.nope_dim, d_tokens + first, rows);
-        scatter_into(s, e, width, d.nope_dim, s.pool_ve, layer, G, d.value_dim, d_tokens + first, rows);
-    }
+    expand_latent_rows(s, layer, d_tokens, n, ExpandedPools{&s.pool_kc, &s.pool_ve, layer});
 }
 
 void send_table_update(Session& s, int32_t slot, int32_t page_begin, const int32_t* pages, int32_t page_count,
@@ -232,7 +178,7 @@ void append(Session& s, const gqla_append_args& a) {
     } else {
         scatter_into(s, va, 0, 0, s.pool_a, a.layer, 1, d.latent_dim, d_tokens, rows);
         scatter_into(s, vb, 0, 0, s.pool_b, a.layer, 1, d.rope_dim, d_tokens, rows);
-        if (a.write_expanded) expand_tokens(s, a.layer, d_tokens, n);
+        if (a.write_expanded) expand_kept(s, a.layer, d_tokens, n);
     }
 }
 
@@ -249,7 +195,7 @@ void expand(Session& s, const gqla_expand_args& a) {
     }
     check_cuda(cudaMemcpyAsync(s.row_tokens.get(), tokens, n * 8, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(tokens)");
     release_pinned(s);
-    expand_tokens(s, a.layer, s.row_tokens.get<int64_t>(), n);
+    expand_kept(s, a.layer, s.row_tokens.get<int64_t>(), n);
 }
 
 void copy_pages(Session& s, int32_t n, const int32_t* src, const int32_t* dst) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "attention_kernels.hpp"
 #include "core/dtype.hpp"
@@ -19,6 +20,9 @@ constexpr size_t kCublasWorkspaceBytes = 32u << 20;
 constexpr int kMinSplitsAtBatch1 = 64;
 constexpr int kSplitsAtFullBatch = 4;
 constexpr int64_t kMaxPartialBytes = int64_t(256) << 20;
+// Query tokens per sequence up to which a one-sequence call is planned with
+// kMinSplitsAtBatch1 splits whatever the partials' budget (the default max_q_len).
+constexpr int64_t kFewQueries = 16;
 
 size_t bytes_of(int64_t elems, size_t elem) { return static_cast<size_t>(elems) * elem; }
 
@@ -50,18 +54,24 @@ PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_
     return v;
 }
 
-std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer& keys, const DeviceBuffer& values) {
+std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer& keys, const DeviceBuffer& values,
+                                           bool single_layer) {
     std::vector<NarrowTmaMaps> maps;
     if (!s.narrow_tma || !keys.get() || !values.get()) return maps;
     const gqla_backend_desc& d = s.desc;
     const bool gqla = d.kind == GQLA_KIND_GQLA;
     for (int layer = 0; layer < d.num_layers; ++layer) {
-        const PoolView k1 = pool_view(s, keys, layer, d.num_kv_heads, gqla ? d.nope_dim : d.head_dim, false);
+        const int kv_layer = single_layer ? 0 : layer;
+        const PoolView k1 = pool_view(s, keys, kv_layer, d.num_kv_heads, gqla ? d.nope_dim : d.head_dim, false);
         const PoolView k2 = gqla ? pool_view(s, s.pool_b, layer, 1, d.rope_dim, true) : PoolView{};
-        const PoolView v = pool_view(s, values, layer, d.num_kv_heads, d.value_dim, false);
+        const PoolView v = pool_view(s, values, kv_layer, d.num_kv_heads, d.value_dim, false);
         maps.push_back(narrow_tma_maps(d.cache_dtype, k1, k2, v, d.page_size, d.num_pages));
     }
     return maps;
+}
+
+int64_t query_token_capacity(const gqla_backend_desc& d) {
+    return d.max_q_tokens > 0 ? d.max_q_tokens : static_cast<int64_t>(d.max_batch) * d.max_q_len;
 }
 
 void bind_device(const Session& s) { check_cuda(cudaSetDevice(s.device), "cudaSetDevice"); }
@@ -130,6 +140,95 @@ int knob_choice(const char* name) {
     return !(v && *v) ? -1 : *v == '0' ? 0 : 1;
 }
 
+// Everything a decode call's query rows need, sized for query_token_capacity
+// tokens x H heads: host-tensor staging, split-KV partials and the absorb
+// path's projection workspaces.
+struct WorkspaceBuffer {
+    DeviceBuffer Session::*buffer;
+    size_t bytes;
+    const char* what;
+};
+struct DecodeWorkspace {
+    int64_t rows = 0;       // Session::max_rows
+    int64_t part_rows = 0;  // Session::part_rows
+    WorkspaceBuffer buffers[9];
+    int count = 0;
+    size_t total_bytes() const {
+        size_t b = 0;
+        for (int i = 0; i < count; ++i) b += buffers[i].bytes;
+        return b;
+    }
+};
+
+DecodeWorkspace plan_decode_workspace(const Session& s) {
+    const gqla_backend_desc& d = s.desc;
+    DecodeWorkspace w;
+    const bool gqla = d.kind == GQLA_KIND_GQLA;
+    const int64_t H = d.num_heads, tokens = query_token_capacity(d);
+    const int64_t dq = gqla ? d.nope_dim + d.rope_dim : d.head_dim;
+    const int64_t dv = d.value_dim;
+    const int64_t att_dv = gqla ? std::max<int64_t>(dv, d.latent_dim) : dv;
+    const size_t io = dtype_size(d.io_dtype);
+    w.rows = tokens * H;
+    const int64_t R = w.rows;
+    // Partials: enough for kMinSplitsAtBatch1 splits of a one-sequence decode
+    // (of up to kFewQueries queries, more where the kMaxPartialBytes budget
+    // allows: more splits only pay where a call's rows leave SMs idle, and a
+    // prefill-sized max_q_len would otherwise ask for 64 splits of thousands
+    // of rows), or kSplitsAtFullBatch splits of a full call (a batch of a few
+    // long sequences can leave SMs idle: absorb over 32 heads at batch 64 is
+    // 64 CTAs on 132 SMs), the latter capped at kMaxPartialBytes.
+    const int64_t row_bytes = att_dv * 4 + 4;
+    const int64_t full_batch_rows =
+        std::max<int64_t>(R, std::min<int64_t>(kSplitsAtFullBatch * R, kMaxPartialBytes / row_bytes));
+    const int64_t split_queries =
+        std::min<int64_t>({int64_t(d.max_q_len), tokens,
+                           std::max<int64_t>(kFewQueries, kMaxPartialBytes / (row_bytes * kMinSplitsAtBatch1 * H))});
+    w.part_rows = std::max<int64_t>(full_batch_rows, int64_t(kMinSplitsAtBatch1) * split_queries * H);
+
+    auto add = [&w](DeviceBuffer Session::*buffer, size_t bytes, const char* what) {
+        w.buffers[w.count++] = WorkspaceBuffer{buffer, bytes, what};
+    };
+    add(&Session::q_stage, bytes_of(R * dq, io), "decode query staging");
+    add(&Session::o_stage, bytes_of(R * dv, io), "decode output staging");
+    add(&Session::lse_stage, bytes_of(R, 4), "decode lse staging");
+    add(&Session::part_o, bytes_of(w.part_rows * att_dv, 4), "split-KV partial outputs");
+    add(&Session::part_lse2, bytes_of(w.part_rows, 4), "split-KV partial lse");
+    if (gqla) {
+        // The projections' operands (queries, latent queries and outputs)
+        // are in their dtype; their products land in f32.
+        const size_t work = dtype_size(projection_dtype(s));
+        add(&Session::q_nope, bytes_of(R * d.nope_dim, work), "absorb query (nope)");
+        add(&Session::q_att, bytes_of(R * (d.latent_dim + d.rope_dim), work), "absorb latent query");
+        add(&Session::o_att, bytes_of(R * d.latent_dim, work), "absorb latent output");
+        add(&Session::o_proj, bytes_of(R * dv, 4), "absorb projected output");
+    }
+    return w;
+}
+
+void allocate_decode_workspace(Session* s) {
+    const gqla_backend_desc& d = s->desc;
+    const DecodeWorkspace w = plan_decode_workspace(*s);
+    s->max_rows = w.rows;
+    s->part_rows = w.part_rows;
+    try {
+        for (int i = 0; i < w.count; ++i) (s->*w.buffers[i].buffer).allocate(w.buffers[i].bytes, w.buffers[i].what);
+    } catch (const BackendError& e) {
+        if (e.status() != GQLA_ERR_OUT_OF_MEMORY) throw;
+        // Whoever raised max_q_len for prefill chunks must learn that these
+        // buffers scale with the query tokens of one call, and which setting
+        // bounds them.
+        const int64_t tokens = query_token_capacity(d);
+        throw BackendError(
+            e.status(),
+            "CUDA backend: the decode workspace for config.max_q_tokens = " + std::to_string(tokens) +
+                (d.max_q_tokens > 0 ? "" : " (0: max_batch * max_q_len)") + " query tokens x " +
+                std::to_string(d.num_heads) + " heads asks for " + std::to_string(w.total_bytes()) +
+                " bytes, more than the device holds; set config.max_q_tokens to the most query tokens one call "
+                "carries (the sum of its q_lens) [" + e.what() + "]");
+    }
+}
+
 void init_session(Session* s, const gqla_backend_desc& d) {
     s->desc = d;
     s->device = d.device_index;
@@ -185,7 +284,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     check_cublas(cublasSetStream(s->cublas, s->stream), "cublasSetStream");
     s->gemms.init(s->cublas, knob_on("GQLA_CUDA_CUBLASLT"), s->cublas_workspace.get(), kCublasWorkspaceBytes);
 
-    const size_t es = cache_elem_size(*s), io = dtype_size(d.io_dtype);
+    const size_t es = cache_elem_size(*s);
     const int64_t L = d.num_layers, G = d.num_kv_heads, H = d.num_heads;
     const bool gqla = d.kind == GQLA_KIND_GQLA;
     if (!gqla) {
@@ -212,33 +311,12 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     s->host_pages.assign(static_cast<size_t>(d.max_sequences), {});
     s->host_lengths.assign(static_cast<size_t>(d.max_sequences), std::vector<int32_t>(static_cast<size_t>(L), 0));
 
-    const int64_t dq = gqla ? d.nope_dim + d.rope_dim : d.head_dim;
-    const int64_t dv = d.value_dim;
-    const int64_t att_dv = gqla ? std::max<int64_t>(dv, d.latent_dim) : dv;
-    s->max_rows = static_cast<int64_t>(d.max_batch) * d.max_q_len * H;
-    const int64_t R = s->max_rows;
-    s->q_stage.allocate(bytes_of(R * dq, io), "decode query staging");
-    s->o_stage.allocate(bytes_of(R * dv, io), "decode output staging");
-    s->lse_stage.allocate(bytes_of(R, 4), "decode lse staging");
-    // Partials: enough for kMinSplitsAtBatch1 splits of a one-sequence decode at
-    // max_q_len, or kSplitsAtFullBatch splits of a full batch (a batch of a few
-    // long sequences can leave SMs idle: absorb over 32 heads at batch 64 is
-    // 64 CTAs on 132 SMs), the latter capped at kMaxPartialBytes.
-    const int64_t row_bytes = att_dv * 4 + 4;
-    const int64_t full_batch_rows =
-        std::max<int64_t>(R, std::min<int64_t>(kSplitsAtFullBatch * R, kMaxPartialBytes / row_bytes));
-    s->part_rows = std::max<int64_t>(full_batch_rows, int64_t(kMinSplitsAtBatch1) * d.max_q_len * H);
-    s->part_o.allocate(bytes_of(s->part_rows * att_dv, 4), "split-KV partial outputs");
-    s->part_lse2.allocate(bytes_of(s->part_rows, 4), "split-KV partial lse");
+    allocate_decode_workspace(s);
     if (gqla) {
-        // The projections' operands (queries, latent queries and outputs,
-        // latent rows) are in their dtype; their products land in f32.
+        // Expansion (kept expanded cache and the GQA_TRANSIENT form): latent
+        // rows in the projection dtype in, f32 products out, in chunks.
         const size_t work = dtype_size(projection_dtype(*s));
-        s->q_nope.allocate(bytes_of(R * d.nope_dim, work), "absorb query (nope)");
-        s->q_att.allocate(bytes_of(R * (d.latent_dim + d.rope_dim), work), "absorb latent query");
-        s->o_att.allocate(bytes_of(R * d.latent_dim, work), "absorb latent output");
-        s->o_proj.allocate(bytes_of(R * dv, 4), "absorb projected output");
-        const int64_t n_exp = G * (d.nope_dim + dv);
+        const int64_t n_exp = G * (d.nope_dim + d.value_dim);
         s->expand_chunk = static_cast<int32_t>(std::clamp<int64_t>((int64_t(1) << 22) / n_exp, 64, 2048));
         s->expand_in.allocate(bytes_of(int64_t(s->expand_chunk) * d.latent_dim, work), "expansion input");
         s->expand_out.allocate(bytes_of(int64_t(s->expand_chunk) * n_exp, 4), "expansion output");

@@ -60,7 +60,11 @@ struct Session {
     std::vector<std::vector<int32_t>> host_pages;    // what the device holds, per slot
     std::vector<std::vector<int32_t>> host_lengths;  // per slot, per layer
 
-    // Decode workspace (sized at create for max_batch x max_q_len x H rows).
+    // Decode workspace, sized at create for the most query rows of one call:
+    // query_token_capacity(desc) tokens x H heads. Since calls carry any mix
+    // of query counts (ragged calls, prefill chunks), desc.max_q_tokens bounds
+    // the sum of a call's q_lens; max_batch x max_q_len would size every call
+    // for its largest sequence's count times the batch.
     int64_t max_rows = 0;
     DeviceBuffer q_stage, o_stage, lse_stage;          // host-tensor staging
     int64_t part_rows = 0;                             // (split, b, qi, h) rows the partials hold
@@ -80,6 +84,18 @@ struct Session {
     // Expansion workspace (latent rows in, expanded rows out), chunked.
     int32_t expand_chunk = 0;
     DeviceBuffer expand_in, expand_out;
+
+    // GQLA, the GQA_TRANSIENT form (transient_pool.cpp): one layer of
+    // expanded pages, [page][G][P][d_c] and [page][G][P][d_v] like one layer
+    // slab of KC / VE and with their page numbering, that each such call
+    // fills from the latent rows of its sequences and then reads. Allocated
+    // by the first such call (so sessions that never use the form do not pay
+    // for it), kept for the session's life, counted as workspace.
+    DeviceBuffer transient_kc, transient_ve;
+    DeviceBuffer transient_tokens;  // int64 [expand_chunk]: token indices of one expansion chunk
+    // Narrow-kernel TMA maps per layer: keys and values from the transient
+    // pool's single layer, the rope part from that layer's KR.
+    std::vector<NarrowTmaMaps> transient_maps;
 
     // Append staging (grows with the largest append seen).
     DeviceBuffer row_tokens, staged_a, staged_b;
@@ -150,9 +166,16 @@ size_t cache_elem_size(const Session& s);
 
 // TMA maps of every layer for the narrow kernel over these key and value
 // pools (GQA kind: K and V; GQLA: the expanded KC and VE, with the session's
-// KR as the second key part). Empty when the session does not use them or a
-// pool is not allocated.
-std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer& keys, const DeviceBuffer& values);
+// KR as the second key part). single_layer: keys and values hold one layer
+// (the transient pool), read at layer 0 for every layer's map. Empty when
+// the session does not use them or a pool is not allocated.
+std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer& keys, const DeviceBuffer& values,
+                                           bool single_layer = false);
+
+// Query tokens one call may carry (the decode workspaces hold that many
+// times H rows): desc.max_q_tokens, or max_batch x max_q_len where a
+// description leaves it 0 (as the core's config default does).
+int64_t query_token_capacity(const gqla_backend_desc& d);
 
 // The absorb projections and the expansion GEMM take their operands (W,
 // queries, latent rows and outputs) in the cache dtype, with f32

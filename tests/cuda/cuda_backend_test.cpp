@@ -2,7 +2,8 @@
 // GPU tests of the CUDA backend through its vtable (no core needed): decode
 // vs the float64 reference for GQA and GQLA (both paths), paged with ragged
 // lengths and s_q > 1, odd dims, f32/f16/bf16 caches, copy-on-write forks,
-// a path switch mid-sequence, and CUDA graph replay after more appends.
+// a path switch mid-sequence, CUDA graph replay after more appends, ragged
+// calls (per-sequence query counts) and the transient GQA form of GQLA.
 // Exit 77 (ctest SKIP_RETURN_CODE) when no GPU is visible.
 #include <cuda_runtime.h>
 
@@ -71,7 +72,7 @@ void check_decode(Harness& h, const std::string& name, int layer, const std::vec
     std::vector<float> q = randn(size_t(B) * s_q * H * dq);
     std::vector<float> o(size_t(B) * s_q * H * dv, std::numeric_limits<float>::quiet_NaN());
     std::vector<float> lse(size_t(B) * s_q * H, std::numeric_limits<float>::quiet_NaN());
-    auto seqs = h.decode_seqs(ids, layer);
+    auto seqs = h.decode_seqs(ids, layer, s_q);
     gqla_decode_args a{};
     a.layer = layer;
     a.path = path;
@@ -267,7 +268,7 @@ void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, i
     cudaMemcpy(dqp, hq.data(), hq.size(), cudaMemcpyHostToDevice);
     cudaMemcpy(dop, ho.data(), ho.size(), cudaMemcpyHostToDevice);
 
-    auto seqs = h.decode_seqs(ids, 1);
+    auto seqs = h.decode_seqs(ids, 1, s_q);
     gqla_decode_args a{};
     a.layer = 1; a.path = GQLA_PATH_ABSORB; a.batch = B; a.q_len = s_q; a.seqs = seqs.data();
     a.q = host_view(dqp, io, {B, s_q, H, dq});
@@ -432,7 +433,7 @@ void test_graph_replay(gqla_dtype cache, const std::vector<int64_t>& lengths) {
     const int B = 3, s_q = 2, H = 8, D = 128;
     const DeviceDecodeTensors t(B, s_q, H, D, D, GQLA_DTYPE_F32);
     float *dq = static_cast<float*>(t.q), *dout = static_cast<float*>(t.o), *dlse = t.lse;
-    const auto seqs = h.decode_seqs(ids, 1);
+    const auto seqs = h.decode_seqs(ids, 1, s_q);
     CapturedDecode captured(h, t.args(seqs, GQLA_PATH_GQA));
     cudaStream_t stream = captured.stream;
 
@@ -522,7 +523,7 @@ void test_absorb_graph_replay(gqla_dtype io) {
     const DeviceDecodeTensors t(B, s_q, H, dq, dv, io);
     void *dqp = t.q, *dop = t.o;
     float* dlse = t.lse;
-    const auto seqs = h.decode_seqs(ids, 1);
+    const auto seqs = h.decode_seqs(ids, 1, s_q);
     CapturedDecode captured(h, t.args(seqs, GQLA_PATH_ABSORB));
     cudaStream_t stream = captured.stream;
 
@@ -571,7 +572,7 @@ void test_causal_rule() {
     const int L = 6, s_q = 3, D = 8;
     for (int layer = 0; layer < 2; ++layer) fill_sequence(h, layer, id, L, false);
     std::vector<float> q = randn(s_q * D), o(s_q * D, NAN), lse(s_q, NAN);
-    auto seqs = h.decode_seqs({id}, 1);
+    auto seqs = h.decode_seqs({id}, 1, s_q);
     gqla_decode_args a{};
     a.layer = 1; a.path = GQLA_PATH_GQA; a.batch = 1; a.q_len = s_q; a.seqs = seqs.data();
     a.q = host_view(q.data(), GQLA_DTYPE_F32, {1, s_q, 1, D});
@@ -592,6 +593,323 @@ void test_causal_rule() {
             else report(name, err > 1e-3 ? 0.0 : 1.0, 0.5);  // a neighbour prefix must not match
         }
     }
+}
+
+// ---- ragged calls and the GQA_TRANSIENT form ----
+
+// Float64 reference o [s_q, H, dv] and lse [s_q, H] of one sequence's last
+// s_q queries q [s_q, H, dq], over the rows the harness recorded.
+void reference_rows(const Harness& h, int id, int layer, int s_q, const double* q, double* o, double* lse) {
+    const gqla_backend_desc& d = h.desc;
+    const auto& s = h.seqs.at(id);
+    const int64_t L = s.len[size_t(layer)];
+    const std::vector<double> A(s.a_rows[size_t(layer)].begin(), s.a_rows[size_t(layer)].end());
+    const std::vector<double> Bv(s.b_rows[size_t(layer)].begin(), s.b_rows[size_t(layer)].end());
+    if (d.kind == GQLA_KIND_GQA) {
+        gqla::ref::gqa_decode(d.num_heads, d.num_kv_heads, d.head_dim, d.value_dim, L, s_q, d.softmax_scale, q,
+                              A.data(), Bv.data(), o, lse);
+    } else {
+        const std::vector<double> W(h.weights[size_t(layer)].begin(), h.weights[size_t(layer)].end());
+        gqla::ref::gqla_decode(d.num_heads, d.num_kv_heads, d.latent_dim, d.nope_dim, d.rope_dim, d.value_dim, L, s_q,
+                               d.softmax_scale, q, W.data(), A.data(), Bv.data(), o, lse);
+    }
+}
+
+int query_dim(const gqla_backend_desc& d) { return d.kind == GQLA_KIND_GQLA ? d.nope_dim + d.rope_dim : d.head_dim; }
+int64_t sum_of(const std::vector<int>& v) {
+    int64_t n = 0;
+    for (int x : v) n += x;
+    return n;
+}
+
+// Outputs of one call, rows packed in sequence order: o [N, H, dv], lse [N, H].
+struct CallOutput {
+    std::vector<float> o, lse;
+};
+
+// One call of layer `layer` over `ids`, sequence b with q_lens[b] queries,
+// q [N, H, dq] (f32, rows in sequence order). ragged: [N, H, .] views;
+// otherwise every q_len must be equal and the views are [B, s_q, H, .].
+// device_io: q / o / lse in device memory with padded head and token strides
+// (so every run's view must use them), else contiguous host tensors.
+CallOutput attention_call(Harness& h, int layer, const std::vector<int>& ids, const std::vector<int>& q_lens,
+                          const std::vector<float>& q, gqla_path path, bool transient, bool ragged, bool device_io) {
+    const gqla_backend_desc& d = h.desc;
+    const int H = d.num_heads, dq = query_dim(d), dv = d.value_dim, B = static_cast<int>(ids.size());
+    const int64_t N = sum_of(q_lens);
+    const auto seqs = h.ragged_seqs(ids, layer, q_lens);
+    const int64_t qh = device_io ? dq + 4 : dq, qt = H * qh + (device_io ? 8 : 0);
+    const int64_t oh = device_io ? dv + 4 : dv, ot = H * oh + (device_io ? 8 : 0);
+    const int64_t lt = device_io ? H + 3 : H;
+    std::vector<float> hq(size_t(N * qt), 0.f), ho(size_t(N * ot), std::numeric_limits<float>::quiet_NaN()),
+        hl(size_t(N * lt), std::numeric_limits<float>::quiet_NaN());
+    for (int64_t t = 0; t < N; ++t)
+        for (int hh = 0; hh < H; ++hh)
+            std::copy_n(q.begin() + (t * H + hh) * dq, dq, hq.begin() + t * qt + hh * qh);
+    void *pq = hq.data(), *po = ho.data(), *pl = hl.data();
+    if (device_io) {
+        if (cudaMalloc(&pq, hq.size() * 4) != cudaSuccess || cudaMalloc(&po, ho.size() * 4) != cudaSuccess ||
+            cudaMalloc(&pl, hl.size() * 4) != cudaSuccess)
+            throw std::runtime_error("cudaMalloc of the call's tensors");
+        cudaMemcpy(pq, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(po, ho.data(), ho.size() * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(pl, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice);
+    }
+    gqla_decode_args a{};
+    a.layer = layer;
+    a.path = path;
+    a.batch = B;
+    a.q_len = *std::max_element(q_lens.begin(), q_lens.end());
+    a.seqs = seqs.data();
+    a.ragged = ragged ? 1 : 0;
+    a.transient = transient ? 1 : 0;
+    a.total_q = N;
+    if (ragged) {
+        a.q = host_view(pq, GQLA_DTYPE_F32, {N, H, dq});
+        a.q.strides[0] = qt; a.q.strides[1] = qh;
+        a.o = host_view(po, GQLA_DTYPE_F32, {N, H, dv});
+        a.o.strides[0] = ot; a.o.strides[1] = oh;
+        a.lse = host_view(pl, GQLA_DTYPE_F32, {N, H});
+        a.lse.strides[0] = lt;
+    } else {
+        const int64_t s_q = q_lens[0];
+        a.q = host_view(pq, GQLA_DTYPE_F32, {B, s_q, H, dq});
+        a.q.strides[0] = s_q * qt; a.q.strides[1] = qt; a.q.strides[2] = qh;
+        a.o = host_view(po, GQLA_DTYPE_F32, {B, s_q, H, dv});
+        a.o.strides[0] = s_q * ot; a.o.strides[1] = ot; a.o.strides[2] = oh;
+        a.lse = host_view(pl, GQLA_DTYPE_F32, {B, s_q, H});
+        a.lse.strides[0] = s_q * lt; a.lse.strides[1] = lt;
+    }
+    a.q.on_device = a.o.on_device = a.lse.on_device = device_io ? 1 : 0;
+    const gqla_status st = h.vt->decode(h.ctx, &a);
+    if (device_io) {
+        cudaMemcpy(ho.data(), po, ho.size() * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(hl.data(), pl, hl.size() * 4, cudaMemcpyDeviceToHost);
+        cudaFree(pq); cudaFree(po); cudaFree(pl);
+    }
+    expect_ok(h.vt, h.ctx, st, ragged ? "decode (ragged)" : "decode (uniform)");
+    CallOutput out;
+    out.o.resize(size_t(N) * H * dv);
+    out.lse.resize(size_t(N) * H);
+    for (int64_t t = 0; t < N; ++t)
+        for (int hh = 0; hh < H; ++hh) {
+            std::copy_n(ho.begin() + t * ot + hh * oh, dv, out.o.begin() + (t * H + hh) * dv);
+            out.lse[size_t(t * H + hh)] = hl[size_t(t * lt + hh)];
+        }
+    return out;
+}
+
+void check_reference(const Harness& h, const std::string& name, int layer, const std::vector<int>& ids,
+                     const std::vector<int>& q_lens, const std::vector<float>& q, const CallOutput& out) {
+    const gqla_backend_desc& d = h.desc;
+    const int H = d.num_heads, dq = query_dim(d), dv = d.value_dim;
+    std::vector<double> ro(out.o.size()), rl(out.lse.size());
+    int64_t row = 0;
+    for (size_t b = 0; b < ids.size(); ++b) {
+        const std::vector<double> qd(q.begin() + row * H * dq, q.begin() + (row + q_lens[b]) * H * dq);
+        reference_rows(h, ids[b], layer, q_lens[b], qd.data(), ro.data() + row * H * dv, rl.data() + row * H);
+        row += q_lens[b];
+    }
+    const double tol = tolerance(d.cache_dtype);
+    report(name + " o", gqla::ref::rel_l2(out.o.data(), ro.data(), ro.size()), tol);
+    report(name + " lse", gqla::ref::rel_l2(out.lse.data(), rl.data(), rl.size()), tol);
+}
+
+// Two computations that should agree to f32 rounding (the same kernels on
+// the same rows, or expanded rows rounded the same way).
+void check_agree(const std::string& name, const CallOutput& a, const CallOutput& b, double tol = 1e-5) {
+    const std::vector<double> bo(b.o.begin(), b.o.end()), bl(b.lse.begin(), b.lse.end());
+    report(name + " o", gqla::ref::rel_l2(a.o.data(), bo.data(), bo.size()), tol);
+    report(name + " lse", gqla::ref::rel_l2(a.lse.data(), bl.data(), bl.size()), tol);
+}
+
+// A ragged call (host and device tensors) against the reference, and against
+// one uniform call per run of equal query counts, which is what it runs
+// (the same kernels on the same rows: equal to f32 rounding).
+void check_ragged(Harness& h, const std::string& name, int layer, const std::vector<int>& ids,
+                  const std::vector<int>& q_lens, gqla_path path, bool transient) {
+    const int H = h.desc.num_heads, dq = query_dim(h.desc);
+    const std::vector<float> q = randn(size_t(sum_of(q_lens)) * H * dq);
+    const CallOutput host = attention_call(h, layer, ids, q_lens, q, path, transient, true, false);
+    check_reference(h, name + " host", layer, ids, q_lens, q, host);
+    const CallOutput device = attention_call(h, layer, ids, q_lens, q, path, transient, true, true);
+    check_reference(h, name + " device", layer, ids, q_lens, q, device);
+    CallOutput runs;
+    int64_t row = 0;
+    for (size_t first = 0; first < ids.size();) {
+        size_t end = first + 1;
+        while (end < ids.size() && q_lens[end] == q_lens[first]) ++end;
+        const std::vector<int> run_ids(ids.begin() + first, ids.begin() + end);
+        const std::vector<int> run_lens(q_lens.begin() + first, q_lens.begin() + end);
+        const int64_t n = sum_of(run_lens);
+        const std::vector<float> run_q(q.begin() + row * H * dq, q.begin() + (row + n) * H * dq);
+        const CallOutput r = attention_call(h, layer, run_ids, run_lens, run_q, path, transient, false, false);
+        runs.o.insert(runs.o.end(), r.o.begin(), r.o.end());
+        runs.lse.insert(runs.lse.end(), r.lse.begin(), r.lse.end());
+        row += n;
+        first = end;
+    }
+    // A transient run expands only its own sequences, in other GEMM shapes
+    // than the whole call: its expanded rows may round differently by an ulp.
+    check_agree(name + " = uniform runs", host, runs, transient ? tolerance(h.desc.cache_dtype) : 1e-5);
+}
+
+// Query counts of the ragged cases: runs {1}, {3, 3}, {1, 1}, {8}, {2}.
+const std::vector<int> kRaggedQLens = {1, 3, 3, 1, 1, 8, 2};
+const std::vector<int64_t> kRaggedLengths = {9, 40, 130, 64, 700, 33, 300};
+
+// GQA kind: ragged calls with 4 heads per group (4-32 rows a group).
+void test_ragged_gqa(gqla_dtype cache) {
+    gqla_backend_desc d = gqa_8_2_d128(cache, 0);
+    d.num_heads = 16;
+    d.num_kv_heads = 4;
+    for (int64_t L : kRaggedLengths) d.num_pages += (L + 63) / 64 + 1;
+    d.max_q_tokens = sum_of(kRaggedQLens);  // exactly one ragged call's rows
+    Harness h(d);
+    std::vector<int> ids;
+    for (int64_t L : kRaggedLengths) {
+        ids.push_back(h.add());
+        for (int layer = 0; layer < d.num_layers; ++layer) fill_sequence(h, layer, ids.back(), L, false);
+    }
+    check_ragged(h, std::string("gqa ragged ") + gqla::dtype_name(cache), 1, ids, kRaggedQLens, GQLA_PATH_GQA, false);
+}
+
+// GQLA: ragged calls on the absorb path, the transient GQA form (no kept
+// expanded cache) and the kept GQA path; the three forms agree.
+void test_ragged_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, int page_size) {
+    gqla_backend_desc d = gqla_desc(cache, H, G, r, dc, dr, dv, page_size, kRaggedLengths);
+    d.max_q_tokens = sum_of(kRaggedQLens);
+    Harness h(d);
+    const std::vector<int> ids = add_gqla_sequences(h, kRaggedLengths);
+    char shape[96];
+    std::snprintf(shape, sizeof shape, "H=%d G=%d r=%d dc=%d dr=%d dv=%d P=%d %s", H, G, r, dc, dr, dv, page_size,
+                  gqla::dtype_name(cache));
+    const std::string sh = shape;
+    check_ragged(h, "gqla ragged absorb " + sh, 1, ids, kRaggedQLens, GQLA_PATH_ABSORB, false);
+    check_ragged(h, "gqla ragged transient " + sh, 1, ids, kRaggedQLens, GQLA_PATH_GQA, true);
+    expect_ok(h.vt, h.ctx, h.vt->set_expanded(h.ctx, 1), "set_expanded");
+    std::vector<gqla_append_item> items;
+    for (int id : ids) items.push_back({h.seqs[id].pages.data(), h.seqs[id].slot, 0, h.seqs[id].len[1], 0});
+    gqla_expand_args e{1, static_cast<int32_t>(items.size()), items.data()};
+    expect_ok(h.vt, h.ctx, h.vt->expand(h.ctx, &e), "expand");
+    check_ragged(h, "gqla ragged kept gqa " + sh, 1, ids, kRaggedQLens, GQLA_PATH_GQA, false);
+    // The transient rows are expanded and rounded like the kept ones, in the
+    // same chunks (the sequences in the same order): the two GQA forms agree
+    // to f32 rounding, and both agree with absorb within the cache's tolerance.
+    const std::vector<float> q = randn(size_t(sum_of(kRaggedQLens)) * H * (dc + dr));
+    const CallOutput transient = attention_call(h, 1, ids, kRaggedQLens, q, GQLA_PATH_GQA, true, true, true);
+    const CallOutput kept = attention_call(h, 1, ids, kRaggedQLens, q, GQLA_PATH_GQA, false, true, true);
+    const CallOutput absorb = attention_call(h, 1, ids, kRaggedQLens, q, GQLA_PATH_ABSORB, false, true, true);
+    check_agree("gqla transient = kept gqa " + sh, transient, kept);
+    check_agree("gqla transient ~ absorb " + sh, transient, absorb, tolerance(cache));
+}
+
+// The GQA_TRANSIENT form: its pool is allocated by the first call and
+// reported as workspace; shared pages of a fork in the same call; uniform
+// calls; the kept expanded cache switched on and off around it; a CUDA graph
+// of a transient ragged call (after the uncaptured one) replays to the same
+// result.
+void test_transient(gqla_dtype cache) {
+    const std::vector<int64_t> lengths = {70, 200, 129};
+    const int H = 8, G = 2, r = 256, dc = 64, dr = 32, dv = 64, P = 32;
+    gqla_backend_desc d = gqla_desc(cache, H, G, r, dc, dr, dv, P, lengths);
+    d.num_pages += 8;  // the fork's copy-on-write page
+    d.max_q_tokens = 16;
+    Harness h(d);
+    std::vector<int> ids = add_gqla_sequences(h, lengths);
+    const int child = h.fork(ids[1]);  // shares ids[1]'s pages, then its own last page
+    fill_sequence(h, 1, child, 5, false);
+    ids.push_back(child);
+    const std::string dt = gqla::dtype_name(cache);
+
+    int64_t before[4] = {0, 0, 0, 0}, after[4] = {0, 0, 0, 0};
+    h.vt->memory_usage(h.ctx, before);
+    const std::vector<int> q_lens = {2, 1, 5, 4};
+    const std::vector<float> q = randn(size_t(sum_of(q_lens)) * H * (dc + dr));
+    const CallOutput first = attention_call(h, 1, ids, q_lens, q, GQLA_PATH_GQA, true, true, false);
+    check_reference(h, "gqla transient first call (fork in the call) " + dt, 1, ids, q_lens, q, first);
+    h.vt->memory_usage(h.ctx, after);
+    const int64_t es = int64_t(gqla::dtype_size(cache));
+    const int64_t chunk = std::clamp<int64_t>((int64_t(1) << 22) / (G * (dc + dv)), 64, 2048);
+    const int64_t pool = d.num_pages * P * G * (dc + dv) * es + chunk * 8;
+    report("gqla transient pool in workspace bytes " + dt, std::fabs(double(after[3] - before[3] - pool)), 0.0);
+    report("gqla transient no kept expanded cache " + dt, double(after[1]), 0.0);
+
+    const std::vector<int> ones(ids.size(), 1);
+    const std::vector<float> q1 = randn(ids.size() * size_t(H) * (dc + dr));
+    const CallOutput uniform = attention_call(h, 0, ids, ones, q1, GQLA_PATH_GQA, true, false, true);
+    check_reference(h, "gqla transient uniform layer 0 " + dt, 0, ids, ones, q1, uniform);
+
+    // Kept expanded cache on, then off: transient calls neither read nor need it.
+    expect_ok(h.vt, h.ctx, h.vt->set_expanded(h.ctx, 1), "set_expanded");
+    const CallOutput with_kept = attention_call(h, 1, ids, q_lens, q, GQLA_PATH_GQA, true, true, false);
+    check_agree("gqla transient beside an empty kept cache " + dt, with_kept, first, 1e-6);
+    expect_ok(h.vt, h.ctx, h.vt->set_expanded(h.ctx, 0), "set_expanded(0)");
+
+    // Graph capture of a transient ragged call on device tensors.
+    const int64_t N = sum_of(q_lens);
+    float *dq = nullptr, *dout = nullptr, *dlse = nullptr;
+    if (cudaMalloc(&dq, q.size() * 4) != cudaSuccess || cudaMalloc(&dout, size_t(N) * H * dv * 4) != cudaSuccess ||
+        cudaMalloc(&dlse, size_t(N) * H * 4) != cudaSuccess)
+        throw std::runtime_error("cudaMalloc");
+    cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice);
+    const auto seqs = h.ragged_seqs(ids, 1, q_lens);
+    gqla_decode_args a{};
+    a.layer = 1; a.path = GQLA_PATH_GQA; a.batch = static_cast<int32_t>(ids.size()); a.q_len = 5;
+    a.seqs = seqs.data(); a.ragged = 1; a.transient = 1; a.total_q = N;
+    a.q = host_view(dq, GQLA_DTYPE_F32, {N, H, dc + dr}); a.q.on_device = 1;
+    a.o = host_view(dout, GQLA_DTYPE_F32, {N, H, dv}); a.o.on_device = 1;
+    a.lse = host_view(dlse, GQLA_DTYPE_F32, {N, H}); a.lse.on_device = 1;
+    {
+        CapturedDecode captured(h, a);
+        cudaMemsetAsync(dout, 0xff, size_t(N) * H * dv * 4, captured.stream);  // NaN poison
+        cudaGraphLaunch(captured.exec, captured.stream);
+        CallOutput replay;
+        replay.o.resize(size_t(N) * H * dv);
+        replay.lse.resize(size_t(N) * H);
+        cudaMemcpyAsync(replay.o.data(), dout, replay.o.size() * 4, cudaMemcpyDeviceToHost, captured.stream);
+        cudaMemcpyAsync(replay.lse.data(), dlse, replay.lse.size() * 4, cudaMemcpyDeviceToHost, captured.stream);
+        if (cudaStreamSynchronize(captured.stream) != cudaSuccess) throw std::runtime_error("graph replay failed");
+        check_agree("gqla transient graph replay " + dt, replay, first, 1e-6);
+    }
+    cudaFree(dq); cudaFree(dout); cudaFree(dlse);
+}
+
+// What the backend refuses: a transient call on a GQA-kind session, a call
+// with more query tokens than max_q_tokens; and a session whose workspace
+// for max_q_tokens cannot be allocated names that setting.
+void test_call_limits(gqla_dtype cache) {
+    const std::string dt = gqla::dtype_name(cache);
+    gqla_backend_desc d = gqa_8_2_d128(cache, 16);
+    d.max_q_tokens = 4;
+    Harness h(d);
+    const int id = h.add();
+    fill_sequence(h, 1, id, 40, false);
+    const std::vector<float> q = randn(size_t(5) * 8 * 128);
+    std::vector<float> o(q.size());
+    const auto seqs = h.ragged_seqs({id}, 1, {5});
+    gqla_decode_args a{};
+    a.layer = 1; a.path = GQLA_PATH_GQA; a.batch = 1; a.q_len = 5; a.seqs = seqs.data(); a.ragged = 1; a.total_q = 5;
+    a.q = host_view(q.data(), GQLA_DTYPE_F32, {5, 8, 128});
+    a.o = host_view(o.data(), GQLA_DTYPE_F32, {5, 8, 128});
+    report("refuses more query tokens than max_q_tokens " + dt,
+           h.vt->decode(h.ctx, &a) == GQLA_ERR_INVALID_ARGUMENT ? 0.0 : 1.0, 0.0);
+    const auto seqs1 = h.ragged_seqs({id}, 1, {1});
+    a.seqs = seqs1.data(); a.q_len = 1; a.total_q = 1; a.transient = 1;
+    a.q.shape[0] = a.o.shape[0] = 1;
+    report("refuses GQA_TRANSIENT on a GQA-kind session " + dt,
+           h.vt->decode(h.ctx, &a) == GQLA_ERR_INVALID_ARGUMENT ? 0.0 : 1.0, 0.0);
+
+    // 2^22 query tokens x 128 heads: terabytes of workspace.
+    gqla_backend_desc big = gqla_desc(cache, 128, 128, 512, 128, 64, 128, 64, {64});
+    big.max_q_tokens = int64_t(1) << 22;
+    void* ctx = nullptr;
+    char err[1024] = {0};
+    const gqla_status st = h.vt->create(&big, &ctx, err, sizeof err);
+    if (ctx) h.vt->destroy(ctx);
+    const bool named = st == GQLA_ERR_OUT_OF_MEMORY && std::strstr(err, "config.max_q_tokens = 4194304");
+    if (!named) std::printf("     create said (status %d): %s\n", int(st), err);
+    report("workspace failure names config.max_q_tokens " + dt, named ? 0.0 : 1.0, 0.0);
 }
 
 // argv[1]: run only the cases whose name contains one of its comma-separated
@@ -712,6 +1030,14 @@ int main(int argc, char** argv) {
         });
         run_t("absorb graph", [&] { test_absorb_graph_replay(t); });
         run_t("stream switch", [&] { test_stream_switch(t); });
+        // Ragged calls (runs of equal query counts) and the transient GQA form.
+        run_t("gqa ragged", [&] { test_ragged_gqa(t); });
+        run_t("gqla ragged", [&] {
+            test_ragged_gqla(t, 16, 4, 512, 64, 64, 128, 64);  // narrow kernel / latent kernel
+            test_ragged_gqla(t, 6, 2, 384, 96, 32, 80, 63);    // generic kernels, odd pages
+        });
+        run_t("gqla transient", [&] { test_transient(t); });
+        run_t("call limits", [&] { test_call_limits(t); });
     }
     if (cases_run == 0) {  // a filter that selects nothing must not pass as a test
         std::printf("FAIL: no case matches \"%s\"\n", argc > 1 ? argv[1] : "");

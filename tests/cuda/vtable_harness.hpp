@@ -184,11 +184,26 @@ struct Harness {
         sync_tables(s);
     }
 
-    std::vector<gqla_decode_seq> decode_seqs(const std::vector<int>& ids, int layer) {
+    // Sequences of a uniform call with s_q queries each (q_row = b * s_q).
+    std::vector<gqla_decode_seq> decode_seqs(const std::vector<int>& ids, int layer, int s_q = 1) {
+        return ragged_seqs(ids, layer, std::vector<int>(ids.size(), s_q));
+    }
+    // Sequences of a call where ids[b] has q_lens[b] queries, rows packed in
+    // sequence order (q_row: the prefix sum of the q_lens before it).
+    std::vector<gqla_decode_seq> ragged_seqs(const std::vector<int>& ids, int layer, const std::vector<int>& q_lens) {
         std::vector<gqla_decode_seq> out;
-        for (int id : ids) {
-            Seq& s = seqs[id];
-            out.push_back({s.pages.data(), static_cast<int32_t>(s.pages.size()), s.slot, s.len[static_cast<size_t>(layer)]});
+        int64_t row = 0;
+        for (size_t b = 0; b < ids.size(); ++b) {
+            Seq& s = seqs[ids[b]];
+            gqla_decode_seq d{};
+            d.page_table = s.pages.data();
+            d.num_pages = static_cast<int32_t>(s.pages.size());
+            d.slot = s.slot;
+            d.length = s.len[static_cast<size_t>(layer)];
+            d.q_len = q_lens[b];
+            d.q_row = row;
+            row += q_lens[b];
+            out.push_back(d);
         }
         return out;
     }

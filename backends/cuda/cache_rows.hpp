@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// Writing token rows into the paged pools, and building expanded (KC | VE)
+// rows from the latent pool. Shared by appends, the kept expanded cache
+// (path switch, new weights) and the transient GQA form of one call, so that
+// every expanded row is computed and rounded into the cache dtype the same way.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend_api.h"
+#include "session.hpp"
+
+namespace gqla::cuda {
+
+// rows x groups x dim elements of `src` (a device view; row r at
+// r * strides[0], group g `src_group_stride` further, first column
+// `src_col_offset_elems` in) -> pool `layer` at the token indices `tokens`
+// (page * page_size + slot, device memory), converted to the cache dtype.
+void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, int64_t src_col_offset_elems,
+                  const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim, const int64_t* tokens,
+                  int32_t rows);
+
+// Where expanded rows go: a KC pool, a VE pool and the layer inside both.
+// The kept expanded cache writes layer l into its layer l; the transient
+// pool of the GQA_TRANSIENT form holds one layer, so every layer lands in its
+// layer 0.
+struct ExpandedPools {
+    const DeviceBuffer* kc;
+    const DeviceBuffer* ve;
+    int layer;
+};
+
+// Expanded rows of `layer` for `rows` tokens (device token indices, at most
+// s.expand_chunk of them): E [rows][G*(d_c+d_v)] = C [rows][r] . W_UKV^T with
+// the latent rows in the projection dtype and f32 products, then scattered
+// per group into dst (rounded to the cache dtype). Throws INVALID_STATE when
+// the layer has no weights.
+void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t rows, const ExpandedPools& dst);
+
+// The same for any number of tokens, in chunks of s.expand_chunk.
+void expand_latent_rows(Session& s, int layer, const int64_t* d_tokens, int64_t n, const ExpandedPools& dst);
+
+}  // namespace gqla::cuda
