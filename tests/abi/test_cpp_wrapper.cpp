@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gqla/gqla.hpp"
@@ -149,4 +151,104 @@ TEST_CASE("gqla.hpp: a GQA session, moves and probes") {
     const gqla_tensor t = gqla::strided_tensor(q.data(), GQLA_DTYPE_F32, {2, 3}, {10, 1});
     CHECK(t.strides[0] == 10);
     CHECK(t.shape[1] == 3);
+}
+
+TEST_CASE("gqla.hpp: attend with ragged q_lens on every path matches the reference") {
+    abi::Rng rng;
+    CAPTURE(rng.seed());
+    const int H = 6, G = 3, r = 384, dc = 96, dr = 32, dv = 80, dq = dc + dr;
+    gqla_config cfg = gqla::make_gqla_config(H, G, r, dc, dr, dv);
+    cfg.cache_dtype = GQLA_DTYPE_F32;
+    cfg.device = GQLA_DEVICE_CPU;
+    cfg.max_tokens = 1024;
+    cfg.path = GQLA_PATH_ABSORB;  // no expanded cache kept: GQA runs transient
+    cfg.max_q_tokens = 64;
+    gqla::Session s(cfg);
+    CHECK(s.config().max_q_tokens == 64);
+
+    auto to_f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+    const std::vector<double> w = rng.normal(static_cast<size_t>(G) * (dc + dv) * r, 1.0 / std::sqrt(double(r)));
+    const std::vector<float> wf = to_f32(w);
+    s.set_weights(0, gqla::tensor(wf.data(), {G * (dc + dv), r}));
+
+    // A decoding sequence (1 query), a prefill chunk (7) and a whole prompt (13).
+    const std::vector<int64_t> lengths = {40, 9, 13};
+    const std::vector<int32_t> q_lens = {1, 7, 13};
+    std::vector<gqla_seq_id> seqs;
+    std::vector<std::vector<double>> c, kr;
+    for (int64_t n : lengths) {
+        c.push_back(rng.normal(static_cast<size_t>(n) * r));
+        kr.push_back(rng.normal(static_cast<size_t>(n) * dr));
+        const auto cf = to_f32(c.back()), krf = to_f32(kr.back());
+        seqs.push_back(s.add_sequence());
+        s.append(0, seqs.back(), gqla::tensor(cf.data(), {n, r}), gqla::tensor(krf.data(), {n, dr}));
+    }
+    int64_t rows = 0;
+    for (int32_t n : q_lens) rows += n;
+    const std::vector<float> q = to_f32(rng.normal(static_cast<size_t>(rows) * H * dq));
+
+    // The reference, one sequence at a time over its packed rows.
+    std::vector<double> ref(static_cast<size_t>(rows) * H * dv), ref_lse(static_cast<size_t>(rows) * H);
+    const std::vector<double> qd(q.begin(), q.end());
+    for (size_t i = 0, row = 0; i < seqs.size(); row += q_lens[i], ++i) {
+        gqla::ref::gqla_decode(H, G, r, dc, dr, dv, lengths[i], q_lens[i], 1.0 / std::sqrt(double(dq)),
+                               qd.data() + row * H * dq, w.data(), c[i].data(), kr[i].data(),
+                               ref.data() + row * H * dv, ref_lse.data() + row * H);
+    }
+
+    const std::pair<gqla_path, gqla_path> asked_and_run[] = {
+        {GQLA_PATH_ABSORB, GQLA_PATH_ABSORB},
+        {GQLA_PATH_GQA, GQLA_PATH_GQA_TRANSIENT},
+        {GQLA_PATH_GQA_TRANSIENT, GQLA_PATH_GQA_TRANSIENT},
+        {GQLA_PATH_AUTO, GQLA_PATH_AUTO},  // AUTO: any form
+    };
+    for (const auto& [asked, expected] : asked_and_run) {
+        const int asked_path = asked;
+        CAPTURE(asked_path);
+        std::vector<float> o(ref.size(), NAN), lse(ref_lse.size(), NAN);
+        gqla_tensor tl = gqla::tensor(lse.data(), {rows, H});
+        const gqla_path taken = s.attend(0, seqs, q_lens, gqla::tensor(q.data(), {rows, H, dq}),
+                                         gqla::tensor(o.data(), {rows, H, dv}), &tl, asked);
+        if (expected != GQLA_PATH_AUTO) CHECK(taken == expected);
+        CHECK(taken != GQLA_PATH_AUTO);
+        CHECK(gqla::ref::rel_l2(o.data(), ref.data(), o.size()) <= 1e-5);
+        CHECK(gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()) <= 1e-5);
+        // The call's path leaves the session's alone.
+        CHECK(s.path() == GQLA_PATH_ABSORB);
+        CHECK(s.stats().expanded_bytes == 0);
+    }
+
+    // Without q_lens it is decode with uniform queries: [B, s_q, H, Dq].
+    const std::vector<gqla_seq_id> pair = {seqs[0], seqs[2]};
+    const std::vector<float> q2 = to_f32(rng.normal(2 * 2 * H * dq));
+    std::vector<float> o_attend(2 * 2 * H * dv, NAN), o_decode(o_attend.size(), NAN);
+    s.attend(0, pair, {}, gqla::tensor(q2.data(), {2, 2, H, dq}), gqla::tensor(o_attend.data(), {2, 2, H, dv}),
+             nullptr, GQLA_PATH_ABSORB);
+    s.decode(0, pair, gqla::tensor(q2.data(), {2, 2, H, dq}), gqla::tensor(o_decode.data(), {2, 2, H, dv}));
+    const std::vector<double> o_decode_d(o_decode.begin(), o_decode.end());
+    CHECK(gqla::ref::rel_l2(o_attend.data(), o_decode_d.data(), o_attend.size()) <= 1e-6);
+
+    // Mistakes throw, naming q_lens; nothing changes.
+    std::vector<float> o(ref.size(), NAN);
+    try {
+        s.attend(0, seqs, {1, 7}, gqla::tensor(q.data(), {rows, H, dq}), gqla::tensor(o.data(), {rows, H, dv}));
+        FAIL("q_lens shorter than seqs was accepted");
+    } catch (const gqla::Error& e) {
+        CHECK(e.status() == GQLA_ERR_INVALID_ARGUMENT);
+        CHECK(e.message().find("q_lens") != std::string::npos);
+    }
+    try {
+        // Same total, but the second sequence holds 9 tokens, not 10.
+        s.attend(0, seqs, {1, 10, 10}, gqla::tensor(q.data(), {rows, H, dq}), gqla::tensor(o.data(), {rows, H, dv}));
+        FAIL("more queries than cached tokens were accepted");
+    } catch (const gqla::Error& e) {
+        CHECK(e.status() == GQLA_ERR_INVALID_ARGUMENT);
+        CHECK(e.message().find("q_lens") != std::string::npos);
+    }
+    CHECK(s.length(seqs[2], 0) == 13);
+
+    // The cost model's numbers behind AUTO's choice for one call.
+    const gqla_cost_report report = s.predict_cost(gqla::workload(1, 4096, 16));
+    CHECK(report.transient.time_s > 0);
+    CHECK((report.call_chosen == GQLA_PATH_ABSORB || report.call_chosen == GQLA_PATH_GQA_TRANSIENT));
 }

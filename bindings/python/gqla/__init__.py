@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""gqla: KV cache and decode attention for GQA and GQLA (DeepSeek MLA).
+"""gqla: KV cache and attention for GQA and GQLA (DeepSeek MLA).
 
     import gqla, numpy as np
     cfg = gqla.Config.gqla(num_heads=16, num_groups=4, latent_dim=512, nope_dim=128,
@@ -9,6 +9,7 @@
         seq = s.add_sequence()
         s.append(0, seq, c, kr)                # c [n, r], kr [n, d_r]
         o = s.decode(0, [seq], q)              # q [1, 1, H, d_c+d_r] -> o [1, 1, H, d_v]
+        o = s.attend(0, [seq, other], q8, q_lens=[1, 7])  # 1 + 7 rows [8, H, d_c+d_r] -> [8, H, d_v]
 
 A thin layer over the C library libgqla (gqla.h); see bindings/python/README.md.
 """

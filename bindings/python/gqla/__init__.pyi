@@ -6,6 +6,10 @@ ArrayLike = Any  # numpy.ndarray, or an object with __dlpack__ / __cuda_array_in
 SeqIds = Union[Sequence[int], Any]  # list of ints or a 1-D int64 numpy array
 DType = Literal["f32", "f16", "bf16"]
 PathName = Literal["auto", "gqa", "absorb"]
+# The form of one Session.attend call: a session path or the transient GQA form.
+CallPathName = Literal["auto", "gqa", "absorb", "gqa_transient", "transient"]
+TakenPathName = Literal["gqa", "absorb", "gqa_transient"]
+QLens = Union[Sequence[int], Any]  # list of ints or a 1-D integer numpy array (int32 is used in place)
 
 __version__: str
 
@@ -43,6 +47,7 @@ class Config:
     max_sequences: Optional[int]
     max_batch: Optional[int]
     max_q_len: Optional[int]
+    max_q_tokens: Optional[int]
     device: str
     path: str
     num_threads: Optional[int]
@@ -93,11 +98,38 @@ class Session:
     @overload
     def decode(self, layer: int, seqs: SeqIds, q: ArrayLike, out: Optional[ArrayLike] = ...,
                return_lse: bool = ..., lse: Optional[ArrayLike] = ...) -> Union[Any, Tuple[Any, Any]]: ...
+    # Session.attend returns o alone, or a tuple in the order (o, lse, path)
+    # holding what was asked for: lse with return_lse=True or an lse buffer,
+    # path (the form the call ran on) with return_path=True.
+    @overload
+    def attend(self, layer: int, seqs: SeqIds, q: ArrayLike, *, q_lens: Optional[QLens] = ...,
+               out: Optional[ArrayLike] = ..., return_lse: Literal[False] = ..., lse: None = ...,
+               path: Optional[CallPathName] = ..., return_path: Literal[False] = ...) -> Any: ...
+    @overload
+    def attend(self, layer: int, seqs: SeqIds, q: ArrayLike, *, q_lens: Optional[QLens] = ...,
+               out: Optional[ArrayLike] = ..., return_lse: Literal[True], lse: Optional[ArrayLike] = ...,
+               path: Optional[CallPathName] = ..., return_path: Literal[False] = ...) -> Tuple[Any, Any]: ...
+    @overload
+    def attend(self, layer: int, seqs: SeqIds, q: ArrayLike, *, q_lens: Optional[QLens] = ...,
+               out: Optional[ArrayLike] = ..., return_lse: Literal[False] = ..., lse: None = ...,
+               path: Optional[CallPathName] = ..., return_path: Literal[True]) -> Tuple[Any, TakenPathName]: ...
+    @overload
+    def attend(self, layer: int, seqs: SeqIds, q: ArrayLike, *, q_lens: Optional[QLens] = ...,
+               out: Optional[ArrayLike] = ..., return_lse: Literal[True], lse: Optional[ArrayLike] = ...,
+               path: Optional[CallPathName] = ...,
+               return_path: Literal[True]) -> Tuple[Any, Any, TakenPathName]: ...
+    @overload
+    def attend(self, layer: int, seqs: SeqIds, q: ArrayLike, *, q_lens: Optional[QLens] = ...,
+               out: Optional[ArrayLike] = ..., return_lse: bool = ..., lse: Optional[ArrayLike] = ...,
+               path: Optional[CallPathName] = ...,
+               return_path: bool = ...) -> Union[Any, Tuple[Any, Any], Tuple[Any, Any, TakenPathName]]: ...
     @property
     def path(self) -> Literal["gqa", "absorb"]: ...
     @property
     def requested_path(self) -> PathName: ...
     def select_path(self, path: PathName) -> None: ...
+    # {'gqa', 'absorb', 'transient': per-path costs (absorb/transient None for
+    # GQA kind), 'chosen': PathName, 'call_chosen': TakenPathName, 'expand_*'}
     def predict_cost(self, batch: int, context: int, s_q: int = ...) -> Dict[str, Any]: ...
     def stats(self) -> Dict[str, Any]: ...
     def set_stream(self, stream: Any) -> None: ...

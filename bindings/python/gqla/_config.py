@@ -9,7 +9,7 @@ _RENAMED = {"threads": "num_threads", "num_groups": "num_kv_heads"}
 _PLAIN_FIELDS = (
     "num_heads", "num_kv_heads", "head_dim", "value_dim", "latent_dim", "nope_dim",
     "rope_dim", "num_layers", "page_size", "max_tokens", "memory_budget_bytes",
-    "max_sequences", "max_batch", "max_q_len", "num_threads", "softmax_scale",
+    "max_sequences", "max_batch", "max_q_len", "max_q_tokens", "num_threads", "softmax_scale",
 )
 
 
@@ -23,6 +23,11 @@ class Config:
     'cuda:N'), ``path`` ('auto'/'gqa'/'absorb'). A field left ``None`` takes
     the library default (``gqla_config_default``). Attributes may be changed
     before the session is created.
+
+    ``max_q_len`` bounds the queries of one sequence in a call and
+    ``max_q_tokens`` those of the whole call (the sum of ``Session.attend``'s
+    ``q_lens``; None: max_batch * max_q_len); the workspaces scale with the
+    latter, so set it when ``max_q_len`` is large (prefill chunks).
     """
 
     def __init__(self, kind, **fields):
@@ -49,7 +54,7 @@ class Config:
         (value_dim defaults to head_dim). ``softmax_scale`` None or 0 means
         1/sqrt(head_dim). ``threads`` 0 uses every available core. Further
         keywords (``max_sequences``, ``max_batch``, ``max_q_len``,
-        ``memory_budget_bytes``) pass through.
+        ``max_q_tokens``, ``memory_budget_bytes``) pass through.
         """
         return cls("gqa", num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                    value_dim=value_dim, num_layers=num_layers, max_tokens=max_tokens,

@@ -6,7 +6,9 @@ from . import _errors
 KIND = {"gqa": 1, "gqla": 2}
 DTYPE = {"f32": 1, "f16": 2, "bf16": 3}
 DEVICE = {"auto": 0, "cpu": 1, "cuda": 2}
-PATH = {"auto": 0, "gqa": 1, "absorb": 2}
+# "gqa_transient" is a form of one attend() call, never a session's path.
+PATH = {"auto": 0, "gqa": 1, "absorb": 2, "gqa_transient": 3}
+_PATH_ALIASES = {"transient": "gqa_transient"}
 
 # Spellings users bring from numpy / torch.
 _DTYPE_ALIASES = {
@@ -37,7 +39,8 @@ def dtype_code(value, what):
 
 
 def path_code(value, what="path"):
-    return _lookup(PATH, value, what)
+    name = str(value).lower()
+    return _lookup(PATH, _PATH_ALIASES.get(name, name), what)
 
 
 def device_code(value, what="device"):

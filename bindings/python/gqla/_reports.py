@@ -7,8 +7,11 @@ from . import _enums
 def cost_report(raw, kind):
     report = dict(raw)
     report["chosen"] = _enums.name_of(_enums.PATH, raw["chosen"])
+    report["call_chosen"] = _enums.name_of(_enums.PATH, raw["call_chosen"])
     if kind == "gqa":
-        report["absorb"] = None  # a GQA-kind config has only one path
+        # A GQA-kind config has only one path (the library reports zeros).
+        report["absorb"] = None
+        report["transient"] = None
     return report
 
 

@@ -9,7 +9,7 @@ from ._reports import cost_report, stats_report
 
 
 class Session:
-    """A KV cache of many sequences plus decode attention over it.
+    """A KV cache of many sequences plus attention over it.
 
     Created from a :class:`gqla.Config`; allocates the page pool on the
     config's device. Use it as a context manager or call :meth:`close`.
@@ -148,6 +148,56 @@ class Session:
             return out, lse
         return out
 
+    def attend(self, layer, seqs, q, *, q_lens=None, out=None, return_lse=False, lse=None,
+               path=None, return_path=False):
+        """Attention of one layer for a batch of sequences with any mix of
+        query counts: decoding sequences (1 query) beside prefill chunks.
+
+        Without ``q_lens`` every sequence has ``s_q`` queries, exactly as
+        :meth:`decode`: ``q`` [B, s_q, H, Dq] -> ``o`` [B, s_q, H, Dv], ``lse``
+        [B, s_q, H]. With ``q_lens`` (one int per sequence) sequence i of
+        length L has ``q_lens[i]`` queries, its last tokens, packed in the
+        order of ``seqs``: ``q`` [N, H, Dq] -> ``o`` [N, H, Dv], ``lse``
+        [N, H] with N = sum(q_lens); query k of sequence i attends to
+        positions <= L - q_lens[i] + k.
+
+        ``path`` is the form of THIS call (the session's path and its kept
+        caches do not change): None or 'auto' (the fastest the cost model
+        predicts), 'gqa' (over the kept expanded cache, else transient),
+        'absorb', or 'gqa_transient' / 'transient' (latent rows up-projected
+        for this call). GQA-kind sessions accept 'auto' and 'gqa'.
+
+        Returns ``o``, written into ``out`` when given (else allocated like
+        ``q``). Like :meth:`decode`, asking for more returns a tuple in the
+        order ``(o, lse, path)``: ``(o, lse)`` with ``return_lse`` or an
+        ``lse`` buffer, ``(o, path)`` with ``return_path``, ``(o, lse, path)``
+        with both; ``path`` is the form the call ran on: 'gqa', 'absorb' or
+        'gqa_transient'.
+        """
+        path_code = _enums.path_code("auto" if path is None else path)
+        if out is None or (return_lse and lse is None):
+            rank = 4 if q_lens is None else 3
+            shape = getattr(q, "shape", None)
+            if shape is None or len(shape) != rank:
+                expected = "[B, s_q, H, Dq]" if q_lens is None else "[N, H, Dq] (q_lens given)"
+                got = f"shape {tuple(shape)}" if shape is not None else type(q).__name__
+                raise _errors.InvalidArgument(
+                    f"q: expected an array of {rank} dimensions {expected}, got {got}")
+            rows = tuple(shape[:-1])
+            if out is None:
+                out = _frameworks.empty_like_framework(q, rows + (self._value_dim,))
+            if return_lse and lse is None:
+                lse = _frameworks.empty_like_framework(q, rows, float32=True)
+        if self._on_cuda:
+            self._follow_stream(q)
+        taken = self._s.attend(layer, seqs, q, out, lse, q_lens, path_code)
+        result = (out,)
+        if lse is not None:
+            result += (lse,)
+        if return_path:
+            result += (_enums.name_of(_enums.PATH, taken),)
+        return result if len(result) > 1 else out
+
     # ---------------------------------------------------------------- path
     @property
     def path(self):
@@ -162,14 +212,20 @@ class Session:
     def select_path(self, path):
         """Select the decode path: 'auto' (cost model), 'gqa' (expands the
         latent cache of every live sequence and layer) or 'absorb' (frees the
-        expanded cache). GQA-kind sessions reject 'absorb'. All-or-nothing."""
+        expanded cache). GQA-kind sessions reject 'absorb'; 'gqa_transient' is
+        a form of one :meth:`attend` call only. All-or-nothing."""
         self._s.select_path(_enums.path_code(path))
 
     def predict_cost(self, batch, context, s_q=1):
         """Predicted cost of one decode step per path on this session's device:
-        ``{'gqa': {...}, 'absorb': {...} or None, 'chosen': 'gqa'|'absorb',
+        ``{'gqa': {...}, 'absorb': {...} or None, 'transient': {...} or None,
+        'chosen': 'gqa'|'absorb', 'call_chosen': 'gqa'|'absorb'|'gqa_transient',
         'expand_bytes', 'expand_flops', 'expand_s'}``; each path has bytes,
-        flops, memory_s, compute_s, overhead_s, time_s and bound."""
+        flops, memory_s, compute_s, overhead_s, time_s and bound.
+        ``transient`` is the GQA form over latent rows up-projected per call
+        (GQLA; None for GQA kind), ``chosen`` what a session path of 'auto'
+        picks, ``call_chosen`` what :meth:`attend` with path 'auto' picks
+        when no expanded cache is kept."""
         return cost_report(self._s.predict_cost(batch, context, s_q), self._config.kind)
 
     # ------------------------------------------------------------ runtime

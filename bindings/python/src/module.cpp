@@ -138,6 +138,8 @@ PYBIND11_MODULE(_gqla, m) {
              py::arg("counts"), py::arg("a"), py::arg("b"))
         .def("decode", &session_object::decode, py::arg("layer"), py::arg("seqs"), py::arg("q"),
              py::arg("out"), py::arg("lse").none(true))
+        .def("attend", &session_object::attend, py::arg("layer"), py::arg("seqs"), py::arg("q"), py::arg("out"),
+             py::arg("lse").none(true), py::arg("q_lens").none(true), py::arg("path"))
         .def("select_path", &session_object::select_path, py::arg("path"))
         .def("get_path", &session_object::get_path)
         .def("export_sequence", &session_object::export_sequence, py::arg("seq"))

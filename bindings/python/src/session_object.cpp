@@ -8,6 +8,7 @@
 
 #include <pybind11/numpy.h>
 
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -18,15 +19,17 @@ namespace py = pybind11;
 namespace gqla_py {
 namespace {
 
-// A list of int64 ids or counts: a contiguous int64 numpy array is used in
-// place, anything else iterable is copied (B is small).
-class int64_list {
+// A list of integers (int64 ids or counts, int32 query counts): a
+// contiguous numpy array of exactly that type is used in place, anything
+// else iterable is copied (B is small), each item checked by integer_arg.
+template <typename T>
+class integer_list {
 public:
-    int64_list(py::handle object, const char* name) {
-        if (py::isinstance<py::array_t<int64_t>>(object)) {
+    integer_list(py::handle object, const char* name) {
+        if (py::isinstance<py::array_t<T>>(object)) {
             auto array = py::reinterpret_borrow<py::array>(object);
             if (array.ndim() == 1 && (array.flags() & py::array::c_style)) {
-                data_ = static_cast<const int64_t*>(array.data());
+                data_ = static_cast<const T*>(array.data());
                 size_ = array.shape(0);
                 keep_alive_ = std::move(array);
                 return;
@@ -37,23 +40,29 @@ public:
             invalid_argument(std::string(name) + ": expected a sequence of integers");
         }
         for (py::handle item : object) {
-            copy_.push_back(int64_arg(item, std::string(name) + "[" + std::to_string(copy_.size()) + "]"));
+            const std::string item_name = std::string(name) + "[" + std::to_string(copy_.size()) + "]";
+            copy_.push_back(static_cast<T>(integer_arg(item, item_name, std::numeric_limits<T>::min(),
+                                                       std::numeric_limits<T>::max())));
         }
         data_ = copy_.data();
         size_ = static_cast<int64_t>(copy_.size());
     }
-    // Never NULL: an empty list is a valid array of zero ids, so the library
-    // judges the count (e.g. "batch: expected 1..") rather than a NULL pointer.
-    const int64_t* data() const { return data_ != nullptr ? data_ : &no_ids_; }
+    // Never NULL: an empty list is a valid array of zero entries, so the
+    // library judges the count (e.g. "batch: expected 1..") rather than a
+    // NULL pointer.
+    const T* data() const { return data_ != nullptr ? data_ : &none_; }
     int32_t size() const { return static_cast<int32_t>(size_); }
 
 private:
-    const int64_t* data_ = nullptr;
+    const T* data_ = nullptr;
     int64_t size_ = 0;
-    std::vector<int64_t> copy_;
+    std::vector<T> copy_;
     py::object keep_alive_;
-    static constexpr int64_t no_ids_ = 0;
+    static constexpr T none_ = 0;
 };
+
+using int64_list = integer_list<int64_t>;
+using int32_list = integer_list<int32_t>;
 
 [[noreturn]] void throw_closed() {
     throw status_error(GQLA_ERR_INVALID_STATE, "session: the session is closed");
@@ -190,6 +199,43 @@ void session_object::decode(py::handle layer_arg, py::handle seqs, py::handle q,
     check(locked([&](gqla_session* s) {
         return gqla_decode(s, layer, ids.size(), ids.data(), tq.get(), to.get(), lse_tensor);
     }));
+}
+
+int session_object::attend(py::handle layer_arg, py::handle seqs, py::handle q, py::handle o, py::handle lse,
+                           py::handle q_lens, int path) {
+    gqla_attention_args args{};
+    check(gqla_attention_args_default(&args));
+    args.layer = int32_arg(layer_arg, "layer");
+    int64_list ids(seqs, "seqs");
+    std::optional<int32_list> lens;
+    if (!q_lens.is_none()) {
+        lens.emplace(q_lens, "q_lens");
+        // The C call reads one entry per sequence; say so here rather than
+        // let it read past a short list.
+        if (lens->size() != ids.size()) {
+            invalid_argument("q_lens: " + std::to_string(lens->size()) + " entries for " +
+                             std::to_string(ids.size()) + " sequences");
+        }
+    }
+    tensor_request rq{"q"}, ro{"out"}, rl{"lse"};
+    rq.cuda_device_index = ro.cuda_device_index = rl.cuda_device_index = device_index_;
+    rq.cuda_stream = ro.cuda_stream = rl.cuda_stream = stream_;
+    ro.writable = rl.writable = true;
+    tensor_arg tq(q, rq), to(o, ro);
+    std::optional<tensor_arg> tl;
+    if (!lse.is_none()) tl.emplace(lse, rl);
+    gqla_path taken = GQLA_PATH_AUTO;
+    args.batch = ids.size();
+    args.seqs = ids.data();
+    args.q_lens = lens ? lens->data() : nullptr;
+    args.q = tq.get();
+    args.o = to.get();
+    args.lse = tl ? tl->get() : nullptr;
+    args.path = static_cast<gqla_path>(path);
+    args.path_taken = &taken;
+    py::gil_scoped_release no_gil;
+    check(locked([&](gqla_session* s) { return gqla_attention(s, &args); }));
+    return static_cast<int>(taken);
 }
 
 py::bytes session_object::export_sequence(py::handle seq_arg) const {

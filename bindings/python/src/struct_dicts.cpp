@@ -108,12 +108,13 @@ gqla_config config_from_dict(const py::dict& fields) {
     r.read("device_index", config.device_index);
     r.read_enum("path", config.path);
     r.read("num_threads", config.num_threads);
+    r.read("max_q_tokens", config.max_q_tokens);
     r.reject_unknown("config",
                      {"kind", "num_heads", "num_kv_heads", "head_dim", "value_dim", "latent_dim",
                       "nope_dim", "rope_dim", "num_layers", "cache_dtype", "io_dtype",
                       "softmax_scale", "page_size", "max_tokens", "memory_budget_bytes",
                       "max_sequences", "max_batch", "max_q_len", "device", "device_index", "path",
-                      "num_threads"});
+                      "num_threads", "max_q_tokens"});
     return config;
 }
 
@@ -141,6 +142,7 @@ py::dict config_to_dict(const gqla_config& c) {
     d["device_index"] = c.device_index;
     d["path"] = static_cast<int>(c.path);
     d["num_threads"] = c.num_threads;
+    d["max_q_tokens"] = c.max_q_tokens;
     return d;
 }
 
@@ -209,6 +211,8 @@ py::dict cost_report_to_dict(const gqla_cost_report& r) {
     d["expand_bytes"] = r.expand_bytes;
     d["expand_flops"] = r.expand_flops;
     d["expand_s"] = r.expand_s;
+    d["transient"] = path_cost_to_dict(r.transient);
+    d["call_chosen"] = static_cast<int>(r.call_chosen);
     return d;
 }
 

@@ -17,6 +17,8 @@
 //   auto seq = s.add_sequence();
 //   s.append(0, seq, gqla::tensor(c.data(), {n, 512}), gqla::tensor(kr.data(), {n, 64}));
 //   s.decode(0, {seq}, gqla::tensor(q.data(), {1, 1, 32, 128}), gqla::tensor(o.data(), {1, 1, 32, 128}));
+//   // 1 query of seq beside 7 of other, rows packed: q [8, H, Dq] -> o [8, H, Dv]
+//   s.attend(0, {seq, other}, {1, 7}, gqla::tensor(q8.data(), {8, 32, 128}), gqla::tensor(o8.data(), {8, 32, 128}));
 //
 // Threading follows gqla.h: a session serializes its own calls.
 #pragma once
@@ -262,6 +264,33 @@ public:
     void decode(int32_t layer, const std::vector<gqla_seq_id>& seqs, const gqla_tensor& q, gqla_tensor o,
                 gqla_tensor* lse = nullptr) {
         check(gqla_decode(handle_, layer, static_cast<int32_t>(seqs.size()), seqs.data(), &q, &o, lse));
+    }
+
+    // gqla_attention: any mix of query counts, on the form `path` asks for;
+    // returns the form the call ran on (GQA, ABSORB or GQA_TRANSIENT).
+    //   q_lens empty: q [B,s_q,H,Dq] -> o [B,s_q,H,Dv] (+ lse [B,s_q,H]), as decode;
+    //   q_lens[i] queries of seqs[i]: rows packed in sequence order,
+    //   q [N,H,Dq] -> o [N,H,Dv] (+ lse [N,H]), N = sum(q_lens).
+    gqla_path attend(int32_t layer, const std::vector<gqla_seq_id>& seqs, const std::vector<int32_t>& q_lens,
+                     const gqla_tensor& q, gqla_tensor o, gqla_tensor* lse = nullptr,
+                     gqla_path path = GQLA_PATH_AUTO) {
+        if (!q_lens.empty() && q_lens.size() != seqs.size())
+            throw Error(GQLA_ERR_INVALID_ARGUMENT, "attend: q_lens has " + std::to_string(q_lens.size()) +
+                                                       " entries for " + std::to_string(seqs.size()) + " sequences");
+        gqla_attention_args args;
+        check(gqla_attention_args_default(&args));
+        args.layer = layer;
+        args.batch = static_cast<int32_t>(seqs.size());
+        args.seqs = seqs.data();
+        args.q_lens = q_lens.empty() ? nullptr : q_lens.data();
+        args.q = &q;
+        args.o = &o;
+        args.lse = lse;
+        args.path = path;
+        gqla_path taken = GQLA_PATH_AUTO;
+        args.path_taken = &taken;
+        check(gqla_attention(handle_, &args));
+        return taken;
     }
 
     void select_path(gqla_path path) { check(gqla_select_path(handle_, path)); }

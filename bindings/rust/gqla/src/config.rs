@@ -150,9 +150,14 @@ impl Config {
     pub fn max_batch(&self) -> usize {
         to_usize(self.raw.max_batch)
     }
-    /// Largest number of query tokens per sequence in one decode.
+    /// Largest number of query tokens per sequence in one call.
     pub fn max_q_len(&self) -> usize {
         to_usize(self.raw.max_q_len)
+    }
+    /// Largest number of query tokens in one call, summed over its sequences
+    /// (0 in a built config: max_batch * max_q_len).
+    pub fn max_q_tokens(&self) -> usize {
+        self.raw.max_q_tokens.max(0) as usize
     }
     /// Device (a session's config names the one it runs on).
     pub fn device(&self) -> Device {
@@ -301,10 +306,18 @@ macro_rules! common_setters {
                 .set_i32("max_batch", batch, |c| &mut c.max_batch);
             self
         }
-        /// Largest number of query tokens per sequence in one decode (default 16).
+        /// Largest number of query tokens per sequence in one call (default 16).
         pub fn max_q_len(mut self, q_len: usize) -> Self {
             self.common
                 .set_i32("max_q_len", q_len, |c| &mut c.max_q_len);
+            self
+        }
+        /// Largest number of query tokens in one call, summed over its
+        /// sequences (0, the default: max_batch * max_q_len). The workspaces
+        /// scale with it: set it when `max_q_len` is large (prefill chunks).
+        pub fn max_q_tokens(mut self, tokens: usize) -> Self {
+            self.common
+                .set_i64("max_q_tokens", tokens, |c| &mut c.max_q_tokens);
             self
         }
         /// Device to run on (default [`Device::Auto`]).

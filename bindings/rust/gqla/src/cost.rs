@@ -104,6 +104,14 @@ pub struct CostReport {
     pub expand_flops: f64,
     /// One-time cost of building the expanded cache: seconds.
     pub expand_s: f64,
+    /// GQLA: the GQA form over latent rows up-projected per call
+    /// ([`Path::GqaTransient`]), the expansion of the batch's context
+    /// included (zeros for a GQA-kind config).
+    pub transient: PathCost,
+    /// What [`Session::attend`](crate::Session::attend) with [`Path::Auto`]
+    /// picks for this workload when no expanded cache is kept:
+    /// [`Path::Gqa`] (GQA kind), [`Path::Absorb`] or [`Path::GqaTransient`].
+    pub call_chosen: Path,
 }
 
 impl CostReport {
@@ -122,6 +130,8 @@ impl CostReport {
             expand_bytes: raw.expand_bytes,
             expand_flops: raw.expand_flops,
             expand_s: raw.expand_s,
+            transient: PathCost::from_raw(&raw.transient),
+            call_chosen: Path::from_raw(raw.call_chosen)?,
         })
     }
 }

@@ -82,7 +82,8 @@ impl fmt::Display for DType {
     }
 }
 
-/// Decode path of a GQLA session.
+/// Decode path of a GQLA session, or the form of one
+/// [`Session::attend`](crate::Session::attend) call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Path {
     /// Let the roofline cost model choose (GQA-kind sessions: always [`Path::Gqa`]).
@@ -91,6 +92,10 @@ pub enum Path {
     Gqa,
     /// MQA over the latent cache.
     Absorb,
+    /// [`Session::attend`](crate::Session::attend) only (GQLA): the GQA form
+    /// over latent rows up-projected for that call, whether or not the
+    /// expanded cache is kept. Never a session path.
+    GqaTransient,
 }
 
 impl Path {
@@ -99,6 +104,7 @@ impl Path {
             Path::Auto => ffi::gqla_path::GQLA_PATH_AUTO,
             Path::Gqa => ffi::gqla_path::GQLA_PATH_GQA,
             Path::Absorb => ffi::gqla_path::GQLA_PATH_ABSORB,
+            Path::GqaTransient => ffi::gqla_path::GQLA_PATH_GQA_TRANSIENT,
         }
     }
 
@@ -107,6 +113,7 @@ impl Path {
             ffi::gqla_path::GQLA_PATH_AUTO => Ok(Path::Auto),
             ffi::gqla_path::GQLA_PATH_GQA => Ok(Path::Gqa),
             ffi::gqla_path::GQLA_PATH_ABSORB => Ok(Path::Absorb),
+            ffi::gqla_path::GQLA_PATH_GQA_TRANSIENT => Ok(Path::GqaTransient),
             other => Err(unknown("path", other.0)),
         }
     }
@@ -118,6 +125,7 @@ impl fmt::Display for Path {
             Path::Auto => "auto",
             Path::Gqa => "gqa",
             Path::Absorb => "absorb",
+            Path::GqaTransient => "gqa_transient",
         })
     }
 }

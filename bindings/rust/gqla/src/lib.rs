@@ -47,6 +47,7 @@
 //! Threading: a [`Session`] is `Send + Sync`; the library serializes calls on
 //! one session with an internal lock, and distinct sessions run concurrently.
 
+mod attend;
 mod config;
 mod cost;
 mod enums;
@@ -62,6 +63,7 @@ mod tensor;
 
 pub use gqla_sys as sys;
 
+pub use attend::AttendOptions;
 pub use config::{Config, GqaConfigBuilder, GqlaConfigBuilder};
 pub use cost::{predict_cost, Bound, CostReport, PathCost, Workload};
 pub use enums::{DType, Device, Element, Kind, Path};

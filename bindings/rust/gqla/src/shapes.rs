@@ -216,3 +216,96 @@ impl DecodeShape {
         [self.batch, self.q_len, self.heads]
     }
 }
+
+/// Shape of a call whose query rows are packed per sequence (`q_lens`).
+pub(crate) struct PackedShape {
+    /// N, the sum of the query counts.
+    pub rows: usize,
+    pub heads: usize,
+    pub query_dim: usize,
+    pub value_dim: usize,
+    /// The query counts as the C call takes them.
+    pub q_lens: Vec<i32>,
+}
+
+impl PackedShape {
+    /// N from `q_lens` (one entry per sequence), and `q`/`o`/`lse` checked
+    /// against it. The entries themselves are the library's to judge.
+    pub fn check(
+        config: &Config,
+        batch: usize,
+        q_lens: &[usize],
+        q_elems: usize,
+        o_elems: usize,
+        lse_elems: Option<usize>,
+    ) -> Result<PackedShape> {
+        if q_lens.len() != batch {
+            return Err(Error::invalid_argument(
+                "q_lens",
+                format!("{} entries for {batch} sequences", q_lens.len()),
+            ));
+        }
+        let lens = q_lens
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| to_i32(&format!("q_lens[{i}]"), n))
+            .collect::<Result<Vec<i32>>>()?;
+        let (heads, query_dim, value_dim) =
+            (config.num_heads(), config.query_dim(), config.value_dim());
+        // Entries fit i32, so neither the sum nor the products below overflow
+        // a 64-bit usize; checked anyway, for 32-bit targets.
+        let too_many =
+            || Error::invalid_argument("q_lens", "the query rows exceed the address space");
+        let rows = q_lens
+            .iter()
+            .try_fold(0usize, |sum, &n| sum.checked_add(n))
+            .ok_or_else(too_many)?;
+        let elems = |width: usize| {
+            rows.checked_mul(heads)
+                .and_then(|x| x.checked_mul(width))
+                .ok_or_else(too_many)
+        };
+        let expected_q = elems(query_dim)?;
+        if q_elems != expected_q {
+            return Err(Error::invalid_argument(
+                "q",
+                format!("length {q_elems} is not [N {rows} = sum(q_lens), H {heads}, Dq {query_dim}] = {expected_q}"),
+            ));
+        }
+        let expected_o = elems(value_dim)?;
+        if o_elems != expected_o {
+            return Err(Error::invalid_argument(
+                "o",
+                format!("length {o_elems} is not [N {rows} = sum(q_lens), H {heads}, Dv {value_dim}] = {expected_o}"),
+            ));
+        }
+        if let Some(lse_elems) = lse_elems {
+            let expected = elems(1)?;
+            if lse_elems != expected {
+                return Err(Error::invalid_argument(
+                    "lse",
+                    format!("length {lse_elems} is not [N {rows} = sum(q_lens), H {heads}] = {expected}"),
+                ));
+            }
+        }
+        Ok(PackedShape {
+            rows,
+            heads,
+            query_dim,
+            value_dim,
+            q_lens: lens,
+        })
+    }
+
+    pub fn q_shape(&self) -> [usize; 3] {
+        [self.rows, self.heads, self.query_dim]
+    }
+
+    pub fn o_shape(&self) -> [usize; 3] {
+        [self.rows, self.heads, self.value_dim]
+    }
+
+    pub fn lse_shape(&self) -> [usize; 2] {
+        [self.rows, self.heads]
+    }
+}
