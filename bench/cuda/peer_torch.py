@@ -13,6 +13,13 @@ explicit boolean mask. Absorb: a plain-torch implementation of the
 absorb path (q~ = W_UK^T qc, scores over latent + rope key, o~ = P C,
 o = W_UV o~). Timing: CUDA events around each call, median of many calls,
 rotating over several input copies so the working set exceeds L2.
+Prefill rows (--rows prefill; peer_prefill.py): chunks of s_q queries that
+are the last s_q of T cached tokens, SDPA with the lower-right causal bias,
+each backend forced in turn: GQA 32/8 D128 B=1 T=4096 s_q 128/512/2048, the
+DeepSeek-V3 expanded MHA form (H=128, q/k dim 192 = 128 nope + 64 rope, v
+dim 128) at s_q 2048, and a ragged step (47 sequences decoding 1 token at
+T=4096 beside 1 sequence prefilling 2048): torch as its best of two
+separate calls, whose times add up.
 Prints a table and one JSON line per shape (also written with --json FILE).
 """
 import argparse
@@ -23,6 +30,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from peer_prefill import prefill_flops, prefill_peer
 
 L2_BYTES = 256 << 20  # rotate until the inputs are several times the 60 MB L2
 
@@ -103,28 +112,75 @@ def absorb_peer(B, T, H, G, r=512, dc=64, dr=64, dv=128, reps=30):
     return ("torch-absorb", median_time_us(fn, copies, reps)), cache_bytes
 
 
+def decode_rows(reps):
+    rows = []
+    for B, T, s_q in [(64, 4096, 1), (128, 8192, 1), (1, 32768, 1), (1, 1024, 1),
+                      (16, 4096, 4), (64, 4096, 4), (16, 4096, 8), (64, 4096, 8)]:
+        (impl, us), nbytes = gqa_peer(B, T, s_q=s_q, reps=reps)
+        rows.append({"name": "gqa 32/8 D128", "kind": "decode", "B": B, "T": T, "s_q": s_q, "impl": impl,
+                     "median_us": us, "gbps": nbytes / us / 1e3})
+    for H, G, dc, label in [(32, 8, 64, "absorb H32 G8 r512 dr64 (llama3-8b-gqla)"),
+                            (128, 128, 128, "absorb H128 G128 r512 dr64 (dsv3)")]:
+        (impl, us), nbytes = absorb_peer(64, 16384, H, G, dc=dc, reps=max(10, reps // 2))
+        rows.append({"name": label, "kind": "decode", "B": 64, "T": 16384, "s_q": 1, "impl": impl, "median_us": us,
+                     "gbps": nbytes / us / 1e3})
+        torch.cuda.empty_cache()
+    return rows
+
+
+def prefill_row(name, B, T, s_q, H, G, dqk, dv, reps):
+    best, tried = prefill_peer(B, T, s_q, H, G, dqk, dv, reps, median_time_us, L2_BYTES)
+    if best is None:
+        return {"name": name, "kind": "prefill", "B": B, "T": T, "s_q": s_q, "impl": None, "median_us": None,
+                "tried": tried}
+    impl, us = best
+    return {"name": name, "kind": "prefill", "B": B, "T": T, "s_q": s_q, "H": H, "G": G, "dqk": dqk, "dv": dv,
+            "impl": impl, "median_us": us, "tflops": prefill_flops(B, T, s_q, H, dqk, dv) / us / 1e6, "tried": tried}
+
+
+def prefill_rows(reps):
+    rows = [prefill_row("gqa 32/8 D128", 1, 4096, s_q, 32, 8, 128, 128, reps) for s_q in (128, 512, 2048)]
+    rows.append(prefill_row("dsv3 MHA expanded (H128, qk 192, v 128)", 1, 4096, 2048, 128, 128, 192, 128, reps))
+    # Ragged step as two calls: 47 decoding sequences, and the 2048-query
+    # chunk (the s_q 2048 row above is that very call).
+    (impl, us), _ = gqa_peer(47, 4096, s_q=1, reps=reps)
+    decode = {"name": "gqa 32/8 D128", "kind": "decode", "B": 47, "T": 4096, "s_q": 1, "impl": impl,
+              "median_us": us}
+    chunk = rows[2]
+    total = us + chunk["median_us"] if chunk["median_us"] is not None else None
+    rows.append(decode)
+    rows.append({"name": "gqa 32/8 D128 ragged 1x47,2048x1", "kind": "ragged", "B": 48, "T": 4096,
+                 "q_lens": "1x47,2048x1", "impl": f"two calls: {impl} + {chunk['impl']}", "median_us": total,
+                 "parts_us": [us, chunk["median_us"]]})
+    return rows
+
+
+def print_row(r):
+    us = r["median_us"]
+    rate = f"{r['gbps']:7.0f} GB/s" if "gbps" in r else (f"{r['tflops']:7.1f} TFLOP/s" if "tflops" in r else "")
+    shape = f"B={r['B']:<4} T={r['T']:<6} " + (f"s_q={r['s_q']}" if "s_q" in r else f"q_lens={r['q_lens']}")
+    print(f"{r['name']:<42} {shape:<28} " + (f"{us:9.1f} us {rate}  ({r['impl']})" if us else "no backend ran"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--rows", default="decode,prefill", help="comma list of decode, prefill")
     args = ap.parse_args()
     torch.manual_seed(0)
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
+    groups = args.rows.split(",")
     rows = []
-    for B, T, s_q in [(64, 4096, 1), (128, 8192, 1), (1, 32768, 1), (1, 1024, 1),
-                      (16, 4096, 4), (64, 4096, 4), (16, 4096, 8), (64, 4096, 8)]:
-        (impl, us), nbytes = gqa_peer(B, T, s_q=s_q, reps=args.reps)
-        rows.append({"name": "gqa 32/8 D128", "B": B, "T": T, "s_q": s_q, "impl": impl, "median_us": us,
-                     "gbps": nbytes / us / 1e3})
-    for H, G, dc, label in [(32, 8, 64, "absorb H32 G8 r512 dr64 (llama3-8b-gqla)"),
-                            (128, 128, 128, "absorb H128 G128 r512 dr64 (dsv3)")]:
-        (impl, us), nbytes = absorb_peer(64, 16384, H, G, dc=dc, reps=max(10, args.reps // 2))
-        rows.append({"name": label, "B": 64, "T": 16384, "s_q": 1, "impl": impl, "median_us": us,
-                     "gbps": nbytes / us / 1e3})
-        torch.cuda.empty_cache()
+    if "decode" in groups:
+        rows += decode_rows(args.reps)
+    if "prefill" in groups:
+        rows += prefill_rows(args.reps)
     for r in rows:
-        print(f"{r['name']:<42} B={r['B']:<4} T={r['T']:<6} s_q={r['s_q']} {r['median_us']:9.1f} us {r['gbps']:7.0f} GB/s"
-              f"  ({r['impl']})")
+        print_row(r)
+    for r in rows:
+        if r["kind"] == "prefill":  # every backend and form tried, for the log
+            print(f"  {r['name']} s_q={r['s_q']}: " + "; ".join(f"{k}: {v}" for k, v in r["tried"].items()))
     for r in rows:
         print("JSON " + json.dumps(r))
     if args.json:

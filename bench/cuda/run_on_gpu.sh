@@ -5,12 +5,17 @@
 # .carry/doctest): build the library with the CUDA module, run the cuda-labelled
 # ctest suite, the Python GPU tests, gqla-bench on the shapes of the CUDA
 # targets (bf16 q and o, as the torch peer's), the torch peer on the same
-# shapes, and AUTO's validation grid.
+# shapes, AUTO's validation grid, and prefill chunks side by side with torch.
 # The Python extension is built for the `python3` on PATH (the one with torch).
+# Without `test` only gqla-bench and the CUDA module are built.
 # Logs go to $OUT (or ./gpu-out); a short table is printed last.
-# Usage: bench/cuda/run_on_gpu.sh [test] [bench] [peer] [auto]   (default: all)
+# Usage: bench/cuda/run_on_gpu.sh [test] [bench] [peer] [auto] [prefill]   (default: all)
+#   prefill: gqla-bench on prefill chunks (GQA 32/8 s_q 128/512/2048; DeepSeek-V3 and
+#   LLaMA-3-8B-GQLA s_q 2048 with AUTO per call, absorb and transient; a ragged
+#   1x47,2048x1 call and its two parts), the torch peer's prefill rows, and one
+#   side-by-side table (prefill_table.py).
 set -uo pipefail
-what=${*:-test bench auto peer}
+what=${*:-test bench auto peer prefill}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 build=${GQLA_GPU_BUILD:-build-gpu}
@@ -21,7 +26,9 @@ doctest_opt=()
 start=$(date +%s)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGQLA_WITH_ONEDNN=OFF -DGQLA_WITH_CUDA=ON \
   -DGQLA_CUDA_ARCHS=90 -DPython3_EXECUTABLE="$(command -v python3)" "${doctest_opt[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build "$build" --parallel "$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+targets=(--target gqla-bench)  # the bench depends on the CUDA module
+case " $what " in *" test "*) targets=() ;; esac
+cmake --build "$build" "${targets[@]}" --parallel "$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 
 bench=$build/bench/gqla-bench
@@ -46,10 +53,22 @@ for w in $what; do
       } >"$out/bench.jsonl" 2>"$out/bench.err" || status=1
       ;;
     peer)
-      timeout 240 python3 bench/cuda/peer_torch.py --reps 20 --json "$out/peer.json" >"$out/peer.log" 2>&1 || status=1
+      timeout 240 python3 bench/cuda/peer_torch.py --rows decode --reps 20 --json "$out/peer.json" >"$out/peer.log" 2>&1 || status=1
       ;;
     auto)
-      timeout 240 "$bench" --device cuda --validate-auto --json >"$out/validate_auto.json" 2>"$out/validate_auto.err" || status=1
+      timeout 360 "$bench" --device cuda --validate-auto --json >"$out/validate_auto.json" 2>"$out/validate_auto.err" || status=1
+      ;;
+    prefill)
+      on_gpu=(--device cuda --io bf16)
+      {
+        timeout 150 "$bench" "${on_gpu[@]}" --preset llama3-8b --batch 1 --context 4096 --s-q 128,512,2048 --json || status=1
+        timeout 200 "$bench" "${on_gpu[@]}" --preset deepseek-v3,llama3-8b-gqla --path auto,absorb,transient \
+          --batch 1 --context 4096 --s-q 2048 --json || status=1
+        timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b --context 4096 --q-lens 1x47,2048x1 --json || status=1
+        timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b --batch 47 --context 4096 --s-q 1 --json || status=1
+      } >"$out/prefill.jsonl" 2>"$out/prefill.err"
+      timeout 240 python3 bench/cuda/peer_torch.py --rows prefill --reps 20 --json "$out/peer_prefill.json" \
+        >"$out/peer_prefill.log" 2>&1 || status=1
       ;;
   esac
 done
@@ -65,17 +84,23 @@ for line in open(sys.argv[1]):
     if not line.startswith("{"):
         continue
     r = json.loads(line)
-    if "ms" not in r:
+    if r.get("ms") is None:  # skipped
         continue
     dev_ms = r.get('device_ms', r['ms'])
     sq = r.get('s_q', 1)
     print(f"{r.get('preset', r.get('kind', '')) + (f' s_q={sq}' if sq > 1 else ''):<15}{r['path']:<7}{r['batch']:>4}{r['context']:>7}"
           f"{r['ms'] * 1e3:>9.1f}{dev_ms * 1e3:>9.1f}{r['bytes'] / dev_ms / 1e6:>9.0f}"
-          f"{r.get('device_roofline_frac', r['roofline_frac']) * 100:>6.0f}%{r['rel_err']:>9.1e}")
+          f"{r.get('device_roofline_frac', r['roofline_frac']) * 100:>6.0f}%{r.get('rel_err') or float('nan'):>9.1e}")
 EOF
 fi
 [ -s "$out/peer.log" ] && grep -v "^JSON" "$out/peer.log" | tail -12
 [ -s "$out/validate_auto.json" ] && python3 -c "
 import json,sys; d=json.load(open('$out/validate_auto.json'))
-print('validate-auto:', {k: d.get(k) for k in ('cases','correct','fraction','mean_regret','max_regret','pred_within_35pct')})"
+print('validate-auto:', {k: d.get(k) for k in ('cases','correct','fraction','mean_regret','max_regret','pred_within_35pct')})
+p = d.get('prefill') or {}
+print('validate-auto prefill (absorb / transient / gqa kept):', {k: p.get(k) for k in ('latent_only','kept_cache')})"
+if [ -s "$out/prefill.jsonl" ]; then
+  [ -s "$out/prefill.err" ] && grep -v "^$" "$out/prefill.err" | head -10
+  python3 bench/cuda/prefill_table.py "$out/prefill.jsonl" "$out/peer_prefill.json" | tee "$out/prefill_table.txt"
+fi
 exit $status

@@ -3,13 +3,36 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "core/reference.hpp"
+#include "reference_rows.hpp"
 #include "support.hpp"
 
 namespace gqla::bench {
+namespace {
+
+// Distinct latent rows the check's tokens draw from (reference_rows.hpp).
+constexpr int kPoolRows = 64;
+// Tokens each sequence holds beyond its queries: odd amounts, so the chunks
+// start inside a page and the first query already sees a few keys.
+constexpr int64_t kExtraTokens[] = {37, 70, 5, 101};
+// Distinct query rows; the rest repeat them (prime: lines up with no tile).
+constexpr int64_t kQueryPeriod = 1031;
+
+// n random values rounded to the io dtype: raw bytes for the library, the
+// same values widened to f32 for the reference.
+std::vector<float> rounded(std::vector<unsigned char>& raw, size_t n, uint64_t seed, gqla_dtype io,
+                           float scale = 1.0f) {
+    raw = to_dtype(random_vector(n, seed, scale), io);
+    return from_dtype(raw.data(), io, n);
+}
+
+}  // namespace
 
 double error_bound(gqla_dtype cache) {
     switch (cache) {
@@ -24,76 +47,133 @@ double error_bound(gqla_dtype cache, gqla_dtype io) { return std::max(error_boun
 
 double relative_error_vs_reference(const AccuracySpec& spec) {
     const Preset& p = *spec.preset;
-    const int B = 2, s_q = spec.s_q;
+    const bool ragged = !spec.q_lens.empty();
+    const bool attention = spec.attention || ragged;
+    // Two sequences; one for chunks beyond 4096 queries, whose q alone is gigabytes.
+    const std::vector<int32_t> q_lens =
+        ragged ? spec.q_lens : std::vector<int32_t>(spec.s_q > 4096 ? 1 : 2, spec.s_q);
+    const int B = static_cast<int>(q_lens.size());
+
+    CheckInputs in;
+    in.preset = &p;
+    in.q_lens = q_lens;
     SessionShape shape = spec.shape;
-    shape.max_tokens = 1024;
-    shape.max_sequences = 4;
+    const int64_t page = shape.page_size > 0 ? shape.page_size : 64;
+    int64_t rows = 0, tokens = 0;
+    for (int b = 0; b < B; ++b) {
+        const int64_t L = q_lens[b] + kExtraTokens[b % 4];
+        in.lengths.push_back(L);
+        rows += q_lens[b];
+        tokens += (L + page - 1) / page * page;
+    }
+    shape.max_tokens = tokens;
+    shape.max_sequences = B;
     shape.max_batch = B;
-    shape.max_q_len = s_q;
+    shape.max_q_len = *std::max_element(q_lens.begin(), q_lens.end());
+    shape.max_q_tokens = rows;
     gqla_config cfg = make_config(p, shape);
     gqla_session* session = nullptr;
     check(gqla_session_create(&cfg, &session), "gqla_session_create");
     struct Guard { gqla_session* s; ~Guard() { gqla_session_destroy(s); } } guard{session};
 
-    const double scale = p.is_gqla() ? 1.0 / std::sqrt(static_cast<double>(p.d_c + p.d_r))
-                                     : 1.0 / std::sqrt(static_cast<double>(p.D));
-    const int64_t w_rows = static_cast<int64_t>(p.G) * (p.d_c + p.d_v);
+    in.scale = p.is_gqla() ? 1.0 / std::sqrt(static_cast<double>(p.d_c + p.d_r))
+                           : 1.0 / std::sqrt(static_cast<double>(p.D));
     std::vector<float> w;
     if (p.is_gqla()) {
+        const int64_t w_rows = static_cast<int64_t>(p.G) * (p.d_c + p.d_v);
         w = random_vector(static_cast<size_t>(w_rows) * p.r, 101, 1.0f / std::sqrt(static_cast<float>(p.r)));
         gqla_tensor tw = host_tensor(w.data(), {w_rows, p.r});
         check(gqla_set_weights(session, 0, &tw), "gqla_set_weights");
+        in.w = w.data();
     }
 
-    const int64_t a_row = p.is_gqla() ? p.r : static_cast<int64_t>(p.G) * p.D;
-    const int64_t b_row = p.is_gqla() ? p.d_r : static_cast<int64_t>(p.G) * p.Dv;
-    // Inputs in the io dtype; the reference takes them as rounded to it.
+    // Cached rows, in the io dtype; the reference takes them as rounded to it.
     const gqla_dtype io = shape.io_dtype;
-    auto rounded = [&](std::vector<unsigned char>& raw, size_t n, uint64_t seed) {
-        raw = to_dtype(random_vector(n, seed), io);
-        return from_dtype(raw.data(), io, n);
-    };
-    std::vector<std::vector<float>> a(B), b(B);
-    std::vector<std::vector<unsigned char>> a_raw(B), b_raw(B);
-    gqla_seq_id ids[B];
-    for (int s = 0; s < B; ++s) {
-        const int64_t L = spec.lengths[s];
-        a[s] = rounded(a_raw[s], static_cast<size_t>(L * a_row), 200 + s);
-        b[s] = rounded(b_raw[s], static_cast<size_t>(L * b_row), 300 + s);
-        void* ad = a_raw[s].data();
-        void* bd = b_raw[s].data();
-        gqla_tensor ta = p.is_gqla() ? host_tensor(ad, io, {L, p.r}) : host_tensor(ad, io, {L, p.G, p.D});
-        gqla_tensor tb = p.is_gqla() ? host_tensor(bd, io, {L, p.d_r}) : host_tensor(bd, io, {L, p.G, p.Dv});
-        check(gqla_sequence_add(session, &ids[s]), "gqla_sequence_add");
-        check(gqla_append(session, 0, ids[s], &ta, &tb), "gqla_append");
+    const size_t io_size = dtype_size(io);
+    std::vector<unsigned char> pool_raw;
+    if (p.is_gqla()) in.pool = rounded(pool_raw, static_cast<size_t>(kPoolRows) * p.r, 200, io);
+    std::vector<gqla_seq_id> ids(B);
+    for (int b = 0; b < B; ++b) {
+        const int64_t L = in.lengths[b];
+        std::vector<unsigned char> a_raw, b_raw;
+        gqla_tensor ta, tb;
+        if (p.is_gqla()) {
+            std::vector<int32_t>& pool_row = in.pool_row.emplace_back(static_cast<size_t>(L));
+            a_raw.resize(static_cast<size_t>(L) * p.r * io_size);
+            const size_t row_bytes = static_cast<size_t>(p.r) * io_size;
+            for (int64_t j = 0; j < L; ++j) {
+                pool_row[j] = latent_pool_row(b, j, kPoolRows);
+                std::memcpy(a_raw.data() + j * row_bytes, pool_raw.data() + pool_row[j] * row_bytes, row_bytes);
+            }
+            in.kr.push_back(rounded(b_raw, static_cast<size_t>(L) * p.d_r, 300 + b, io));
+            ta = host_tensor(a_raw.data(), io, {L, p.r});
+            tb = host_tensor(b_raw.data(), io, {L, p.d_r});
+        } else {
+            in.k.push_back(rounded(a_raw, static_cast<size_t>(L) * p.G * p.D, 200 + b, io));
+            in.v.push_back(rounded(b_raw, static_cast<size_t>(L) * p.G * p.Dv, 300 + b, io));
+            ta = host_tensor(a_raw.data(), io, {L, p.G, p.D});
+            tb = host_tensor(b_raw.data(), io, {L, p.G, p.Dv});
+        }
+        check(gqla_sequence_add(session, &ids[b]), "gqla_sequence_add");
+        check(gqla_append(session, 0, ids[b], &ta, &tb), "gqla_append");
     }
-    if (p.is_gqla() && spec.shape.path != GQLA_PATH_AUTO) check(gqla_select_path(session, spec.shape.path), "gqla_select_path");
+    if (p.is_gqla() && shape.path != GQLA_PATH_AUTO) check(gqla_select_path(session, shape.path), "gqla_select_path");
 
-    const size_t q_per_seq = static_cast<size_t>(s_q) * p.H * p.q_dim();
-    const size_t o_per_seq = static_cast<size_t>(s_q) * p.H * p.out_dim();
-    std::vector<unsigned char> q_raw;
-    const std::vector<float> q = rounded(q_raw, B * q_per_seq, 400);
-    std::vector<unsigned char> o_raw =
-        to_dtype(std::vector<float>(B * o_per_seq, std::numeric_limits<float>::quiet_NaN()), io);  // poison
-    gqla_tensor tq = host_tensor(q_raw.data(), io, {B, s_q, p.H, p.q_dim()});
-    gqla_tensor to = host_tensor(o_raw.data(), io, {B, s_q, p.H, p.out_dim()});
-    check(gqla_decode(session, 0, B, ids, &tq, &to, nullptr), "gqla_decode");
+    // Queries: kQueryPeriod distinct rows, repeated.
+    const int64_t q_row_elems = static_cast<int64_t>(p.H) * p.q_dim();
+    const int64_t o_row_elems = static_cast<int64_t>(p.H) * p.out_dim();
+    in.q_period = std::min(rows, kQueryPeriod);
+    std::vector<unsigned char> q_block_raw;
+    const std::vector<float> q_block = rounded(q_block_raw, static_cast<size_t>(in.q_period * q_row_elems), 400, io);
+    in.q = q_block.data();
+    std::vector<unsigned char> q_raw(static_cast<size_t>(rows * q_row_elems) * io_size);
+    for (size_t at = 0; at < q_raw.size(); at += q_block_raw.size())
+        std::memcpy(q_raw.data() + at, q_block_raw.data(), std::min(q_block_raw.size(), q_raw.size() - at));
+    std::vector<unsigned char> o_raw(static_cast<size_t>(rows * o_row_elems) * io_size);
+    const std::vector<unsigned char> nan_row =  // poison: a row the call leaves unwritten fails the check
+        to_dtype(std::vector<float>(static_cast<size_t>(o_row_elems), std::numeric_limits<float>::quiet_NaN()), io);
+    for (size_t at = 0; at < o_raw.size(); at += nan_row.size()) std::memcpy(o_raw.data() + at, nan_row.data(), nan_row.size());
+
+    const int64_t s_q = q_lens[0];
+    gqla_tensor tq = ragged ? host_tensor(q_raw.data(), io, {rows, p.H, p.q_dim()})
+                            : host_tensor(q_raw.data(), io, {B, s_q, p.H, p.q_dim()});
+    gqla_tensor to = ragged ? host_tensor(o_raw.data(), io, {rows, p.H, p.out_dim()})
+                            : host_tensor(o_raw.data(), io, {B, s_q, p.H, p.out_dim()});
+    if (attention) {
+        gqla_attention_args args;
+        check(gqla_attention_args_default(&args), "gqla_attention_args_default");
+        gqla_path taken = GQLA_PATH_AUTO;
+        args.layer = 0;
+        args.batch = B;
+        args.seqs = ids.data();
+        args.q_lens = ragged ? q_lens.data() : nullptr;
+        args.q = &tq;
+        args.o = &to;
+        args.path = spec.call_path;
+        args.path_taken = &taken;
+        check(gqla_attention(session, &args), "gqla_attention");
+        const bool same_form = !p.is_gqla() || spec.call_path == GQLA_PATH_AUTO || taken == spec.call_path;
+        if (!same_form)
+            throw GqlaError(GQLA_ERR_INTERNAL, std::string("gqla_attention ran on ") + path_name(taken) +
+                                                   " when asked for " + path_name(spec.call_path));
+    } else {
+        check(gqla_decode(session, 0, B, ids.data(), &tq, &to, nullptr), "gqla_decode");
+    }
     check(gqla_session_synchronize(session), "gqla_session_synchronize");
-    const std::vector<float> o = from_dtype(o_raw.data(), io, B * o_per_seq);
 
-    std::vector<double> ref(B * o_per_seq);
-    const std::vector<double> wd(w.begin(), w.end());
-    for (int s = 0; s < B; ++s) {
-        const std::vector<double> qd(q.begin() + s * q_per_seq, q.begin() + (s + 1) * q_per_seq);
-        const std::vector<double> ad(a[s].begin(), a[s].end()), bd(b[s].begin(), b[s].end());
-        double* out = ref.data() + s * o_per_seq;
-        if (p.is_gqla())
-            ref::gqla_decode(p.H, p.G, p.r, p.d_c, p.d_r, p.d_v, spec.lengths[s], s_q, scale, qd.data(), wd.data(),
-                             ad.data(), bd.data(), out, nullptr);
-        else
-            ref::gqa_decode(p.H, p.G, p.D, p.Dv, spec.lengths[s], s_q, scale, qd.data(), ad.data(), bd.data(), out,
-                            nullptr);
+    // The library's rows in the order reference_rows lists them.
+    std::vector<float> o;
+    int64_t first_row = 0;
+    for (int b = 0; b < B; ++b) {
+        for (const RowBlock& blk : checked_blocks(q_lens[b])) {
+            const size_t at = static_cast<size_t>((first_row + blk.first) * o_row_elems);
+            const std::vector<float> part =
+                from_dtype(o_raw.data() + at * io_size, io, static_cast<size_t>(blk.count * o_row_elems));
+            o.insert(o.end(), part.begin(), part.end());
+        }
+        first_row += q_lens[b];
     }
+    const std::vector<double> ref = reference_rows(in);
     return ref::rel_l2(o.data(), ref.data(), o.size());
 }
 

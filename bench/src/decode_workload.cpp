@@ -32,7 +32,52 @@ void sweep_last_level_cache() {
     (void)keep;
 }
 
+// n values in the io dtype: a random block repeated. Prefill buffers reach
+// gigabytes; the timing does not depend on the values, and generating that
+// much noise would take seconds.
+std::vector<unsigned char> patterned_random(size_t n, uint64_t seed, gqla_dtype io) {
+    constexpr size_t kBlock = size_t(1) << 22;
+    if (n <= kBlock) return to_dtype(random_vector(n, seed), io);
+    const std::vector<unsigned char> block = to_dtype(random_vector(kBlock, seed), io);
+    std::vector<unsigned char> out(n * dtype_size(io));
+    for (size_t at = 0; at < out.size(); at += block.size())
+        std::memcpy(out.data() + at, block.data(), std::min(block.size(), out.size() - at));
+    return out;
+}
+
 }  // namespace
+
+int64_t CallShape::query_rows() const {
+    if (q_lens.empty()) return static_cast<int64_t>(batch) * s_q;
+    int64_t n = 0;
+    for (int32_t q : q_lens) n += q;
+    return n;
+}
+
+CallShape CallShape::decode(int batch, int s_q) {
+    CallShape c;
+    c.batch = batch;
+    c.s_q = s_q;
+    return c;
+}
+
+CallShape CallShape::uniform(int batch, int s_q, gqla_path path) {
+    CallShape c = decode(batch, s_q);
+    c.attention = true;
+    c.path = path;
+    return c;
+}
+
+CallShape CallShape::ragged(std::vector<int32_t> q_lens, gqla_path path) {
+    CallShape c;
+    c.batch = static_cast<int>(q_lens.size());
+    c.s_q = 0;
+    for (int32_t q : q_lens) c.s_q = std::max(c.s_q, static_cast<int>(q));
+    c.q_lens = std::move(q_lens);
+    c.attention = true;
+    c.path = path;
+    return c;
+}
 
 int sets_for_cold(const Preset& p, gqla_path path, gqla_dtype cache, int batch, int64_t context,
                   double cold_bytes, bool hot) {
@@ -60,6 +105,9 @@ DecodeWorkload::DecodeWorkload(const WorkloadSpec& spec) : spec_(spec) {
     shape.max_sequences = static_cast<int>(nseq);
     shape.max_batch = std::max(spec.batch, 1);
     shape.max_q_len = std::max(spec.max_s_q, 1);
+    // The library's workspaces scale with it: a ragged mix states its own.
+    shape.max_q_tokens = spec.max_q_tokens > 0 ? spec.max_q_tokens
+                                               : static_cast<int64_t>(shape.max_batch) * shape.max_q_len;
     gqla_config cfg = make_config(p, shape);
     check(gqla_session_create(&cfg, &session_), "gqla_session_create");
     try {
@@ -104,8 +152,9 @@ void DecodeWorkload::fill(const Preset& p, const SessionShape& shape, gqla_path 
     }
     if (p.is_gqla() && wanted != GQLA_PATH_ABSORB) select_path(wanted);
 
-    q_ = to_dtype(random_vector(static_cast<size_t>(spec.batch) * shape.max_q_len * p.H * p.q_dim(), 17), io);
-    o_.assign(static_cast<size_t>(spec.batch) * shape.max_q_len * p.H * p.out_dim() * dtype_size(io), 0);
+    const size_t rows = static_cast<size_t>(shape.max_q_tokens);
+    q_ = patterned_random(rows * p.H * p.q_dim(), 17, io);
+    o_.assign(rows * p.H * p.out_dim() * dtype_size(io), 0);
     if (device() == GQLA_DEVICE_CUDA) {
         q_dev_ = std::make_unique<CudaIoBuffer>(q_.data(), q_.size());
         o_dev_ = std::make_unique<CudaIoBuffer>(o_.data(), o_.size());
@@ -122,23 +171,54 @@ void DecodeWorkload::fill(const Preset& p, const SessionShape& shape, gqla_path 
 DecodeWorkload::~DecodeWorkload() { gqla_session_destroy(session_); }
 
 void DecodeWorkload::decode(int64_t first, int batch, int s_q, bool timed) {
+    call(first, CallShape::decode(batch, s_q), timed);
+}
+
+void DecodeWorkload::call(int64_t first, const CallShape& c, bool timed) {
     const Preset& p = *spec_.preset;
     const gqla_dtype io = spec_.shape.io_dtype;
-    gqla_tensor tq = host_tensor(q_.data(), io, {batch, s_q, p.H, p.q_dim()});
-    gqla_tensor to = host_tensor(o_.data(), io, {batch, s_q, p.H, p.out_dim()});
+    const int64_t rows = c.query_rows();
+    if (rows * p.H * p.q_dim() * static_cast<int64_t>(dtype_size(io)) > static_cast<int64_t>(q_.size()))
+        throw GqlaError(GQLA_ERR_INVALID_ARGUMENT, "bench: a call of " + std::to_string(rows) +
+                                                       " query rows exceeds the workload's max_q_tokens");
+    gqla_tensor tq = c.q_lens.empty() ? host_tensor(q_.data(), io, {c.batch, c.s_q, p.H, p.q_dim()})
+                                      : host_tensor(q_.data(), io, {rows, p.H, p.q_dim()});
+    gqla_tensor to = c.q_lens.empty() ? host_tensor(o_.data(), io, {c.batch, c.s_q, p.H, p.out_dim()})
+                                      : host_tensor(o_.data(), io, {rows, p.H, p.out_dim()});
     if (q_dev_) {
         tq.data = q_dev_->data();
         to.data = o_dev_->data();
         tq.device = to.device = GQLA_DEVICE_CUDA;
         tq.device_index = to.device_index = 0;
     }
+    gqla_attention_args args;
+    if (c.attention) {
+        check(gqla_attention_args_default(&args), "gqla_attention_args_default");
+        args.layer = 0;
+        args.batch = c.batch;
+        args.seqs = seqs_.data() + first;
+        args.q_lens = c.q_lens.empty() ? nullptr : c.q_lens.data();
+        args.q = &tq;
+        args.o = &to;
+        args.path = c.path;
+        args.path_taken = &last_taken_;
+    }
     if (timed && timer_) timer_->start();
-    check(gqla_decode(session_, 0, batch, seqs_.data() + first, &tq, &to, nullptr), "gqla_decode");
+    if (c.attention)
+        check(gqla_attention(session_, &args), "gqla_attention");
+    else
+        check(gqla_decode(session_, 0, c.batch, seqs_.data() + first, &tq, &to, nullptr), "gqla_decode");
     if (timed && timer_) timer_->stop();
     check(gqla_session_synchronize(session_), "gqla_session_synchronize");
 }
 
 double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_total_s, bool hot, double min_total_s) {
+    return time_calls(CallShape::decode(batch, s_q), reps, max_total_s, hot, min_total_s);
+}
+
+double DecodeWorkload::time_calls(const CallShape& shape, int reps, double max_total_s, bool hot,
+                                  double min_total_s) {
+    const int batch = shape.batch;
     const int64_t groups = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(seqs_.size()) / batch);
     auto next = [&]() {
         const int64_t g = next_group_ % groups;
@@ -146,7 +226,7 @@ double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_tota
         return g * batch;
     };
     const int64_t warmup = std::min<int64_t>(groups, 2);
-    for (int64_t i = 0; i < warmup; ++i) decode(next(), batch, s_q);
+    for (int64_t i = 0; i < warmup; ++i) call(next(), shape);
     const bool flush = !hot && device() == GQLA_DEVICE_CPU;
     std::vector<double> times, device_times;
     double spent = 0;
@@ -159,7 +239,7 @@ double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_tota
             spent += now_s() - f0;
         }
         const double t0 = now_s();
-        decode(first, batch, s_q, true);
+        call(first, shape, true);
         const double dt = now_s() - t0;
         if (timer_) {
             const double dev = timer_->seconds();

@@ -2,7 +2,9 @@
 // One timed decode configuration on the library: a session holding `sets`
 // disjoint batches of sequences of equal length, decoded in rotation so each
 // call reads cache lines the previous calls did not touch (cold caches), or
-// the same batch over and over (hot).
+// the same batch over and over (hot). A call is gqla_decode on the session's
+// path or gqla_attention with a path of its own (prefill chunks, ragged
+// mixes, the transient GQA form).
 #pragma once
 
 #include <memory>
@@ -21,8 +23,24 @@ struct WorkloadSpec {
     int batch = 1;
     int64_t context = 1024;    // tokens per sequence (the mean when `lengths` is given)
     std::vector<int64_t> lengths;  // if not empty: length of sequence i of every batch, i < batch
-    int max_s_q = 1;           // largest s_q decoded on this workload
+    int max_s_q = 1;           // largest s_q (or q_lens entry) called on this workload
+    int64_t max_q_tokens = 0;  // most query rows of one call (config.max_q_tokens); 0: batch * max_s_q
     int sets = 1;              // disjoint batches to rotate over
+};
+
+// One call's shape: gqla_decode (uniform s_q, the session's path) or
+// gqla_attention (uniform s_q or ragged q_lens, `path` for this call).
+struct CallShape {
+    int batch = 1;
+    int s_q = 1;                      // uniform calls
+    std::vector<int32_t> q_lens;      // ragged calls: queries of each sequence (size batch)
+    bool attention = false;
+    gqla_path path = GQLA_PATH_AUTO;  // gqla_attention only
+    int64_t query_rows() const;
+
+    static CallShape decode(int batch, int s_q);
+    static CallShape uniform(int batch, int s_q, gqla_path path);
+    static CallShape ragged(std::vector<int32_t> q_lens, gqla_path path);
 };
 
 // How many disjoint batches make the rotation read >= cold_bytes of cache
@@ -43,6 +61,8 @@ public:
     // Blocks until the result is there (synchronizes CUDA sessions). timed:
     // CUDA events bracket the call (read by last_device_seconds()).
     void decode(int64_t first, int batch, int s_q, bool timed = false);
+    // One call of `shape` on sequences [first, first + shape.batch).
+    void call(int64_t first, const CallShape& shape, bool timed = false);
 
     // Median wall time (seconds) of `reps` decodes of `batch` sequences
     // (batch <= spec.batch), rotating over all disjoint groups of `batch`
@@ -56,6 +76,12 @@ public:
     // are not in a model whose other layers run in between.
     double time_decode(int batch, int s_q, int reps, double max_total_s = 3.0, bool hot = false,
                        double min_total_s = 0.0);
+    // The same for calls of any shape.
+    double time_calls(const CallShape& shape, int reps, double max_total_s = 3.0, bool hot = false,
+                      double min_total_s = 0.0);
+    // The form the last gqla_attention call ran on (GQA, ABSORB or
+    // GQA_TRANSIENT); AUTO before any.
+    gqla_path last_path_taken() const { return last_taken_; }
     // CUDA sessions with device q/o: median device time (CUDA events around
     // each call, no host launch/sync latency) of the last time_decode; else 0.
     double last_device_seconds() const { return last_device_s_; }
@@ -88,6 +114,7 @@ private:
     double last_p99_s_ = 0;
     int last_calls_ = 0;
     int64_t next_group_ = 0;
+    gqla_path last_taken_ = GQLA_PATH_AUTO;
 };
 
 }  // namespace gqla::bench

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace gqla::bench {
 
@@ -44,5 +45,12 @@ public:
 private:
     std::string body_;
 };
+
+// ["a","b",...]
+inline std::string json_string_array(const std::vector<std::string>& v) {
+    std::string out = "[";
+    for (const std::string& s : v) out += (out.size() > 1 ? "," : "") + JsonObject::quote(s);
+    return out + "]";
+}
 
 }  // namespace gqla::bench

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "presets.hpp"
+#include "query_mix.hpp"
 
 namespace gqla::bench {
 namespace {
@@ -15,7 +16,8 @@ const char* kUsage =
     "  --device cpu|cuda|auto      device of the sessions (default auto)\n"
     "  --preset NAME[,NAME...]     llama3-8b | llama3-8b-gqla | deepseek-v3 | mla16 | all\n"
     "                              (default llama3-8b-gqla)\n"
-    "  --path gqa|absorb|auto|both decode path of GQLA presets (default both)\n"
+    "  --path P[,P...]             path of GQLA presets: gqa | absorb | auto | transient | both\n"
+    "                              (both = gqa,absorb; the default)\n"
     "  --dtype bf16|f16|f32[,...]  cache dtype (default bf16)\n"
     "  --io f32|bf16|f16           dtype of q, o and the appended rows (default f32)\n"
     "  --batch N[,N...]            sequences per decode call (default 1,16)\n"
@@ -23,18 +25,30 @@ const char* kUsage =
     "  --mixed MIN:MAX             lengths of a batch's sequences spread evenly over [MIN, MAX]\n"
     "                              (replaces --context), each case followed by the uniform case\n"
     "                              with the same total tokens\n"
-    "  --s-q N[,N...]              query tokens per sequence (default 1)\n"
+    "  --s-q N[,N...]              query tokens per sequence, 1..65536 (default 1); the queries\n"
+    "                              are each sequence's last s_q cached tokens (causal)\n"
+    "  --q-lens QLENxCOUNT[,...]   one gqla_attention call over a ragged mix, e.g. 1x47,2048x1:\n"
+    "                              47 sequences with 1 query and 1 with 2048, each holding\n"
+    "                              --context tokens (replaces --batch and --s-q)\n"
     "  --threads N                 CPU threads (default: all available)\n"
-    "  --reps N                    timed decode calls per case, median and p99 reported (default 20)\n"
+    "  --reps N                    timed calls per case, median and p99 reported (default 20)\n"
     "  --busy N                    N busy-looping threads of the bench run while calls are timed\n"
     "                              (the library sharing its CPUs with an application's threads)\n"
-    "  --hot                       decode the same sequences every call (default: rotate over\n"
+    "  --hot                       call on the same sequences every time (default: rotate over\n"
     "                              >= 512 MiB of cache so every call starts cold)\n"
     "  --page-size N               tokens per cache page (default: library default)\n"
     "  --no-baseline               skip the naive repeat-KV baseline\n"
     "  --no-check                  skip the accuracy check against the float64 reference\n"
     "  --json                      one JSON object per case instead of a table\n"
-    "  --validate-auto             check AUTO's path choice against measurements of both paths\n";
+    "  --validate-auto             check AUTO's choices against measurements of every path\n"
+    "\n"
+    "Which call a row times: s_q <= 16 on gqa, absorb or auto is a decode row, gqla_decode on a\n"
+    "session of that path (as earlier versions timed it). Larger s_q (prefill chunks), --q-lens\n"
+    "and --path transient are attention rows: one gqla_attention call with the path given per\n"
+    "call, on a session that keeps only the latent cache (absorb) unless the path is gqa, which\n"
+    "keeps the expanded cache. Attention rows count FLOPs on the causal (query, key) pairs of\n"
+    "the form that ran: 2*(Dq+Dv) per head and pair for the GQA form, the absorb form's own, and\n"
+    "for transient also the expansion GEMM of the call's context, 2*r*G*(d_c+d_v) per token.\n";
 
 [[noreturn]] void fail(const std::string& msg) {
     std::fprintf(stderr, "gqla-bench: %s\n\n%s", msg.c_str(), kUsage);
@@ -73,6 +87,14 @@ gqla_dtype parse_dtype(const std::string& flag, const std::string& s) {
     fail(flag + ": expected bf16, f16 or f32, got '" + s + "'");
 }
 
+gqla_path parse_path(const std::string& s) {
+    if (s == "gqa") return GQLA_PATH_GQA;
+    if (s == "absorb") return GQLA_PATH_ABSORB;
+    if (s == "auto") return GQLA_PATH_AUTO;
+    if (s == "transient") return GQLA_PATH_GQA_TRANSIENT;
+    fail("--path: expected gqa, absorb, auto, transient or both, got '" + s + "'");
+}
+
 gqla_device_type parse_device(const std::string& s) {
     if (s == "cpu") return GQLA_DEVICE_CPU;
     if (s == "cuda") return GQLA_DEVICE_CUDA;
@@ -84,7 +106,6 @@ gqla_device_type parse_device(const std::string& s) {
 
 Options parse_options(int argc, char** argv) {
     Options o;
-    bool path_given = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -105,15 +126,15 @@ Options parse_options(int argc, char** argv) {
                 }
             }
         } else if (a == "--path") {
-            path_given = true;
-            const std::string v = value();
             o.paths.clear();
-            o.both_paths = false;
-            if (v == "both") o.both_paths = true;
-            else if (v == "gqa") o.paths = {GQLA_PATH_GQA};
-            else if (v == "absorb") o.paths = {GQLA_PATH_ABSORB};
-            else if (v == "auto") o.paths = {GQLA_PATH_AUTO};
-            else fail("--path: expected gqa, absorb, auto or both, got '" + v + "'");
+            for (const std::string& name : split(value())) {
+                if (name == "both") {
+                    o.paths.push_back(GQLA_PATH_GQA);
+                    o.paths.push_back(GQLA_PATH_ABSORB);
+                } else {
+                    o.paths.push_back(parse_path(name));
+                }
+            }
         } else if (a == "--dtype") {
             o.dtypes.clear();
             for (const std::string& d : split(value())) o.dtypes.push_back(parse_dtype(a, d));
@@ -127,8 +148,14 @@ Options parse_options(int argc, char** argv) {
             o.mixed_min = parse_count(a, v.substr(0, colon));
             o.mixed_max = parse_count(a, v.substr(colon + 1));
             if (o.mixed_min < 1 || o.mixed_max < o.mixed_min) fail("--mixed: expected 1 <= MIN <= MAX, got '" + v + "'");
-        } else if (a == "--s-q") o.s_qs = parse_counts<int>(a, value());
-        else if (a == "--threads") o.threads = static_cast<int>(parse_count(a, value()));
+        } else if (a == "--s-q") {
+            o.s_qs = parse_counts<int>(a, value());
+            for (int s_q : o.s_qs)
+                if (s_q > 65536) fail("--s-q: at most 65536 query tokens, got " + std::to_string(s_q));
+        } else if (a == "--q-lens") {
+            std::string why;
+            if (!parse_query_mix(value(), &o.mix, &why)) fail("--q-lens: " + why);
+        } else if (a == "--threads") o.threads = static_cast<int>(parse_count(a, value()));
         else if (a == "--reps") o.reps = static_cast<int>(parse_count(a, value()));
         else if (a == "--busy") o.busy = static_cast<int>(parse_count(a, value()));
         else if (a == "--page-size") o.page_size = static_cast<int>(parse_count(a, value()));
@@ -139,7 +166,7 @@ Options parse_options(int argc, char** argv) {
         else if (a == "--validate-auto") o.validate_auto = true;
         else fail("unknown option '" + a + "'");
     }
-    if (!path_given) o.both_paths = true;
+    if (!o.mix.empty() && o.mixed_max > 0) fail("--q-lens and --mixed do not combine: give one of them");
     return o;
 }
 

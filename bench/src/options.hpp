@@ -7,14 +7,16 @@
 #include <vector>
 
 #include "gqla/gqla.h"
+#include "query_mix.hpp"
 
 namespace gqla::bench {
 
 struct Options {
     gqla_device_type device = GQLA_DEVICE_AUTO;
     std::vector<std::string> presets{"llama3-8b-gqla"};
-    std::vector<gqla_path> paths;            // empty: "auto" for the case, see --path
-    bool both_paths = false;                 // --path both
+    // GQLA presets: the paths to run, in order (--path; default gqa, absorb).
+    // GQLA_PATH_GQA_TRANSIENT exists only per gqla_attention call.
+    std::vector<gqla_path> paths{GQLA_PATH_GQA, GQLA_PATH_ABSORB};
     std::vector<gqla_dtype> dtypes{GQLA_DTYPE_BF16};
     gqla_dtype io_dtype = GQLA_DTYPE_F32;    // --io: q, o and the appended rows
     std::vector<int> batches{1, 16};
@@ -25,6 +27,9 @@ struct Options {
     // how well the work is balanced over the threads. 0: off.
     int64_t mixed_min = 0, mixed_max = 0;
     std::vector<int> s_qs{1};
+    // --q-lens: one gqla_attention call over a ragged mix (replaces --batch
+    // and --s-q); empty: uniform calls.
+    QueryMix mix;
     int threads = 0;
     int reps = 20;
     int busy = 0;                            // --busy: busy-looping threads during the timed calls

@@ -49,6 +49,7 @@ gqla_config make_config(const Preset& p, const SessionShape& s) {
     if (s.max_sequences > 0) cfg.max_sequences = s.max_sequences;
     if (s.max_batch > 0) cfg.max_batch = s.max_batch;
     if (s.max_q_len > 0) cfg.max_q_len = s.max_q_len;
+    if (s.max_q_tokens > 0) cfg.max_q_tokens = s.max_q_tokens;
     return cfg;
 }
 
@@ -72,6 +73,7 @@ const char* path_name(gqla_path p) {
         case GQLA_PATH_AUTO: return "auto";
         case GQLA_PATH_GQA: return "gqa";
         case GQLA_PATH_ABSORB: return "absorb";
+        case GQLA_PATH_GQA_TRANSIENT: return "transient";
     }
     return "?";
 }

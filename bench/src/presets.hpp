@@ -39,6 +39,7 @@ struct SessionShape {
     int max_sequences = 0;
     int max_batch = 0;
     int max_q_len = 0;
+    int64_t max_q_tokens = 0;  // most query rows of one call; 0: library default
 };
 gqla_config make_config(const Preset& p, const SessionShape& s);
 

@@ -11,6 +11,7 @@
 #include "decode_workload.hpp"
 #include "json_writer.hpp"
 #include "support.hpp"
+#include "validate_auto_prefill.hpp"
 
 namespace gqla::bench {
 namespace {
@@ -148,11 +149,9 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
         rows_json += (rows_json.size() > 1 ? "," : "") + j.dump();
     }
     rows_json += "]";
-    auto string_array = [](const std::vector<std::string>& v) {
-        std::string out = "[";
-        for (const std::string& s : v) out += (out.size() > 1 ? "," : "") + JsonObject::quote(s);
-        return out + "]";
-    };
+
+    // Prefill chunks: gqla_attention's per-call choice among three forms.
+    const std::string prefill = run_prefill_grid(opt, env, &errors);
 
     const int cases = static_cast<int>(rows.size());
     JsonObject out;
@@ -168,12 +167,16 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
         .num("read_gbps_machine", env.roofline.read_gbps, 4)
         .num("peak_gflops_machine", env.roofline.peak_for(dtype), 4)
         .num("seconds", now_s() - t_start, 3)
-        .str("note", on_cpu ? "GQLA presets only (GQA kind has one path); on CPU cells whose GQA-path cache exceeds "
-                              "1.25 GiB are dropped (listed in 'dropped')"
-                            : "GQLA presets only (GQA kind has one path)")
-        .raw("dropped", string_array(dropped))
-        .raw("errors", string_array(errors))
-        .raw("rows", rows_json);
+        .str("note", std::string(on_cpu ? "GQLA presets only (GQA kind has one path); on CPU cells whose GQA-path "
+                                          "cache exceeds 1.25 GiB are dropped (listed in 'dropped')"
+                                        : "GQLA presets only (GQA kind has one path)") +
+                         "; top-level fields: decode steps (s_q 1, 2, 4; session path GQA vs absorb); 'prefill': "
+                         "chunks of s_q 64, 512, 2048 through gqla_attention (absorb, transient, GQA over the kept "
+                         "cache)")
+        .raw("dropped", json_string_array(dropped))
+        .raw("errors", json_string_array(errors))
+        .raw("rows", rows_json)
+        .raw("prefill", prefill);
     std::printf("%s\n", out.dump().c_str());
     return errors.empty() && cases > 0 ? 0 : 1;
 }

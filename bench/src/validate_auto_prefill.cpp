@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "validate_auto_prefill.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "attention_counts.hpp"
+#include "decode_workload.hpp"
+#include "json_writer.hpp"
+#include "support.hpp"
+
+namespace gqla::bench {
+namespace {
+
+const int kBatches[] = {1, 8, 64};
+const int64_t kContexts[] = {512, 4096, 16384};
+const int kQueryLens[] = {64, 512, 2048};
+
+// A cell is kept when the costliest form's call stays under this many FLOPs
+// (causal count): about 0.5 s on a 2-core CPU, 50-100 ms on an H200, so the
+// grid takes about a minute on either. The dropped cells are listed.
+constexpr double kCpuCallFlops = 2e10;
+constexpr double kGpuCallFlops = 3e13;
+// Cache bytes one (preset, context) session may hold: the CPU bound of the
+// decode grid; on a GPU half of what the bench may allocate.
+constexpr double kCpuCellBytes = 1.25 * 1024 * 1024 * 1024;
+
+// Forms in the order of the arrays below.
+const gqla_path kForms[] = {GQLA_PATH_ABSORB, GQLA_PATH_GQA_TRANSIENT, GQLA_PATH_GQA};
+constexpr int kFormCount = 3;
+
+int form_index(gqla_path p) {
+    for (int k = 0; k < kFormCount; ++k)
+        if (kForms[k] == p) return k;
+    return -1;
+}
+
+struct Cell {
+    const Preset* preset;
+    int batch, s_q;
+    int64_t context;
+    double meas[kFormCount] = {0, 0, 0};
+    gqla_path_cost cost[kFormCount] = {};   // the library's prediction
+    gqla_path call_chosen = GQLA_PATH_AUTO;  // gqla_session_predict_cost's pick, no expanded cache kept
+    gqla_path auto_latent = GQLA_PATH_AUTO;  // the form an AUTO call took on the latent-only session
+    gqla_path auto_kept = GQLA_PATH_AUTO;    // ... and with the expanded cache kept
+};
+
+// The measured-fastest of the first `forms` forms.
+int best_of(const Cell& c, int forms) {
+    int best = 0;
+    for (int k = 1; k < forms; ++k)
+        if (c.meas[k] < c.meas[best]) best = k;
+    return best;
+}
+
+struct Scores {
+    int cases = 0, correct = 0;
+    double regret_sum = 0, regret_max = 0;
+
+    void add(const Cell& c, gqla_path pick, int forms, double* regret) {
+        const int best = best_of(c, forms);
+        const int chosen = form_index(pick);
+        *regret = chosen >= 0 && chosen < forms ? c.meas[chosen] / c.meas[best] - 1.0 : NAN;
+        ++cases;
+        correct += chosen == best;
+        if (std::isfinite(*regret)) {
+            regret_sum += *regret;
+            regret_max = std::max(regret_max, *regret);
+        }
+    }
+    std::string json() const {
+        JsonObject j;
+        j.integer("cases", cases)
+            .integer("correct", correct)
+            .num("fraction", cases ? static_cast<double>(correct) / cases : NAN, 4)
+            .num("mean_regret", cases ? regret_sum / cases : NAN, 4)
+            .num("max_regret", cases ? regret_max : NAN, 4);
+        return j.dump();
+    }
+};
+
+// FLOPs of the costliest form of one call (what decides whether the cell runs).
+double costliest_flops(const Preset& p, gqla_dtype dtype, gqla_dtype io, int batch, int64_t context, int s_q) {
+    const std::vector<int64_t> lengths(static_cast<size_t>(batch), context);
+    const std::vector<int32_t> q_lens(static_cast<size_t>(batch), s_q);
+    double most = 0;
+    for (gqla_path form : kForms) most = std::max(most, count_attention(p, form, dtype, io, lengths, q_lens).flops);
+    return most;
+}
+
+}  // namespace
+
+std::string run_prefill_grid(const Options& opt, const BenchEnv& env, std::vector<std::string>* errors) {
+    const bool on_cpu = env.device == GQLA_DEVICE_CPU;
+    const double flop_budget = on_cpu ? kCpuCallFlops : kGpuCallFlops;
+    const double cell_budget = on_cpu ? kCpuCellBytes : 0.5 * static_cast<double>(env.memory_cap);
+    const int reps = std::min(opt.reps, on_cpu ? 5 : 15);
+    const double min_seconds = on_cpu ? 0.05 : 0.02;
+    const gqla_dtype dtype = opt.dtypes.front();
+    std::vector<Cell> cells;
+    std::vector<std::string> dropped;
+    const double t_start = now_s();
+
+    for (const Preset& p : all_presets()) {
+        if (!p.is_gqla()) continue;
+        // Bytes per cached token: latent + expanded cache, and on CUDA the
+        // transient form's layer of expanded rows for every page of the pool.
+        const double expanded = stored_bytes_per_token(p, GQLA_PATH_GQA, dtype) -
+                                stored_bytes_per_token(p, GQLA_PATH_ABSORB, dtype);
+        const double per_token = stored_bytes_per_token(p, GQLA_PATH_GQA, dtype) + (on_cpu ? 0.0 : expanded);
+        for (int64_t context : kContexts) {
+            std::vector<Cell> kept;
+            for (int s_q : kQueryLens) {
+                if (s_q > context) continue;
+                for (int b : kBatches) {
+                    const std::string name = std::string(p.name) + " batch " + std::to_string(b) + " context " +
+                                             std::to_string(context) + " s_q " + std::to_string(s_q);
+                    if (costliest_flops(p, dtype, opt.io_dtype, b, context, s_q) > flop_budget ||
+                        b * static_cast<double>(context) * per_token > cell_budget) {
+                        dropped.push_back(name);
+                        continue;
+                    }
+                    kept.push_back(Cell{&p, b, s_q, context});
+                }
+            }
+            if (kept.empty()) continue;
+            WorkloadSpec spec;
+            spec.preset = &p;
+            spec.shape.device = env.device;
+            spec.shape.path = GQLA_PATH_ABSORB;
+            spec.shape.cache_dtype = dtype;
+            spec.shape.io_dtype = opt.io_dtype;
+            spec.shape.threads = opt.threads;
+            spec.shape.page_size = opt.page_size;
+            spec.context = context;
+            for (const Cell& c : kept) {
+                spec.batch = std::max(spec.batch, c.batch);
+                spec.max_s_q = std::max(spec.max_s_q, c.s_q);
+                spec.max_q_tokens = std::max<int64_t>(spec.max_q_tokens, static_cast<int64_t>(c.batch) * c.s_q);
+            }
+            // Two batches to alternate between: prefill calls are compute
+            // bound, the rotation only keeps one call's cache out of the next.
+            const int64_t cap = static_cast<int64_t>(cell_budget / (per_token * static_cast<double>(context)));
+            spec.sets = cap >= 2 * spec.batch ? 2 : 1;
+            try {
+                DecodeWorkload work(spec);
+                for (Cell& c : kept) {
+                    const gqla_cost_report r = work.predict(c.batch, c.s_q);
+                    c.cost[0] = r.absorb;
+                    c.cost[1] = r.transient;
+                    c.cost[2] = r.gqa;
+                    c.call_chosen = r.call_chosen;
+                    for (int k = 0; k < 2; ++k)
+                        c.meas[k] = work.time_calls(CallShape::uniform(c.batch, c.s_q, kForms[k]), reps, 1.0, opt.hot,
+                                                    min_seconds);
+                    work.call(0, CallShape::uniform(c.batch, c.s_q, GQLA_PATH_AUTO));
+                    c.auto_latent = work.last_path_taken();
+                }
+                work.select_path(GQLA_PATH_GQA);  // expand once, outside the timings
+                for (Cell& c : kept) {
+                    c.meas[2] = work.time_calls(CallShape::uniform(c.batch, c.s_q, GQLA_PATH_GQA), reps, 1.0, opt.hot,
+                                                min_seconds);
+                    if (work.last_path_taken() != GQLA_PATH_GQA)
+                        throw GqlaError(GQLA_ERR_INTERNAL, std::string("path GQA over the kept cache ran on ") +
+                                                               path_name(work.last_path_taken()));
+                    work.call(0, CallShape::uniform(c.batch, c.s_q, GQLA_PATH_AUTO));
+                    c.auto_kept = work.last_path_taken();
+                }
+                cells.insert(cells.end(), kept.begin(), kept.end());
+            } catch (const GqlaError& e) {
+                errors->push_back(std::string(p.name) + " context " + std::to_string(context) + " (prefill): " +
+                                  e.what());
+            }
+        }
+    }
+
+    Scores latent, with_kept;
+    int pick_as_predicted = 0;
+    std::string rows = "[";
+    for (const Cell& c : cells) {
+        double regret_latent = 0, regret_kept = 0;
+        latent.add(c, c.auto_latent, 2, &regret_latent);
+        with_kept.add(c, c.auto_kept, kFormCount, &regret_kept);
+        pick_as_predicted += c.auto_latent == c.call_chosen;
+        JsonObject j;
+        j.str("preset", c.preset->name)
+            .integer("batch", c.batch)
+            .integer("context", c.context)
+            .integer("s_q", c.s_q);
+        for (int k = 0; k < kFormCount; ++k) {
+            const std::string form = path_name(kForms[k]);
+            j.num(("meas_" + form + "_ms").c_str(), c.meas[k] * 1e3, 4)
+                .num(("pred_" + form + "_ms").c_str(), c.cost[k].time_s * 1e3, 4);
+        }
+        j.str("call_chosen", path_name(c.call_chosen))
+            .str("auto_latent", path_name(c.auto_latent))
+            .str("best_latent", path_name(kForms[best_of(c, 2)]))
+            .num("regret_latent", regret_latent, 3)
+            .str("auto_kept", path_name(c.auto_kept))
+            .str("best_kept", path_name(kForms[best_of(c, kFormCount)]))
+            .num("regret_kept", regret_kept, 3);
+        // The library's counts and rates, for refitting the efficiencies.
+        for (int k = 0; k < kFormCount; ++k) {
+            const std::string form = path_name(kForms[k]);
+            j.num(("bytes_" + form).c_str(), c.cost[k].bytes, 12).num(("flops_" + form).c_str(), c.cost[k].flops, 12);
+        }
+        j.num("read_gbps", c.cost[0].bytes / c.cost[0].memory_s * 1e-9, 6)
+            .num("peak_gflops", c.cost[0].flops / c.cost[0].compute_s * 1e-9, 6);
+        rows += (rows.size() > 1 ? "," : "") + j.dump();
+    }
+    rows += "]";
+
+    JsonObject out;
+    out.str("forms", "absorb, transient (GQA form over latent rows up-projected per call), gqa (over the kept "
+                     "expanded cache); measured with explicit per-call paths, AUTO's pick from an AUTO call's path_taken")
+        .raw("s_q", "[64,512,2048]")
+        .raw("latent_only", latent.json())
+        .raw("kept_cache", with_kept.json())
+        .integer("auto_latent_as_predicted", pick_as_predicted)
+        .num("seconds", now_s() - t_start, 3)
+        .raw("dropped", json_string_array(dropped))
+        .raw("rows", rows);
+    return out.dump();
+}
+
+}  // namespace gqla::bench
