@@ -1,0 +1,28 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Python examples run on the CPU and report their own errors.
+
+Each example checks its results against a float64 reference and prints the
+worst error; here they run as a user would start them (a fresh interpreter,
+the package found through PYTHONPATH) and must exit 0 within a time limit.
+torch_gpu.py needs torch and a GPU and is left to the GPU suite.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import gqla
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(gqla.__file__)))
+
+
+@pytest.mark.parametrize("script", ["decode_loop.py", "convert_llama.py"])
+def test_example_runs(script):
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.setdefault("GQLA_PROBE_CALIBRATE", "0")
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", script)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{script} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
