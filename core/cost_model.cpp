@@ -101,7 +101,11 @@ ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& prob
               + expanded_width * d.r * weight_elem;   // read W_UKV once
     e.flops = n * 2.0 * d.r * expanded_width;
     const double memory_s = e.bytes / bytes_per_second(probe);
-    const double compute_s = e.flops / (priced_peak_gflops(cfg, probe) * 1e9);
+    // The CPU expands with f32 GEMMs (oneDNN or the kernel table's) whatever
+    // the cache dtype, so the bf16 dot-product peak does not apply to it.
+    const double peak_gflops =
+        probe.device == GQLA_DEVICE_CPU ? probe.peak_gflops_f32 : priced_peak_gflops(cfg, probe);
+    const double compute_s = e.flops / (peak_gflops * 1e9);
     e.seconds = std::max(memory_s, compute_s) / eff.expand;
     return e;
 }
