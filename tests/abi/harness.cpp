@@ -205,25 +205,6 @@ std::vector<int64_t> strides_for(const std::vector<int64_t>& shape, Layout layou
     return s;
 }
 
-// Elements spanned by a strided view.
-size_t span_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
-    int64_t last = 0;
-    for (size_t i = 0; i < shape.size(); ++i) last += (shape[i] - 1) * strides[i];
-    return static_cast<size_t>(last + 1);
-}
-
-// Offsets of every element of the view, in row-major logical order.
-std::vector<size_t> offsets_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
-    std::vector<size_t> out{0};
-    for (size_t d = 0; d < shape.size(); ++d) {
-        std::vector<size_t> next;
-        next.reserve(out.size() * static_cast<size_t>(shape[d]));
-        for (size_t base : out)
-            for (int64_t i = 0; i < shape[d]; ++i) next.push_back(base + static_cast<size_t>(i * strides[d]));
-        out.swap(next);
-    }
-    return out;
-}
 
 constexpr double kGapSentinel = 7.0;  // exactly representable in every dtype
 
@@ -462,6 +443,41 @@ gqla_stats Harness::stats() const {
     INFO("gqla_session_stats: " << gqla_last_error_message());
     REQUIRE(st == GQLA_OK);
     return s;
+}
+
+// Elements spanned by a strided view.
+size_t span_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+    int64_t last = 0;
+    for (size_t i = 0; i < shape.size(); ++i) last += (shape[i] - 1) * strides[i];
+    return static_cast<size_t>(last + 1);
+}
+
+// Offsets of every element of the view, in row-major logical order.
+std::vector<size_t> offsets_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+    std::vector<size_t> out{0};
+    for (size_t d = 0; d < shape.size(); ++d) {
+        std::vector<size_t> next;
+        next.reserve(out.size() * static_cast<size_t>(shape[d]));
+        for (size_t base : out)
+            for (int64_t i = 0; i < shape[d]; ++i) next.push_back(base + static_cast<size_t>(i * strides[d]));
+        out.swap(next);
+    }
+    return out;
+}
+
+std::vector<gqla_seq_id> sequences_of_lengths(Harness& h, const std::vector<int64_t>& lengths, int32_t layer) {
+    std::vector<gqla_seq_id> seqs;
+    for (int64_t len : lengths) {
+        gqla_seq_id s = h.add();
+        for (int64_t done = 0, chunk = 1; done < len; chunk = chunk * 3 + 1) {
+            const int64_t n = std::min(chunk, len - done);
+            h.append_ok(s, layer, n);
+            done += n;
+        }
+        REQUIRE(h.length(s, layer) == len);
+        seqs.push_back(s);
+    }
+    return seqs;
 }
 
 }  // namespace abi

@@ -73,6 +73,11 @@ std::string replay_hint(uint64_t seed);
 const char* dtype_label(gqla_dtype t);
 const char* path_label(gqla_path p);
 
+// Elements spanned by a strided view, and the offset of each element in
+// row-major logical order.
+size_t span_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides);
+std::vector<size_t> offsets_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides);
+
 // Odd sizes: nothing a power of two.
 gqla_config odd_gqla_config(int32_t groups = 3);  // H=6, G, r=384, d_c=96, d_r=32, d_v=80
 gqla_config odd_gqa_config(int32_t groups = 3);   // H=6, G, D=72, Dv=40
@@ -165,6 +170,9 @@ private:
     std::map<std::pair<gqla_seq_id, int32_t>, Rows> rows_;
     std::vector<gqla_seq_id> live_;
 };
+
+// One sequence per length, appended in uneven chunks so appends cross pages.
+std::vector<gqla_seq_id> sequences_of_lengths(Harness& h, const std::vector<int64_t>& lengths, int32_t layer = 0);
 
 // True when `message` contains one of `names` as a whole identifier (not
 // glued to letters, digits or '_' on either side).

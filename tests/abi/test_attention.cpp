@@ -22,6 +22,10 @@
 #include "nonfinite_support.hpp"
 
 using abi::Harness;
+using abi::offsets_of;
+using abi::path_label;
+using abi::sequences_of_lengths;
+using abi::span_of;
 
 namespace {
 
@@ -40,31 +44,7 @@ void require_ok(gqla_status st, const char* what) {
     REQUIRE(st == GQLA_OK);
 }
 
-const char* form_label(gqla_path p) {
-    switch (p) {
-        case GQLA_PATH_AUTO: return "auto";
-        case GQLA_PATH_GQA: return "gqa";
-        case GQLA_PATH_ABSORB: return "absorb";
-        case GQLA_PATH_GQA_TRANSIENT: return "gqa_transient";
-    }
-    return "?";
-}
 
-// One sequence per length, appended in uneven chunks so appends cross pages.
-std::vector<gqla_seq_id> sequences_of_lengths(Harness& h, const std::vector<int64_t>& lengths, int32_t layer = 0) {
-    std::vector<gqla_seq_id> seqs;
-    for (int64_t len : lengths) {
-        gqla_seq_id s = h.add();
-        for (int64_t done = 0, chunk = 1; done < len; chunk = chunk * 3 + 1) {
-            const int64_t n = std::min(chunk, len - done);
-            h.append_ok(s, layer, n);
-            done += n;
-        }
-        REQUIRE(h.length(s, layer) == len);
-        seqs.push_back(s);
-    }
-    return seqs;
-}
 
 // One gqla_attention call as a test states it.
 struct Request {
@@ -106,24 +86,6 @@ std::vector<int64_t> strides_of(const std::vector<int64_t>& shape, bool padded) 
     return s;
 }
 
-size_t span_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
-    int64_t last = 0;
-    for (size_t i = 0; i < shape.size(); ++i) last += (shape[i] - 1) * strides[i];
-    return static_cast<size_t>(last + 1);
-}
-
-// Offsets of every element in row-major logical order (the packed row order).
-std::vector<size_t> offsets_of(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
-    std::vector<size_t> out{0};
-    for (size_t d = 0; d < shape.size(); ++d) {
-        std::vector<size_t> next;
-        next.reserve(out.size() * static_cast<size_t>(shape[d]));
-        for (size_t base : out)
-            for (int64_t i = 0; i < shape[d]; ++i) next.push_back(base + static_cast<size_t>(i * strides[d]));
-        out.swap(next);
-    }
-    return out;
-}
 
 // Queries for a request: [N, H, Dq] values in the io dtype.
 abi::Buffer random_rows(Harness& h, int64_t rows) {
@@ -353,13 +315,13 @@ TEST_CASE("ragged query counts match the reference at every page size, kind and 
                              {GQLA_PATH_GQA_TRANSIENT, GQLA_PATH_GQA_TRANSIENT, GQLA_PATH_ABSORB},
                              {GQLA_PATH_GQA, GQLA_PATH_GQA, GQLA_PATH_GQA}};
                 for (const Form& f : forms) {
-                    CAPTURE(form_label(f.ask));
+                    CAPTURE(path_label(f.ask));
                     if (kind == GQLA_KIND_GQLA) require_ok(gqla_select_path(h.session(), f.select), "gqla_select_path");
                     for (Request* rq : {&a, &b}) {
                         rq->path = f.ask;
                         const Result r = attend(h, *rq);
                         CHECK_ATTENTION_MATCHES(r, h.tol());
-                        CHECK(form_label(r.taken) == std::string(form_label(f.expect)));
+                        CHECK(path_label(r.taken) == std::string(path_label(f.expect)));
                     }
                 }
             }
@@ -436,7 +398,7 @@ TEST_CASE("a uniform call with q_lens NULL equals gqla_decode bit for bit") {
                 std::vector<gqla_path> asks{cfg.path == GQLA_PATH_AUTO ? GQLA_PATH_GQA : cfg.path};
                 if (kind_path == 0) asks.push_back(GQLA_PATH_AUTO);
                 for (gqla_path ask : asks) {
-                    CAPTURE(form_label(ask));
+                    CAPTURE(path_label(ask));
                     Request rq;
                     rq.seqs = Ids(seqs);
                     rq.s_q = s_q;
@@ -466,7 +428,7 @@ TEST_CASE("a ragged call equals the same sequences attended one call each") {
             const gqla_path forms[] = {GQLA_PATH_GQA, GQLA_PATH_ABSORB, GQLA_PATH_GQA_TRANSIENT, GQLA_PATH_GQA};
             if (kind_form) cfg.path = kind_form == 3 ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
             CAPTURE(abi::dtype_label(dt));
-            CAPTURE(form_label(forms[kind_form]));
+            CAPTURE(path_label(forms[kind_form]));
             Harness h(cfg);
             const auto seqs = sequences_of_lengths(h, {700, 9, 65, 1300});
             Request all;
@@ -522,11 +484,11 @@ TEST_CASE("the three forms of a GQLA session agree with the reference and report
             REQUIRE(h.stats().expanded_bytes == 0);
 
             auto run = [&](gqla_path ask, gqla_path expect) {
-                CAPTURE(form_label(ask));
+                CAPTURE(path_label(ask));
                 rq.path = ask;
                 Result r = attend(h, rq, q);
                 CHECK_ATTENTION_MATCHES(r, h.tol());
-                CHECK(form_label(r.taken) == std::string(form_label(expect)));
+                CHECK(path_label(r.taken) == std::string(path_label(expect)));
                 return r;
             };
             // Session on absorb: no expanded cache is kept, and none appears.
@@ -572,7 +534,7 @@ TEST_CASE("every form sees appends, new weights and other layers between calls")
         cfg.num_layers = 2;
         cfg.max_q_len = 20;
         cfg.path = form == GQLA_PATH_GQA ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
-        CAPTURE(form_label(form));
+        CAPTURE(path_label(form));
         Harness h(cfg);
         const auto seqs = sequences_of_lengths(h, {37, 10});
         for (gqla_seq_id s : seqs) h.append_ok(s, 1, 21);
@@ -603,7 +565,7 @@ TEST_CASE("forked sequences sharing pages attended in one ragged call") {
         gqla_config cfg = kind_form == 0 ? abi::odd_gqa_config(3) : light_gqla_config(2);
         cfg.max_q_len = 40;
         cfg.path = kind_form == 0 ? GQLA_PATH_AUTO : kind_form == 3 ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
-        CAPTURE(form_label(forms[kind_form]));
+        CAPTURE(path_label(forms[kind_form]));
         Harness h(cfg);
         const gqla_seq_id parent = sequences_of_lengths(h, {40})[0];
         const gqla_seq_id child = h.fork(parent), sibling = h.fork(parent);
@@ -627,7 +589,7 @@ TEST_CASE("AUTO per call does not change the session's path or kept cache") {
         gqla_config cfg = light_gqla_config(3);
         cfg.max_q_len = 320;
         cfg.path = session_path;
-        CAPTURE(form_label(session_path));
+        CAPTURE(path_label(session_path));
         Harness h(cfg);
         const auto seqs = sequences_of_lengths(h, {400, 31, 70, 2});
         const int64_t kept = h.stats().expanded_bytes;
@@ -683,7 +645,7 @@ TEST_CASE("AUTO per call does not change the session's path or kept cache") {
                 std::memset(&rep, 0, sizeof rep);
                 rep.struct_size = sizeof rep;
                 require_ok(gqla_session_predict_cost(h.session(), &w, &rep), "gqla_session_predict_cost");
-                CHECK(form_label(r.taken) == std::string(form_label(rep.call_chosen)));
+                CHECK(path_label(r.taken) == std::string(path_label(rep.call_chosen)));
                 unchanged();
             }
         }
@@ -817,7 +779,7 @@ TEST_CASE("a NaN in a chunk's causal tail reaches only the queries that see it")
         for (int kind_form = 0; kind_form < 4; ++kind_form) {
             gqla_config cfg = kind_form == 0 ? abi::odd_gqa_config(3) : light_gqla_config(3);
             cfg.path = kind_form == 0 ? GQLA_PATH_AUTO : kind_form == 3 ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
-            CAPTURE(form_label(forms[kind_form]));
+            CAPTURE(path_label(forms[kind_form]));
             Harness h(cfg);
             const gqla_seq_id s = h.add(), t = h.add();
             h.append_ok(s, 0, 17);
@@ -1130,7 +1092,7 @@ TEST_CASE("GQLA layers without weights are refused with INVALID_STATE") {
     // Layer 1 has neither weights nor tokens; either complaint is right, but
     // an attention over it may not run.
     for (gqla_path p : {GQLA_PATH_ABSORB, GQLA_PATH_GQA_TRANSIENT, GQLA_PATH_AUTO}) {
-        CAPTURE(form_label(p));
+        CAPTURE(path_label(p));
         Call c(h, {s}, {1});
         c.args.layer = 1;
         c.args.path = p;
@@ -1243,7 +1205,7 @@ TEST_CASE("a prompt of more than 4096 tokens attended as one chunk") {
         const gqla_path form = kind_form == 0   ? GQLA_PATH_GQA
                                : kind_form == 1 ? GQLA_PATH_ABSORB
                                                 : GQLA_PATH_GQA_TRANSIENT;
-        CAPTURE(form_label(form));
+        CAPTURE(path_label(form));
         Harness h(cfg);
         const int64_t L = 4200, head = 37;
         const gqla_seq_id prompt = h.add(), twin = h.add(), other = h.add();

@@ -10,26 +10,12 @@
 
 using abi::Harness;
 using abi::Layout;
+using abi::sequences_of_lengths;
 
 namespace {
 
 const gqla_dtype kDtypes[] = {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16};
 
-// One sequence per length, appended in uneven chunks so appends cross pages.
-std::vector<gqla_seq_id> sequences_of_lengths(Harness& h, const std::vector<int64_t>& lengths, int32_t layer = 0) {
-    std::vector<gqla_seq_id> seqs;
-    for (int64_t len : lengths) {
-        gqla_seq_id s = h.add();
-        for (int64_t done = 0, chunk = 1; done < len; chunk = chunk * 3 + 1) {
-            const int64_t n = std::min(chunk, len - done);
-            h.append_ok(s, layer, n);
-            done += n;
-        }
-        REQUIRE(h.length(s, layer) == len);
-        seqs.push_back(s);
-    }
-    return seqs;
-}
 
 }  // namespace
 
