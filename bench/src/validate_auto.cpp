@@ -71,16 +71,8 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
             const double read_per_seq = read_bytes_per_token(p, GQLA_PATH_GQA, dtype) * context;
             const int64_t want = static_cast<int64_t>(std::ceil(rotation_budget / read_per_seq));
             const int64_t cap = static_cast<int64_t>(cell_budget / (per_token * context));
-            WorkloadSpec spec;
-            spec.preset = &p;
-            spec.shape.device = env.device;
-            spec.shape.path = GQLA_PATH_ABSORB;
-            spec.shape.cache_dtype = dtype;
-            spec.shape.io_dtype = opt.io_dtype;
-            spec.shape.threads = opt.threads;
-            spec.shape.page_size = opt.page_size;
+            WorkloadSpec spec = absorb_session_spec(p, opt, env, dtype, context);
             spec.batch = max_batch;
-            spec.context = context;
             spec.max_s_q = 4;
             // Sequences = batch * sets: as many as the rotation wants, at
             // least one batch, at most what the byte budget allows.

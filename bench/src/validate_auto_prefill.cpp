@@ -92,6 +92,20 @@ double costliest_flops(const Preset& p, gqla_dtype dtype, gqla_dtype io, int bat
 
 }  // namespace
 
+WorkloadSpec absorb_session_spec(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype cache_dtype,
+                                 int64_t context) {
+    WorkloadSpec spec;
+    spec.preset = &p;
+    spec.shape.device = env.device;
+    spec.shape.path = GQLA_PATH_ABSORB;
+    spec.shape.cache_dtype = cache_dtype;
+    spec.shape.io_dtype = opt.io_dtype;
+    spec.shape.threads = opt.threads;
+    spec.shape.page_size = opt.page_size;
+    spec.context = context;
+    return spec;
+}
+
 std::string run_prefill_grid(const Options& opt, const BenchEnv& env, std::vector<std::string>* errors) {
     const bool on_cpu = env.device == GQLA_DEVICE_CPU;
     const double flop_budget = on_cpu ? kCpuCallFlops : kGpuCallFlops;
@@ -126,15 +140,7 @@ std::string run_prefill_grid(const Options& opt, const BenchEnv& env, std::vecto
                 }
             }
             if (kept.empty()) continue;
-            WorkloadSpec spec;
-            spec.preset = &p;
-            spec.shape.device = env.device;
-            spec.shape.path = GQLA_PATH_ABSORB;
-            spec.shape.cache_dtype = dtype;
-            spec.shape.io_dtype = opt.io_dtype;
-            spec.shape.threads = opt.threads;
-            spec.shape.page_size = opt.page_size;
-            spec.context = context;
+            WorkloadSpec spec = absorb_session_spec(p, opt, env, dtype, context);
             for (const Cell& c : kept) {
                 spec.batch = std::max(spec.batch, c.batch);
                 spec.max_s_q = std::max(spec.max_s_q, c.s_q);

@@ -12,9 +12,16 @@
 #include <vector>
 
 #include "bench_env.hpp"
+#include "decode_workload.hpp"
 #include "options.hpp"
 
 namespace gqla::bench {
+
+// The workload both AUTO grids start from: preset p with a latent-only
+// (absorb) session of the run's device, dtypes, threads and page size, at
+// `context` tokens per sequence.
+WorkloadSpec absorb_session_spec(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype cache_dtype,
+                                 int64_t context);
 
 // Measures the grid; returns the JSON object printed under "prefill" and
 // appends failures to `errors`.
