@@ -620,7 +620,7 @@ template <int NV, bool kMasked>
     with_remainder<Simd::kAbsorbDims>(rem, [&](auto r) {
         absorb_pv_tile<decltype(r)::value, NV, kMasked>(it.ctile + k, K, n, it.stile + col, it.rows_pad,
                                                         it.acc + k * int64_t(it.rows_pad) + col, it.rows_pad,
-                                                        corr + col, visible + col);
+                                                        corr + col, kMasked ? visible + col : nullptr);
     });
 }
 
