@@ -26,6 +26,13 @@
  *   GQLA kind, expanded (only while enabled)
  *     KC [layer][page][G][P][d_c]   VE [layer][page][G][P][d_v]
  * Token t of a sequence lives in page page_table[t / P], slot t % P.
+ * An 8-bit cache (GQLA_DTYPE_FP8_E4M3) adds f32 scales per token beside
+ * these pools, in a layout the backend chooses (docs/fp8-cache.md): one per
+ * (token, KV head) for K and V, one per (token, 128 elements of r) for C,
+ * one per (token, group) for KC and VE; KR is then bf16.
+ * A shard (config group_begin/group_count) is described to the backend as
+ * the smaller layer it serves: num_heads and num_kv_heads are the shard's,
+ * and W_UKV holds the shard's groups only.
  */
 #ifndef GQLA_CORE_BACKEND_API_H
 #define GQLA_CORE_BACKEND_API_H
@@ -39,7 +46,14 @@
 extern "C" {
 #endif
 
-#define GQLA_BACKEND_ABI_VERSION 2u
+#define GQLA_BACKEND_ABI_VERSION 3u
+
+/* Optional features a backend declares in gqla_backend_vtable.features. The
+ * core refuses (UNSUPPORTED, naming the backend) a session or call that
+ * needs a feature its backend lacks, so a backend never sees it. */
+#define GQLA_BACKEND_FEATURE_FP8_CACHE 1u   /* desc.cache_dtype GQLA_DTYPE_FP8_E4M3 */
+#define GQLA_BACKEND_FEATURE_SPARSE 2u      /* gqla_decode_args.indices */
+#define GQLA_BACKEND_FEATURE_DROP_LATENT 4u /* desc.keep_latent == 0 */
 
 /* Name of the function libgqla_cuda.so exports:
  *   const gqla_backend_vtable* gqla_cuda_backend_get(uint32_t abi_version);
@@ -74,6 +88,12 @@ typedef struct gqla_backend_desc {
     int64_t max_q_tokens;                /* most query rows of one call (sum of q_lens) */
     int32_t device_index;
     int32_t num_threads;                 /* resolved (>= 1) */
+    /* ABI 3. GQLA: 1 = the latent pool C exists. 0 = it does not: appends
+     * carry c for the expanded rows only (write_expanded is always 1), the
+     * expanded pools exist from create on (set_expanded is never called),
+     * expand is never called and every decode is on the GQA path, not
+     * transient. Needs GQLA_BACKEND_FEATURE_DROP_LATENT. */
+    int32_t keep_latent;
 } gqla_backend_desc;
 
 /* How close a backend's kernels come to the roofline, per path: index 0 is
@@ -144,6 +164,16 @@ typedef struct gqla_decode_args {
      * the backend reads the latent c and kr and its weights of the layer. */
     int32_t transient;
     int64_t total_q;            /* sum of q_len over the batch (<= desc.max_q_tokens) */
+    /* ABI 3, sparse attention (needs GQLA_BACKEND_FEATURE_SPARSE): data NULL
+     * = dense. Otherwise I32 [total_q, topk] (uniform calls too: row b * q_len
+     * + i belongs to query i of sequence b), in the memory space on_device
+     * says. Query row k of sequence b attends to the listed positions j with
+     * 0 <= j <= seqs[b].length - q_len + k only; other entries (-1 padding,
+     * invisible or out of range positions) are skipped without reading the
+     * cache. A repeated position counts once per occurrence. A row with no
+     * visible entry yields o = 0 and lse = -inf. */
+    gqla_view indices;
+    int32_t topk;
 } gqla_decode_args;
 
 /* Rows of one sequence's always-kept cache copied out to host memory, in
@@ -218,6 +248,8 @@ typedef struct gqla_backend_vtable {
 
     /* Copy cached rows out (gqla_read_args). */
     gqla_status (*read_rows)(void* ctx, const gqla_read_args* args);
+    /* ABI 3: GQLA_BACKEND_FEATURE_* bits this backend supports. */
+    uint32_t features;
 } gqla_backend_vtable;
 
 /* The CPU backend, linked into libgqla.so. */

@@ -6,6 +6,8 @@
 namespace gqla {
 
 BackendContext::BackendContext(const gqla_backend_vtable* vtable, const gqla_backend_desc& desc) : vt_(vtable) {
+    if (desc.cache_dtype == GQLA_DTYPE_FP8_E4M3) require_feature(GQLA_BACKEND_FEATURE_FP8_CACHE, "config.cache_dtype FP8_E4M3");
+    if (desc.keep_latent == 0) require_feature(GQLA_BACKEND_FEATURE_DROP_LATENT, "config.keep_latent = 0");
     char err[512] = {0};
     gqla_status st = vt_->create(&desc, &ctx_, err, sizeof(err));
     if (st != GQLA_OK) {
@@ -18,6 +20,13 @@ BackendContext::BackendContext(const gqla_backend_vtable* vtable, const gqla_bac
 
 BackendContext::~BackendContext() {
     if (ctx_ != nullptr) vt_->destroy(ctx_);
+}
+
+bool BackendContext::has_feature(uint32_t feature) const { return (vt_->features & feature) == feature; }
+
+void BackendContext::require_feature(uint32_t feature, const char* what) const {
+    if (!has_feature(feature))
+        fail(GQLA_ERR_UNSUPPORTED, "%s: not supported by the %s backend of this build", what, vt_->name);
 }
 
 void BackendContext::check(gqla_status status, const char* operation) const {

@@ -4,6 +4,8 @@
 // the backend's own message.
 #pragma once
 
+#include <cstdint>
+
 #include "core/backend_api.h"
 
 namespace gqla {
@@ -18,6 +20,11 @@ public:
 
     const gqla_backend_vtable& vt() const { return *vt_; }
     void* ctx() const { return ctx_; }
+
+    // GQLA_BACKEND_FEATURE_* bits; require_feature throws UNSUPPORTED
+    // "<what>: not supported by the <backend> backend of this build".
+    bool has_feature(uint32_t feature) const;
+    void require_feature(uint32_t feature, const char* what) const;
 
     // Throws when status != OK: "<backend> backend: <operation> failed: <message>".
     void check(gqla_status status, const char* operation) const;

@@ -19,10 +19,34 @@ void check_range(const char* field, int64_t value, int64_t lo, int64_t hi, const
              static_cast<long long>(lo), static_cast<long long>(hi), what, static_cast<long long>(value));
 }
 
-void check_dtype(const char* field, int value) {
+void check_io_dtype(int value) {
     if (!dtype_valid(value))
+        fail(GQLA_ERR_INVALID_ARGUMENT, "config.io_dtype: expected GQLA_DTYPE_F32, _F16 or _BF16 (1..3), got %d%s",
+             value, value == GQLA_DTYPE_FP8_E4M3 ? " (FP8_E4M3 is a cache_dtype only)" : "");
+}
+
+void check_cache_dtype(int value) {
+    if (!cache_dtype_valid(value))
         fail(GQLA_ERR_INVALID_ARGUMENT,
-             "config.%s: expected GQLA_DTYPE_F32, _F16 or _BF16 (1..3), got %d", field, value);
+             "config.cache_dtype: expected GQLA_DTYPE_F32, _F16, _BF16 or _FP8_E4M3 (1..4), got %d", value);
+}
+
+void check_shard(const gqla_config& c) {
+    if (c.group_count < 0 || c.group_count > c.num_kv_heads)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "config.group_count: expected 0 (all groups) or 1..num_kv_heads (%d), got %d",
+             c.num_kv_heads, c.group_count);
+    const int32_t count = c.group_count ? c.group_count : c.num_kv_heads;
+    if (c.group_begin < 0 || c.group_begin > c.num_kv_heads - count)
+        fail(GQLA_ERR_INVALID_ARGUMENT,
+             "config.group_begin: expected 0..%d so that group_begin + group_count (%d) <= num_kv_heads (%d), got %d",
+             c.num_kv_heads - count, count, c.num_kv_heads, c.group_begin);
+    if (c.keep_latent != 0 && c.keep_latent != 1)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "config.keep_latent: expected 0 or 1, got %d", c.keep_latent);
+    if (c.keep_latent == 0 && c.kind != GQLA_KIND_GQLA)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "config.keep_latent: 0 needs a GQLA config (kind is GQA, which has no latent)");
+    if (c.keep_latent == 0 && enum_value(c.path) == GQLA_PATH_ABSORB)
+        fail(GQLA_ERR_INVALID_ARGUMENT,
+             "config.path: GQLA_PATH_ABSORB needs the latent, which config.keep_latent = 0 drops (expected AUTO or GQA)");
 }
 
 bool mul_ok(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
@@ -51,6 +75,10 @@ gqla_config default_config(const gqla_kind& kind) {
     cfg.device_index = 0;
     cfg.path = GQLA_PATH_AUTO;
     cfg.num_threads = 0;
+    cfg.max_q_tokens = 0;
+    cfg.group_begin = 0;
+    cfg.group_count = 0;
+    cfg.keep_latent = 1;
     return cfg;
 }
 
@@ -88,8 +116,8 @@ void validate_config(const gqla_config& c) {
         check_range("value_dim", c.value_dim, 1, kMaxHeadDim, " (required for a GQLA config)");
     }
     check_range("num_layers", c.num_layers, 1, kMaxLayers);
-    check_dtype("cache_dtype", enum_value(c.cache_dtype));
-    check_dtype("io_dtype", enum_value(c.io_dtype));
+    check_cache_dtype(enum_value(c.cache_dtype));
+    check_io_dtype(enum_value(c.io_dtype));
     if (!std::isfinite(c.softmax_scale) || c.softmax_scale < 0.0f)
         fail(GQLA_ERR_INVALID_ARGUMENT, "config.softmax_scale: expected a finite value >= 0 (0 = default), got %g",
              static_cast<double>(c.softmax_scale));
@@ -121,6 +149,7 @@ void validate_config(const gqla_config& c) {
     if (c.kind == GQLA_KIND_GQA && c.path == GQLA_PATH_ABSORB)
         fail(GQLA_ERR_INVALID_ARGUMENT, "config.path: GQLA_PATH_ABSORB needs a GQLA config (kind is GQA)");
     check_range("num_threads", c.num_threads, 0, kMaxThreads, " (0 = one per available core)");
+    check_shard(c);
     resolve_num_pages(c);  // capacity: zero pages or overflow
 }
 
@@ -136,25 +165,50 @@ void resolve_dims(gqla_config& c) {
     }
 }
 
-int64_t kept_bytes_per_token_layer(const gqla_config& c) {
-    int64_t elems;
-    if (c.kind == GQLA_KIND_GQA) {
-        int64_t dv = c.value_dim ? c.value_dim : c.head_dim;
-        elems = int64_t(c.num_kv_heads) * (c.head_dim + dv);
-    } else {
-        elems = int64_t(c.latent_dim) + c.rope_dim;
-    }
+int32_t shard_groups(const gqla_config& c) { return c.group_count ? c.group_count : c.num_kv_heads; }
+
+int32_t shard_heads(const gqla_config& c) { return shard_groups(c) * (c.num_heads / c.num_kv_heads); }
+
+// Bytes of `elems` cache elements that share `scales` f32 scales: 8-bit
+// caches store one scale per row group beside the rows (docs/fp8-cache.md).
+static int64_t cache_row_bytes(const gqla_config& c, int64_t elems, int64_t scales) {
+    if (c.cache_dtype == GQLA_DTYPE_FP8_E4M3) return elems + scales * 4;
     return elems * static_cast<int64_t>(dtype_size(c.cache_dtype));
+}
+
+// The 8-bit latent keeps its RoPE key kr in bf16 (precision-sensitive).
+static int64_t rope_key_bytes(const gqla_config& c) {
+    const int64_t es = c.cache_dtype == GQLA_DTYPE_FP8_E4M3 ? 2 : static_cast<int64_t>(dtype_size(c.cache_dtype));
+    return int64_t(c.rope_dim) * es;
+}
+
+int64_t kept_bytes_per_token_layer(const gqla_config& c) {
+    const int64_t groups = shard_groups(c);
+    if (c.kind == GQLA_KIND_GQA) {
+        const int64_t dv = c.value_dim ? c.value_dim : c.head_dim;
+        // One scale per (token, KV head) for K and one for V.
+        return cache_row_bytes(c, groups * (c.head_dim + dv), 2 * groups);
+    }
+    const int64_t latent = c.keep_latent ? cache_row_bytes(c, c.latent_dim, (c.latent_dim + kFp8LatentBlock - 1) /
+                                                                                kFp8LatentBlock)
+                                         : 0;
+    return latent + rope_key_bytes(c);
 }
 
 int64_t expanded_bytes_per_token_layer(const gqla_config& c) {
     if (c.kind != GQLA_KIND_GQLA) return 0;
-    return int64_t(c.num_kv_heads) * (c.nope_dim + c.value_dim) * static_cast<int64_t>(dtype_size(c.cache_dtype));
+    const int64_t groups = shard_groups(c);
+    // One scale per (token, group) for the keys and one for the values.
+    return cache_row_bytes(c, groups * (c.nope_dim + c.value_dim), 2 * groups);
+}
+
+int64_t resident_bytes_per_token_layer(const gqla_config& c) {
+    return kept_bytes_per_token_layer(c) + (c.kind == GQLA_KIND_GQLA && !c.keep_latent ? expanded_bytes_per_token_layer(c) : 0);
 }
 
 int64_t resolve_num_pages(const gqla_config& c) {
     const int64_t page = c.page_size;
-    const int64_t per_token = kept_bytes_per_token_layer(c) * c.num_layers;  // small: dims are bounded
+    const int64_t per_token = resident_bytes_per_token_layer(c) * c.num_layers;  // small: dims are bounded
     int64_t pages;
     if (c.max_tokens > 0) {
         pages = c.max_tokens / page + (c.max_tokens % page != 0);
@@ -181,7 +235,7 @@ int64_t resolve_num_pages(const gqla_config& c) {
                  static_cast<long long>(kMaxPages), static_cast<long long>(kMaxPages * page_bytes + page_bytes - 1));
     }
     int64_t tokens, kept, expanded;
-    int64_t expanded_per_token = expanded_bytes_per_token_layer(c) * c.num_layers;
+    int64_t expanded_per_token = (c.keep_latent ? expanded_bytes_per_token_layer(c) : 0) * c.num_layers;
     if (!mul_ok(pages, page, &tokens) || !mul_ok(tokens, per_token, &kept) ||
         !mul_ok(tokens, expanded_per_token, &expanded) || kept + expanded < 0 ||
         static_cast<uint64_t>(kept) + static_cast<uint64_t>(expanded) > static_cast<uint64_t>(SIZE_MAX / 2))
@@ -201,6 +255,7 @@ gqla_config resolve_config(const gqla_config& in, gqla_device_type device) {
     c.max_tokens = pages * c.page_size;
     c.num_threads = resolve_num_threads(in.num_threads);
     if (c.max_batch > c.max_sequences) c.max_batch = c.max_sequences;  // a batch holds distinct sequences
+    if (c.group_count == 0) c.group_count = c.num_kv_heads;
     if (c.max_q_tokens == 0)  // 1.0 sized its workspaces for max_batch full-length calls
         c.max_q_tokens = std::min(static_cast<int64_t>(c.max_batch) * c.max_q_len, kMaxQTokens);
     return c;

@@ -51,8 +51,19 @@ void resolve_dims(gqla_config& cfg);
 
 // Bytes per token and layer of the always-kept cache (GQA: K+V, GQLA: c+kr)
 // and of the expanded cache (GQLA: KC+VE; 0 for GQA). cfg must be valid.
+// Both are of this session's groups only (a shard's share) and include the
+// f32 scales of 8-bit caches; a GQLA config with keep_latent = 0 keeps kr
+// only, and its expanded cache is resident for the session's whole life.
 int64_t kept_bytes_per_token_layer(const gqla_config& cfg);
 int64_t expanded_bytes_per_token_layer(const gqla_config& cfg);
+// What the page pool holds for every token whatever the path: kept, plus the
+// expanded cache when keep_latent = 0. memory_budget_bytes is spent on it.
+int64_t resident_bytes_per_token_layer(const gqla_config& cfg);
+// Groups and query heads this session serves (group_count, 0 = all).
+int32_t shard_groups(const gqla_config& cfg);
+int32_t shard_heads(const gqla_config& cfg);
+// Elements of r that share one scale in an 8-bit latent cache.
+constexpr int32_t kFp8LatentBlock = 128;
 
 // Number of pages the pool gets: max_tokens rounded up to whole pages, or the
 // whole pages memory_budget_bytes holds when max_tokens == 0. Throws

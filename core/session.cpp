@@ -43,6 +43,7 @@ gqla_backend_desc make_desc(const gqla_config& c) {
     d.max_q_tokens = c.max_q_tokens;
     d.device_index = c.device == GQLA_DEVICE_CUDA ? c.device_index : 0;
     d.num_threads = c.num_threads;
+    d.keep_latent = c.kind == GQLA_KIND_GQLA ? c.keep_latent : 1;
     return d;
 }
 
@@ -235,6 +236,8 @@ gqla_stats Session::stats() const {
     s.expanded_bytes = bytes[1];
     s.weight_bytes = bytes[2];
     s.workspace_bytes = bytes[3];
+    s.kept_bytes_per_token = kept_bytes_per_token_layer(cfg_);
+    s.expanded_bytes_per_token = expanded_bytes_per_token_layer(cfg_);
     return s;
 }
 

@@ -246,6 +246,7 @@ const gqla_backend_vtable kCpuVtable = {
     nullptr,  // synchronize: every call is synchronous
     efficiency,
     cpu_read_rows,
+    0u,  // features: none of the optional GQLA_BACKEND_FEATURE_* yet
 };
 
 }  // namespace

@@ -34,6 +34,9 @@ inline void load_row_f32(const void* src, gqla_dtype t, int n, float scale, floa
         case GQLA_DTYPE_BF16:
             for (int k = 0; k < n; ++k) dst[k] = bf16_to_f32(static_cast<const uint16_t*>(src)[k]) * scale;
             break;
+        default:  // io rows are f32/f16/bf16 (checked by the core)
+            for (int k = 0; k < n; ++k) dst[k] = load_as_f32(src, t, static_cast<size_t>(k)) * scale;
+            break;
     }
 }
 
@@ -48,6 +51,9 @@ inline void store_row_f32(const float* src, float mul, void* dst, gqla_dtype t, 
             break;
         case GQLA_DTYPE_BF16:
             for (int k = 0; k < n; ++k) static_cast<uint16_t*>(dst)[k] = f32_to_bf16(src[k] * mul);
+            break;
+        default:  // io rows are f32/f16/bf16 (checked by the core)
+            for (int k = 0; k < n; ++k) store_from_f32(dst, t, static_cast<size_t>(k), src[k] * mul);
             break;
     }
 }

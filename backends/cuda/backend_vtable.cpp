@@ -167,6 +167,7 @@ const gqla_backend_vtable kVtable = {
     vt_synchronize,
     vt_efficiency,
     vt_read_rows,
+    0u,  // features: no 8-bit caches, sparse calls or latent-free shards on CUDA yet
 };
 
 }  // namespace

@@ -139,6 +139,7 @@ const gqla_backend_vtable kVtable = {
     device_count, probe, create, destroy, error_message, memory_usage, set_weights, set_expanded,
     append, expand, copy_pages, update_sequence, decode,
     nullptr, nullptr, nullptr, nullptr,  // set_stream, synchronize, efficiency, read_rows
+    0u,                                  // features
 };
 
 }  // namespace

@@ -57,7 +57,7 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define GQLA_VERSION_MAJOR 1  /* ABI major: also the SONAME suffix (libgqla.so.1) */
-#define GQLA_VERSION_MINOR 1
+#define GQLA_VERSION_MINOR 2
 #define GQLA_VERSION_PATCH 0
 /* Encoded as major * 10000 + minor * 100 + patch. */
 #define GQLA_VERSION (GQLA_VERSION_MAJOR * 10000 + GQLA_VERSION_MINOR * 100 + GQLA_VERSION_PATCH)
@@ -98,7 +98,17 @@ typedef enum gqla_kind {
 typedef enum gqla_dtype {
     GQLA_DTYPE_F32 = 1,
     GQLA_DTYPE_F16 = 2,
-    GQLA_DTYPE_BF16 = 3
+    GQLA_DTYPE_BF16 = 3,
+    /* Appended in 1.2. */
+    /* 8-bit float (1 sign, 4 exponent, 3 mantissa bits, bias 7, max 448, no
+     * inf): a cache_dtype only. The library quantizes appended rows itself
+     * (round to nearest even, saturating at +-448) with f32 scales it
+     * computes per token and stores beside the rows; docs/fp8-cache.md gives
+     * the byte layout. Not an io_dtype. */
+    GQLA_DTYPE_FP8_E4M3 = 4,
+    /* 32-bit signed integers: the dtype of index tensors (sparse attention's
+     * gqla_attention_args.indices) only. */
+    GQLA_DTYPE_I32 = 5
 } gqla_dtype;
 
 typedef enum gqla_device_type {
@@ -186,6 +196,27 @@ typedef struct gqla_config {
                                 max_batch * max_q_len (capped at 2^22). The workspaces scale with it (CUDA: about
                                 2 * max_q_tokens * H * (r + d_r + d_v) * 4 bytes for GQLA),
                                 so set it when max_q_len is large (prefill chunks). */
+
+    /* Appended in 1.2: group sharding for tensor parallelism. The session
+     * serves the groups [group_begin, group_begin + group_count) of the
+     * layer described above and their query heads [group_begin * H/G,
+     * (group_begin + group_count) * H/G): q, o and lse carry group_count *
+     * H/G heads, GQA-kind k/v carry group_count KV heads, and
+     * gqla_set_weights takes either the full W_UKV (its shard's rows are
+     * used) or the shard's rows only. The outputs of the shards of a layer,
+     * concatenated over heads in group order, are the full layer's output.
+     * group_count 0 = all groups (no sharding; the default). */
+    int32_t group_begin;
+    int32_t group_count;
+    /* GQLA only: 1 (default) keeps the latent c of every token, so both
+     * paths work. 0 keeps only what the GQA path needs: appended latents are
+     * expanded into this session's groups at append time and dropped, so a
+     * token costs group_count * (d_c + d_v) + d_r elements instead of r +
+     * d_r plus the expanded rows. Such a session runs the GQA path only
+     * (config.path must be AUTO or GQA; switching to absorb, GQA_TRANSIENT
+     * calls, sequence export and replacing the weights of a layer that holds
+     * tokens are refused with INVALID_STATE). */
+    int32_t keep_latent;
 } gqla_config;
 
 /* Fill *cfg with defaults for `kind` (dims left 0: the caller must set them).
@@ -350,6 +381,18 @@ typedef struct gqla_attention_args {
     /* Optional output (NULL = not wanted): the form the call ran on, GQA,
      * ABSORB or GQA_TRANSIENT (GQA for GQA-kind sessions). */
     gqla_path* path_taken;
+
+    /* Appended in 1.2: sparse (top-k) attention. NULL = dense. Otherwise an
+     * I32 tensor of cache positions each query attends to, host or (CUDA
+     * sessions) device memory: [N, K] with one row per query row of q (N =
+     * B * s_q for uniform calls, sum(q_lens) for ragged ones), or [B, s_q,
+     * K] for uniform calls; innermost stride 1. Every head of a query uses
+     * its row. An entry of -1, a position the query may not see (j > L - n
+     * + i for the i-th of the n queries of a sequence of length L) and a
+     * position outside [0, L) are skipped (never read). A position listed
+     * twice counts twice (as two equal keys would). A query whose row lists
+     * no visible position gets o = 0 and lse = -inf. */
+    const gqla_tensor* indices;
 } gqla_attention_args;
 
 /* Fill *args with defaults: struct_size, path AUTO, everything else 0/NULL.
@@ -537,6 +580,12 @@ typedef struct gqla_stats {
     int64_t expanded_bytes;    /* bytes of the expanded cache now allocated (0 on absorb) */
     int64_t weight_bytes;      /* bytes of stored weights */
     int64_t workspace_bytes;   /* scratch owned by the session */
+    /* Appended in 1.2: bytes one token costs in one layer, scales included:
+     * the always-kept cache (GQA: K and V; GQLA: latent c (when kept) and
+     * kr) and the expanded cache of the GQLA GQA path (its size per token
+     * whether or not it is allocated now; 0 for the GQA kind). */
+    int64_t kept_bytes_per_token;
+    int64_t expanded_bytes_per_token;
 } gqla_stats;
 
 GQLA_API gqla_status gqla_session_stats(const gqla_session* session, gqla_stats* out);
