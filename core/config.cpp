@@ -169,6 +169,15 @@ int32_t shard_groups(const gqla_config& c) { return c.group_count ? c.group_coun
 
 int32_t shard_heads(const gqla_config& c) { return shard_groups(c) * (c.num_heads / c.num_kv_heads); }
 
+gqla_config served_layer(const gqla_config& c) {
+    gqla_config s = c;
+    s.num_heads = shard_heads(c);
+    s.num_kv_heads = shard_groups(c);
+    s.group_begin = 0;
+    s.group_count = s.num_kv_heads;
+    return s;
+}
+
 // Bytes of `elems` cache elements that share `scales` f32 scales: 8-bit
 // caches store one scale per row group beside the rows (docs/fp8-cache.md).
 static int64_t cache_row_bytes(const gqla_config& c, int64_t elems, int64_t scales) {

@@ -62,6 +62,12 @@ int64_t resident_bytes_per_token_layer(const gqla_config& cfg);
 // Groups and query heads this session serves (group_count, 0 = all).
 int32_t shard_groups(const gqla_config& cfg);
 int32_t shard_heads(const gqla_config& cfg);
+// The layer a shard serves, as a whole layer of its own: num_heads =
+// shard_heads, num_kv_heads = shard_groups, group_begin 0 and group_count =
+// num_kv_heads; every other field as in cfg. What the backend is created
+// from and what the shape checks and the cost model see (docs/sharding.md).
+// Identity for an unsharded config (group_count resolved to num_kv_heads).
+gqla_config served_layer(const gqla_config& cfg);
 // Elements of r that share one scale in an 8-bit latent cache.
 constexpr int32_t kFp8LatentBlock = 128;
 

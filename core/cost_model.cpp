@@ -5,7 +5,9 @@
 #include "core/cost_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 
+#include "core/config.hpp"
 #include "core/cpu_features.hpp"
 #include "core/dtype.hpp"
 
@@ -70,12 +72,26 @@ bool cpu_bf16_dot(const gqla_config& cfg, const gqla_probe_info& probe) {
            isa_has(probe.isa_flags, kIsaBf16Dot);
 }
 
+// Bytes of a cached row of n elements split into `groups` scale groups: an
+// 8-bit cache stores 1 byte per element and an f32 scale per group
+// (docs/fp8-cache.md), the others dtype_size per element and no scales.
+double cache_row_bytes(const gqla_config& cfg, double n, double groups) {
+    if (cfg.cache_dtype == GQLA_DTYPE_FP8_E4M3) return n + 4.0 * groups;
+    return n * static_cast<double>(dtype_size(cfg.cache_dtype));
+}
+// The rope key kr: bf16 beside an 8-bit cache, else the cache dtype.
+double rope_row_bytes(const gqla_config& cfg, double d_r) {
+    return d_r * (cfg.cache_dtype == GQLA_DTYPE_FP8_E4M3 ? 2.0 : static_cast<double>(dtype_size(cfg.cache_dtype)));
+}
+double latent_scale_groups(double r) { return std::ceil(r / kFp8LatentBlock); }
+
 }  // namespace
 
 gqla_dtype weight_storage_dtype(const gqla_config& cfg, gqla_device_type device) {
     // CUDA stores W in the cache dtype; the CPU keeps bf16 copies of W for
-    // the absorb projections when the cache is bf16, f32 otherwise.
+    // the absorb projections when the cache is bf16 or fp8_e4m3, f32 otherwise.
     if (device == GQLA_DEVICE_CUDA || cfg.cache_dtype == GQLA_DTYPE_BF16) return cfg.cache_dtype;
+    if (cfg.cache_dtype == GQLA_DTYPE_FP8_E4M3) return GQLA_DTYPE_BF16;  // the CPU's bf16 copies
     return GQLA_DTYPE_F32;
 }
 
@@ -93,11 +109,10 @@ ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& prob
     if (cfg.kind != GQLA_KIND_GQLA || !(tokens > 0)) return e;
     const Dims d = dims_of(cfg);
     const double n = tokens;
-    const double cache_elem = static_cast<double>(dtype_size(cfg.cache_dtype));
     const double weight_elem = static_cast<double>(dtype_size(weight_storage_dtype(cfg, probe.device)));
     const double expanded_width = d.G * (d.d_c + d.d_v);
-    e.bytes = n * d.r * cache_elem                    // read the latent
-              + n * expanded_width * cache_elem       // write KC and VE
+    e.bytes = n * cache_row_bytes(cfg, d.r, latent_scale_groups(d.r))    // read the latent
+              + n * cache_row_bytes(cfg, expanded_width, 2.0 * d.G)  // write KC and VE
               + expanded_width * d.r * weight_elem;   // read W_UKV once
     e.flops = n * 2.0 * d.r * expanded_width;
     const double memory_s = e.bytes / bytes_per_second(probe);
@@ -122,11 +137,11 @@ namespace {
 gqla_path_cost transient_cost(const gqla_config& cfg, const gqla_probe_info& probe, double tokens,
                               double qo_bytes, double attention_flops, const Efficiency& eff) {
     const Dims d = dims_of(cfg);
-    const double cache_elem = static_cast<double>(dtype_size(cfg.cache_dtype));
     const double peak = priced_peak_gflops(cfg, probe) * 1e9;
     const bool spills = probe.device == GQLA_DEVICE_CUDA;
     const double expanded_width = d.G * (d.d_c + d.d_v);
-    const double attention_bytes = tokens * ((spills ? expanded_width : 0.0) + d.d_r) * cache_elem + qo_bytes;
+    const double attention_bytes =
+        tokens * ((spills ? cache_row_bytes(cfg, expanded_width, 2.0 * d.G) : 0.0) + rope_row_bytes(cfg, d.d_r)) + qo_bytes;
     const gqla_path_cost attend = price(attention_bytes, attention_flops, eff, Efficiency::kGqaPath, probe, peak);
     const ExpansionCost e = expansion_cost(cfg, probe, tokens, eff);
     gqla_path_cost c{};
@@ -150,19 +165,26 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     rep.struct_size = sizeof(rep);
     const Dims d = dims_of(cfg);
     const double B = w.batch, L = static_cast<double>(w.context), s = w.q_len;
-    const double tokens = B * L;
+    const double cached_tokens = B * L;
     const double queries = B * s;  // query tokens of the step
     // (query, key) pairs a step scores: query i of s sees L - s + 1 + i
     // positions, L - (s - 1) / 2 on average (prefill chunks do about half
     // the rectangle; a decode step of s << L barely differs from s * L).
-    const double pairs = queries * std::max(1.0, L - (std::min(s, L) - 1.0) / 2.0);
-    const double cache_elem = static_cast<double>(dtype_size(cfg.cache_dtype));
+    const double visible = std::max(1.0, L - (std::min(s, L) - 1.0) / 2.0);
+    // A sparse step (topk > 0) scores min(topk, visible) positions per query
+    // and reads each query's rows on their own (the lists of a sequence's
+    // queries differ), plus the index rows.
+    const bool sparse = w.topk > 0;
+    const double pairs = queries * (sparse ? std::min(static_cast<double>(w.topk), visible) : visible);
+    const double tokens = sparse ? pairs : cached_tokens;  // cache rows read
+    const double index_bytes = sparse ? queries * static_cast<double>(w.topk) * 4.0 : 0.0;
     const double io_elem = static_cast<double>(dtype_size(cfg.io_dtype));
     const double peak = priced_peak_gflops(cfg, probe) * 1e9;
 
     if (cfg.kind == GQLA_KIND_GQA) {
-        const double bytes = tokens * d.G * (d.D + d.Dv) * cache_elem
-                             + queries * d.H * (d.D + d.Dv) * io_elem;  // q in, o out
+        const double bytes = tokens * cache_row_bytes(cfg, d.G * (d.D + d.Dv), 2.0 * d.G)
+                             + queries * d.H * (d.D + d.Dv) * io_elem  // q in, o out
+                             + index_bytes;
         const double flops = pairs * d.H * (2.0 * d.D + 2.0 * d.Dv);
         rep.gqa = price(bytes, flops, eff, Efficiency::kGqaPath, probe, peak);
         rep.chosen = GQLA_PATH_GQA;
@@ -170,14 +192,15 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
         return rep;
     }
 
-    const double qo_bytes = queries * d.H * (d.d_c + d.d_r + d.d_v) * io_elem;
+    const double qo_bytes = queries * d.H * (d.d_c + d.d_r + d.d_v) * io_elem + index_bytes;
 
-    const double gqa_bytes = tokens * (d.G * (d.d_c + d.d_v) + d.d_r) * cache_elem + qo_bytes;
+    const double gqa_bytes =
+        tokens * (cache_row_bytes(cfg, d.G * (d.d_c + d.d_v), 2.0 * d.G) + rope_row_bytes(cfg, d.d_r)) + qo_bytes;
     const double gqa_flops = pairs * d.H * (2.0 * (d.d_c + d.d_r) + 2.0 * d.d_v);
     rep.gqa = price(gqa_bytes, gqa_flops, eff, Efficiency::kGqaPath, probe, peak);
 
     const double weight_elem = static_cast<double>(dtype_size(weight_storage_dtype(cfg, probe.device)));
-    const double absorb_bytes = tokens * (d.r + d.d_r) * cache_elem
+    const double absorb_bytes = tokens * (cache_row_bytes(cfg, d.r, latent_scale_groups(d.r)) + rope_row_bytes(cfg, d.d_r))
                                 + d.G * (d.d_c + d.d_v) * d.r * weight_elem  // W_UK and W_UV
                                 + qo_bytes;
     const double absorb_flops = pairs * d.H * (2.0 * (d.r + d.d_r) + 2.0 * d.r)
@@ -187,7 +210,7 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     // A tie goes to absorb: it needs no expanded cache.
     rep.chosen = rep.gqa.time_s < rep.absorb.time_s ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
 
-    ExpansionCost e = expansion_cost(cfg, probe, tokens, eff);  // in double: batch * context may pass int64
+    ExpansionCost e = expansion_cost(cfg, probe, cached_tokens, eff);  // in double: batch * context may pass int64
     rep.expand_bytes = e.bytes;
     rep.expand_flops = e.flops;
     rep.expand_s = e.seconds;

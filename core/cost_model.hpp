@@ -69,6 +69,9 @@ double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe);
 // FLOPs count the causal (query, key) pairs: query i of s_q sees
 // context - s_q + 1 + i positions. The expansion covers the
 // batch * context cached tokens of one layer.
+// A sparse workload (w.topk > 0) scores min(topk, mean visible) positions
+// per query, reads them per query (B * s_q * that many cache rows) and adds
+// 4 * topk index bytes per query; the expansion still covers B * context.
 // The probe must carry positive read_gbps and peak FLOP/s.
 gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& probe,
                               const gqla_workload& w, const Efficiency& eff);

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "core/config.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 
@@ -41,6 +42,25 @@ static_assert(kFieldsOffset + sizeof(kFields) / sizeof(kFields[0]) * 4 == kSeque
               "header layout and field list disagree");
 
 size_t element_size(const SequenceShape& s) { return dtype_size(static_cast<gqla_dtype>(s.cache_dtype)); }
+
+bool is_shard(const SequenceShape& s) { return s.group_count != s.num_kv_heads; }
+
+// The groups a buffer was exported from: its shard fields, or all groups of
+// a 64-byte header. Refuses a shard other than the importing session's.
+void check_shard_fields(const unsigned char* data, size_t header_bytes, const SequenceShape& expected) {
+    const int32_t groups = static_cast<int32_t>(load_le32(data + 24));  // num_kv_heads
+    if (groups != expected.num_kv_heads) return;  // another layer: the field check names it
+    int32_t begin = 0, count = groups;
+    if (header_bytes > kSequenceHeaderBytes) {
+        begin = static_cast<int32_t>(load_le32(data + kSequenceHeaderBytes));
+        count = static_cast<int32_t>(load_le32(data + kSequenceHeaderBytes + 4));
+    }
+    if (begin != expected.group_begin || count != expected.group_count)
+        fail(GQLA_ERR_INVALID_ARGUMENT,
+             "buffer: exported from a session serving groups [%d, %d) of %d; this session serves groups [%d, %d) "
+             "(config.group_begin, config.group_count): a shard imports only sequences of the same shard",
+             begin, begin + count, groups, expected.group_begin, expected.group_begin + expected.group_count);
+}
 
 }  // namespace
 
@@ -80,15 +100,21 @@ SequenceShape sequence_shape_of(const gqla_config& c) {
     s.num_layers = c.num_layers;
     s.cache_dtype = c.cache_dtype;
     const bool gqa = c.kind == GQLA_KIND_GQA;
-    s.a_cols = gqa ? c.num_kv_heads * c.head_dim : c.latent_dim;
-    s.b_cols = gqa ? c.num_kv_heads * c.value_dim : c.rope_dim;
+    s.group_begin = c.group_begin;
+    s.group_count = shard_groups(c);
+    s.a_cols = gqa ? s.group_count * c.head_dim : c.latent_dim;
+    s.b_cols = gqa ? s.group_count * c.value_dim : c.rope_dim;
     return s;
+}
+
+size_t sequence_header_bytes(const SequenceShape& shape) {
+    return kSequenceHeaderBytes + (is_shard(shape) ? kSequenceShardFieldsBytes : 0);
 }
 
 std::vector<LayerRows> sequence_layout(const SequenceShape& shape, const std::vector<int64_t>& lengths) {
     const size_t es = element_size(shape);
     std::vector<LayerRows> rows(lengths.size());
-    size_t off = kSequenceHeaderBytes + 8 * lengths.size();
+    size_t off = sequence_header_bytes(shape) + 8 * lengths.size();
     for (size_t l = 0; l < lengths.size(); ++l) {
         rows[l].tokens = lengths[l];
         rows[l].a_offset = off;
@@ -101,7 +127,7 @@ std::vector<LayerRows> sequence_layout(const SequenceShape& shape, const std::ve
 
 size_t sequence_bytes(const SequenceShape& shape, const std::vector<int64_t>& lengths) {
     const size_t es = element_size(shape);
-    size_t n = kSequenceHeaderBytes + 8 * lengths.size() + kSequenceChecksumBytes;
+    size_t n = sequence_header_bytes(shape) + 8 * lengths.size() + kSequenceChecksumBytes;
     for (int64_t len : lengths)
         n += static_cast<size_t>(len) * static_cast<size_t>(shape.a_cols + shape.b_cols) * es;
     return n;
@@ -110,13 +136,18 @@ size_t sequence_bytes(const SequenceShape& shape, const std::vector<int64_t>& le
 void write_sequence_header(const SequenceShape& shape, const std::vector<int64_t>& lengths, unsigned char* out) {
     std::memcpy(out, kMagic, kSequenceMagicBytes);
     store_le32(out + 8, kSequenceFormatVersion);
-    store_le32(out + 12, static_cast<uint32_t>(kSequenceHeaderBytes));
+    const size_t header = sequence_header_bytes(shape);
+    store_le32(out + 12, static_cast<uint32_t>(header));
     size_t off = kFieldsOffset;
     for (const Field& f : kFields) {
         store_le32(out + off, static_cast<uint32_t>(shape.*f.member));
         off += 4;
     }
-    for (size_t l = 0; l < lengths.size(); ++l) store_le64(out + kSequenceHeaderBytes + 8 * l, static_cast<uint64_t>(lengths[l]));
+    if (is_shard(shape)) {
+        store_le32(out + kSequenceHeaderBytes, static_cast<uint32_t>(shape.group_begin));
+        store_le32(out + kSequenceHeaderBytes + 4, static_cast<uint32_t>(shape.group_count));
+    }
+    for (size_t l = 0; l < lengths.size(); ++l) store_le64(out + header + 8 * l, static_cast<uint64_t>(lengths[l]));
 }
 
 uint64_t sequence_checksum(const unsigned char* data, size_t n) {
@@ -137,14 +168,18 @@ std::vector<int64_t> parse_sequence(const unsigned char* data, size_t size, cons
     if (version != kSequenceFormatVersion)
         fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: format version %u; this library reads version %u", version,
              kSequenceFormatVersion);
-    if (load_le32(data + 12) != kSequenceHeaderBytes)
-        fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: header of %u bytes; version %u has %zu", load_le32(data + 12),
-             version, kSequenceHeaderBytes);
+    const size_t header = load_le32(data + 12);
+    if (header != kSequenceHeaderBytes && header != kSequenceHeaderBytes + kSequenceShardFieldsBytes)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: header of %zu bytes; version %u has %zu (or %zu for a shard)",
+             header, version, kSequenceHeaderBytes, kSequenceHeaderBytes + kSequenceShardFieldsBytes);
+    if (size < header + kSequenceChecksumBytes)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: %zu bytes is shorter than its %zu-byte header", size, header);
     // The checksum first: a damaged buffer is reported as such, not as
     // whatever field the damage happened to hit.
     const uint64_t stored = load_le64(data + size - kSequenceChecksumBytes);
     if (sequence_checksum(data, size - kSequenceChecksumBytes) != stored)
         fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: checksum mismatch (the %zu bytes are truncated or corrupted)", size);
+    check_shard_fields(data, header, expected);
     size_t off = kFieldsOffset;
     for (const Field& f : kFields) {
         const int32_t got = static_cast<int32_t>(load_le32(data + off));
@@ -156,14 +191,14 @@ std::vector<int64_t> parse_sequence(const unsigned char* data, size_t size, cons
                  f.name, got, expected.*f.member);
     }
     const size_t layers = static_cast<size_t>(expected.num_layers);
-    if (size < kSequenceHeaderBytes + 8 * layers + kSequenceChecksumBytes)
+    if (size < header + 8 * layers + kSequenceChecksumBytes)
         fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: %zu bytes cannot hold the lengths of %zu layers", size, layers);
     std::vector<int64_t> lengths(layers);
     const size_t es = element_size(expected);
     const uint64_t row_bytes = static_cast<uint64_t>(expected.a_cols + expected.b_cols) * es;
     uint64_t payload = 0;
     for (size_t l = 0; l < layers; ++l) {
-        const uint64_t len = load_le64(data + kSequenceHeaderBytes + 8 * l);
+        const uint64_t len = load_le64(data + header + 8 * l);
         if (len > static_cast<uint64_t>(INT64_MAX) / row_bytes || payload + len * row_bytes < payload)
             fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: layer %zu claims %llu tokens, more than any buffer holds", l,
                  static_cast<unsigned long long>(len));

@@ -14,14 +14,19 @@
 //   40      4      nope_dim            44  4  rope_dim
 //   48      4      num_layers          52  4  cache_dtype
 //   56      4      a_cols              60  4  b_cols
-//   64      8*num_layers               cached tokens of each layer
+//   a shard's session (config.group_count < num_kv_heads) writes a 72-byte
+//   header: 64  4  group_begin           68  4  group_count
+//   H       8*num_layers               cached tokens of each layer (H = the
+//                                      header bytes: 64, or 72 for a shard)
 //   then, layer by layer: that layer's `a` rows [tokens][a_cols] followed by
 //   its `b` rows [tokens][b_cols] (GQA: a = K [G*D], b = V [G*Dv] per token;
 //   GQLA: a = latent c [r], b = rope key kr [d_r])
 //   last 8 bytes: checksum of everything before it (sequence_checksum)
 //
 // Only the always-kept cache travels: the expanded cache of the GQLA GQA path
-// is rebuilt from the latent on import.
+// is rebuilt from the latent on import. A shard's buffer holds its own
+// groups (GQA kind: K/V of those groups; GQLA: the latent) and imports only
+// into a session of the same shard; a 64-byte header stands for all groups.
 #pragma once
 
 #include <cstddef>
@@ -35,20 +40,27 @@ namespace gqla {
 constexpr uint32_t kSequenceFormatVersion = 1;
 constexpr size_t kSequenceMagicBytes = 8;
 constexpr size_t kSequenceHeaderBytes = 64;  // magic through b_cols
+constexpr size_t kSequenceShardFieldsBytes = 8;  // group_begin, group_count (shards only)
 constexpr size_t kSequenceChecksumBytes = 8;
 
 // What must match between the exporting and the importing session.
 struct SequenceShape {
     int32_t kind, num_heads, num_kv_heads, head_dim, value_dim, latent_dim, nope_dim, rope_dim, num_layers,
         cache_dtype, a_cols, b_cols;
+    // The groups the session serves (all: 0 and num_kv_heads).
+    int32_t group_begin, group_count;
 };
+
+// Bytes before the per-layer lengths: kSequenceHeaderBytes, plus the shard
+// fields when the shape is a shard's.
+size_t sequence_header_bytes(const SequenceShape& shape);
 
 SequenceShape sequence_shape_of(const gqla_config& cfg);
 
 // Bytes of a serialized sequence with these per-layer token counts.
 size_t sequence_bytes(const SequenceShape& shape, const std::vector<int64_t>& lengths);
 
-// Header + lengths into out[0 .. kSequenceHeaderBytes + 8*num_layers).
+// Header + lengths into out[0 .. sequence_header_bytes + 8*num_layers).
 void write_sequence_header(const SequenceShape& shape, const std::vector<int64_t>& lengths, unsigned char* out);
 
 // Byte offsets of layer l's a and b rows in the buffer.

@@ -7,6 +7,7 @@
 
 #include "core/backend_registry.hpp"
 #include "core/config.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 
 namespace gqla {
@@ -101,7 +102,8 @@ int64_t Session::Sequence::longest() const {
 }
 
 Session::Session(const gqla_config& cfg, const gqla_backend_vtable* backend)
-    : cfg_(resolve_for(cfg, backend)),
+    : full_cfg_(resolve_for(cfg, backend)),
+      cfg_(served_layer(full_cfg_)),
       desc_(make_desc(cfg_)),
       placement_{cfg_.device, cfg_.device == GQLA_DEVICE_CUDA ? cfg_.device_index : 0},
       pool_(0) {
@@ -127,6 +129,11 @@ Session::Session(const gqla_config& cfg, const gqla_backend_vtable* backend)
     requested_ = cfg_.path;
     if (cfg_.kind == GQLA_KIND_GQA) {
         active_ = GQLA_PATH_GQA;
+    } else if (!latent_kept()) {
+        // The backend allocated the expanded pools at create; they are the
+        // only cache of this session and are never switched off.
+        active_ = GQLA_PATH_GQA;
+        expanded_ = true;
     } else {
         gqla_path start = cfg_.path == GQLA_PATH_AUTO ? policy_->initial() : cfg_.path;
         active_ = GQLA_PATH_ABSORB;
@@ -138,7 +145,7 @@ Session::~Session() = default;
 
 gqla_config Session::config() const {
     std::lock_guard<std::mutex> lock(mu_);
-    gqla_config c = cfg_;
+    gqla_config c = full_cfg_;
     c.path = active_;
     return c;
 }
@@ -181,15 +188,43 @@ void Session::notify_sequence(const Sequence& s) {
                     "update_sequence");
 }
 
+gqla_view Session::shard_weight_rows(const gqla_tensor* w) const {
+    const int64_t per_group = int64_t(cfg_.nope_dim) + cfg_.value_dim;
+    const int64_t all_rows = int64_t(full_cfg_.num_kv_heads) * per_group;
+    const int64_t shard_rows = int64_t(cfg_.num_kv_heads) * per_group;
+    TensorSpec spec{"w_ukv", 2, {"num_kv_heads * (nope_dim + value_dim)", "latent_dim"},
+                    {kAnyExtent, cfg_.latent_dim}, kAnyDtype, false};
+    gqla_view view = check_tensor(w, spec, placement_);
+    const int64_t rows = view.shape[0];
+    if (rows == shard_rows) return view;
+    if (rows != all_rows && all_rows == shard_rows)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "w_ukv: shape[0] expected %lld (num_kv_heads %d x (nope_dim + value_dim)), got %lld",
+             static_cast<long long>(all_rows), full_cfg_.num_kv_heads, static_cast<long long>(rows));
+    if (rows != all_rows)
+        fail(GQLA_ERR_INVALID_ARGUMENT,
+             "w_ukv: shape[0] expected %lld (num_kv_heads %d x (nope_dim + value_dim), all groups) or %lld "
+             "(group_count %d x (nope_dim + value_dim), the groups this session serves), got %lld",
+             static_cast<long long>(all_rows), full_cfg_.num_kv_heads, static_cast<long long>(shard_rows),
+             cfg_.num_kv_heads, static_cast<long long>(rows));
+    // The full W_UKV: the rows of groups [group_begin, group_begin + group_count).
+    const int64_t first = int64_t(full_cfg_.group_begin) * per_group;
+    view.data = static_cast<char*>(view.data) +
+                first * view.strides[0] * static_cast<int64_t>(dtype_size(view.dtype));
+    view.shape[0] = shard_rows;
+    return view;
+}
+
 void Session::set_weights(int32_t layer, const gqla_tensor* w) {
     std::lock_guard<std::mutex> lock(mu_);
     if (cfg_.kind != GQLA_KIND_GQLA)
         fail(GQLA_ERR_INVALID_STATE, "set_weights: this is a GQA session; W_UKV weights exist only in GQLA sessions");
     check_layer(layer);
-    const int64_t rows = int64_t(cfg_.num_kv_heads) * (cfg_.nope_dim + cfg_.value_dim);
-    TensorSpec spec{"w_ukv", 2, {"num_kv_heads * (nope_dim + value_dim)", "latent_dim"}, {rows, cfg_.latent_dim},
-                    kAnyDtype, false};
-    gqla_view view = check_tensor(w, spec, placement_);
+    gqla_view view = shard_weight_rows(w);
+    if (!latent_kept() && layer_tokens_[static_cast<size_t>(layer)] > 0)
+        fail(GQLA_ERR_INVALID_STATE,
+             "set_weights: layer %d holds tokens whose expanded rows were built with its current weights, and "
+             "config.keep_latent = 0 dropped the latent they would be rebuilt from (release its sequences first)",
+             layer);
     const gqla_backend_vtable& vt = backend_->vt();
     backend_->check(vt.set_weights(backend_->ctx(), layer, &view), "set_weights");
     weights_set_[static_cast<size_t>(layer)] = 1;
@@ -255,7 +290,9 @@ void Session::synchronize() {
 
 gqla_cost_report Session::predict_cost(const gqla_workload& w) const {
     std::lock_guard<std::mutex> lock(mu_);
-    return gqla::predict_cost(cfg_, probe_, w, efficiency_);
+    gqla_cost_report r = gqla::predict_cost(cfg_, probe_, w, efficiency_);
+    if (!latent_kept()) r.chosen = r.call_chosen = GQLA_PATH_GQA;  // the only form it has
+    return r;
 }
 
 }  // namespace gqla

@@ -63,6 +63,7 @@ public:
         gqla_tensor* lse = nullptr;
         int path_value = GQLA_PATH_AUTO;  // the call's gqla_path as the caller's int (ignored when on_session_path)
         bool on_session_path = false;     // gqla_decode: the session's active path
+        const gqla_tensor* indices = nullptr;  // sparse attention (top-k positions per query); NULL = dense
     };
     // Returns the form the call ran on (GQA, ABSORB or GQA_TRANSIENT).
     gqla_path attention(const AttentionCall& call);
@@ -102,11 +103,16 @@ private:
     // The form of a gqla_attention call on a GQLA session for its requested
     // path: AUTO prices absorb, the kept expanded cache (when kept) and the
     // transient expansion at the call's shape.
-    gqla_path call_form(gqla_path requested, int32_t batch, int64_t mean_context, int32_t q_len) const;
+    // topk > 0: a sparse call of topk positions per query.
+    gqla_path call_form(gqla_path requested, int32_t batch, int64_t mean_context, int32_t q_len,
+                        int32_t topk) const;
     gqla_seq_id add_locked();
     void release_locked(gqla_seq_id seq);
     void check_layer(int32_t layer) const;
     void require_weights(int32_t layer, const char* call) const;
+    // w_ukv checked and narrowed to the rows of this session's groups: the
+    // full [G*(d_c+d_v), r] or the shard's [group_count*(d_c+d_v), r].
+    gqla_view shard_weight_rows(const gqla_tensor* w) const;
     Sequence& find(gqla_seq_id id, const char* arg_name);
     const Sequence& find(gqla_seq_id id, const char* arg_name) const;
     uint32_t next_epoch();  // for duplicate-id checks without allocation
@@ -117,10 +123,21 @@ private:
     void disable_expanded_path();
     void expand_layer(int32_t layer);  // all live sequences
     void switch_for_auto(gqla_path want);  // best effort: keeps the path on failure
+    // keep_latent = 0: the GQA path over the expanded cache is the only form.
+    bool latent_kept() const { return cfg_.kind != GQLA_KIND_GQLA || cfg_.keep_latent != 0; }
+    // Throws INVALID_STATE naming `what` (a form or operation that reads the
+    // latent) when this session does not keep it.
+    void require_latent(const char* what) const;
     bool layers_with_tokens_have_weights() const;
 
     mutable std::mutex mu_;
-    gqla_config cfg_;             // resolved
+    // The caller's config, resolved (group_count filled in): what
+    // gqla_session_get_config returns and what an exported sequence records.
+    gqla_config full_cfg_;
+    // The layer this session serves (served_layer(full_cfg_)): a shard's
+    // heads and groups, the whole layer otherwise. The backend, the shape
+    // checks, the cost model and the path policy all work on it.
+    gqla_config cfg_;
     gqla_backend_desc desc_;
     DevicePlacement placement_;
     std::unique_ptr<BackendContext> backend_;

@@ -71,8 +71,10 @@ void Session::append_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* 
     }
     const bool gqa = cfg_.kind == GQLA_KIND_GQA;
     const int64_t rows = single ? kAnyExtent : total;
+    // A shard's k/v carry its own KV heads only (cfg_ is the served layer).
+    const char* heads = full_cfg_.num_kv_heads == cfg_.num_kv_heads ? "num_kv_heads" : "group_count";
     const TensorSpec a_spec =
-        gqa ? TensorSpec{"k", 3, {"n", "num_kv_heads", "head_dim"}, {rows, cfg_.num_kv_heads, cfg_.head_dim},
+        gqa ? TensorSpec{"k", 3, {"n", heads, "head_dim"}, {rows, cfg_.num_kv_heads, cfg_.head_dim},
                          cfg_.io_dtype, true}
             : TensorSpec{"c", 2, {"n", "latent_dim"}, {rows, cfg_.latent_dim}, cfg_.io_dtype, true};
     gqla_view a_view = check_tensor(a, a_spec, placement_);
@@ -83,7 +85,7 @@ void Session::append_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* 
                  static_cast<long long>(total));
     }
     const TensorSpec b_spec =
-        gqa ? TensorSpec{"v", 3, {"n", "num_kv_heads", "value_dim"}, {total, cfg_.num_kv_heads, cfg_.value_dim},
+        gqa ? TensorSpec{"v", 3, {"n", heads, "value_dim"}, {total, cfg_.num_kv_heads, cfg_.value_dim},
                          cfg_.io_dtype, true}
             : TensorSpec{"kr", 2, {"n", "rope_dim"}, {total, cfg_.rope_dim}, cfg_.io_dtype, true};
     gqla_view b_view = check_tensor(b, b_spec, placement_);

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Attention calls (gqla_decode and gqla_attention): validate, fill the
-// preallocated per-sequence array, pick the form the call runs on, call the
-// backend. Nothing here allocates on success (a kept-cache switch under the
+// Attention calls (gqla_decode and gqla_attention, dense or sparse with
+// `indices`, docs/sparse-attention.md): validate, fill the preallocated
+// per-sequence array, pick the form the call runs on, call the backend.
+// Nothing here allocates on success (a kept-cache switch under the
 // session's AUTO does, once, when the cost model changes its mind).
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 
 #include "core/error.hpp"
@@ -21,6 +23,14 @@ const char* path_name(gqla_path p) {
         case GQLA_PATH_GQA_TRANSIENT: return "GQA_TRANSIENT";
     }
     return "?";
+}
+
+// Positions the n queries of a sequence of `length` tokens attend in a
+// sparse call: query k sees length - n + 1 + k of them, at most topk.
+double sparse_positions(int64_t length, int64_t n, int32_t topk) {
+    double sum = 0;
+    for (int64_t k = 0; k < n; ++k) sum += static_cast<double>(std::min<int64_t>(topk, length - n + 1 + k));
+    return sum;
 }
 
 }  // namespace
@@ -114,8 +124,22 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
         }
     }
 
+    // Sparse attention: one row of `topk` positions per query row.
+    gqla_view index_view{};
+    int32_t topk = 0;
+    if (c.indices != nullptr) {
+        backend_->require_feature(GQLA_BACKEND_FEATURE_SPARSE, "indices (sparse attention)");
+        if (cfg_.cache_dtype == GQLA_DTYPE_FP8_E4M3)
+            fail(GQLA_ERR_UNSUPPORTED, "indices: sparse attention over an fp8_e4m3 cache is not supported (f32, f16 "
+                 "and bf16 caches are)");
+        const IndexSpec spec{"indices", total_q, ragged ? 0 : c.batch, ragged ? 0 : s_q};
+        index_view = check_index_tensor(c.indices, spec, placement_);
+        topk = static_cast<int32_t>(index_view.shape[1]);
+    }
+
     const uint32_t epoch = next_epoch();
     int64_t context_sum = 0, row = 0;
+    double sparse_pairs = 0;  // sparse calls: sum over queries of min(topk, visible positions)
     double weighted_queries = 0;  // sum of q_len * length: the call's attention work
     for (int32_t i = 0; i < c.batch; ++i) {
         auto it = seqs_.find(c.ids[i]);
@@ -151,6 +175,7 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
         row += n;
         context_sum += length;
         weighted_queries += static_cast<double>(n) * static_cast<double>(length);
+        if (topk > 0) sparse_pairs += sparse_positions(length, n, topk);
     }
 
     gqla_decode_args args{};
@@ -163,6 +188,8 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
     args.lse = lse_view;
     args.ragged = ragged ? 1 : 0;
     args.total_q = total_q;
+    args.indices = index_view;
+    args.topk = topk;
     gqla_path taken = GQLA_PATH_GQA;
     if (!gqa) {
         // The shape the cost model prices: the mean context, and the query
@@ -172,18 +199,26 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
             weighted_queries / std::max<double>(1.0, static_cast<double>(context_sum)) + 0.5, 1.0, max_len));
         const bool session_auto = c.on_session_path || path_value == GQLA_PATH_AUTO;
         if (session_auto && requested_ == GQLA_PATH_AUTO) {
-            last_batch_ = c.batch;
-            last_context_ = mean_context;
-            last_q_len_ = q_eff;
+            // A sparse call reads its own rows per query: to the policy it is
+            // total_q single-query steps over the positions a query attends.
+            const bool sparse = topk > 0;
+            const int32_t p_batch = sparse ? static_cast<int32_t>(std::min<int64_t>(total_q, INT32_MAX)) : c.batch;
+            const int64_t p_context =
+                sparse ? std::max<int64_t>(1, static_cast<int64_t>(sparse_pairs / static_cast<double>(total_q) + 0.5))
+                       : mean_context;
+            const int32_t p_q_len = sparse ? 1 : q_eff;
+            last_batch_ = p_batch;
+            last_context_ = p_context;
+            last_q_len_ = p_q_len;
             last_layer_ = c.layer;
             have_history_ = true;
             // The policy weighs one layer's expansion against one layer's call.
-            gqla_path want = policy_->choose(c.batch, mean_context, q_eff, active_,
+            gqla_path want = policy_->choose(p_batch, p_context, p_q_len, active_,
                                              layer_tokens_[static_cast<size_t>(c.layer)]);
             if (want != active_) switch_for_auto(want);
         }
         taken = c.on_session_path ? active_
-                                  : call_form(static_cast<gqla_path>(path_value), c.batch, mean_context, q_eff);
+                                  : call_form(static_cast<gqla_path>(path_value), c.batch, mean_context, q_eff, topk);
     }
     args.path = taken == GQLA_PATH_ABSORB ? GQLA_PATH_ABSORB : GQLA_PATH_GQA;
     args.transient = taken == GQLA_PATH_GQA_TRANSIENT ? 1 : 0;
@@ -192,7 +227,13 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
     return taken;
 }
 
-gqla_path Session::call_form(gqla_path requested, int32_t batch, int64_t mean_context, int32_t q_len) const {
+gqla_path Session::call_form(gqla_path requested, int32_t batch, int64_t mean_context, int32_t q_len,
+                             int32_t topk) const {
+    if (!latent_kept()) {  // config.keep_latent = 0: the kept expanded cache is the only form
+        if (requested == GQLA_PATH_ABSORB) require_latent("path: GQLA_PATH_ABSORB");
+        if (requested == GQLA_PATH_GQA_TRANSIENT) require_latent("path: GQLA_PATH_GQA_TRANSIENT");
+        return GQLA_PATH_GQA;
+    }
     switch (requested) {
         case GQLA_PATH_ABSORB: return GQLA_PATH_ABSORB;
         case GQLA_PATH_GQA_TRANSIENT: return GQLA_PATH_GQA_TRANSIENT;
@@ -204,6 +245,7 @@ gqla_path Session::call_form(gqla_path requested, int32_t batch, int64_t mean_co
     w.batch = batch;
     w.context = mean_context;
     w.q_len = q_len;
+    w.topk = topk;
     const gqla_cost_report r = gqla::predict_cost(cfg_, probe_, w, efficiency_);
     // Ties go to the form that reads the least extra memory: absorb, then
     // the kept expanded cache, then the transient expansion.

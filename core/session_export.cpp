@@ -4,7 +4,10 @@
 // sequence and appends those rows layer by layer in the cache dtype, so the
 // stored elements are identical, and the expanded cache (GQLA GQA path) is
 // rebuilt from them as any append does. A failed import releases the new
-// sequence: the session is left as it was.
+// sequence: the session is left as it was. A shard's buffer records its
+// groups; rows are those of the served layer (cfg_). A session without the
+// latent (keep_latent = 0) cannot export, but imports like an append: the
+// latent rows are expanded into its groups and dropped.
 #include <cstddef>
 #include <cstring>
 #include <vector>
@@ -39,13 +42,25 @@ gqla_view rows_view(const gqla_config& c, bool part_a, void* data, int64_t token
     return v;
 }
 
+// Sequence files hold rows in the cache dtype without per-row scales, so an
+// 8-bit cache can neither export nor import (docs/fp8-cache.md).
+void refuse_fp8(const gqla_config& c, const char* fn) {
+    if (c.cache_dtype == GQLA_DTYPE_FP8_E4M3)
+        fail(GQLA_ERR_UNSUPPORTED,
+             "%s: not available for a session with cache_dtype fp8_e4m3 (the sequence format has no place for its "
+             "per-row scales)",
+             fn);
+}
+
 }  // namespace
 
 void Session::export_sequence(gqla_seq_id id, void* buffer, size_t capacity, size_t* needed) const {
     std::lock_guard<std::mutex> lock(mu_);
     if (needed == nullptr) fail(GQLA_ERR_INVALID_ARGUMENT, "needed: NULL");
+    refuse_fp8(cfg_, "sequence_export");
     const Sequence& s = find(id, "seq");
-    const SequenceShape shape = sequence_shape_of(cfg_);
+    require_latent("sequence_export");  // the latent is what travels
+    const SequenceShape shape = sequence_shape_of(full_cfg_);  // records the shard
     const size_t bytes = sequence_bytes(shape, s.lengths);
     *needed = bytes;
     if (buffer == nullptr && capacity == 0) return;  // a size query
@@ -81,8 +96,9 @@ void Session::export_sequence(gqla_seq_id id, void* buffer, size_t capacity, siz
 gqla_seq_id Session::import_sequence(const void* buffer, size_t size) {
     std::lock_guard<std::mutex> lock(mu_);
     if (buffer == nullptr) fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: NULL");
+    refuse_fp8(cfg_, "sequence_import");
     const unsigned char* in = static_cast<const unsigned char*>(buffer);
-    const SequenceShape shape = sequence_shape_of(cfg_);
+    const SequenceShape shape = sequence_shape_of(full_cfg_);
     const std::vector<int64_t> lengths = parse_sequence(in, size, shape);
     for (int32_t l = 0; l < cfg_.num_layers; ++l)
         if (lengths[static_cast<size_t>(l)] > 0) require_weights(l, "sequence_import");

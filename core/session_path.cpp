@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Decode path of GQLA sessions. The latent cache is always kept; the GQA path
-// additionally keeps the per-group expanded cache, built from the latent when
-// the path is switched on and freed when it is switched off.
+// Decode path of GQLA sessions. The latent cache is kept unless
+// config.keep_latent = 0; the GQA path additionally keeps the per-group
+// expanded cache, built from the latent when the path is switched on and
+// freed when it is switched off. Without the latent the expanded cache is the
+// only cache: the GQA path is the only path and nothing switches.
 #include <vector>
 
 #include "core/enum_value.hpp"
@@ -85,7 +87,15 @@ void Session::disable_expanded_path() {
     active_ = GQLA_PATH_ABSORB;
 }
 
+void Session::require_latent(const char* what) const {
+    if (!latent_kept())
+        fail(GQLA_ERR_INVALID_STATE,
+             "%s needs the latent cache, which this session drops (config.keep_latent = 0: it keeps only the "
+             "expanded cache of its groups and runs the GQA path only)", what);
+}
+
 void Session::switch_for_auto(gqla_path want) {
+    if (!latent_kept()) return;  // one path only
     try {
         if (want == GQLA_PATH_GQA) {
             if (layers_with_tokens_have_weights()) enable_expanded_path();
@@ -109,6 +119,11 @@ void Session::select_path(const gqla_path& path) {
     if (cfg_.kind == GQLA_KIND_GQA) {
         if (path == GQLA_PATH_ABSORB)
             fail(GQLA_ERR_INVALID_ARGUMENT, "path: GQLA_PATH_ABSORB needs a GQLA session (this session is GQA)");
+        requested_ = path;
+        return;
+    }
+    if (path == GQLA_PATH_ABSORB) require_latent("path: GQLA_PATH_ABSORB");
+    if (!latent_kept()) {  // GQA or AUTO: the one path it has
         requested_ = path;
         return;
     }

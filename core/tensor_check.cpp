@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <utility>
 
 #include "core/dtype.hpp"
@@ -70,9 +71,16 @@ gqla_view check_tensor(const gqla_tensor* t, const TensorSpec& s, const DevicePl
     if (t->struct_size < kTensorV1Size)
         fail(GQLA_ERR_INVALID_ARGUMENT, "%s: struct_size expected >= %zu (sizeof(gqla_tensor)), got %zu", name,
              kTensorV1Size, t->struct_size);
-    if (!dtype_valid(enum_value(t->dtype)))
+    // Index tensors (spec dtype I32) hold positions; every other tensor an
+    // activation dtype.
+    if (s.dtype == GQLA_DTYPE_I32) {
+        if (enum_value(t->dtype) != GQLA_DTYPE_I32)
+            fail(GQLA_ERR_INVALID_ARGUMENT, "%s: dtype expected GQLA_DTYPE_I32 (%d), got %d", name, GQLA_DTYPE_I32,
+                 enum_value(t->dtype));
+    } else if (!dtype_valid(enum_value(t->dtype))) {
         fail(GQLA_ERR_INVALID_ARGUMENT, "%s: dtype expected GQLA_DTYPE_F32, _F16 or _BF16 (1..3), got %d", name,
              enum_value(t->dtype));
+    }
     if (s.dtype != kAnyDtype && t->dtype != s.dtype)
         fail(GQLA_ERR_INVALID_ARGUMENT, "%s: dtype expected %s, got %s", name,
              dtype_name(static_cast<gqla_dtype>(s.dtype)), dtype_name(t->dtype));
@@ -148,6 +156,47 @@ gqla_view check_tensor(const gqla_tensor* t, const TensorSpec& s, const DevicePl
         v.strides[i] = t->strides[i];
     }
     v.strides[s.ndim - 1] = 1;  // extent-1 innermost dims may carry any stride; the backend sees 1
+    return v;
+}
+
+gqla_view check_index_tensor(const gqla_tensor* t, const IndexSpec& spec, const DevicePlacement& where) {
+    const char* name = spec.name;
+    if (t == nullptr) fail(GQLA_ERR_INVALID_ARGUMENT, "%s: NULL tensor", name);
+    const bool uniform = spec.batch > 0;
+    if (uniform && t->struct_size >= kTensorV1Size && t->ndim != 2 && t->ndim != 3)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "%s: expected 2 dims [batch * s_q, topk] or 3 dims [batch, s_q, topk], got %d",
+             name, t->ndim);
+    gqla_view v;
+    if (uniform && t->ndim == 3) {
+        const TensorSpec s3{name, 3, {"batch", "s_q", "topk"}, {spec.batch, spec.s_q, kAnyExtent}, GQLA_DTYPE_I32,
+                            false};
+        v = check_tensor(t, s3, where);
+        // One row per query: (b, i) must collapse into row b * s_q + i.
+        int64_t row_stride = v.strides[1];
+        if (v.shape[1] == 1)
+            row_stride = v.strides[0];
+        else if (v.shape[0] > 1 && v.strides[0] != v.shape[1] * v.strides[1])
+            fail(GQLA_ERR_INVALID_ARGUMENT,
+                 "%s: [batch, s_q, topk] must step batch by s_q rows (strides[0] == s_q * strides[1] = %lld), got "
+                 "strides[0] = %lld", name, static_cast<long long>(v.shape[1] * v.strides[1]),
+                 static_cast<long long>(v.strides[0]));
+        const int64_t k = v.shape[2];
+        v.ndim = 2;
+        v.shape[0] = spec.rows;
+        v.shape[1] = k;
+        v.strides[0] = row_stride;
+        v.strides[1] = 1;
+        v.shape[2] = v.strides[2] = 0;
+    } else {
+        const TensorSpec s2{name, 2, {uniform ? "batch * s_q" : "sum(q_lens)", "topk"}, {spec.rows, kAnyExtent},
+                            GQLA_DTYPE_I32, false};
+        v = check_tensor(t, s2, where);
+    }
+    const int64_t k = v.shape[1];
+    if (k < 1 || k > kMaxTopk)
+        fail(GQLA_ERR_INVALID_ARGUMENT, "%s: topk (last extent) expected 1..%lld, got %lld", name,
+             static_cast<long long>(kMaxTopk), static_cast<long long>(k));
+    if (v.shape[0] < 2) v.strides[0] = k;  // one row: its outer stride is never used
     return v;
 }
 

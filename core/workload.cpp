@@ -26,6 +26,13 @@ gqla_workload read_workload(const gqla_workload* w, const char* name) {
     out.batch = w->batch;
     out.context = w->context;
     out.q_len = w->q_len;
+    // 1.2 appended topk; a shorter struct is a dense workload.
+    constexpr size_t v2_size = offsetof(gqla_workload, topk) + sizeof(int32_t);
+    if (w->struct_size >= v2_size) {
+        if (w->topk < 0 || w->topk > (1 << 20))
+            fail(GQLA_ERR_INVALID_ARGUMENT, "%s->topk: expected 0 (dense) .. %d, got %d", name, 1 << 20, w->topk);
+        out.topk = w->topk;
+    }
     return out;
 }
 

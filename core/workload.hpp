@@ -6,7 +6,8 @@
 
 namespace gqla {
 
-// Throws INVALID_ARGUMENT for NULL, a short struct_size, batch/context/q_len
+// Throws INVALID_ARGUMENT for NULL, a short struct_size, topk outside
+// 0..2^20 (when present), batch/context/q_len
 // < 1 or q_len > context (the queries are the last q_len cached tokens).
 gqla_workload read_workload(const gqla_workload* w, const char* name = "w");
 

@@ -825,17 +825,21 @@ static void gemm_any(int M, int N, int K, const float* A, int64_t lda, const typ
 
 #include "backends/cpu/attention_wide.inl"
 #include "backends/cpu/expansion_kernels.inl"
+#include "backends/cpu/attention_fp8.inl"
 
 static const KernelTable& make_table(Isa isa, const char* name) {
     static const KernelTable table = {
         isa,
         name,
-        {gqa_attend<GQLA_DTYPE_F32>, gqa_attend<GQLA_DTYPE_F16>, gqa_attend<GQLA_DTYPE_BF16>},
-        {gqa_attend_wide<GQLA_DTYPE_F32>, gqa_attend_wide<GQLA_DTYPE_F16>, gqa_attend_wide<GQLA_DTYPE_BF16>},
-        {absorb_attend<GQLA_DTYPE_F32>, absorb_attend<GQLA_DTYPE_F16>, absorb_attend<GQLA_DTYPE_BF16>},
+        {gqa_attend<GQLA_DTYPE_F32>, gqa_attend<GQLA_DTYPE_F16>, gqa_attend<GQLA_DTYPE_BF16>, gqa_attend_fp8},
+        {gqa_attend_wide<GQLA_DTYPE_F32>, gqa_attend_wide<GQLA_DTYPE_F16>, gqa_attend_wide<GQLA_DTYPE_BF16>,
+         gqa_attend_wide_fp8},
+        {absorb_attend<GQLA_DTYPE_F32>, absorb_attend<GQLA_DTYPE_F16>, absorb_attend<GQLA_DTYPE_BF16>,
+         absorb_attend_fp8},
         {expand_latent<GQLA_DTYPE_F32>, expand_latent<GQLA_DTYPE_F16>, expand_latent<GQLA_DTYPE_BF16>},
         gemm_any<GQLA_DTYPE_F32>,
         gemm_any<GQLA_DTYPE_BF16>,
+        fp8_rows_to_f32,
     };
     return table;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/backend_ops.hpp"
+#include "backends/cpu/fp8_rows.hpp"
 #include "backends/cpu/io_rows.hpp"
 
 namespace gqla::cpu {
@@ -54,10 +55,15 @@ struct LatentRows {
         }
         return true;
     }
-    // Appends the latent row stored at `c_row` for slot s.
-    void add(const CpuContext* ctx, const void* c_row, Slot s) {
-        load_row_f32(c_row, ctx->desc.cache_dtype, ctx->desc.latent_dim, 1.0f,
-                     latent.data() + slots.size() * ctx->desc.latent_dim);
+    // Appends the latent row stored at `c_row` for slot s (8-bit: widened
+    // with its block scales `c_scales`).
+    void add(const CpuContext* ctx, const void* c_row, const float* c_scales, Slot s) {
+        float* dst = latent.data() + slots.size() * ctx->desc.latent_dim;
+        if (ctx->fp8())
+            ctx->kernels->fp8_rows(static_cast<const uint8_t*>(c_row), ctx->desc.latent_dim, c_scales,
+                                   kFp8LatentBlockElems, dst);
+        else
+            load_row_f32(c_row, ctx->desc.cache_dtype, ctx->desc.latent_dim, 1.0f, dst);
         slots.push_back(s);
     }
 };
@@ -82,6 +88,8 @@ gqla_status expand_slots(CpuContext* ctx, int32_t layer, const LatentRows& rows)
     char* kc = static_cast<char*>(ctx->pool_layer(ctx->expanded[0], layer));
     char* ve = static_cast<char*>(ctx->pool_layer(ctx->expanded[1], layer));
     const size_t es = ctx->elem_size;
+    const Pool& kc_pool = ctx->expanded[0];
+    const Pool& ve_pool = ctx->expanded[1];
     for (int64_t r0 = 0; r0 < n_all; r0 += kExpandRowsPerGemm) {
         const int64_t n = std::min(kExpandRowsPerGemm, n_all - r0);
         gqla_status st = expansion_gemm(ctx, w, n, latent.data() + r0 * r, out.data());
@@ -92,6 +100,13 @@ gqla_status expand_slots(CpuContext* ctx, int32_t layer, const LatentRows& rows)
                 const float* row = out.data() + i * N + g * (dc + dv);
                 const int64_t kc_off = s.page * ctx->expanded[0].page_elems + (g * P + s.slot) * dc;
                 const int64_t ve_off = s.page * ctx->expanded[1].page_elems + (g * P + s.slot) * dv;
+                if (ctx->fp8()) {  // one scale per (token, group) for each
+                    *kc_pool.scales(kc, s.page, g * P + s.slot) =
+                        quantize_row_e4m3(row, static_cast<int>(dc), reinterpret_cast<uint8_t*>(kc + kc_off));
+                    *ve_pool.scales(ve, s.page, g * P + s.slot) =
+                        quantize_row_e4m3(row + dc, static_cast<int>(dv), reinterpret_cast<uint8_t*>(ve + ve_off));
+                    continue;
+                }
                 store_row_f32(row, 1.0f, kc + kc_off * es, d.cache_dtype, static_cast<int>(dc));
                 store_row_f32(row + dc, 1.0f, ve + ve_off * es, d.cache_dtype, static_cast<int>(dv));
             }
@@ -100,7 +115,39 @@ gqla_status expand_slots(CpuContext* ctx, int32_t layer, const LatentRows& rows)
     return GQLA_OK;
 }
 
+// Widens an io row to f32 and quantizes it into e4m3 with one scale.
+float quantize_io_row(const void* src, gqla_dtype t, int n, float* tmp, uint8_t* dst) {
+    load_row_f32(src, t, n, 1.0f, tmp);
+    return quantize_row_e4m3(tmp, n, dst);
+}
+
+gqla_status append_gqa_kind_fp8(CpuContext* ctx, const gqla_append_args* a) {
+    const gqla_backend_desc& d = ctx->desc;
+    const int64_t P = d.page_size, D = d.head_dim, Dv = d.value_dim;
+    const Pool& kp = ctx->kept[0];
+    const Pool& vp = ctx->kept[1];
+    char* K = static_cast<char*>(ctx->pool_layer(ctx->kept[0], a->layer));
+    char* V = static_cast<char*>(ctx->pool_layer(ctx->kept[1], a->layer));
+    std::vector<float> tmp;
+    try {
+        tmp.resize(static_cast<size_t>(std::max(D, Dv)));
+    } catch (const std::bad_alloc&) {
+        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
+    }
+    for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t row) {
+        for (int64_t g = 0; g < d.num_kv_heads; ++g) {
+            const int64_t r = g * P + s.slot;
+            uint8_t* k_dst = reinterpret_cast<uint8_t*>(K + s.page * kp.page_elems + r * D);
+            uint8_t* v_dst = reinterpret_cast<uint8_t*>(V + s.page * vp.page_elems + r * Dv);
+            *kp.scales(K, s.page, r) = quantize_io_row(view_at(a->a, row, g), a->a.dtype, static_cast<int>(D), tmp.data(), k_dst);
+            *vp.scales(V, s.page, r) = quantize_io_row(view_at(a->b, row, g), a->b.dtype, static_cast<int>(Dv), tmp.data(), v_dst);
+        }
+    });
+    return GQLA_OK;
+}
+
 gqla_status append_gqa_kind(CpuContext* ctx, const gqla_append_args* a) {
+    if (ctx->fp8()) return append_gqa_kind_fp8(ctx, a);
     const gqla_backend_desc& d = ctx->desc;
     const int64_t P = d.page_size, D = d.head_dim, Dv = d.value_dim;
     char* K = static_cast<char*>(ctx->pool_layer(ctx->kept[0], a->layer));
@@ -131,15 +178,31 @@ gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
         return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
     char* C = static_cast<char*>(ctx->pool_layer(ctx->kept[0], a->layer));
     char* KR = static_cast<char*>(ctx->pool_layer(ctx->kept[1], a->layer));
-    const size_t es = ctx->elem_size;
+    const Pool& cp = ctx->kept[0];
+    const size_t es = ctx->elem_size, kr_es = ctx->kept[1].elem;
+    // 8-bit cache: c in e4m3 with a scale per kFp8LatentBlockElems, kr in bf16.
+    const gqla_dtype kr_dtype = ctx->fp8() ? GQLA_DTYPE_BF16 : d.cache_dtype;
+    std::vector<float> tmp;
+    try {
+        if (ctx->fp8()) tmp.resize(static_cast<size_t>(r));
+    } catch (const std::bad_alloc&) {
+        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
+    }
     for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t row) {
-        char* c_dst = C + (s.page * ctx->kept[0].page_elems + s.slot * r) * es;
-        convert_row(view_at(a->a, row), a->a.dtype, c_dst, d.cache_dtype, static_cast<int>(r));
-        convert_row(view_at(a->b, row), a->b.dtype, KR + (s.page * ctx->kept[1].page_elems + s.slot * dr) * es,
-                    d.cache_dtype, static_cast<int>(dr));
+        char* c_dst = C + (s.page * cp.page_elems + s.slot * r) * es;
+        float* c_scales = ctx->fp8() ? cp.scales(C, s.page, s.slot) : nullptr;
+        if (ctx->fp8()) {
+            load_row_f32(view_at(a->a, row), a->a.dtype, static_cast<int>(r), 1.0f, tmp.data());
+            quantize_blocks_e4m3(tmp.data(), static_cast<int>(r), kFp8LatentBlockElems, reinterpret_cast<uint8_t*>(c_dst),
+                                 c_scales);
+        } else {
+            convert_row(view_at(a->a, row), a->a.dtype, c_dst, d.cache_dtype, static_cast<int>(r));
+        }
+        convert_row(view_at(a->b, row), a->b.dtype, KR + (s.page * ctx->kept[1].page_elems + s.slot * dr) * kr_es,
+                    kr_dtype, static_cast<int>(dr));
         // The expansion sees the latent as stored, so it matches a later
         // re-expansion from the cache bit for bit.
-        if (expand) expanded.add(ctx, c_dst, s);
+        if (expand) expanded.add(ctx, c_dst, c_scales, s);
     });
     return expand ? expand_slots(ctx, a->layer, expanded) : GQLA_OK;
 }
@@ -163,8 +226,10 @@ gqla_status expand_tokens(CpuContext* ctx, const gqla_expand_args* a) {
         return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "expand: out of memory");
     if (rows.latent.empty()) return GQLA_OK;
     const char* C = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], a->layer));
+    const Pool& cp = ctx->kept[0];
     for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t) {
-        rows.add(ctx, C + (s.page * ctx->kept[0].page_elems + s.slot * d.latent_dim) * ctx->elem_size, s);
+        rows.add(ctx, C + (s.page * cp.page_elems + s.slot * d.latent_dim) * ctx->elem_size,
+                 ctx->fp8() ? cp.scales(C, s.page, s.slot) : nullptr, s);
     });
     return expand_slots(ctx, a->layer, rows);
 }
@@ -174,7 +239,7 @@ gqla_status copy_pages(CpuContext* ctx, int32_t n, const int32_t* src, const int
     Pool* pools[4] = {&ctx->kept[0], &ctx->kept[1], &ctx->expanded[0], &ctx->expanded[1]};
     for (Pool* p : pools) {
         if (p->mem.empty()) continue;
-        const size_t page_bytes = static_cast<size_t>(p->page_elems) * ctx->elem_size;
+        const size_t page_bytes = p->page_bytes();  // 8-bit pools: with their scales
         for (int32_t layer = 0; layer < d.num_layers; ++layer) {
             char* base = static_cast<char*>(ctx->pool_layer(*p, layer));
             for (int32_t i = 0; i < n; ++i)

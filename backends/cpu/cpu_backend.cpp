@@ -8,9 +8,11 @@
 #include <cstring>
 #include <new>
 
+#include "backends/cpu/append_without_latent.hpp"
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/cpu_backend_internal.hpp"
 #include "backends/cpu/cpu_context.hpp"
+#include "backends/cpu/decode_sparse.hpp"
 #include "backends/cpu/io_rows.hpp"
 #include "core/backend_api.h"
 #include "core/dtype.hpp"
@@ -61,6 +63,19 @@ bool allocate_pool(const gqla_backend_desc& d, Pool& p, int64_t page_elems, size
     if (!p.mem.allocate(bytes)) return false;
     p.page_elems = page_elems;
     p.layer_elems = page_elems * d.num_pages;
+    p.elem = elem;
+    return true;
+}
+
+// An 8-bit pool (docs/fp8-cache.md): per page `rows` rows of `width` e4m3
+// bytes, padded to 64 bytes, then `scale_cols` f32 scales per row, the page
+// padded to 64 bytes. The scales travel with their page (copy_pages).
+bool allocate_fp8_pool(const gqla_backend_desc& d, Pool& p, int64_t rows, int64_t width, int32_t scale_cols) {
+    const int64_t data = (rows * width + 63) / 64 * 64;
+    const int64_t page = (data + rows * scale_cols * 4 + 63) / 64 * 64;
+    if (!allocate_pool(d, p, page, 1)) return false;
+    p.scale_off = data;
+    p.scale_cols = scale_cols;
     return true;
 }
 
@@ -82,7 +97,7 @@ gqla_status cpu_create(const gqla_backend_desc* desc, void** out_ctx, char* err,
     };
     const gqla_backend_desc& d = *desc;
     if (d.num_heads <= 0 || d.num_kv_heads <= 0 || d.num_heads % d.num_kv_heads || d.num_layers <= 0 ||
-        d.page_size <= 0 || d.num_pages <= 0 || !dtype_valid(d.cache_dtype) || !dtype_valid(d.io_dtype))
+        d.page_size <= 0 || d.num_pages <= 0 || !cache_dtype_valid(d.cache_dtype) || !dtype_valid(d.io_dtype))
         return report(GQLA_ERR_INVALID_ARGUMENT, "invalid backend description");
     CpuContext* ctx = new (std::nothrow) CpuContext;
     if (!ctx) return report(GQLA_ERR_OUT_OF_MEMORY, "out of memory for the context");
@@ -92,9 +107,25 @@ gqla_status cpu_create(const gqla_backend_desc* desc, void** out_ctx, char* err,
     ctx->kernels = &best_kernels();
     const int64_t P = d.page_size, G = d.num_kv_heads;
     bool ok;
-    if (d.kind == GQLA_KIND_GQA)
+    if (d.kind == GQLA_KIND_GQLA && !d.keep_latent && d.cache_dtype == GQLA_DTYPE_FP8_E4M3) {
+        delete ctx;
+        return report(GQLA_ERR_UNSUPPORTED, "config.keep_latent = 0 with an FP8_E4M3 cache: the expanded rows "
+                                            "are written without 8-bit scales (use a 16-bit cache)");
+    }
+    const int32_t latent_blocks = (d.latent_dim + kFp8LatentBlockElems - 1) / kFp8LatentBlockElems;
+    if (ctx->fp8() && d.kind == GQLA_KIND_GQA)
+        ok = allocate_fp8_pool(d, ctx->kept[0], G * P, d.head_dim, 1) &&
+             allocate_fp8_pool(d, ctx->kept[1], G * P, d.value_dim, 1);
+    else if (ctx->fp8())  // the rope key stays bf16
+        ok = allocate_fp8_pool(d, ctx->kept[0], P, d.latent_dim, latent_blocks) &&
+             allocate_pool(d, ctx->kept[1], P * d.rope_dim, 2);
+    else if (d.kind == GQLA_KIND_GQA)
         ok = allocate_pool(d, ctx->kept[0], G * P * d.head_dim, ctx->elem_size) &&
              allocate_pool(d, ctx->kept[1], G * P * d.value_dim, ctx->elem_size);
+    else if (!d.keep_latent)  // no C pool: KR plus the expanded pools, for life
+        ok = ctx->expanded_on = allocate_pool(d, ctx->kept[1], P * d.rope_dim, ctx->elem_size) &&
+                                allocate_pool(d, ctx->expanded[0], G * P * d.nope_dim, ctx->elem_size) &&
+                                allocate_pool(d, ctx->expanded[1], G * P * d.value_dim, ctx->elem_size);
     else
         ok = allocate_pool(d, ctx->kept[0], P * d.latent_dim, ctx->elem_size) &&
              allocate_pool(d, ctx->kept[1], P * d.rope_dim, ctx->elem_size);
@@ -151,7 +182,9 @@ gqla_status cpu_set_weights(void* p, int32_t layer, const gqla_view* wv) {
                     static_cast<long long>(rows), static_cast<long long>(r));
     LayerWeights fresh;
     const size_t elems = static_cast<size_t>(rows * r), bytes = elems * sizeof(float);
-    const bool bf16 = d.cache_dtype == GQLA_DTYPE_BF16;
+    // 8-bit caches too: at small batch the absorb projections' weights are
+    // most of a step's bytes, more than the latent itself.
+    const bool bf16 = d.cache_dtype == GQLA_DTYPE_BF16 || d.cache_dtype == GQLA_DTYPE_FP8_E4M3;
     const int64_t G = d.num_kv_heads, dc = d.nope_dim, dv = d.value_dim;
     const size_t uv_elems = static_cast<size_t>(G * r * dv);
     if (!fresh.w.allocate(bytes) || !fresh.wt.allocate(bytes) ||
@@ -188,6 +221,8 @@ gqla_status cpu_set_expanded(void* p, int32_t enable) {
     CpuContext* ctx = as_ctx(p);
     const gqla_backend_desc& d = ctx->desc;
     if (d.kind != GQLA_KIND_GQLA) return GQLA_OK;  // GQA kind: its K/V cache is the only one
+    if (!d.keep_latent) return enable ? GQLA_OK : fail(ctx, GQLA_ERR_INVALID_STATE, "set_expanded: the expanded "
+                                                      "cache is the only cache without the latent");
     if (!enable) {
         ctx->expanded[0] = Pool{};
         ctx->expanded[1] = Pool{};
@@ -197,7 +232,10 @@ gqla_status cpu_set_expanded(void* p, int32_t enable) {
     if (ctx->expanded_on) return GQLA_OK;
     const int64_t GP = static_cast<int64_t>(d.num_kv_heads) * d.page_size;
     Pool kc, ve;
-    if (!allocate_pool(d, kc, GP * d.nope_dim, ctx->elem_size) || !allocate_pool(d, ve, GP * d.value_dim, ctx->elem_size))
+    const bool ok = ctx->fp8() ? allocate_fp8_pool(d, kc, GP, d.nope_dim, 1) && allocate_fp8_pool(d, ve, GP, d.value_dim, 1)
+                               : allocate_pool(d, kc, GP * d.nope_dim, ctx->elem_size) &&
+                                     allocate_pool(d, ve, GP * d.value_dim, ctx->elem_size);
+    if (!ok)
         return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "set_expanded: cannot allocate the expanded cache");
     ctx->expanded[0] = std::move(kc);
     ctx->expanded[1] = std::move(ve);
@@ -205,7 +243,11 @@ gqla_status cpu_set_expanded(void* p, int32_t enable) {
     return GQLA_OK;
 }
 
-gqla_status cpu_append(void* p, const gqla_append_args* a) { return append_tokens(as_ctx(p), a); }
+gqla_status cpu_append(void* p, const gqla_append_args* a) {
+    CpuContext* ctx = as_ctx(p);
+    if (ctx->desc.kind == GQLA_KIND_GQLA && !ctx->desc.keep_latent) return append_without_latent(ctx, a);
+    return append_tokens(ctx, a);
+}
 gqla_status cpu_expand(void* p, const gqla_expand_args* a) { return expand_tokens(as_ctx(p), a); }
 gqla_status cpu_copy_pages(void* p, int32_t n, const int32_t* s, const int32_t* d) {
     return copy_pages(as_ctx(p), n, s, d);
@@ -216,7 +258,10 @@ gqla_status cpu_read_rows(void* p, const gqla_read_args* a) { return read_rows(a
 gqla_status cpu_decode(void* p, const gqla_decode_args* a) {
     CpuContext* ctx = as_ctx(p);
     if (a->batch <= 0) return GQLA_OK;
+    if (a->indices.data != nullptr) return decode_sparse(ctx, a);
     if (ctx->desc.kind == GQLA_KIND_GQA) return decode_gqa_form(ctx, a);
+    if (!ctx->desc.keep_latent && (a->path == GQLA_PATH_ABSORB || a->transient))
+        return fail(ctx, GQLA_ERR_INVALID_STATE, "decode: the absorb and transient forms read the latent, not kept");
     if (a->path == GQLA_PATH_ABSORB) return decode_absorb(ctx, a);
     if (a->transient) return decode_gqa_transient(ctx, a);
     if (!ctx->expanded_on)
@@ -246,7 +291,7 @@ const gqla_backend_vtable kCpuVtable = {
     nullptr,  // synchronize: every call is synchronous
     efficiency,
     cpu_read_rows,
-    0u,  // features: none of the optional GQLA_BACKEND_FEATURE_* yet
+    GQLA_BACKEND_FEATURE_DROP_LATENT | GQLA_BACKEND_FEATURE_FP8_CACHE | GQLA_BACKEND_FEATURE_SPARSE,  // features
 };
 
 }  // namespace

@@ -42,11 +42,28 @@ struct LayerWeights {
     size_t bytes() const { return w.size() + wt.size() + w16.size() + wuv16.size(); }
 };
 
-// One cache pool: [layer][page][page_elems] elements of the cache dtype.
+// One cache pool: [layer][page][page_elems] elements of `elem` bytes (the
+// cache dtype's; for an 8-bit cache the kr pool is bf16). An 8-bit pool's
+// page is rows of e4m3 bytes and then, at byte scale_off, scale_cols f32
+// scales per row (docs/fp8-cache.md); its page_elems counts bytes.
 struct Pool {
     AlignedBuffer mem;
     int64_t page_elems = 0;  // elements of one page of one layer
     int64_t layer_elems = 0; // page_elems * num_pages
+    size_t elem = 0;
+    int64_t scale_off = 0;   // 8-bit pools: byte offset of the scales in a page
+    int32_t scale_cols = 0;  // 8-bit pools: scales per row (0: none)
+
+    size_t page_bytes() const { return static_cast<size_t>(page_elems) * elem; }
+    // Scales of row `row` (g * P + slot, or slot) of page `page`, given the
+    // layer's start.
+    const float* scales(const void* layer, int64_t page, int64_t row) const {
+        return reinterpret_cast<const float*>(static_cast<const char*>(layer) + page * page_elems + scale_off) +
+               row * scale_cols;
+    }
+    float* scales(void* layer, int64_t page, int64_t row) const {
+        return const_cast<float*>(scales(static_cast<const void*>(layer), page, row));
+    }
 };
 
 struct CpuContext {
@@ -76,12 +93,14 @@ struct CpuContext {
     // Width of one row of the expansion GEMM output: G * (d_c + d_v).
     int expanded_width() const { return desc.num_kv_heads * (desc.nope_dim + desc.value_dim); }
 
-    // Start (in elements) of `layer` in a pool.
+    bool fp8() const { return desc.cache_dtype == GQLA_DTYPE_FP8_E4M3; }
+
+    // Start of `layer` in a pool.
     const void* pool_layer(const Pool& p, int32_t layer) const {
-        return static_cast<const char*>(p.mem.data()) + static_cast<size_t>(layer) * p.layer_elems * elem_size;
+        return static_cast<const char*>(p.mem.data()) + static_cast<size_t>(layer) * p.layer_elems * p.elem;
     }
     void* pool_layer(Pool& p, int32_t layer) {
-        return static_cast<char*>(p.mem.data()) + static_cast<size_t>(layer) * p.layer_elems * elem_size;
+        return static_cast<char*>(p.mem.data()) + static_cast<size_t>(layer) * p.layer_elems * p.elem;
     }
 };
 

@@ -238,6 +238,11 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
                 it.t1 = wi.t1;
                 it.c = cpool; it.c_page_stride = ctx->kept[0].page_elems; it.r = r;
                 it.kr = krpool; it.kr_page_stride = ctx->kept[1].page_elems; it.d_r = dr;
+                if (ctx->fp8()) {  // per (token, latent block) scales; page stride in floats
+                    it.c_scale = ctx->kept[0].scales(cpool, 0, 0);
+                    it.c_scale_page_stride = ctx->kept[0].page_elems / 4;
+                    it.c_scale_blocks = ctx->kept[0].scale_cols;
+                }
                 if (wi.partial < 0) {
                     it.acc = t_acc; it.m = t_m; it.l = t_l;
                 } else {
@@ -247,6 +252,7 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
                 it.ctile = t_ctile;
                 it.stile = t_stile;
                 it.pairs = t_pairs;
+                if (ctx->fp8()) it.stage = reinterpret_cast<uint16_t*>(t_pairs + absorb_pair_scratch_floats(K, r, RBmax));
                 attend(it);
                 if (wi.partial >= 0) continue;
                 for (int lane = 0; lane < width; ++lane) {

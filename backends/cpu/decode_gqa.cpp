@@ -21,6 +21,7 @@ struct GroupCache {
     const char* k1; int64_t k1_page; int64_t k1_group; int d1;
     const char* k2; int64_t k2_page; int d2;
     const char* v;  int64_t v_page;  int64_t v_group; int dv;
+    const Pool* k1_pool; const Pool* v_pool;  // 8-bit caches: where the scales are
 };
 
 GroupCache group_cache(const CpuContext* ctx, int32_t layer) {
@@ -33,6 +34,7 @@ GroupCache group_cache(const CpuContext* ctx, int32_t layer) {
         c.k2 = nullptr; c.k2_page = 0; c.d2 = 0;
         c.v = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], layer));
         c.v_page = ctx->kept[1].page_elems; c.v_group = P * d.value_dim; c.dv = d.value_dim;
+        c.k1_pool = &ctx->kept[0]; c.v_pool = &ctx->kept[1];
     } else {
         c.k1 = static_cast<const char*>(ctx->pool_layer(ctx->expanded[0], layer));
         c.k1_page = ctx->expanded[0].page_elems; c.k1_group = P * d.nope_dim; c.d1 = d.nope_dim;
@@ -40,6 +42,7 @@ GroupCache group_cache(const CpuContext* ctx, int32_t layer) {
         c.k2_page = ctx->kept[1].page_elems; c.d2 = d.rope_dim;
         c.v = static_cast<const char*>(ctx->pool_layer(ctx->expanded[1], layer));
         c.v_page = ctx->expanded[1].page_elems; c.v_group = P * d.value_dim; c.dv = d.value_dim;
+        c.k1_pool = &ctx->expanded[0]; c.v_pool = &ctx->expanded[1];
     }
     return c;
 }
@@ -88,6 +91,12 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
                 it.k1 = gc.k1 + u.g * gc.k1_group * es; it.k1_page_stride = gc.k1_page; it.d1 = gc.d1;
                 it.k2 = gc.k2; it.k2_page_stride = gc.k2_page; it.d2 = gc.d2;
                 it.v = gc.v + u.g * gc.v_group * es; it.v_page_stride = gc.v_page; it.dv = dv;
+                if (ctx->fp8()) {  // per (token, group) scales; page strides in floats
+                    it.k1_scale = gc.k1_pool->scales(gc.k1, 0, int64_t(u.g) * d.page_size);
+                    it.k1_scale_page_stride = gc.k1_page / 4;
+                    it.v_scale = gc.v_pool->scales(gc.v, 0, int64_t(u.g) * d.page_size);
+                    it.v_scale_page_stride = gc.v_page / 4;
+                }
                 if (w.partial < 0) {
                     it.acc = area.acc; it.m = area.m; it.l = area.l;
                 } else {

@@ -56,11 +56,13 @@ struct GqaThreadArea {
 };
 GqaThreadArea gqa_thread_area(const CpuContext* ctx, int tid);
 
-// The kernel for a tile: rows in lanes or in register tiles.
-inline GqaAttendFn gqa_kernel(const CpuContext* ctx, const GqaTile& t) {
-    const int dt = ctx->desc.cache_dtype - 1;
-    return t.wide ? ctx->kernels->gqa_attend_wide[dt] : ctx->kernels->gqa_attend[dt];
+// The kernel for a tile over rows of dtype `dt`: rows in lanes or in
+// register tiles.
+inline GqaAttendFn gqa_kernel(const CpuContext* ctx, const GqaTile& t, gqla_dtype dt) {
+    return t.wide ? ctx->kernels->gqa_attend_wide[dt - 1] : ctx->kernels->gqa_attend[dt - 1];
 }
+// ... over the cache.
+inline GqaAttendFn gqa_kernel(const CpuContext* ctx, const GqaTile& t) { return gqa_kernel(ctx, t, ctx->desc.cache_dtype); }
 
 // Queries of the chunk's tiles as f32 rows [chunk row][dk], pre-multiplied by
 // scale * log2(e), on the context's threads.

@@ -44,11 +44,16 @@ struct Slot {
     char* kr;
 };
 
+// The slots' element type: the cache dtype, except for an 8-bit cache,
+// whose up-projected rows are kept in bf16 (the per-call rows then need no
+// scales, and the rope key is bf16 already).
+gqla_dtype slot_dtype(const CpuContext* ctx) { return ctx->fp8() ? GQLA_DTYPE_BF16 : ctx->desc.cache_dtype; }
+
 Slot slot_at(const CpuContext* ctx, int s) {
     const gqla_backend_desc& d = ctx->desc;
     const WorkspaceLayout& L = ctx->ws_layout;
     char* base = reinterpret_cast<char*>(ctx->workspace.as<float>() + L.gqa.slots_off + L.slot_floats * size_t(s));
-    const size_t es = ctx->elem_size;
+    const size_t es = dtype_size(slot_dtype(ctx));
     Slot sl;
     sl.kc = base;
     sl.v = sl.kc + size_t(kPieceTokens) * d.nope_dim * es;
@@ -84,15 +89,30 @@ void expand_rows(const CpuContext* ctx, const LayerWeights& lw, int32_t layer, c
     const gqla_backend_desc& d = ctx->desc;
     const int r = d.latent_dim, dc = d.nope_dim, dv = d.value_dim, dr = d.rope_dim, N = dc + dv;
     const int64_t P = d.page_size;
-    const size_t es = ctx->elem_size;
-    const gqla_dtype cdt = d.cache_dtype;
+    const size_t es = ctx->elem_size, kr_es = ctx->kept[1].elem;
+    const gqla_dtype sdt = slot_dtype(ctx);
+    const size_t ses = dtype_size(sdt);
+    gqla_dtype cdt = d.cache_dtype;
+    const Pool& cp = ctx->kept[0];
     const char* cpool = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], layer));
     const char* krpool = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], layer));
     float* out = scratch + expand_scratch_floats(r, N);  // [tokens][N]
     const void* latent[kExpandTokens];
     for (int j = 0; j < n; ++j) {
         const int64_t pos = t + j;
-        latent[j] = cpool + (seq.page_table[pos / P] * ctx->kept[0].page_elems + pos % P * r) * es;
+        latent[j] = cpool + (seq.page_table[pos / P] * cp.page_elems + pos % P * r) * es;
+    }
+    if (ctx->fp8()) {
+        // e4m3 rows widened with their block scales, then up-projected as f32.
+        float* lat32 = out + int64_t(kExpandTokens) * N;  // [tokens][r]
+        for (int j = 0; j < n; ++j) {
+            const int64_t pos = t + j;
+            ctx->kernels->fp8_rows(static_cast<const uint8_t*>(latent[j]), r,
+                                   cp.scales(cpool, seq.page_table[pos / P], pos % P), kFp8LatentBlockElems,
+                                   lat32 + int64_t(j) * r);
+            latent[j] = lat32 + int64_t(j) * r;
+        }
+        cdt = GQLA_DTYPE_F32;
     }
     const bool exact16 = lw.bf16() && lw.w16_exact;
     if (exact16 || !lw.w.empty()) {
@@ -114,10 +134,11 @@ void expand_rows(const CpuContext* ctx, const LayerWeights& lw, int32_t layer, c
     const int64_t row0 = t - piece_t0;
     for (int j = 0; j < n; ++j) {
         const int64_t row = row0 + j, pos = t + j;
-        round_row(out + int64_t(j) * N, slot.kc + row * dc * es, cdt, dc);
-        round_row(out + int64_t(j) * N + dc, slot.v + row * dv * es, cdt, dv);
-        std::memcpy(slot.kr + row * dr * es, krpool + (seq.page_table[pos / P] * ctx->kept[1].page_elems + pos % P * dr) * es,
-                    size_t(dr) * es);
+        round_row(out + int64_t(j) * N, slot.kc + row * dc * ses, sdt, dc);
+        round_row(out + int64_t(j) * N + dc, slot.v + row * dv * ses, sdt, dv);
+        std::memcpy(slot.kr + row * dr * ses,
+                    krpool + (seq.page_table[pos / P] * ctx->kept[1].page_elems + pos % P * dr) * kr_es,
+                    size_t(dr) * ses);
     }
 }
 
@@ -221,7 +242,7 @@ gqla_status decode_gqa_transient(CpuContext* ctx, const gqla_decode_args* a) {
                         it.v = sl.v; it.v_page_stride = 0; it.dv = dv;
                         it.acc = area.acc; it.m = area.m; it.l = area.l;
                         it.scratch = area.scratch;
-                        gqa_kernel(ctx, t)(it);
+                        gqa_kernel(ctx, t, slot_dtype(ctx))(it);
                         const int64_t row = u.row0 + t.row0;
                         fold_into_state(t.rows, dv, area.acc, area.m, area.l, s_acc + row * dv, s_m + row, s_l + row);
                     }

@@ -31,8 +31,13 @@ constexpr int64_t gqa_scratch_pair_query_offset(int64_t rows, int64_t dk) {
     return gqa_scratch_scores_floats(rows) + round16(rows * ((dk + 31) / 32 * 32 + 32) / 2) +
            round16(rows * kGqaTokenBlock / 2);
 }
-constexpr int64_t gqa_scratch_floats(int64_t rows, int64_t dk) {
+// ... then, for 8-bit caches, the rope-key scores of the block (GQLA GQA
+// path: kr is bf16 beside the e4m3 keys) and the block's scale factors.
+constexpr int64_t gqa_scratch_fp8_offset(int64_t rows, int64_t dk) {
     return gqa_scratch_pair_query_offset(rows, dk) + round16(rows * dk);
+}
+constexpr int64_t gqa_scratch_floats(int64_t rows, int64_t dk) {
+    return gqa_scratch_fp8_offset(rows, dk) + round16(rows * kGqaTokenBlock) + round16(2 * kGqaTokenBlock);
 }
 
 // Query rows of the absorb kernel live in SIMD lanes; blocks are padded to
@@ -58,6 +63,10 @@ constexpr int64_t gqa_wide_scratch_floats(int64_t d1, int64_t d2, int64_t dv) {
            round16(kWideTokenBlock * (d1 + d2)) + round16(kWideTokenBlock * dv) +
            round16(kWideTokenBlock / 2 * (dv + kWideRows)) + round16(dv * kWideRows) + round16(6 * kWideRows);
 }
+// Elements of the latent sharing one scale in an 8-bit cache
+// (core/config.hpp: kFp8LatentBlock; a multiple of every vector width).
+constexpr int kFp8LatentBlockElems = 128;
+
 // Largest row block (lanes) of one absorb work item.
 constexpr int kAbsorbMaxRowBlock = 64;
 
@@ -82,6 +91,11 @@ struct GqaItem {
     float* m;                 // out [rows]: running max (log2 domain)
     float* l;                 // out [rows]: sum of exp2(s - m)
     float* scratch;           // gqa_scratch_floats(rows, d1 + d2) floats
+    // 8-bit caches (docs/fp8-cache.md): k1 and v are e4m3 with one f32 scale
+    // per token, the one of page p, slot s at x_scale[p * x_scale_page_stride
+    // + s]; k2 (the rope key) is then bf16. Unused for other dtypes.
+    const float* k1_scale = nullptr; int64_t k1_scale_page_stride = 0;
+    const float* v_scale = nullptr;  int64_t v_scale_page_stride = 0;
 };
 
 // One work item of the absorb kernel: a block of query rows (heads x query
@@ -103,7 +117,15 @@ struct AbsorbItem {
     float* ctile;             // kAbsorbTokenBlock * (r + d_r) floats
     float* stile;             // kAbsorbTokenBlock * rows_pad + rows_pad floats
     uint32_t* pairs;          // absorb_pair_scratch_floats(r + d_r, r, rows_pad) words (bf16-dot kernels)
+    // 8-bit caches: c is e4m3 with c_scale_blocks f32 scales per token (one
+    // per kFp8LatentBlock elements), those of page p, slot s at
+    // c_scale[p * c_scale_page_stride + s * c_scale_blocks]; kr is bf16.
+    const float* c_scale = nullptr; int64_t c_scale_page_stride = 0; int c_scale_blocks = 0;
+    // 8-bit caches, bf16-dot kernels: kAbsorbTokenBlock x r bf16 staging
+    // (absorb_fp8_stage_floats(r) floats past the pair scratch).
+    uint16_t* stage = nullptr;
 };
+constexpr int64_t absorb_fp8_stage_floats(int64_t r) { return round16(kAbsorbTokenBlock * r / 2 + 1); }
 
 // Scratch of the bf16-dot absorb kernel, in 4-byte words: the queries as
 // bf16 pairs over the key dim [(K + 1) / 2][rows], one block's latent as
@@ -143,19 +165,26 @@ using GemmFn = void (*)(int M, int N, int K, const float* A, int64_t lda,
 // The same with B in bf16 (widened in registers, f32 accumulation).
 using GemmBf16Fn = void (*)(int M, int N, int K, const float* A, int64_t lda,
                             const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
+// dst[k] = e4m3 src[k] * scales[k / block] for k < n (8-bit cache rows to
+// f32: expansion and up-projection inputs).
+using Fp8RowFn = void (*)(const uint8_t* src, int n, const float* scales, int block, float* dst);
 
 struct KernelTable {
     Isa isa;
     const char* name;
-    // Indexed by cache dtype: [0] f32, [1] f16, [2] bf16 (gqla_dtype - 1).
-    GqaAttendFn gqa_attend[3];
+    // Indexed by cache dtype: [0] f32, [1] f16, [2] bf16, [3] fp8 e4m3
+    // (gqla_dtype - 1).
+    GqaAttendFn gqa_attend[4];
     // The same item with its rows in SIMD lanes (rows <= kWideRows, scratch
     // gqa_wide_scratch_floats): many rows per item, as prefill chunks have.
-    GqaAttendFn gqa_attend_wide[3];
-    AbsorbAttendFn absorb_attend[3];
+    GqaAttendFn gqa_attend_wide[4];
+    AbsorbAttendFn absorb_attend[4];
+    // Up-projection of f32/f16/bf16 latent rows; an 8-bit latent is widened
+    // with fp8_rows first and up-projected as f32 (no [3] entry).
     ExpandFn expand[3];
     GemmFn gemm;
     GemmBf16Fn gemm_bf16;
+    Fp8RowFn fp8_rows;
 };
 
 const KernelTable& scalar_kernels();

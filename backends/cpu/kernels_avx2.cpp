@@ -48,6 +48,20 @@ struct Simd {
         odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
     }
     static inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+    // e4m3 bytes to f32 divided by 256 (see the AVX-512 layer): shifts into
+    // f16 bits, the NaN code made an f16 NaN by a compare, F16C widens.
+    static inline V load_e4m3(const uint8_t* p) {
+        const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+        const __m128i t = _mm_slli_epi16(x, 7);
+        __m128i h = _mm_add_epi16(t, _mm_and_si128(t, _mm_set1_epi16(0x4000)));
+        const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(t, _mm_set1_epi16(0x3f80)), _mm_set1_epi16(0x3f80));
+        h = _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7e00)));
+        return _mm256_cvtph_ps(h);
+    }
+    static inline void load_e4m3_pair(const uint8_t* p, V& lo, V& hi) {
+        lo = load_e4m3(p);
+        hi = load_e4m3(p + W);
+    }
     static inline V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
     static inline V mul(V a, V b) { return _mm256_mul_ps(a, b); }
     static inline V add(V a, V b) { return _mm256_add_ps(a, b); }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // AVX-512 kernels plus AVX512-BF16 dot products for both attention forms
-// over a bf16 cache (attention_bf16_dot.inl, attention_wide_bf16.inl) and
-// for the transient up-projection (expansion_bf16.inl); every other entry
+// over a bf16 cache (attention_bf16_dot.inl, attention_wide_bf16.inl), for
+// the narrow GQA form over an 8-bit cache (attention_fp8_dot.inl) and for
+// the transient up-projection (expansion_bf16.inl); every other entry
 // is the plain AVX-512 kernel, compiled again in this unit's own namespace.
 // GCC 12's AVX-512 headers build conversions on `__m512 __Y = __Y;`
 // (_mm512_undefined_*), which -Wuninitialized reports at every inlined use.
@@ -24,6 +25,8 @@ namespace avx512bf16_isa {
 namespace bf16dot {
 #include "backends/cpu/attention_wide_bf16.inl"
 #include "backends/cpu/expansion_bf16.inl"
+#include "backends/cpu/attention_fp8_dot.inl"
+#include "backends/cpu/attention_fp8_vbmi.inl"
 }  // namespace bf16dot
 
 }  // namespace avx512bf16_isa
@@ -35,6 +38,11 @@ const KernelTable& avx512bf16_kernels() {
         t.gqa_attend_wide[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::gqa_attend_wide_bf16;
         t.expand[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::expand_latent_bf16;
         t.absorb_attend[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::absorb_attend_bf16;
+        // e4m3 widening by byte lookups where the host has AVX512-VBMI.
+        t.gqa_attend[GQLA_DTYPE_FP8_E4M3 - 1] = __builtin_cpu_supports("avx512vbmi")
+                                                    ? avx512bf16_isa::bf16dot::gqa_attend_fp8_vbmi
+                                                    : avx512bf16_isa::bf16dot::gqa_attend_fp8_dot;
+        t.absorb_attend[GQLA_DTYPE_FP8_E4M3 - 1] = avx512bf16_isa::bf16dot::absorb_attend_fp8_dot;
         return t;
     }();
     return table;

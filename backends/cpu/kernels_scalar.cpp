@@ -60,6 +60,13 @@ struct Simd {
         even = load_bf16(p);
         odd = load_bf16(p + 1);
     }
+    // e4m3 to f32 divided by 256, as the vector layers return it
+    // (attention_fp8.inl: e4m3_raw_scalar).
+    static inline V load_e4m3(const uint8_t* p);
+    static inline void load_e4m3_pair(const uint8_t* p, V& lo, V& hi) {
+        lo = load_e4m3(p);
+        hi = load_e4m3(p + 1);
+    }
     static inline V fma(V a, V b, V c) { return a * b + c; }
     static inline V mul(V a, V b) { return a * b; }
     static inline V add(V a, V b) { return a + b; }
@@ -80,6 +87,8 @@ struct Simd {
 };
 
 #include "backends/cpu/attention_kernels.inl"
+
+inline Simd::V Simd::load_e4m3(const uint8_t* p) { return e4m3_raw_scalar(*p); }
 
 }  // namespace scalar_isa
 

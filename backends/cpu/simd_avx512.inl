@@ -35,6 +35,32 @@ struct Simd {
         odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
     }
     static inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+    // e4m3 bytes to f32 divided by 256 (attention_fp8.inl: kE4m3Raw): the
+    // 7 magnitude bits shifted into an f16's exponent and mantissa, the sign
+    // moved up by an add, the NaN code (S.1111.111) made an f16 NaN, then
+    // F16C widens. No table lookup; the 256 folds into the row scales.
+    static inline __m256i e4m3_to_f16_bits(__m256i x) {
+        const __m256i t = _mm256_slli_epi16(x, 7);
+        const __m256i h = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
+        const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(t, _mm256_set1_epi16(0x3f80)),
+                                                      _mm256_set1_epi16(0x3f80));
+        return _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7e00));
+    }
+    static inline V load_e4m3(const uint8_t* p) {
+        const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        return _mm512_cvtph_ps(e4m3_to_f16_bits(x));
+    }
+    // 2W e4m3 elements as two vectors in order (first W, next W).
+    static inline void load_e4m3_pair(const uint8_t* p, V& lo, V& hi) {
+        const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        const __m512i t = _mm512_slli_epi16(x, 7);
+        __m512i h = _mm512_add_epi16(t, _mm512_and_si512(t, _mm512_set1_epi16(0x4000)));
+        const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(t, _mm512_set1_epi16(0x3f80)),
+                                                      _mm512_set1_epi16(0x3f80));
+        h = _mm512_mask_mov_epi16(h, nan, _mm512_set1_epi16(0x7e00));
+        lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+        hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+    }
     static inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
     static inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
     static inline V add(V a, V b) { return _mm512_add_ps(a, b); }

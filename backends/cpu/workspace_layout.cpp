@@ -80,12 +80,15 @@ WorkspaceLayout plan_workspace(const gqla_backend_desc& d) {
     if (gqla) {
         // One expansion block: the kernel's scratch (or the latent rows for
         // the table GEMM) and the up-projected rows in f32.
+        // An 8-bit latent is widened to f32 rows first, after them.
+        const bool fp8 = d.cache_dtype == GQLA_DTYPE_FP8_E4M3;
         const int64_t expand_floats = expand_scratch_floats(d.latent_dim, d.nope_dim + dv) +
-                                      round16((d.nope_dim + dv) * int64_t(kExpandTokens));
+                                      round16((d.nope_dim + dv) * int64_t(kExpandTokens)) +
+                                      (fp8 ? round16(d.latent_dim * int64_t(kExpandTokens)) : 0);
         thread_floats = std::max(thread_floats, expand_floats);
         L.slots = std::max(8, 2 * L.threads);
         L.slot_floats = static_cast<size_t>(
-            round16((int64_t(kPieceTokens) * (d.nope_dim + dv + d.rope_dim) * static_cast<int64_t>(dtype_size(d.cache_dtype)) + 3) / 4));
+            round16((int64_t(kPieceTokens) * (d.nope_dim + dv + d.rope_dim) * static_cast<int64_t>(dtype_size(fp8 ? GQLA_DTYPE_BF16 : d.cache_dtype)) + 3) / 4));
     }
     g.thread_floats = static_cast<size_t>(thread_floats);
     g.partial_floats = static_cast<size_t>(round16(L.tile_rows * (dv + 2)));
@@ -116,7 +119,8 @@ WorkspaceLayout plan_workspace(const gqla_backend_desc& d) {
         a.max_partials = max_partials;
         a.max_items = a.max_tiles + a.max_partials;
         a.thread_floats = static_cast<size_t>(round16(kAbsorbTokenBlock * K) + round16(kAbsorbTokenBlock * RB + RB) +
-                                              round16(r * RB) + round16(4 * RB) + absorb_pair_scratch_floats(K, r, RB));
+                                              round16(r * RB) + round16(4 * RB) + absorb_pair_scratch_floats(K, r, RB) +
+                                              (d.cache_dtype == GQLA_DTYPE_FP8_E4M3 ? absorb_fp8_stage_floats(r) : 0));
         a.partial_floats = static_cast<size_t>(round16(r * RB + 2 * RB));
         Bump ba;
         a.q_off = ba.take(static_cast<size_t>(a.rows_cap * d.nope_dim));             // packed qc, group-major

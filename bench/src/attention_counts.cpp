@@ -20,14 +20,16 @@ AttentionCounts count_attention(const Preset& p, gqla_path form, gqla_dtype cach
     const double q_o_bytes = c.query_rows * H * (p.q_dim() + p.out_dim()) * io_e;
     if (!p.is_gqla()) {
         c.flops = c.visible_pairs * H * 2.0 * (p.D + p.Dv);
-        c.bytes = c.context_tokens * G * (p.D + p.Dv) * e + q_o_bytes;
+        c.bytes = c.context_tokens * read_bytes_per_token(p, GQLA_PATH_GQA, cache) + q_o_bytes;
         return c;
     }
     const double gqa_form_flops = c.visible_pairs * H * 2.0 * (p.q_dim() + p.d_v);
     const double expanded_width = G * (p.d_c + p.d_v);
     // Stored weights counted in the cache dtype: they are read once per call
     // and small next to any context worth timing.
-    const double latent_bytes = c.context_tokens * (p.r + p.d_r) * e + expanded_width * p.r * e;
+    // (8-bit caches: the weights are kept in f32.)
+    const double w_e = cache == GQLA_DTYPE_FP8_E4M3 ? 4.0 : e;
+    const double latent_bytes = c.context_tokens * read_bytes_per_token(p, GQLA_PATH_ABSORB, cache) + expanded_width * p.r * w_e;
     switch (form) {
         case GQLA_PATH_ABSORB:
             c.flops = c.visible_pairs * H * (2.0 * (p.r + p.d_r) + 2.0 * p.r)
@@ -40,7 +42,7 @@ AttentionCounts count_attention(const Preset& p, gqla_path form, gqla_dtype cach
             break;
         default:  // the kept expanded cache
             c.flops = gqa_form_flops;
-            c.bytes = c.context_tokens * (expanded_width + p.d_r) * e + q_o_bytes;
+            c.bytes = c.context_tokens * read_bytes_per_token(p, GQLA_PATH_GQA, cache) + q_o_bytes;
             break;
     }
     return c;

@@ -18,7 +18,7 @@ const char* kUsage =
     "                              (default llama3-8b-gqla)\n"
     "  --path P[,P...]             path of GQLA presets: gqa | absorb | auto | transient | both\n"
     "                              (both = gqa,absorb; the default)\n"
-    "  --dtype bf16|f16|f32[,...]  cache dtype (default bf16)\n"
+    "  --dtype bf16|f16|f32|fp8_e4m3[,...]  cache dtype (default bf16)\n"
     "  --io f32|bf16|f16           dtype of q, o and the appended rows (default f32)\n"
     "  --batch N[,N...]            sequences per decode call (default 1,16)\n"
     "  --context N[,N...]          cached tokens per sequence (default 1024,4096,16384; k suffix ok)\n"
@@ -41,6 +41,15 @@ const char* kUsage =
     "  --no-check                  skip the accuracy check against the float64 reference\n"
     "  --json                      one JSON object per case instead of a table\n"
     "  --validate-auto             check AUTO's choices against measurements of every path\n"
+    "  --topk K                    sparse attention: each query lists K random visible positions\n"
+    "                              (sorted, distinct) of its --context; a dense row over K tokens\n"
+    "                              beside each sparse one (uniform calls, --batch x --s-q)\n"
+    "  --shards N                  tensor parallelism: N sessions of G/N groups each (one per rank,\n"
+    "                              run in turn) against the full session: outputs checked, per-rank\n"
+    "                              cache elements per token and decode time beside the full time / N\n"
+    "  --keep-latent 0|1           with --shards: whether GQA-path shards keep the latent (default 0)\n"
+    "  --quiet                     no progress lines on stderr (--validate-auto and sweeps\n"
+    "                              longer than a few seconds print cells done, elapsed, ETA)\n"
     "\n"
     "Which call a row times: s_q <= 16 on gqa, absorb or auto is a decode row, gqla_decode on a\n"
     "session of that path (as earlier versions timed it). Larger s_q (prefill chunks), --q-lens\n"
@@ -84,7 +93,9 @@ gqla_dtype parse_dtype(const std::string& flag, const std::string& s) {
     if (s == "bf16") return GQLA_DTYPE_BF16;
     if (s == "f16") return GQLA_DTYPE_F16;
     if (s == "f32") return GQLA_DTYPE_F32;
-    fail(flag + ": expected bf16, f16 or f32, got '" + s + "'");
+    if (s == "fp8_e4m3" && flag == "--dtype") return GQLA_DTYPE_FP8_E4M3;  // a cache dtype only
+    fail(flag + (flag == "--dtype" ? ": expected bf16, f16, f32 or fp8_e4m3, got '" : ": expected bf16, f16 or f32, got '") +
+         s + "'");
 }
 
 gqla_path parse_path(const std::string& s) {
@@ -161,8 +172,16 @@ Options parse_options(int argc, char** argv) {
         else if (a == "--page-size") o.page_size = static_cast<int>(parse_count(a, value()));
         else if (a == "--hot") o.hot = true;
         else if (a == "--json") o.json = true;
+        else if (a == "--quiet") o.quiet = true;
         else if (a == "--no-baseline") o.baseline = false;
         else if (a == "--no-check") o.check_accuracy = false;
+        else if (a == "--topk") o.topk = static_cast<int>(parse_count(a, value()));
+        else if (a == "--shards") o.shards = static_cast<int>(parse_count(a, value()));
+        else if (a == "--keep-latent") {
+            const std::string v = value();
+            if (v != "0" && v != "1") fail("--keep-latent: expected 0 or 1, got '" + v + "'");
+            o.shard_keep_latent = v == "1";
+        }
         else if (a == "--validate-auto") o.validate_auto = true;
         else fail("unknown option '" + a + "'");
     }

@@ -35,10 +35,19 @@ struct Options {
     int busy = 0;                            // --busy: busy-looping threads during the timed calls
     bool hot = false;
     bool json = false;
+    bool quiet = false;                      // --quiet: no progress lines on stderr
     int page_size = 0;
     bool validate_auto = false;
     bool check_accuracy = true;
     bool baseline = true;
+    // --topk K: sparse attention of K positions per query beside dense
+    // attention over K tokens (sparse_case.hpp); 0: off.
+    int topk = 0;
+    // --shards N: N group-sharded sessions against the full one
+    // (shard_case.hpp); --keep-latent 1: shards on the GQA path keep the
+    // latent too. 0: off.
+    int shards = 0;
+    int shard_keep_latent = 0;
 };
 
 // Parses argv; on --help prints usage and exits 0, on a bad option prints

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "presets.hpp"
 
+#include <cmath>
+
 #include "core/dtype.hpp"
 
 namespace gqla::bench {
@@ -53,19 +55,34 @@ gqla_config make_config(const Preset& p, const SessionShape& s) {
     return cfg;
 }
 
+// An 8-bit cache (docs/fp8-cache.md) stores 1 byte per element plus f32
+// scales (per token and KV head or group for K/V and KC/VE, per 128
+// elements of the latent) and keeps kr in bf16.
+namespace {
+bool is_fp8(gqla_dtype t) { return t == GQLA_DTYPE_FP8_E4M3; }
+double latent_bytes(const Preset& p, gqla_dtype cache) {
+    if (!is_fp8(cache)) return static_cast<double>(dtype_size(cache)) * (p.r + p.d_r);
+    return p.r + 4.0 * std::ceil(p.r / 128.0) + 2.0 * p.d_r;
+}
+double expanded_bytes(const Preset& p, gqla_dtype cache) {
+    const double G = p.G;
+    return is_fp8(cache) ? G * (p.d_c + p.d_v) + 8.0 * G : static_cast<double>(dtype_size(cache)) * G * (p.d_c + p.d_v);
+}
+double gqa_kind_bytes(const Preset& p, gqla_dtype cache) {
+    return is_fp8(cache) ? p.G * (p.D + p.Dv) + 8.0 * p.G : static_cast<double>(dtype_size(cache)) * p.G * (p.D + p.Dv);
+}
+}  // namespace
+
 double stored_bytes_per_token(const Preset& p, gqla_path path, gqla_dtype cache) {
-    const double e = static_cast<double>(dtype_size(cache));
-    if (!p.is_gqla()) return e * p.G * (p.D + p.Dv);
-    double elems = p.r + p.d_r;
-    if (path == GQLA_PATH_GQA) elems += static_cast<double>(p.G) * (p.d_c + p.d_v);
-    return e * elems;
+    if (!p.is_gqla()) return gqa_kind_bytes(p, cache);
+    return latent_bytes(p, cache) + (path == GQLA_PATH_GQA ? expanded_bytes(p, cache) : 0.0);
 }
 
 double read_bytes_per_token(const Preset& p, gqla_path path, gqla_dtype cache) {
-    const double e = static_cast<double>(dtype_size(cache));
-    if (!p.is_gqla()) return e * p.G * (p.D + p.Dv);
-    if (path == GQLA_PATH_GQA) return e * (static_cast<double>(p.G) * (p.d_c + p.d_v) + p.d_r);
-    return e * (p.r + p.d_r);
+    if (!p.is_gqla()) return gqa_kind_bytes(p, cache);
+    const double kr = (is_fp8(cache) ? 2.0 : static_cast<double>(dtype_size(cache))) * p.d_r;
+    if (path == GQLA_PATH_GQA) return expanded_bytes(p, cache) + kr;
+    return latent_bytes(p, cache);
 }
 
 const char* path_name(gqla_path p) {
@@ -92,6 +109,8 @@ const char* dtype_label(gqla_dtype t) {
         case GQLA_DTYPE_F32: return "f32";
         case GQLA_DTYPE_F16: return "f16";
         case GQLA_DTYPE_BF16: return "bf16";
+        case GQLA_DTYPE_FP8_E4M3: return "fp8_e4m3";
+        default: break;
     }
     return "?";
 }

@@ -78,6 +78,9 @@ gqla_status gqla_attention(gqla_session* session, const gqla_attention_args* arg
         call.o = args->o;
         call.lse = args->lse;
         call.path_value = gqla::enum_value(args->path);  // any int a C caller stored
+        // Version 1.2 appended `indices`; a 1.1 caller's struct ends before it.
+        constexpr size_t kArgsV2Size = offsetof(gqla_attention_args, indices) + sizeof(const gqla_tensor*);
+        if (args->struct_size >= kArgsV2Size) call.indices = args->indices;
         const gqla_path taken = s.attention(call);
         if (args->path_taken != nullptr) *args->path_taken = taken;
     });

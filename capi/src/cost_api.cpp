@@ -46,6 +46,7 @@ gqla_status gqla_predict_cost(const gqla_config* cfg, const gqla_probe_info* pro
         gqla_config c = gqla::read_config(cfg, "cfg");
         gqla::validate_config(c);
         gqla::resolve_dims(c);
+        c = gqla::served_layer(c);  // a shard is priced as the layer it serves
         gqla_workload work = gqla::read_workload(w, "w");
         gqla::capi::require_out_struct(out, "out", kCostReportV1Size, "gqla_cost_report");
         gqla_probe_info p;
@@ -55,7 +56,10 @@ gqla_status gqla_predict_cost(const gqla_config* cfg, const gqla_probe_info* pro
             gqla_device_type device = gqla::resolve_device(c.device);
             p = gqla::probe_through_backend(device, device == GQLA_DEVICE_CUDA ? c.device_index : 0, 0);
         }
-        gqla::capi::write_out_struct(out, gqla::predict_cost(c, p, work, gqla::Efficiency{}));
+        gqla_cost_report report = gqla::predict_cost(c, p, work, gqla::Efficiency{});
+        if (c.kind == GQLA_KIND_GQLA && c.keep_latent == 0)  // without the latent the GQA path is the only form
+            report.chosen = report.call_chosen = GQLA_PATH_GQA;
+        gqla::capi::write_out_struct(out, report);
     });
 }
 

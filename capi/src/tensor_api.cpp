@@ -14,8 +14,9 @@ extern "C" gqla_status gqla_tensor_init(gqla_tensor* t, void* data, gqla_dtype d
         gqla::capi::require_non_null(shape, "shape");
         if (ndim < 1 || ndim > GQLA_MAX_DIMS)
             fail(GQLA_ERR_INVALID_ARGUMENT, "ndim: expected 1..%d, got %d", GQLA_MAX_DIMS, ndim);
-        if (!gqla::dtype_valid(gqla::enum_value(dtype)))
-            fail(GQLA_ERR_INVALID_ARGUMENT, "dtype: expected GQLA_DTYPE_F32, _F16 or _BF16 (1..3), got %d",
+        // Activations are f32/f16/bf16; I32 is the dtype of index tensors (sparse attention).
+        if (!gqla::dtype_valid(gqla::enum_value(dtype)) && gqla::enum_value(dtype) != GQLA_DTYPE_I32)
+            fail(GQLA_ERR_INVALID_ARGUMENT, "dtype: expected GQLA_DTYPE_F32, _F16, _BF16 (1..3) or _I32 (5), got %d",
                  gqla::enum_value(dtype));
         int64_t strides[GQLA_MAX_DIMS] = {0};
         int64_t running = 1;

@@ -100,6 +100,7 @@ inline int32_t page_size_for(gqla_dtype t) {
         case GQLA_DTYPE_F32: return 64;
         case GQLA_DTYPE_F16: return 16;
         case GQLA_DTYPE_BF16: return 32;
+        default: break;
     }
     return 16;
 }
@@ -109,6 +110,7 @@ inline double bound_for(gqla_dtype t) {
         case GQLA_DTYPE_F32: return 1e-5;
         case GQLA_DTYPE_F16: return 2e-3;
         case GQLA_DTYPE_BF16: return 1e-2;
+        default: break;
     }
     return 0.0;
 }
@@ -120,6 +122,7 @@ inline double as_stored(double x, gqla_dtype t) {
         case GQLA_DTYPE_F32: return f;
         case GQLA_DTYPE_F16: return gqla::f16_to_f32(gqla::f32_to_f16(f));
         case GQLA_DTYPE_BF16: return gqla::bf16_to_f32(gqla::f32_to_bf16(f));
+        default: break;
     }
     return f;
 }

@@ -259,7 +259,7 @@ TEST_CASE("predict_cost: absorb reads fewer bytes, fields agree, the spec's work
     const gqla_config cfg = llama3_8b_gqla();
     const gqla_probe_info h100 = spec_probe(990, 3.35), h20 = spec_probe(148, 4.0);
     for (int32_t s_q : {1, 2}) {
-        gqla_workload w{sizeof(gqla_workload), 16, 4096, s_q};
+        gqla_workload w{sizeof(gqla_workload), 16, 4096, s_q, 0};
         gqla_cost_report r;
         std::memset(&r, 0, sizeof r);
         r.struct_size = sizeof r;
@@ -293,7 +293,7 @@ TEST_CASE("predict_cost: absorb reads fewer bytes, fields agree, the spec's work
     v3.value_dim = 128;
     for (const gqla_probe_info& p : {h100, h20})
         for (int32_t s_q : {1, 2, 4}) {
-            gqla_workload w{sizeof(gqla_workload), 8, 8192, s_q};
+            gqla_workload w{sizeof(gqla_workload), 8, 8192, s_q, 0};
             gqla_cost_report r;
             r.struct_size = sizeof r;
             REQUIRE(gqla_predict_cost(&v3, &p, &w, &r) == GQLA_OK);
@@ -308,7 +308,7 @@ TEST_CASE("predict_cost: absorb reads fewer bytes, fields agree, the spec's work
     gqa.head_dim = 128;
     gqa.num_layers = 1;
     gqa.max_tokens = 1 << 16;
-    gqla_workload w{sizeof(gqla_workload), 4, 1000, 1};
+    gqla_workload w{sizeof(gqla_workload), 4, 1000, 1, 0};
     gqla_cost_report r;
     r.struct_size = sizeof r;
     REQUIRE(gqla_predict_cost(&gqa, &h100, &w, &r) == GQLA_OK);

@@ -261,7 +261,7 @@ TEST_CASE("threads: one session shared without a caller lock (the session serial
                 gqla_stats st;
                 st.struct_size = sizeof(st);
                 side.record("session_stats", gqla_session_stats(s, &st));
-                gqla_workload w{sizeof(gqla_workload), 1 + i % 8, 64 + 8 * i, 1};
+                gqla_workload w{sizeof(gqla_workload), 1 + i % 8, 64 + 8 * i, 1, 0};
                 gqla_cost_report rep;
                 rep.struct_size = sizeof(rep);
                 side.record("session_predict_cost", gqla_session_predict_cost(s, &w, &rep));

@@ -28,6 +28,7 @@ inline double round_to(double x, gqla_dtype t) {
         case GQLA_DTYPE_F32: return f;
         case GQLA_DTYPE_F16: return gqla::f16_to_f32(gqla::f32_to_f16(f));
         case GQLA_DTYPE_BF16: return gqla::bf16_to_f32(gqla::f32_to_bf16(f));
+        default: break;
     }
     return f;
 }
@@ -37,6 +38,7 @@ inline double tolerance(gqla_dtype cache) {
         case GQLA_DTYPE_F32: return 1e-5;
         case GQLA_DTYPE_F16: return 2e-3;
         case GQLA_DTYPE_BF16: return 1e-2;
+        default: break;
     }
     return 0.0;
 }
@@ -235,7 +237,8 @@ public:
                                          static_cast<int32_t>(s_q), static_cast<int64_t>(ds.size()) * s_q});
         }
         gqla_decode_args args{layer(), path, static_cast<int32_t>(B), s_q, ds.data(), q.view, o.view, lse.view,
-                              /*ragged=*/0, /*transient=*/0, static_cast<int64_t>(B) * s_q};
+                              /*ragged=*/0, /*transient=*/0, static_cast<int64_t>(B) * s_q,
+                              /*indices=*/gqla_view{}, /*topk=*/0};
         *st_out = vt_->decode(ctx_, &args);
         Errors e;
         if (*st_out != GQLA_OK) return e;
@@ -351,6 +354,7 @@ inline gqla_backend_desc gqa_desc(gqla_dtype cache, int G) {
     d.max_batch = 8;
     d.max_q_len = 5;
     d.num_threads = 2;
+    d.keep_latent = 1;  // ABI 3: 0 would drop the GQLA latent pool
     return d;
 }
 
@@ -373,6 +377,7 @@ inline gqla_backend_desc gqla_desc(gqla_dtype cache, int G) {
     d.max_batch = 8;
     d.max_q_len = 5;
     d.num_threads = 2;
+    d.keep_latent = 1;  // ABI 3: 0 would drop the GQLA latent pool
     return d;
 }
 

@@ -728,7 +728,7 @@ private:
                 fail("sequence_length %lld, expected %lld", (long long)len, (long long)shadow_.length(id, layer));
         } else if (what <= 3) {
             gqla_workload w{sizeof(gqla_workload), static_cast<int32_t>(r_.range(1, 64)), r_.range(1, 8192),
-                            static_cast<int32_t>(r_.range(1, 8))};
+                            static_cast<int32_t>(r_.range(1, 8)), 0};
             Expect e;
             if (w.q_len > w.context) e.error(GQLA_ERR_INVALID_ARGUMENT);  // queries are cached tokens
             if (r_.chance(0.2)) {

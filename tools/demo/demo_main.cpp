@@ -62,7 +62,7 @@ void show_path_choice(const Preset& p, gqla_device_type device) {
     std::printf("\n2. Which path AUTO picks for %s, bf16 cache (gqla_session_predict_cost)\n", p.description);
     try {
         for (int s_q : {1, 2, 4}) {
-            gqla_workload w;
+            gqla_workload w{};  // fields appended later (topk) stay 0: dense
             w.struct_size = sizeof w;
             w.batch = 1;
             w.context = 4096;

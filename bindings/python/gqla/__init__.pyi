@@ -5,6 +5,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union, overload, Litera
 ArrayLike = Any  # numpy.ndarray, or an object with __dlpack__ / __cuda_array_interface__
 SeqIds = Union[Sequence[int], Any]  # list of ints or a 1-D int64 numpy array
 DType = Literal["f32", "f16", "bf16"]
+# Cache dtypes: the io dtypes plus the 8-bit float (docs/fp8-cache.md).
+CacheDType = Literal["f32", "f16", "bf16", "fp8_e4m3"]
 PathName = Literal["auto", "gqa", "absorb"]
 # The form of one Session.attend call: a session path or the transient GQA form.
 CallPathName = Literal["auto", "gqa", "absorb", "gqa_transient", "transient"]
@@ -48,6 +50,9 @@ class Config:
     max_batch: Optional[int]
     max_q_len: Optional[int]
     max_q_tokens: Optional[int]
+    group_begin: Optional[int]
+    group_count: Optional[int]
+    keep_latent: Optional[int]
     device: str
     path: str
     num_threads: Optional[int]
@@ -104,25 +109,25 @@ class Session:
     @overload
     def attend(self, layer: int, seqs: SeqIds, q: ArrayLike, *, q_lens: Optional[QLens] = ...,
                out: Optional[ArrayLike] = ..., return_lse: Literal[False] = ..., lse: None = ...,
-               path: Optional[CallPathName] = ..., return_path: Literal[False] = ...) -> Any: ...
+               path: Optional[CallPathName] = ..., return_path: Literal[False] = ..., indices: Optional[ArrayLike] = ...) -> Any: ...
     @overload
     def attend(self, layer: int, seqs: SeqIds, q: ArrayLike, *, q_lens: Optional[QLens] = ...,
                out: Optional[ArrayLike] = ..., return_lse: Literal[True], lse: Optional[ArrayLike] = ...,
-               path: Optional[CallPathName] = ..., return_path: Literal[False] = ...) -> Tuple[Any, Any]: ...
+               path: Optional[CallPathName] = ..., return_path: Literal[False] = ..., indices: Optional[ArrayLike] = ...) -> Tuple[Any, Any]: ...
     @overload
     def attend(self, layer: int, seqs: SeqIds, q: ArrayLike, *, q_lens: Optional[QLens] = ...,
                out: Optional[ArrayLike] = ..., return_lse: Literal[False] = ..., lse: None = ...,
-               path: Optional[CallPathName] = ..., return_path: Literal[True]) -> Tuple[Any, TakenPathName]: ...
+               path: Optional[CallPathName] = ..., return_path: Literal[True], indices: Optional[ArrayLike] = ...) -> Tuple[Any, TakenPathName]: ...
     @overload
     def attend(self, layer: int, seqs: SeqIds, q: ArrayLike, *, q_lens: Optional[QLens] = ...,
                out: Optional[ArrayLike] = ..., return_lse: Literal[True], lse: Optional[ArrayLike] = ...,
                path: Optional[CallPathName] = ...,
-               return_path: Literal[True]) -> Tuple[Any, Any, TakenPathName]: ...
+               return_path: Literal[True], indices: Optional[ArrayLike] = ...) -> Tuple[Any, Any, TakenPathName]: ...
     @overload
     def attend(self, layer: int, seqs: SeqIds, q: ArrayLike, *, q_lens: Optional[QLens] = ...,
                out: Optional[ArrayLike] = ..., return_lse: bool = ..., lse: Optional[ArrayLike] = ...,
                path: Optional[CallPathName] = ...,
-               return_path: bool = ...) -> Union[Any, Tuple[Any, Any], Tuple[Any, Any, TakenPathName]]: ...
+               return_path: bool = ..., indices: Optional[ArrayLike] = ...) -> Union[Any, Tuple[Any, Any], Tuple[Any, Any, TakenPathName]]: ...
     @property
     def path(self) -> Literal["gqa", "absorb"]: ...
     @property

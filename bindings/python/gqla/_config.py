@@ -10,6 +10,7 @@ _PLAIN_FIELDS = (
     "num_heads", "num_kv_heads", "head_dim", "value_dim", "latent_dim", "nope_dim",
     "rope_dim", "num_layers", "page_size", "max_tokens", "memory_budget_bytes",
     "max_sequences", "max_batch", "max_q_len", "max_q_tokens", "num_threads", "softmax_scale",
+    "group_begin", "group_count", "keep_latent",
 )
 
 
@@ -19,7 +20,7 @@ class Config:
     Build one with :meth:`Config.gqa` or :meth:`Config.gqla`. Attributes mirror
     the fields of the C ``gqla_config`` (``threads`` is ``num_threads``); enum
     fields are strings: ``kind`` ('gqa'/'gqla'), ``cache_dtype`` and
-    ``io_dtype`` ('f32'/'f16'/'bf16'), ``device`` ('auto'/'cpu'/'cuda'/
+    ``io_dtype`` ('f32'/'f16'/'bf16'; the cache also 'fp8_e4m3'), ``device`` ('auto'/'cpu'/'cuda'/
     'cuda:N'), ``path`` ('auto'/'gqa'/'absorb'). A field left ``None`` takes
     the library default (``gqla_config_default``). Attributes may be changed
     before the session is created.
@@ -28,6 +29,14 @@ class Config:
     ``max_q_tokens`` those of the whole call (the sum of ``Session.attend``'s
     ``q_lens``; None: max_batch * max_q_len); the workspaces scale with the
     latter, so set it when ``max_q_len`` is large (prefill chunks).
+
+    Tensor parallelism (docs/sharding.md): ``group_begin`` and
+    ``group_count`` make the session serve only the groups [group_begin,
+    group_begin + group_count) of the layer and their query heads (q, o and
+    lse then carry group_count * H/G heads; GQA-kind k/v group_count KV
+    heads); ``set_weights`` takes the full W_UKV or the shard's rows. GQLA
+    only: ``keep_latent=0`` keeps only the expanded cache of those groups
+    (GQA path only). None: the library default (all groups, latent kept).
     """
 
     def __init__(self, kind, **fields):
@@ -116,7 +125,7 @@ class Config:
         fields = {name: getattr(self, name) for name in _PLAIN_FIELDS
                   if getattr(self, name) is not None}
         fields["kind"] = _enums._lookup(_enums.KIND, self.kind, "config.kind")
-        fields["cache_dtype"] = _enums.dtype_code(self.cache_dtype, "config.cache_dtype")
+        fields["cache_dtype"] = _enums.cache_dtype_code(self.cache_dtype, "config.cache_dtype")
         fields["io_dtype"] = _enums.dtype_code(self.io_dtype, "config.io_dtype")
         fields["device"], fields["device_index"] = _enums.device_code(self.device, "config.device")
         fields["path"] = _enums.path_code(self.path, "config.path")
@@ -128,7 +137,7 @@ class Config:
         fields = dict(fields)
         kind = _enums.name_of(_enums.KIND, fields.pop("kind"))
         config = cls(kind)
-        config.cache_dtype = _enums.name_of(_enums.DTYPE, fields.pop("cache_dtype"))
+        config.cache_dtype = _enums.name_of(_enums.CACHE_DTYPE, fields.pop("cache_dtype"))
         config.io_dtype = _enums.name_of(_enums.DTYPE, fields.pop("io_dtype"))
         device = _enums.name_of(_enums.DEVICE, fields.pop("device"))
         index = fields.pop("device_index", 0)

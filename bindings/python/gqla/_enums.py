@@ -5,6 +5,9 @@ from . import _errors
 
 KIND = {"gqa": 1, "gqla": 2}
 DTYPE = {"f32": 1, "f16": 2, "bf16": 3}
+# Cache dtypes: the io dtypes plus the 8-bit float (a cache dtype only;
+# docs/fp8-cache.md).
+CACHE_DTYPE = {**DTYPE, "fp8_e4m3": 4}
 DEVICE = {"auto": 0, "cpu": 1, "cuda": 2}
 # "gqa_transient" is a form of one attend() call, never a session's path.
 PATH = {"auto": 0, "gqa": 1, "absorb": 2, "gqa_transient": 3}
@@ -15,6 +18,7 @@ _DTYPE_ALIASES = {
     "float32": "f32", "fp32": "f32", "float": "f32",
     "float16": "f16", "fp16": "f16", "half": "f16",
     "bfloat16": "bf16",
+    "float8_e4m3fn": "fp8_e4m3", "e4m3": "fp8_e4m3",
 }
 
 ISA_FLAGS = {
@@ -36,6 +40,12 @@ def dtype_code(value, what):
     """'f32'/'f16'/'bf16' (or numpy/torch spellings) -> gqla_dtype."""
     name = str(value).lower().replace("torch.", "")
     return _lookup(DTYPE, _DTYPE_ALIASES.get(name, name), what)
+
+
+def cache_dtype_code(value, what):
+    """A cache dtype name: an io dtype's or 'fp8_e4m3' -> gqla_dtype."""
+    name = str(value).lower().replace("torch.", "")
+    return _lookup(CACHE_DTYPE, _DTYPE_ALIASES.get(name, name), what)
 
 
 def path_code(value, what="path"):

@@ -149,7 +149,7 @@ class Session:
         return out
 
     def attend(self, layer, seqs, q, *, q_lens=None, out=None, return_lse=False, lse=None,
-               path=None, return_path=False):
+               path=None, return_path=False, indices=None):
         """Attention of one layer for a batch of sequences with any mix of
         query counts: decoding sequences (1 query) beside prefill chunks.
 
@@ -173,6 +173,14 @@ class Session:
         ``lse`` buffer, ``(o, path)`` with ``return_path``, ``(o, lse, path)``
         with both; ``path`` is the form the call ran on: 'gqa', 'absorb' or
         'gqa_transient'.
+
+        ``indices`` (sparse top-k attention, docs/sparse-attention.md): an
+        int32 array (numpy or DLPack) [N, K] with one row of cache positions
+        per query row of ``q`` ([B, s_q, K] also for uniform calls). Every
+        head of a query attends to the listed positions it may see; -1,
+        invisible and out-of-range entries are skipped, a repeated position
+        counts once per occurrence, and a query with none visible gets o = 0
+        and lse = -inf. None (default): dense attention.
         """
         path_code = _enums.path_code("auto" if path is None else path)
         if out is None or (return_lse and lse is None):
@@ -190,7 +198,7 @@ class Session:
                 lse = _frameworks.empty_like_framework(q, rows, float32=True)
         if self._on_cuda:
             self._follow_stream(q)
-        taken = self._s.attend(layer, seqs, q, out, lse, q_lens, path_code)
+        taken = self._s.attend(layer, seqs, q, out, lse, q_lens, path_code, indices)
         result = (out,)
         if lse is not None:
             result += (lse,)

@@ -139,7 +139,8 @@ PYBIND11_MODULE(_gqla, m) {
         .def("decode", &session_object::decode, py::arg("layer"), py::arg("seqs"), py::arg("q"),
              py::arg("out"), py::arg("lse").none(true))
         .def("attend", &session_object::attend, py::arg("layer"), py::arg("seqs"), py::arg("q"), py::arg("out"),
-             py::arg("lse").none(true), py::arg("q_lens").none(true), py::arg("path"))
+             py::arg("lse").none(true), py::arg("q_lens").none(true), py::arg("path"),
+             py::arg("indices").none(true) = py::none())
         .def("select_path", &session_object::select_path, py::arg("path"))
         .def("get_path", &session_object::get_path)
         .def("export_sequence", &session_object::export_sequence, py::arg("seq"))

@@ -202,7 +202,7 @@ void session_object::decode(py::handle layer_arg, py::handle seqs, py::handle q,
 }
 
 int session_object::attend(py::handle layer_arg, py::handle seqs, py::handle q, py::handle o, py::handle lse,
-                           py::handle q_lens, int path) {
+                           py::handle q_lens, int path, py::handle indices) {
     gqla_attention_args args{};
     check(gqla_attention_args_default(&args));
     args.layer = int32_arg(layer_arg, "layer");
@@ -217,13 +217,15 @@ int session_object::attend(py::handle layer_arg, py::handle seqs, py::handle q, 
                              std::to_string(ids.size()) + " sequences");
         }
     }
-    tensor_request rq{"q"}, ro{"out"}, rl{"lse"};
-    rq.cuda_device_index = ro.cuda_device_index = rl.cuda_device_index = device_index_;
-    rq.cuda_stream = ro.cuda_stream = rl.cuda_stream = stream_;
+    tensor_request rq{"q"}, ro{"out"}, rl{"lse"}, ri{"indices"};
+    rq.cuda_device_index = ro.cuda_device_index = rl.cuda_device_index = ri.cuda_device_index = device_index_;
+    rq.cuda_stream = ro.cuda_stream = rl.cuda_stream = ri.cuda_stream = stream_;
     ro.writable = rl.writable = true;
+    ri.index = true;
     tensor_arg tq(q, rq), to(o, ro);
-    std::optional<tensor_arg> tl;
+    std::optional<tensor_arg> tl, ti;
     if (!lse.is_none()) tl.emplace(lse, rl);
+    if (!indices.is_none()) ti.emplace(indices, ri);  // sparse attention: passed through as given
     gqla_path taken = GQLA_PATH_AUTO;
     args.batch = ids.size();
     args.seqs = ids.data();
@@ -233,6 +235,7 @@ int session_object::attend(py::handle layer_arg, py::handle seqs, py::handle q, 
     args.lse = tl ? tl->get() : nullptr;
     args.path = static_cast<gqla_path>(path);
     args.path_taken = &taken;
+    args.indices = ti ? ti->get() : nullptr;
     py::gil_scoped_release no_gil;
     check(locked([&](gqla_session* s) { return gqla_attention(s, &args); }));
     return static_cast<int>(taken);

@@ -39,7 +39,7 @@ public:
                 pybind11::handle lse);
     // gqla_attention; q_lens None = uniform queries. Returns the path taken.
     int attend(pybind11::handle layer, pybind11::handle seqs, pybind11::handle q, pybind11::handle o,
-               pybind11::handle lse, pybind11::handle q_lens, int path);
+               pybind11::handle lse, pybind11::handle q_lens, int path, pybind11::handle indices);
     void select_path(int path);
     pybind11::tuple get_path() const;
     pybind11::bytes export_sequence(pybind11::handle seq) const;

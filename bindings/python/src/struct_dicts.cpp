@@ -109,12 +109,15 @@ gqla_config config_from_dict(const py::dict& fields) {
     r.read_enum("path", config.path);
     r.read("num_threads", config.num_threads);
     r.read("max_q_tokens", config.max_q_tokens);
+    r.read("group_begin", config.group_begin);
+    r.read("group_count", config.group_count);
+    r.read("keep_latent", config.keep_latent);
     r.reject_unknown("config",
                      {"kind", "num_heads", "num_kv_heads", "head_dim", "value_dim", "latent_dim",
                       "nope_dim", "rope_dim", "num_layers", "cache_dtype", "io_dtype",
                       "softmax_scale", "page_size", "max_tokens", "memory_budget_bytes",
                       "max_sequences", "max_batch", "max_q_len", "device", "device_index", "path",
-                      "num_threads", "max_q_tokens"});
+                      "num_threads", "max_q_tokens", "group_begin", "group_count", "keep_latent"});
     return config;
 }
 
@@ -143,6 +146,9 @@ py::dict config_to_dict(const gqla_config& c) {
     d["path"] = static_cast<int>(c.path);
     d["num_threads"] = c.num_threads;
     d["max_q_tokens"] = c.max_q_tokens;
+    d["group_begin"] = c.group_begin;
+    d["group_count"] = c.group_count;
+    d["keep_latent"] = c.keep_latent;
     return d;
 }
 
@@ -231,6 +237,8 @@ py::dict stats_to_dict(const gqla_stats& s) {
     d["expanded_bytes"] = s.expanded_bytes;
     d["weight_bytes"] = s.weight_bytes;
     d["workspace_bytes"] = s.workspace_bytes;
+    d["kept_bytes_per_token"] = s.kept_bytes_per_token;
+    d["expanded_bytes_per_token"] = s.expanded_bytes_per_token;
     return d;
 }
 

@@ -108,11 +108,18 @@ void require_native_byte_order(const py::dtype& dtype, const char* name) {
 }
 
 // io dtypes: float32, float16, and bfloat16 given either as raw uint16 bits or
-// as a bfloat16 dtype of ml_dtypes-like libraries.
-gqla_dtype numpy_dtype(const py::array& array, const char* name) {
+// as a bfloat16 dtype of ml_dtypes-like libraries; int32 only for index
+// tensors (index: attend's indices), which take nothing else.
+gqla_dtype numpy_dtype(const py::array& array, const char* name, bool index) {
     const py::dtype dtype = array.dtype();
     const char kind = dtype.kind();
     const auto size = dtype.itemsize();
+    if (index) {
+        if (kind == 'i' && size == 4) return GQLA_DTYPE_I32;
+        invalid_argument(std::string(name) + ": numpy dtype " +
+                         py::str(static_cast<const py::handle&>(dtype)).cast<std::string>() +
+                         " is not supported; use int32");
+    }
     if (kind == 'f' && size == 4) return GQLA_DTYPE_F32;
     if (kind == 'f' && size == 2) return GQLA_DTYPE_F16;
     if (kind == 'u' && size == 2) return GQLA_DTYPE_BF16;
@@ -122,7 +129,13 @@ gqla_dtype numpy_dtype(const py::array& array, const char* name) {
                      "ml_dtypes.bfloat16)");
 }
 
-gqla_dtype dlpack_dtype(DLDataType dtype, const char* name) {
+gqla_dtype dlpack_dtype(DLDataType dtype, const char* name, bool index) {
+    if (index) {
+        if (dtype.lanes == 1 && dtype.code == kDLInt && dtype.bits == 32) return GQLA_DTYPE_I32;
+        invalid_argument(std::string(name) + ": DLPack dtype (code " + std::to_string(dtype.code) + ", bits " +
+                         std::to_string(dtype.bits) + ", lanes " + std::to_string(dtype.lanes) +
+                         ") is not supported; use int32");
+    }
     if (dtype.lanes == 1 && dtype.code == kDLFloat && dtype.bits == 32) return GQLA_DTYPE_F32;
     if (dtype.lanes == 1 && dtype.code == kDLFloat && dtype.bits == 16) return GQLA_DTYPE_F16;
     if (dtype.lanes == 1 && dtype.code == kDLBfloat && dtype.bits == 16) return GQLA_DTYPE_BF16;
@@ -131,13 +144,18 @@ gqla_dtype dlpack_dtype(DLDataType dtype, const char* name) {
                      ") is not supported; use float32, float16 or bfloat16");
 }
 
-gqla_dtype typestr_dtype(const std::string& typestr, const char* name) {
+gqla_dtype typestr_dtype(const std::string& typestr, const char* name, bool index) {
     const char native = py::module_::import("sys").attr("byteorder").cast<std::string>() == "little" ? '<' : '>';
     if (typestr.size() == 3 && typestr[0] != native && typestr[0] != '|') {
         invalid_argument(std::string(name) + ": __cuda_array_interface__ typestr '" + typestr +
                          "' has non-native byte order; expected native byte order ('" + native + "')");
     }
     const std::string code = typestr.size() == 3 ? typestr.substr(1) : typestr;
+    if (index) {
+        if (code == "i4") return GQLA_DTYPE_I32;
+        invalid_argument(std::string(name) + ": __cuda_array_interface__ typestr '" + typestr +
+                         "' is not supported; use <i4");
+    }
     if (code == "f4") return GQLA_DTYPE_F32;
     if (code == "f2") return GQLA_DTYPE_F16;
     if (code == "u2") return GQLA_DTYPE_BF16;
@@ -153,7 +171,7 @@ int64_t bytes_to_elements(int64_t bytes, int64_t itemsize, const char* name) {
     return bytes / itemsize;
 }
 
-int64_t dtype_size(gqla_dtype dtype) { return dtype == GQLA_DTYPE_F32 ? 4 : 2; }
+int64_t dtype_size(gqla_dtype dtype) { return dtype == GQLA_DTYPE_F32 || dtype == GQLA_DTYPE_I32 ? 4 : 2; }
 
 }  // namespace
 
@@ -194,7 +212,7 @@ void tensor_arg::from_numpy(py::handle object, const tensor_request& request) {
         invalid_argument(std::string(request.name) + ": the array is read-only");
     }
     require_native_byte_order(array.dtype(), request.name);
-    tensor_.dtype = numpy_dtype(array, request.name);
+    tensor_.dtype = numpy_dtype(array, request.name, request.index);
     tensor_.device = GQLA_DEVICE_CPU;
     tensor_.ndim = static_cast<int32_t>(array.ndim());
     if (tensor_.ndim < 1 || tensor_.ndim > GQLA_MAX_DIMS) finish_layout(tensor_, request.name);
@@ -259,7 +277,7 @@ void tensor_arg::from_dlpack(py::handle object, const tensor_request& request) {
             invalid_argument(std::string(request.name) + ": DLPack device type " +
                              std::to_string(dl->device.device_type) + " is not supported (CPU or CUDA)");
     }
-    tensor_.dtype = dlpack_dtype(dl->dtype, request.name);
+    tensor_.dtype = dlpack_dtype(dl->dtype, request.name, request.index);
     tensor_.ndim = dl->ndim;
     if (tensor_.ndim < 1 || tensor_.ndim > GQLA_MAX_DIMS) finish_layout(tensor_, request.name);
     for (int i = 0; i < tensor_.ndim; ++i) tensor_.shape[i] = dl->shape[i];
@@ -284,7 +302,7 @@ void tensor_arg::from_cuda_array_interface(py::handle object, const tensor_reque
     tensor_.data = reinterpret_cast<void*>(data[0].cast<std::uintptr_t>());
     tensor_.device = GQLA_DEVICE_CUDA;
     tensor_.device_index = request.cuda_device_index;
-    tensor_.dtype = typestr_dtype(info["typestr"].cast<std::string>(), request.name);
+    tensor_.dtype = typestr_dtype(info["typestr"].cast<std::string>(), request.name, request.index);
     const auto shape = info["shape"].cast<py::tuple>();
     tensor_.ndim = static_cast<int32_t>(shape.size());
     if (tensor_.ndim < 1 || tensor_.ndim > GQLA_MAX_DIMS) finish_layout(tensor_, request.name);

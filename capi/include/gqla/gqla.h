@@ -179,7 +179,8 @@ typedef struct gqla_config {
                                 (0 = derive from memory_budget_bytes); the pool holds at
                                 most 2^24 pages, so at most 2^24 * page_size tokens */
     int64_t memory_budget_bytes; /* used only when max_tokens == 0: bytes for the always-kept
-                                    cache (latent for GQLA, K/V for GQA) over all layers; a
+                                    cache (latent for GQLA, K/V for GQA; with keep_latent = 0:
+                                    kr plus the expanded rows) over all layers; a
                                     budget of more than 2^24 pages is refused */
     int32_t max_sequences;   /* live sequences at once (default 256) */
     int32_t max_batch;       /* largest decode batch (default 256) */
@@ -244,7 +245,8 @@ GQLA_API gqla_status gqla_session_create(const gqla_config* cfg, gqla_session** 
 GQLA_API void gqla_session_destroy(gqla_session* session);
 
 /* The session's resolved config: device, num_threads, softmax_scale,
- * max_tokens (rounded up to whole pages) and path filled in. */
+ * max_tokens (rounded up to whole pages), path and group_count (0 -> G)
+ * filled in. A shard's config is the full layer's, with its groups. */
 GQLA_API gqla_status gqla_session_get_config(const gqla_session* session, gqla_config* out);
 
 /* GQLA only: upload W_UKV of `layer`, shape [G*(d_c+d_v), r] row-major, laid
@@ -283,7 +285,9 @@ GQLA_API gqla_status gqla_sequence_length(const gqla_session* session, gqla_seq_
  * devices. The buffer holds every layer's cached tokens of the always-kept
  * cache (GQA: K and V; GQLA: latent c and rope key kr) in the cache dtype,
  * little-endian, after a versioned header, and ends with a checksum; the
- * exact layout is documented in docs/sequence-format.md.
+ * exact layout is documented in docs/sequence-format.md. A shard's buffer
+ * (config.group_count < G) holds its groups only and imports only into a
+ * session serving the same groups.
  * Call with buffer NULL and capacity 0 to learn the size in *needed; a
  * capacity below it is refused (CAPACITY) with *needed set. On a CUDA
  * session the call waits for the session's queued work (not allowed while
@@ -516,6 +520,11 @@ typedef struct gqla_workload {
     int32_t batch;        /* sequences per decode call */
     int64_t context;      /* cached tokens per sequence (mean) */
     int32_t q_len;        /* s_q */
+    /* Appended in 1.2: sparse (top-k) attention, the topk of
+     * gqla_attention_args.indices; 0 = dense. A sparse step reads, per
+     * query, its own min(topk, visible) positions (no sharing between the
+     * queries of a sequence) plus its 4 * topk index bytes. 0..2^20. */
+    int32_t topk;
 } gqla_workload;
 
 typedef enum gqla_bound {

@@ -150,12 +150,14 @@ inline gqla_probe_info probe(gqla_device_type device = GQLA_DEVICE_CPU, int32_t 
     return info;
 }
 
-inline gqla_workload workload(int32_t batch, int64_t context, int32_t q_len = 1) {
+// topk > 0: a sparse step of topk positions per query (0 = dense).
+inline gqla_workload workload(int32_t batch, int64_t context, int32_t q_len = 1, int32_t topk = 0) {
     gqla_workload w;
     w.struct_size = sizeof w;
     w.batch = batch;
     w.context = context;
     w.q_len = q_len;
+    w.topk = topk;
     return w;
 }
 

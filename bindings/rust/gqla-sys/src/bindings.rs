@@ -1626,6 +1626,7 @@ pub struct gqla_workload {
     pub batch: i32,
     pub context: i64,
     pub q_len: i32,
+    pub topk: i32,
 }
 #[test]
 fn bindgen_test_layout_gqla_workload() {
@@ -1707,6 +1708,23 @@ fn bindgen_test_layout_gqla_workload() {
         );
     }
     test_field_q_len();
+    fn test_field_topk() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_workload>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).topk) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_workload),
+                "::",
+                stringify!(topk)
+            )
+        );
+    }
+    test_field_topk();
 }
 impl gqla_bound {
     pub const GQLA_BOUND_MEMORY: gqla_bound = gqla_bound(0);

@@ -171,6 +171,30 @@ impl Config {
     pub fn num_threads(&self) -> usize {
         to_usize(self.raw.num_threads)
     }
+    /// First group this session serves (tensor parallelism; 0 unsharded).
+    pub fn group_begin(&self) -> usize {
+        to_usize(self.raw.group_begin)
+    }
+    /// Groups this session serves (a session's config resolves 0 to all).
+    pub fn group_count(&self) -> usize {
+        match self.raw.group_count {
+            0 => self.num_kv_heads(),
+            n => to_usize(n),
+        }
+    }
+    /// GQLA: whether the latent is kept (false: only the expanded cache of
+    /// the served groups, GQA path only).
+    pub fn keep_latent(&self) -> bool {
+        self.raw.keep_latent != 0
+    }
+    /// Query heads this session serves: group_count * H / G. q, o and lse
+    /// carry these heads.
+    pub fn served_heads(&self) -> usize {
+        match self.num_kv_heads() {
+            0 => 0,
+            g => self.group_count() * (self.num_heads() / g),
+        }
+    }
 }
 
 impl fmt::Debug for Config {
@@ -320,6 +344,16 @@ macro_rules! common_setters {
                 .set_i64("max_q_tokens", tokens, |c| &mut c.max_q_tokens);
             self
         }
+        /// Serve only the groups `[begin, begin + count)` of the layer and
+        /// their query heads (tensor parallelism: one session per rank,
+        /// outputs gathered over heads); `count` 0 = all groups (default).
+        pub fn groups(mut self, begin: usize, count: usize) -> Self {
+            self.common
+                .set_i32("group_begin", begin, |c| &mut c.group_begin);
+            self.common
+                .set_i32("group_count", count, |c| &mut c.group_count);
+            self
+        }
         /// Device to run on (default [`Device::Auto`]).
         pub fn device(mut self, device: Device) -> Self {
             let (device_type, index) = device.to_raw();
@@ -402,6 +436,14 @@ impl GqlaConfigBuilder {
     /// d_v, the value dim per head.
     pub fn value_dim(mut self, dim: usize) -> Self {
         self.common.set_i32("value_dim", dim, |c| &mut c.value_dim);
+        self
+    }
+
+    /// Keep the latent (default true). false keeps only the expanded cache
+    /// of the served groups: the GQA path only, no export, weights fixed
+    /// once a layer holds tokens.
+    pub fn keep_latent(mut self, keep: bool) -> Self {
+        self.common.raw.keep_latent = i32::from(keep);
         self
     }
 }

@@ -39,6 +39,7 @@ impl Workload {
                 )
             })?,
             q_len: field("q_len", self.q_len)?,
+            topk: 0, // dense
         })
     }
 }

@@ -51,6 +51,9 @@ pub enum DType {
     F16,
     /// bfloat16 ([`Bf16`](crate::Bf16)).
     Bf16,
+    /// 8-bit float e4m3 with per-row f32 scales the library computes: a
+    /// cache dtype only (`"fp8_e4m3"`; docs/fp8-cache.md). No tensor has it.
+    Fp8E4m3,
 }
 
 impl DType {
@@ -59,6 +62,7 @@ impl DType {
             DType::F32 => ffi::gqla_dtype::GQLA_DTYPE_F32,
             DType::F16 => ffi::gqla_dtype::GQLA_DTYPE_F16,
             DType::Bf16 => ffi::gqla_dtype::GQLA_DTYPE_BF16,
+            DType::Fp8E4m3 => ffi::gqla_dtype::GQLA_DTYPE_FP8_E4M3,
         }
     }
 
@@ -67,6 +71,7 @@ impl DType {
             ffi::gqla_dtype::GQLA_DTYPE_F32 => Ok(DType::F32),
             ffi::gqla_dtype::GQLA_DTYPE_F16 => Ok(DType::F16),
             ffi::gqla_dtype::GQLA_DTYPE_BF16 => Ok(DType::Bf16),
+            ffi::gqla_dtype::GQLA_DTYPE_FP8_E4M3 => Ok(DType::Fp8E4m3),
             other => Err(unknown("dtype", other.0)),
         }
     }
@@ -78,6 +83,7 @@ impl fmt::Display for DType {
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::Bf16 => "bf16",
+            DType::Fp8E4m3 => "fp8_e4m3",
         })
     }
 }

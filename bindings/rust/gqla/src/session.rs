@@ -148,11 +148,15 @@ impl Session {
             c.num_kv_heads() * (c.nope_dim() + c.value_dim()),
             c.latent_dim(),
         );
+        // A shard takes the full W_UKV or its own groups' rows.
+        let shard_rows = c.group_count() * (c.nope_dim() + c.value_dim());
+        let rows = if w_ukv.len() == shard_rows * cols { shard_rows } else { rows };
         if w_ukv.len() != rows * cols {
             return Err(Error::invalid_argument(
                 "w_ukv",
                 format!(
-                    "length {} is not [G*(d_c+d_v) {rows}, r {cols}] = {}",
+                    "length {} is not [G*(d_c+d_v) {rows}, r {cols}] = {} (or the served groups' \
+                     [{shard_rows}, {cols}])",
                     w_ukv.len(),
                     rows * cols
                 ),
@@ -475,7 +479,12 @@ impl Session {
     ) -> Result<Path> {
         let layer = check_layer(&self.config, layer)?;
         check_dtype::<T>(&self.config, "q")?;
-        let AttendOptions { q_lens, lse, path } = options;
+        let AttendOptions {
+            q_lens,
+            lse,
+            path,
+            indices,
+        } = options;
         let lse_len = lse.as_ref().map(|l| l.len());
         // Slices carry no shape: derive it from the lengths, and check that
         // the library reads and writes nothing outside them.
@@ -511,6 +520,11 @@ impl Session {
         let tq = host_tensor(q.as_ptr(), &q_shape);
         let mut to = host_tensor(o.as_mut_ptr() as *const T, &o_shape);
         let mut tlse = lse.map(|l| host_tensor(l.as_mut_ptr() as *const f32, &lse_shape));
+        // Query rows: all dims of q but the head and feature ones.
+        let rows: usize = q_shape[..q_shape.len() - 2].iter().product();
+        let tidx = indices
+            .map(|i| crate::attend::index_tensor(i, rows))
+            .transpose()?;
         let mut taken = ffi::gqla_path(0);
         let mut args = ffi::gqla_attention_args::default();
         // SAFETY: a writable args struct.
@@ -526,6 +540,9 @@ impl Session {
             .map_or(ptr::null_mut(), |t| t as *mut ffi::gqla_tensor);
         args.path = path.to_raw();
         args.path_taken = &mut taken;
+        args.indices = tidx
+            .as_ref()
+            .map_or(ptr::null(), |t| t as *const ffi::gqla_tensor);
         // SAFETY: ids (and q_lens when set) hold batch entries; the tensors
         // describe q, o and lse exactly, and o/lse are exclusively borrowed
         // for the call.

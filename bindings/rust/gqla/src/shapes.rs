@@ -25,8 +25,8 @@ impl AppendRows {
             Kind::Gqa => AppendRows {
                 a_name: "k",
                 b_name: "v",
-                a_tail: vec![config.num_kv_heads(), config.head_dim()],
-                b_tail: vec![config.num_kv_heads(), config.value_dim()],
+                a_tail: vec![config.group_count(), config.head_dim()],
+                b_tail: vec![config.group_count(), config.value_dim()],
             },
             Kind::Gqla => AppendRows {
                 a_name: "c",
@@ -145,7 +145,7 @@ impl DecodeShape {
         lse_elems: Option<usize>,
     ) -> Result<DecodeShape> {
         let (heads, query_dim, value_dim) =
-            (config.num_heads(), config.query_dim(), config.value_dim());
+            (config.served_heads(), config.query_dim(), config.value_dim());
         if batch == 0 {
             return Err(Error::invalid_argument("seqs", "the batch is empty"));
         }
@@ -251,7 +251,7 @@ impl PackedShape {
             .map(|(i, &n)| to_i32(&format!("q_lens[{i}]"), n))
             .collect::<Result<Vec<i32>>>()?;
         let (heads, query_dim, value_dim) =
-            (config.num_heads(), config.query_dim(), config.value_dim());
+            (config.served_heads(), config.query_dim(), config.value_dim());
         // Entries fit i32, so neither the sum nor the products below overflow
         // a 64-bit usize; checked anyway, for 32-bit targets.
         let too_many =

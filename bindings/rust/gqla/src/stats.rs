@@ -35,6 +35,12 @@ pub struct Stats {
     pub weight_bytes: u64,
     /// Scratch memory owned by the session.
     pub workspace_bytes: u64,
+    /// Bytes one token costs in one layer of the always-kept cache (GQA: K
+    /// and V; GQLA: the latent when kept, and kr), of the served groups.
+    pub kept_bytes_per_token: u64,
+    /// Bytes one token costs in one layer of the expanded cache (GQLA; 0
+    /// for the GQA kind), allocated or not.
+    pub expanded_bytes_per_token: u64,
 }
 
 impl Stats {
@@ -55,6 +61,8 @@ impl Stats {
             expanded_bytes: count(raw.expanded_bytes),
             weight_bytes: count(raw.weight_bytes),
             workspace_bytes: count(raw.workspace_bytes),
+            kept_bytes_per_token: count(raw.kept_bytes_per_token),
+            expanded_bytes_per_token: count(raw.expanded_bytes_per_token),
         })
     }
 }

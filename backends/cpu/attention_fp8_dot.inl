@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: Apache-2.0
+// The narrow GQA-form kernel over an 8-bit (e4m3) cache with AVX512-BF16 dot
+// products: the bf16-dot kernel of attention_bf16_dot.inl with e4m3 keys and
+// values widened to bf16 in registers (exact: bf16 holds every e4m3 value),
+// so each cache byte costs a few integer ops instead of an f32 conversion and
+// the dot products do twice the work of f32 FMAs. Included inside namespace
+// bf16dot of the AVX512-BF16 unit, after attention_bf16_dot.inl and
+// attention_fp8.inl, whose helpers it reuses. Scales as in attention_fp8.inl:
+// each token's key scale multiplies its score vectors before the rope-key
+// part is added, each probability is multiplied by its value scale before it
+// is rounded to bf16 (as the bf16 kernel rounds probabilities).
+
+// 32 e4m3 bytes to bf16 bits of value / 256 (kE4m3Raw, like
+// Simd::load_e4m3): normal codes by shifting the 7 magnitude bits into
+// place and adding the exponent offset (127 - 7 - 8), the 8 subnormal codes
+// from a table (vpermw on the low bits), the NaN code to a bf16 NaN, and the
+// sign moved up.
+static inline __m512i e4m3_to_bf16_raw(__m256i bytes) {
+    const __m512i x = _mm512_cvtepu8_epi16(bytes);
+    // Exponent E + 112 is E | 112 (E < 16): one ternary op, (x << 4 & 0x7f0) | 0x3800.
+    __m512i r = _mm512_ternarylogic_epi32(_mm512_slli_epi16(x, 4), _mm512_set1_epi16(0x7f0), _mm512_set1_epi16(0x3800),
+                                          0xea);
+    // bf16 of m * 2^-17 for m = 0..7, as pairs of 16-bit entries.
+    const __m512i subnormals = _mm512_setr_epi32(0x37000000, 0x37c03780, 0x38203800, 0x38603840, 0, 0, 0, 0, 0, 0, 0,
+                                                 0, 0, 0, 0, 0);
+    const __mmask32 sub = _mm512_testn_epi16_mask(x, _mm512_set1_epi16(0x78));
+    r = _mm512_mask_permutexvar_epi16(r, sub, x, subnormals);
+    // The NaN code (magnitude 0x7f) is the only one giving 0x3ff0.
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(r, _mm512_set1_epi16(0x3ff0));
+    r = _mm512_mask_mov_epi16(r, nan, _mm512_set1_epi16(0x7fc0));
+    // r | (x << 8 & 0x8000): the sign.
+    return _mm512_ternarylogic_epi32(r, _mm512_slli_epi16(x, 8), _mm512_set1_epi16(static_cast<short>(0x8000)), 0xf8);
+}
+
+static inline __m512i load_e4m3_bf16(const uint8_t* p, __mmask32 m) {
+    return e4m3_to_bf16_raw(_mm256_maskz_loadu_epi8(m, p));
+}
+
+static inline __mmask32 mask32(int n) { return n >= 32 ? ~static_cast<__mmask32>(0) : static_cast<__mmask32>((1u << n) - 1); }
+
+// s[r][t] = ks[t] * (q[r] . k1[t]) + q[r] . k2[t] for RB rows x NT tokens
+// (k1 e4m3, k2 bf16 or none).
+template <int RB, int NT>
+static inline void fp8_dot_score_tile(const uint16_t* qb, int64_t qb_ld, const uint8_t* k1, int d1, const float* ks,
+                                      const uint16_t* k2, int d2, float* s, int s_ld) {
+    __m512 acc[RB * NT];
+    GQLA_UNROLL
+    for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();
+    for (int d = 0; d < d1; d += 32) {
+        const __mmask32 m = mask32(d1 - d);
+        __m512i kv[NT];
+        GQLA_UNROLL
+        for (int t = 0; t < NT; ++t) kv[t] = load_e4m3_bf16(k1 + static_cast<int64_t>(t) * d1 + d, m);
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            const __m512i qv = _mm512_loadu_si512(qb + r * qb_ld + d);
+            GQLA_UNROLL
+            for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qv), as_bh(kv[t]));
+        }
+    }
+    GQLA_UNROLL
+    for (int t = 0; t < NT; ++t) {
+        const __m512 sc = _mm512_set1_ps(ks[t]);
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) acc[r * NT + t] = _mm512_mul_ps(acc[r * NT + t], sc);
+    }
+    const uint16_t* q2 = qb + (d1 + 31) / 32 * 32;
+    for (int d = 0; d < d2; d += 32) {
+        const __mmask32 m = mask32(d2 - d);
+        __m512i kv[NT];
+        GQLA_UNROLL
+        for (int t = 0; t < NT; ++t) kv[t] = _mm512_maskz_loadu_epi16(m, k2 + static_cast<int64_t>(t) * d2 + d);
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            const __m512i qv = _mm512_loadu_si512(q2 + r * qb_ld + d);
+            GQLA_UNROLL
+            for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qv), as_bh(kv[t]));
+        }
+    }
+    float sums[RB * NT];
+    Simd::hsum_many(acc, RB * NT, sums);
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r)
+        GQLA_UNROLL
+        for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
+}
+
+template <int RB>
+static inline void fp8_dot_scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, int64_t qb_ld,
+                                       const Fp8GqaBlock& b, const float* ks, float* s, PrefetchStream* pf) {
+    constexpr int NT = kScoreTokens;
+    const uint16_t* q = qb + r0 * qb_ld;
+    float* srow = s + r0 * kGqaTokenBlock;
+    int j = 0;
+    for (; j + NT <= n; j += NT) {
+        if (pf) pf->step();
+        fp8_dot_score_tile<RB, NT>(q, qb_ld, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
+                                   b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                                   kGqaTokenBlock);
+    }
+    for (; j < n; ++j) {
+        if (pf) pf->step();
+        fp8_dot_score_tile<RB, 1>(q, qb_ld, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
+                                  b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                                  kGqaTokenBlock);
+    }
+}
+
+// pv_tile of attention_bf16_dot.inl over e4m3 values (pb: the scaled
+// probabilities as bf16 pairs).
+template <int RB, int NC, bool kMasked = false>
+static inline void fp8_dot_pv_tile(const uint16_t* pb, int n, const uint8_t* v, int dv, int d, float* acc,
+                                   const float* corr, PrefetchStream* pf, const int* visible = nullptr) {
+    __m512 lo[RB * NC], hi[RB * NC];
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        const __m512 cr = _mm512_set1_ps(corr[r]);
+        GQLA_UNROLL
+        for (int c = 0; c < NC; ++c) {
+            float* a = acc + static_cast<int64_t>(r) * dv + d + c * 32;
+            lo[r * NC + c] = _mm512_mul_ps(_mm512_loadu_ps(a), cr);
+            hi[r * NC + c] = _mm512_mul_ps(_mm512_loadu_ps(a + 16), cr);
+        }
+    }
+    const __mmask32 all = ~static_cast<__mmask32>(0);
+    for (int j = 0; j < n; j += 2) {
+        if (pf) {
+            pf->step();
+            pf->step();
+        }
+        const uint8_t* v0 = v + static_cast<int64_t>(j) * dv + d;
+        const bool pair = j + 1 < n;
+        __m512i plo[NC], phi[NC];
+        [[maybe_unused]] __m512i slo[NC], shi[NC];  // token j alone (kMasked)
+        GQLA_UNROLL
+        for (int c = 0; c < NC; ++c) {
+            const __m512i a = load_e4m3_bf16(v0 + c * 32, all);
+            const __m512i b = pair ? load_e4m3_bf16(v0 + dv + c * 32, all) : _mm512_setzero_si512();
+            plo[c] = _mm512_unpacklo_epi16(a, b);
+            phi[c] = _mm512_unpackhi_epi16(a, b);
+            if constexpr (kMasked) {
+                slo[c] = _mm512_unpacklo_epi16(a, _mm512_setzero_si512());
+                shi[c] = _mm512_unpackhi_epi16(a, _mm512_setzero_si512());
+            }
+        }
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            bool alone = false;
+            if constexpr (kMasked) {
+                if (j >= visible[r]) continue;
+                alone = j + 1 >= visible[r];
+            }
+            uint32_t pp;
+            __builtin_memcpy(&pp, pb + r * kGqaTokenBlock + j, 4);
+            const __m512i pv = _mm512_set1_epi32(static_cast<int>(pp));
+            GQLA_UNROLL
+            for (int c = 0; c < NC; ++c) {
+                const __m512i vlo = kMasked && alone ? slo[c] : plo[c];
+                const __m512i vhi = kMasked && alone ? shi[c] : phi[c];
+                lo[r * NC + c] = _mm512_dpbf16_ps(lo[r * NC + c], as_bh(pv), as_bh(vlo));
+                hi[r * NC + c] = _mm512_dpbf16_ps(hi[r * NC + c], as_bh(pv), as_bh(vhi));
+            }
+        }
+    }
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r)
+        GQLA_UNROLL
+        for (int c = 0; c < NC; ++c) {
+            float* a = acc + static_cast<int64_t>(r) * dv + d + c * 32;
+            _mm512_storeu_ps(a, lo[r * NC + c]);
+            _mm512_storeu_ps(a + 16, hi[r * NC + c]);
+        }
+}
+
+// pv_rows of attention_bf16_dot.inl over e4m3 values; s holds the scaled
+// probabilities in f32 for the dims past the last multiple of 32.
+template <int RB, bool kMasked>
+static inline void fp8_dot_pv_rows(const GqaItem& it, int r0, int64_t t, int n, const uint8_t* v, const uint16_t* pb,
+                                   const float* s, const float* corr, PrefetchStream* pf) {
+    constexpr int NC = kPvChunks;
+    const int dv = it.dv;
+    const int paired = dv / 32 * 32;
+    float* acc = it.acc + static_cast<int64_t>(r0) * dv;
+    const uint16_t* pr = pb + r0 * kGqaTokenBlock;
+    const float* cr = corr + r0;
+    int visible[RB];
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) visible[r] = kMasked ? visible_in_block(it.row_limit[r0 + r], t, n) : n;
+    if constexpr (kMasked) {
+        int widest = 0;
+        for (int r = 0; r < RB; ++r) widest = visible[r] > widest ? visible[r] : widest;
+        n = widest;
+    }
+    int d = 0;
+    for (; d + NC * 32 <= paired; d += NC * 32, pf = nullptr)
+        fp8_dot_pv_tile<RB, NC, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible);
+    for (; d < paired; d += 32, pf = nullptr) fp8_dot_pv_tile<RB, 1, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible);
+    if (d == dv) return;
+    const float* ps = s + r0 * kGqaTokenBlock;
+    for (; d + Simd::W <= dv; d += Simd::W, pf = nullptr)
+        gqa_pv_tile<GQLA_DTYPE_FP8_E4M3, RB, 1, kMasked>(ps, n, v, dv, d, acc, cr, pf, visible);
+    for (; d < dv; ++d)
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
+            for (int j = 0; j < visible[r]; ++j)
+                x += ps[r * kGqaTokenBlock + j] * e4m3_raw_scalar(v[static_cast<int64_t>(j) * dv + d]);
+            acc[static_cast<int64_t>(r) * dv + d] = x;
+        }
+}
+
+template <bool kMasked>
+static inline void fp8_dot_pv_block(const GqaItem& it, int64_t t, int n, const uint8_t* v, const uint16_t* pb,
+                                    const float* s, const float* corr, PrefetchStream* pf) {
+    constexpr int RBmax = kRows;
+    int r0 = 0;
+    for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
+        fp8_dot_pv_rows<RBmax, kMasked>(it, r0, t, n, v, pb, s, corr, pf);
+    switch (it.rows - r0) {
+        case 1: fp8_dot_pv_rows<1, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
+        case 2: fp8_dot_pv_rows<2, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
+        case 3: fp8_dot_pv_rows<3, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
+        default: break;
+    }
+}
+
+[[gnu::noinline]] static void fp8_dot_pv_block_masked(const GqaItem& it, int64_t t, int n, const uint8_t* v,
+                                                      const uint16_t* pb, const float* s, const float* corr) {
+    fp8_dot_pv_block<true>(it, t, n, v, pb, s, corr, nullptr);
+}
+
+static void gqa_attend_fp8_dot(const GqaItem& it) {
+    constexpr int RBmax = kRows;
+    for (int r = 0; r < it.rows; ++r) {
+        it.m[r] = kMaxFloor;
+        it.l[r] = 0.0f;
+    }
+    for (int64_t i = 0; i < static_cast<int64_t>(it.rows) * it.dv; ++i) it.acc[i] = 0.0f;
+    if (it.t0 >= it.t1) return;
+    float* s = it.scratch;
+    float* corr = it.scratch + it.rows * kGqaTokenBlock;
+    const int64_t qb_ld = gqa_bf16_query_ld(it.d1, it.d2);
+    uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
+    uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
+    float* scale = it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
+    round_queries(it, qb, qb_ld);
+    const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
+
+    Fp8GqaBlock cur = Fp8GqaBlock::at(it, it.t0, it.t1, kGqaTokenBlock);
+    for (int64_t t = it.t0; t < it.t1;) {
+        const int n = cur.n;
+        const bool has_next = t + n < it.t1;
+        const Fp8GqaBlock next = has_next ? Fp8GqaBlock::at(it, t + n, it.t1, kGqaTokenBlock) : cur;
+        PrefetchStream values_ahead;
+        values_ahead.add(cur.v, int64_t(n) * it.dv);
+        PrefetchStream keys_ahead;
+        if (has_next) {
+            keys_ahead.add(next.k1, int64_t(next.n) * it.d1);
+            keys_ahead.add(next.k2, int64_t(next.n) * it.d2 * 2);
+            keys_ahead.add(next.ks, int64_t(next.n) * 4);
+        }
+        values_ahead.plan(n / kScoreTokens + n % kScoreTokens);
+        keys_ahead.plan(n);
+        for (int j = 0; j < n; ++j) {
+            scale[j] = cur.ks[j] * kE4m3Raw;
+            scale[kGqaTokenBlock + j] = cur.vs[j] * kE4m3Raw;
+        }
+
+        int r0 = 0;
+        PrefetchStream* pf = &values_ahead;
+        for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
+            fp8_dot_scores_rows<RBmax>(it, r0, n, qb, qb_ld, cur, scale, s, pf);
+        switch (it.rows - r0) {
+            case 1: fp8_dot_scores_rows<1>(it, r0, n, qb, qb_ld, cur, scale, s, pf); break;
+            case 2: fp8_dot_scores_rows<2>(it, r0, n, qb, qb_ld, cur, scale, s, pf); break;
+            case 3: fp8_dot_scores_rows<3>(it, r0, n, qb, qb_ld, cur, scale, s, pf); break;
+            default: break;
+        }
+        gqa_softmax_block(it, t, n, s, corr);
+        // l holds the plain probabilities; the values take p * scale. The
+        // softmax left zeros past n up to a multiple of 16 (paired below).
+        for (int r = 0; r < it.rows; ++r) {
+            float* pr = s + r * kGqaTokenBlock;
+            for (int j = 0; j < n; ++j) pr[j] *= scale[kGqaTokenBlock + j];
+        }
+        round_probabilities(s, it.rows, n, pb);
+        if (t + n - 1 > min_limit) fp8_dot_pv_block_masked(it, t, n, cur.v, pb, s, corr);
+        else fp8_dot_pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead);
+        t += n;
+        cur = next;
+    }
+    unpair_accumulators(it);
+}
+
+// ---------------------------------------------------------------- absorb
+// absorb_attend_bf16 over an 8-bit latent: each block's latent is first
+// staged as bf16 (e4m3 x its block scale, rounded to nearest even: the dot
+// products take bf16 operands, as the bf16 kernel's queries and
+// probabilities are), then scored and summed exactly as a bf16 block. The
+// masked diagonal block widens the e4m3 rows to f32 instead.
+
+static inline uint16_t bf16_bits_nearest(float f) {
+    uint32_t u;
+    __builtin_memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline void stage_latent_bf16(const AbsorbItem& it, int n, const uint8_t* c, const float* sc, uint16_t* dst) {
+    const int r = it.r, blocks = it.c_scale_blocks;
+    for (int j = 0; j < n; ++j) {
+        const uint8_t* cj = c + static_cast<int64_t>(j) * r;
+        uint16_t* out = dst + static_cast<int64_t>(j) * r;
+        for (int b = 0; b < blocks; ++b) {
+            const int k0 = b * kFp8LatentBlockElems, k1 = imin(r, k0 + kFp8LatentBlockElems);
+            const float s = sc[static_cast<int64_t>(j) * blocks + b] * kE4m3Raw;
+            const __m512 sv = _mm512_set1_ps(s);
+            int k = k0;
+            for (; k + 16 <= k1; k += 16)
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(Simd::load_e4m3(cj + k), sv)));
+            for (; k < k1; ++k) out[k] = bf16_bits_nearest(e4m3_raw_scalar(cj[k]) * s);
+        }
+    }
+}
+
+static void absorb_attend_fp8_dot(const AbsorbItem& it) {
+    if ((it.r | it.d_r) & 1 || it.stage == nullptr) {  // pairs need even segments
+        absorb_attend_fp8(it);
+        return;
+    }
+    const int K = it.r + it.d_r, R = it.rows_pad;
+    for (int i = 0; i < R; ++i) {
+        it.m[i] = kMaxFloor;
+        it.l[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < static_cast<int64_t>(it.r) * R; ++i) it.acc[i] = 0.0f;
+    float* corr = it.stile + kAbsorbTokenBlock * R;
+    const int64_t min_limit = min_row_limit(it.row_limit, R);
+    uint32_t* qp = it.pairs;
+    uint32_t* cp = qp + round16(int64_t(K / 2) * R);
+    uint32_t* pp = cp + round16(int64_t(kAbsorbTokenBlock / 2) * it.r);
+    absorb_pair_queries(it, qp);
+
+    struct Rows {
+        const uint8_t* c;
+        const uint16_t* kr;
+        const float* sc;
+    };
+    auto rows_at = [&](int64_t t) {
+        const int64_t page = it.page_table[t / it.page_size];
+        const int64_t slot = t % it.page_size;
+        return Rows{static_cast<const uint8_t*>(it.c) + page * it.c_page_stride + slot * it.r,
+                    static_cast<const uint16_t*>(it.kr) + page * it.kr_page_stride + slot * it.d_r,
+                    it.c_scale + page * it.c_scale_page_stride + slot * it.c_scale_blocks};
+    };
+    for (int64_t t = it.t0; t < it.t1;) {
+        const int n = block_tokens(t, it.t1, it.page_size, kAbsorbTokenBlock);
+        const Rows cur = rows_at(t);
+        PrefetchStream ahead;
+        if (t + n < it.t1) {
+            const int next_n = block_tokens(t + n, it.t1, it.page_size, kAbsorbTokenBlock);
+            const Rows nx = rows_at(t + n);
+            ahead.add(nx.c, int64_t(next_n) * it.r);
+            ahead.add(nx.kr, int64_t(next_n) * it.d_r * 2);
+            ahead.add(nx.sc, int64_t(next_n) * it.c_scale_blocks * 4);
+        }
+        ahead.plan(n / kAbsorbTokens + n % kAbsorbTokens);
+        stage_latent_bf16(it, n, cur.c, cur.sc, it.stage);
+        const uint16_t* c = it.stage;
+        PrefetchStream* pf = &ahead;
+        int col = 0;
+        for (; col + 32 <= R; col += 32, pf = nullptr) absorb_scores_cols_bf16<2>(it, n, c, cur.kr, qp, col, pf);
+        for (; col < R; col += 16, pf = nullptr) absorb_scores_cols_bf16<1>(it, n, c, cur.kr, qp, col, pf);
+        absorb_softmax_block(it, t, n, min_limit, corr);
+        if (t + n - 1 > min_limit) {
+            // The causal diagonal, lane by lane through the f32 tile.
+            for (int j = 0; j < n; ++j)
+                fp8_rows_to_f32(cur.c + int64_t(j) * it.r, it.r, cur.sc + int64_t(j) * it.c_scale_blocks,
+                                kFp8LatentBlockElems, it.ctile + j * K);
+            absorb_pv_block_masked(it, t, n, K, corr);
+            t += n;
+            continue;
+        }
+        absorb_pair_block(it, n, c, cp, pp);
+        const int npairs = (n + 1) / 2;
+        col = 0;
+        for (; col + 32 <= R; col += 32) absorb_pv_cols_bf16<2>(it, npairs, cp, pp, col, corr);
+        for (; col < R; col += 16) absorb_pv_cols_bf16<1>(it, npairs, cp, pp, col, corr);
+        t += n;
+    }
+}

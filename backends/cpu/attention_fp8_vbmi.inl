@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: Apache-2.0
+// The narrow GQA-form kernel over an 8-bit cache for hosts with AVX512-VBMI
+// beside AVX512-BF16 (kernels_avx512bf16.cpp picks it at run time): e4m3 is
+// widened to bf16 by two 128-entry byte lookups (vpermi2b: the low and the
+// high byte of each bf16, NaN and subnormal codes included, exact) and a
+// byte interleave, about 5 instructions per 64 elements instead of ~18
+// (attention_fp8_dot.inl). The interleave works per 128-bit lane, so of 64
+// elements the first bf16 vector holds elements 0-7, 16-23, 32-39, 48-55
+// ("A order") and the second 8-15, 24-31, 40-47, 56-63 ("C order"): the
+// queries are laid out the same way, and the value accumulators are put
+// back into natural order at the end. Included after attention_fp8_dot.inl.
+
+#define GQLA_VBMI __attribute__((target("avx512vbmi")))
+
+// Element i of the A / C vector of a 64-element chunk.
+static inline int a_order(int i) { return i / 8 * 16 + i % 8; }
+static inline int c_order(int i) { return i / 8 * 16 + 8 + i % 8; }
+
+// Low and high bytes of the bf16 of value / 256 (kE4m3Raw) of the 128
+// magnitude codes; the sign is or-ed in separately.
+struct E4m3ByteTables {
+    alignas(64) uint8_t lo[128];
+    alignas(64) uint8_t hi[128];
+};
+static const E4m3ByteTables& e4m3_byte_tables() {
+    static const E4m3ByteTables t = [] {
+        E4m3ByteTables x{};
+        for (int code = 0; code < 128; ++code) {
+            const uint16_t b = bf16_bits_nearest(e4m3_raw_scalar(static_cast<uint8_t>(code)));  // exact
+            x.lo[code] = static_cast<uint8_t>(b & 0xffu);
+            x.hi[code] = static_cast<uint8_t>(b >> 8);
+        }
+        return x;
+    }();
+    return t;
+}
+
+struct E4m3Lut {
+    __m512i lo0, lo1, hi0, hi1;
+};
+static inline E4m3Lut e4m3_lut() {
+    const E4m3ByteTables& t = e4m3_byte_tables();
+    return E4m3Lut{_mm512_load_si512(t.lo), _mm512_load_si512(t.lo + 64), _mm512_load_si512(t.hi),
+                   _mm512_load_si512(t.hi + 64)};
+}
+
+// 64 e4m3 bytes to bf16 (value / 256): a in A order, c in C order.
+GQLA_VBMI static inline void e4m3x64_to_bf16(__m512i bytes, const E4m3Lut& L, __m512i& a, __m512i& c) {
+    const __m512i lo = _mm512_permutex2var_epi8(L.lo0, bytes, L.lo1);
+    __m512i hi = _mm512_permutex2var_epi8(L.hi0, bytes, L.hi1);
+    hi = _mm512_ternarylogic_epi32(hi, bytes, _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);  // | sign
+    a = _mm512_unpacklo_epi8(lo, hi);
+    c = _mm512_unpackhi_epi8(lo, hi);
+}
+
+static inline __mmask64 mask64(int n) { return n >= 64 ? ~static_cast<__mmask64>(0) : (static_cast<__mmask64>(1) << n) - 1; }
+static inline int pad64(int n) { return (n + 63) / 64 * 64; }
+
+// Queries as bf16: the e4m3 segment in 64-element chunks of A then C order,
+// zero-padded to 64; the rope segment in natural order padded to 32.
+static inline void vbmi_queries(const GqaItem& it, uint16_t* qb, int64_t qb_ld) {
+    const int p1 = pad64(it.d1), p2 = (it.d2 + 31) / 32 * 32;
+    for (int r = 0; r < it.rows; ++r) {
+        const float* q = it.q + static_cast<int64_t>(r) * it.q_ld;
+        uint16_t* dst = qb + r * qb_ld;
+        for (int d = 0; d < p1; d += 64)
+            for (int i = 0; i < 32; ++i) {
+                const int ea = d + a_order(i), ec = d + c_order(i);
+                dst[d + i] = ea < it.d1 ? bf16_bits_nearest(q[ea]) : 0;
+                dst[d + 32 + i] = ec < it.d1 ? bf16_bits_nearest(q[ec]) : 0;
+            }
+        for (int e = 0; e < p2; ++e) dst[p1 + e] = e < it.d2 ? bf16_bits_nearest(q[it.d1 + e]) : 0;
+    }
+}
+
+template <int RB, int NT>
+GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, const uint8_t* k1, int d1,
+                                             const float* ks, const uint16_t* k2, int d2, float* s, int s_ld,
+                                             const E4m3Lut& L) {
+    __m512 acc[RB * NT];
+    GQLA_UNROLL
+    for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();
+    for (int d = 0; d < d1; d += 64) {
+        const __mmask64 m = mask64(d1 - d);
+        __m512i ka[NT], kc[NT];
+        GQLA_UNROLL
+        for (int t = 0; t < NT; ++t) e4m3x64_to_bf16(_mm512_maskz_loadu_epi8(m, k1 + static_cast<int64_t>(t) * d1 + d), L, ka[t], kc[t]);
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            const __m512i qa = _mm512_loadu_si512(qb + r * qb_ld + d);
+            const __m512i qc = _mm512_loadu_si512(qb + r * qb_ld + d + 32);
+            GQLA_UNROLL
+            for (int t = 0; t < NT; ++t) {
+                acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qa), as_bh(ka[t]));
+                acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qc), as_bh(kc[t]));
+            }
+        }
+    }
+    GQLA_UNROLL
+    for (int t = 0; t < NT; ++t) {
+        const __m512 sc = _mm512_set1_ps(ks[t]);
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) acc[r * NT + t] = _mm512_mul_ps(acc[r * NT + t], sc);
+    }
+    const uint16_t* q2 = qb + pad64(d1);
+    for (int d = 0; d < d2; d += 32) {
+        const __mmask32 m = mask32(d2 - d);
+        __m512i kv[NT];
+        GQLA_UNROLL
+        for (int t = 0; t < NT; ++t) kv[t] = _mm512_maskz_loadu_epi16(m, k2 + static_cast<int64_t>(t) * d2 + d);
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            const __m512i qv = _mm512_loadu_si512(q2 + r * qb_ld + d);
+            GQLA_UNROLL
+            for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qv), as_bh(kv[t]));
+        }
+    }
+    float sums[RB * NT];
+    Simd::hsum_many(acc, RB * NT, sums);
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r)
+        GQLA_UNROLL
+        for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
+}
+
+template <int RB>
+GQLA_VBMI static inline void vbmi_scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, int64_t qb_ld,
+                                              const Fp8GqaBlock& b, const float* ks, float* s, PrefetchStream* pf,
+                                              const E4m3Lut& L) {
+    constexpr int NT = 2;  // A and C per token: 4 tokens would spill
+    const uint16_t* q = qb + r0 * qb_ld;
+    float* srow = s + r0 * kGqaTokenBlock;
+    int j = 0;
+    for (; j + NT <= n; j += NT) {
+        if (pf) pf->step();
+        vbmi_score_tile<RB, NT>(q, qb_ld, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
+                                b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                                kGqaTokenBlock, L);
+    }
+    for (; j < n; ++j)
+        vbmi_score_tile<RB, 1>(q, qb_ld, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
+                               b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                               kGqaTokenBlock, L);
+}
+
+// acc (per 64 dims: A lo, A hi, C lo, C hi, each in the pair order of the
+// bf16 kernel) = acc * corr + sum_t p[t] v[t] for RB rows and the 64 dims at d.
+template <int RB, bool kMasked>
+GQLA_VBMI static inline void vbmi_pv_tile(const uint16_t* pb, int n, const uint8_t* v, int dv, int d, float* acc,
+                                          const float* corr, PrefetchStream* pf, const int* visible,
+                                          const E4m3Lut& L) {
+    __m512 a[RB * 4];
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        const __m512 cr = _mm512_set1_ps(corr[r]);
+        GQLA_UNROLL
+        for (int k = 0; k < 4; ++k) a[r * 4 + k] = _mm512_mul_ps(_mm512_loadu_ps(acc + int64_t(r) * dv + d + 16 * k), cr);
+    }
+    for (int j = 0; j < n; j += 2) {
+        if (pf) {
+            pf->step();
+            pf->step();
+        }
+        const uint8_t* v0 = v + static_cast<int64_t>(j) * dv + d;
+        const bool pair = j + 1 < n;
+        __m512i a0, c0, a1 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
+        e4m3x64_to_bf16(_mm512_loadu_si512(v0), L, a0, c0);
+        if (pair) e4m3x64_to_bf16(_mm512_loadu_si512(v0 + dv), L, a1, c1);
+        const __m512i v4[4] = {_mm512_unpacklo_epi16(a0, a1), _mm512_unpackhi_epi16(a0, a1),
+                               _mm512_unpacklo_epi16(c0, c1), _mm512_unpackhi_epi16(c0, c1)};
+        [[maybe_unused]] __m512i s4[4];
+        if constexpr (kMasked) {
+            const __m512i z = _mm512_setzero_si512();
+            s4[0] = _mm512_unpacklo_epi16(a0, z);
+            s4[1] = _mm512_unpackhi_epi16(a0, z);
+            s4[2] = _mm512_unpacklo_epi16(c0, z);
+            s4[3] = _mm512_unpackhi_epi16(c0, z);
+        }
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            bool alone = false;
+            if constexpr (kMasked) {
+                if (j >= visible[r]) continue;
+                alone = j + 1 >= visible[r];
+            }
+            uint32_t pp;
+            __builtin_memcpy(&pp, pb + r * kGqaTokenBlock + j, 4);
+            const __m512i pv = _mm512_set1_epi32(static_cast<int>(pp));
+            GQLA_UNROLL
+            for (int k = 0; k < 4; ++k)
+                a[r * 4 + k] = _mm512_dpbf16_ps(a[r * 4 + k], as_bh(pv), as_bh(kMasked && alone ? s4[k] : v4[k]));
+        }
+    }
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r)
+        GQLA_UNROLL
+        for (int k = 0; k < 4; ++k) _mm512_storeu_ps(acc + int64_t(r) * dv + d + 16 * k, a[r * 4 + k]);
+}
+
+template <int RB, bool kMasked>
+GQLA_VBMI static inline void vbmi_pv_rows(const GqaItem& it, int r0, int64_t t, int n, const uint8_t* v,
+                                          const uint16_t* pb, const float* s, const float* corr, PrefetchStream* pf,
+                                          const E4m3Lut& L) {
+    const int dv = it.dv;
+    const int chunked = dv / 64 * 64;
+    float* acc = it.acc + static_cast<int64_t>(r0) * dv;
+    const uint16_t* pr = pb + r0 * kGqaTokenBlock;
+    const float* cr = corr + r0;
+    int visible[RB];
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) visible[r] = kMasked ? visible_in_block(it.row_limit[r0 + r], t, n) : n;
+    if constexpr (kMasked) {
+        int widest = 0;
+        for (int r = 0; r < RB; ++r) widest = visible[r] > widest ? visible[r] : widest;
+        n = widest;
+    }
+    int d = 0;
+    for (; d < chunked; d += 64, pf = nullptr) vbmi_pv_tile<RB, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible, L);
+    if (d == dv) return;
+    const float* ps = s + r0 * kGqaTokenBlock;
+    for (; d + Simd::W <= dv; d += Simd::W)
+        gqa_pv_tile<GQLA_DTYPE_FP8_E4M3, RB, 1, kMasked>(ps, n, v, dv, d, acc, cr, nullptr, visible);
+    for (; d < dv; ++d)
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
+            for (int j = 0; j < visible[r]; ++j)
+                x += ps[r * kGqaTokenBlock + j] * e4m3_raw_scalar(v[static_cast<int64_t>(j) * dv + d]);
+            acc[static_cast<int64_t>(r) * dv + d] = x;
+        }
+}
+
+template <bool kMasked>
+GQLA_VBMI static inline void vbmi_pv_block(const GqaItem& it, int64_t t, int n, const uint8_t* v, const uint16_t* pb,
+                                           const float* s, const float* corr, PrefetchStream* pf, const E4m3Lut& L) {
+    constexpr int RBmax = kRows;
+    int r0 = 0;
+    for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
+        vbmi_pv_rows<RBmax, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L);
+    switch (it.rows - r0) {
+        case 1: vbmi_pv_rows<1, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L); break;
+        case 2: vbmi_pv_rows<2, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L); break;
+        case 3: vbmi_pv_rows<3, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L); break;
+        default: break;
+    }
+}
+
+GQLA_VBMI [[gnu::noinline]] static void vbmi_pv_block_masked(const GqaItem& it, int64_t t, int n, const uint8_t* v,
+                                                              const uint16_t* pb, const float* s, const float* corr,
+                                                              const E4m3Lut& L) {
+    vbmi_pv_block<true>(it, t, n, v, pb, s, corr, nullptr, L);
+}
+
+// The accumulators' 64-dim chunks back to natural order: each 32-float
+// half from the bf16 kernel's pair order, then A / C order to dims.
+static inline void vbmi_unpermute(const GqaItem& it) {
+    const __m512i i0 = pair_order_first(), i1 = pair_order_second();
+    const int chunked = it.dv / 64 * 64;
+    float tmp[64];
+    for (int r = 0; r < it.rows; ++r)
+        for (int d = 0; d < chunked; d += 64) {
+            float* a = it.acc + static_cast<int64_t>(r) * it.dv + d;
+            for (int h = 0; h < 64; h += 32) {
+                const __m512 lo = _mm512_loadu_ps(a + h), hi = _mm512_loadu_ps(a + h + 16);
+                _mm512_storeu_ps(tmp + h, _mm512_permutex2var_ps(lo, i0, hi));
+                _mm512_storeu_ps(tmp + h + 16, _mm512_permutex2var_ps(lo, i1, hi));
+            }
+            for (int i = 0; i < 32; ++i) {
+                a[a_order(i)] = tmp[i];
+                a[c_order(i)] = tmp[32 + i];
+            }
+        }
+}
+
+// Room check: the queries take pad64(d1) + pad32(d2) bf16 per row where
+// the scratch plans pad32(d1 + d2) + 32 (plus the unused f32 pair-query
+// area after them); tiny key dims go to gqa_attend_fp8_dot.
+static inline bool vbmi_fits(const GqaItem& it) { return it.d1 + it.d2 >= 32; }
+
+GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
+    if (!vbmi_fits(it)) {
+        gqa_attend_fp8_dot(it);
+        return;
+    }
+    constexpr int RBmax = kRows;
+    for (int r = 0; r < it.rows; ++r) {
+        it.m[r] = kMaxFloor;
+        it.l[r] = 0.0f;
+    }
+    for (int64_t i = 0; i < static_cast<int64_t>(it.rows) * it.dv; ++i) it.acc[i] = 0.0f;
+    if (it.t0 >= it.t1) return;
+    const E4m3Lut L = e4m3_lut();
+    float* s = it.scratch;
+    float* corr = it.scratch + it.rows * kGqaTokenBlock;
+    const int64_t qb_ld = pad64(it.d1) + (it.d2 + 31) / 32 * 32;
+    uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
+    uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
+    float* scale = it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
+    vbmi_queries(it, qb, qb_ld);
+    const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
+
+    Fp8GqaBlock cur = Fp8GqaBlock::at(it, it.t0, it.t1, kGqaTokenBlock);
+    for (int64_t t = it.t0; t < it.t1;) {
+        const int n = cur.n;
+        const bool has_next = t + n < it.t1;
+        const Fp8GqaBlock next = has_next ? Fp8GqaBlock::at(it, t + n, it.t1, kGqaTokenBlock) : cur;
+        PrefetchStream values_ahead;
+        values_ahead.add(cur.v, int64_t(n) * it.dv);
+        PrefetchStream keys_ahead;
+        if (has_next) {
+            keys_ahead.add(next.k1, int64_t(next.n) * it.d1);
+            keys_ahead.add(next.k2, int64_t(next.n) * it.d2 * 2);
+            keys_ahead.add(next.ks, int64_t(next.n) * 4);
+            keys_ahead.add(next.vs, int64_t(next.n) * 4);
+        }
+        values_ahead.plan(n / 2 + n % 2);
+        keys_ahead.plan(n);
+        for (int j = 0; j < n; ++j) {
+            scale[j] = cur.ks[j] * kE4m3Raw;
+            scale[kGqaTokenBlock + j] = cur.vs[j] * kE4m3Raw;
+        }
+        int r0 = 0;
+        PrefetchStream* pf = &values_ahead;
+        for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
+            vbmi_scores_rows<RBmax>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L);
+        switch (it.rows - r0) {
+            case 1: vbmi_scores_rows<1>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L); break;
+            case 2: vbmi_scores_rows<2>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L); break;
+            case 3: vbmi_scores_rows<3>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L); break;
+            default: break;
+        }
+        gqa_softmax_block(it, t, n, s, corr);
+        for (int r = 0; r < it.rows; ++r) {
+            float* pr = s + r * kGqaTokenBlock;
+            for (int j = 0; j < n; ++j) pr[j] *= scale[kGqaTokenBlock + j];
+        }
+        round_probabilities(s, it.rows, n, pb);
+        if (t + n - 1 > min_limit) vbmi_pv_block_masked(it, t, n, cur.v, pb, s, corr, L);
+        else vbmi_pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead, L);
+        t += n;
+        cur = next;
+    }
+    vbmi_unpermute(it);
+}

@@ -1,0 +1,358 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sparse attention in the GQA form: the GQA kind, the GQLA GQA path over the
+// kept expanded cache, and GQA_TRANSIENT (only the listed rows are
+// up-projected, block by block). One item is a piece of one query's list;
+// for every block of its visible positions the item stages the shared rope
+// keys once, then per KV group that group's key and value rows (copied, or
+// up-projected from the latent), and runs the narrow GQA kernel on the
+// group's n_rep heads over the staged "page".
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/backend_ops.hpp"
+#include "backends/cpu/decode_sparse.hpp"
+#include "backends/cpu/io_rows.hpp"
+#include "backends/cpu/thread_pool.hpp"
+
+namespace gqla::cpu {
+
+namespace {
+
+using namespace sparse;
+
+const int32_t kStagePage[1] = {0};
+
+// Where the rows of one group live: key segment 1 (K, or the expanded KC),
+// the shared segment 2 (kr; absent for the GQA kind) and the value (V, VE).
+struct Source {
+    const char* k1; int64_t k1_page, k1_group; int d1;
+    const char* k2; int64_t k2_page; int d2;
+    const char* v;  int64_t v_page, v_group; int dv;
+    const char* c;  int64_t c_page; int r;   // transient: the latent
+};
+
+Source source_of(const CpuContext* ctx, const gqla_decode_args* a) {
+    const gqla_backend_desc& d = ctx->desc;
+    const int64_t P = d.page_size;
+    const auto base = [&](const Pool& p) { return static_cast<const char*>(ctx->pool_layer(p, a->layer)); };
+    Source s{};
+    if (d.kind == GQLA_KIND_GQA) {
+        s.k1 = base(ctx->kept[0]); s.k1_page = ctx->kept[0].page_elems; s.k1_group = P * d.head_dim; s.d1 = d.head_dim;
+        s.v = base(ctx->kept[1]); s.v_page = ctx->kept[1].page_elems; s.v_group = P * d.value_dim; s.dv = d.value_dim;
+        return s;
+    }
+    s.d1 = d.nope_dim;
+    s.k1_group = P * d.nope_dim;
+    s.k2 = base(ctx->kept[1]); s.k2_page = ctx->kept[1].page_elems; s.d2 = d.rope_dim;
+    s.dv = d.value_dim;
+    s.v_group = P * d.value_dim;
+    if (a->transient) {
+        s.c = base(ctx->kept[0]); s.c_page = ctx->kept[0].page_elems; s.r = d.latent_dim;
+    } else {
+        s.k1 = base(ctx->expanded[0]); s.k1_page = ctx->expanded[0].page_elems;
+        s.v = base(ctx->expanded[1]); s.v_page = ctx->expanded[1].page_elems;
+    }
+    return s;
+}
+
+// Floats of each part of a thread's area.
+struct AreaSizes {
+    int64_t q, state, kout, limits, kscratch, pos, stage, expand;
+    int64_t total() const { return q + state + kout + limits + kscratch + pos + stage + expand; }
+};
+
+struct Area {
+    float* q;        // [H][dk], scaled by scale * log2(e)
+    float* acc;      // running state [H][dv], m [H], l [H]
+    float* m;
+    float* l;
+    float* kacc;     // one kernel call: [n_rep][dv], m, l
+    float* km;
+    float* kl;
+    int64_t* limit;  // [n_rep]
+    float* kscratch;
+    int32_t* pos;    // [kBlock] positions read from a list
+    Located* rows;   // [2]: this block's rows and the next one's
+    char* k1;        // staged rows in the cache dtype: [kBlock][d1], [kBlock][d2], [kBlock][dv]
+    char* k2;
+    char* v;
+    float* expand;   // transient: the expansion's scratch, then its f32 rows [kExpandTokens][d1 + dv]
+};
+
+class GqaSparse {
+public:
+    GqaSparse(CpuContext* ctx, const gqla_decode_args* a)
+        : ctx_(ctx), a_(a), d_(ctx->desc), rows_{a}, src_(source_of(ctx, a)) {
+        H_ = d_.num_heads;
+        G_ = d_.num_kv_heads;
+        n_rep_ = H_ / G_;
+        dk_ = src_.d1 + src_.d2;
+        es_ = ctx->elem_size;
+        if (a->transient) lw_ = &ctx->weights[static_cast<size_t>(a->layer)];
+        const int64_t N = src_.d1 + src_.dv;
+        sz_.q = round16(int64_t(H_) * dk_);
+        sz_.state = round16(int64_t(H_) * (src_.dv + 2));
+        sz_.kout = round16(int64_t(n_rep_) * (src_.dv + 2));
+        sz_.limits = round16(2 * int64_t(n_rep_));
+        sz_.kscratch = gqa_scratch_floats(n_rep_, dk_);
+        sz_.pos = round16(kBlock + 2 * int64_t(sizeof(Located)) / 4);
+        sz_.stage = round16((int64_t(kBlock) * (dk_ + src_.dv) * static_cast<int64_t>(es_) + 3) / 4);
+        sz_.expand = a->transient ? expand_scratch_floats(src_.r, N) + round16(N * int64_t(kExpandTokens)) : 0;
+        partial_floats_ = round16(int64_t(H_) * (src_.dv + 2) + 1);
+    }
+
+    gqla_status run();
+
+private:
+    Area area(float* base) const;
+    void load_queries(const Query& q, float* q32) const;
+    void run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar, float* partial) const;
+    void stage_group(int g, const Located& l, const Area& ar) const;
+    void prefetch_group(int g, const Located& l) const;
+    void stage_rope(const Located& l, const Area& ar) const;
+    void expand_group(int g, const Located& l, const Area& ar) const;
+    void write_rows(const Query& q, const float* acc, const float* m, const float* l, int64_t count) const;
+    void merge(const Query& q, const float* parts, int pieces) const;
+
+    CpuContext* ctx_;
+    const gqla_decode_args* a_;
+    const gqla_backend_desc& d_;
+    const CallRows rows_;
+    const Source src_;
+    const LayerWeights* lw_ = nullptr;
+    int H_, G_, n_rep_, dk_;
+    size_t es_;
+    AreaSizes sz_;
+    int64_t partial_floats_;
+};
+
+Area GqaSparse::area(float* base) const {
+    Area ar;
+    ar.q = base;
+    ar.acc = ar.q + sz_.q;
+    ar.m = ar.acc + int64_t(H_) * src_.dv;
+    ar.l = ar.m + H_;
+    ar.kacc = ar.acc + sz_.state;
+    ar.km = ar.kacc + int64_t(n_rep_) * src_.dv;
+    ar.kl = ar.km + n_rep_;
+    ar.limit = reinterpret_cast<int64_t*>(ar.kacc + sz_.kout);
+    ar.kscratch = ar.kacc + sz_.kout + sz_.limits;
+    ar.rows = reinterpret_cast<Located*>(ar.kscratch + sz_.kscratch);
+    ar.pos = reinterpret_cast<int32_t*>(ar.rows + 2);
+    ar.k1 = reinterpret_cast<char*>(ar.kscratch + sz_.kscratch + sz_.pos);
+    ar.k2 = ar.k1 + size_t(kBlock) * src_.d1 * es_;
+    ar.v = ar.k2 + size_t(kBlock) * src_.d2 * es_;
+    ar.expand = reinterpret_cast<float*>(ar.k1) + sz_.stage;
+    return ar;
+}
+
+void GqaSparse::load_queries(const Query& q, float* q32) const {
+    const float scale = d_.softmax_scale * kLog2e;
+    for (int h = 0; h < H_; ++h) load_row_f32(rows_.q(q.b, q.k, h), a_->q.dtype, dk_, scale, q32 + int64_t(h) * dk_);
+}
+
+// Copies group g's key and value rows of the block (the rope keys are
+// staged once for all groups by stage_rope).
+void GqaSparse::stage_group(int g, const Located& l, const Area& ar) const {
+    const size_t k_bytes = size_t(src_.d1) * es_, v_bytes = size_t(src_.dv) * es_;
+    const int64_t kg = g * src_.k1_group, vg = g * src_.v_group;
+    for (int t = 0; t < l.n; ++t) {
+        if (t + kPrefetchAhead < l.n) {  // what the unit's prefetch did not bring yet
+            prefetch_bytes(row_at(src_.k1, l, t + kPrefetchAhead, src_.k1_page, kg, src_.d1, es_), int64_t(k_bytes));
+            prefetch_bytes(row_at(src_.v, l, t + kPrefetchAhead, src_.v_page, vg, src_.dv, es_), int64_t(v_bytes));
+        }
+        copy_row(ar.k1 + t * k_bytes, row_at(src_.k1, l, t, src_.k1_page, kg, src_.d1, es_), k_bytes);
+        copy_row(ar.v + t * v_bytes, row_at(src_.v, l, t, src_.v_page, vg, src_.dv, es_), v_bytes);
+    }
+}
+
+void GqaSparse::stage_rope(const Located& l, const Area& ar) const {
+    const size_t bytes = size_t(src_.d2) * es_;
+    for (int t = 0; t < l.n; ++t) copy_row(ar.k2 + t * bytes, row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_), bytes);
+}
+
+// Prefetches the rows the unit (block l, group g) will stage, so that they
+// arrive while the current unit is attended: the group's key and value
+// rows, or the latent rows (transient, once per block: group 0), and with
+// group 0 the rope keys.
+void GqaSparse::prefetch_group(int g, const Located& l) const {
+    for (int t = 0; t < l.n; ++t) {
+        if (a_->transient) {
+            if (g == 0) prefetch_bytes(row_at(src_.c, l, t, src_.c_page, 0, src_.r, es_), src_.r * int64_t(es_));
+        } else {
+            prefetch_bytes(row_at(src_.k1, l, t, src_.k1_page, g * src_.k1_group, src_.d1, es_), src_.d1 * int64_t(es_));
+            prefetch_bytes(row_at(src_.v, l, t, src_.v_page, g * src_.v_group, src_.dv, es_), src_.dv * int64_t(es_));
+        }
+        if (g == 0 && src_.d2 > 0)
+            prefetch_bytes(row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_), src_.d2 * int64_t(es_));
+    }
+}
+
+// f32 rows to the cache dtype, as the kept expanded cache rounds them.
+void round_rows(const float* src, int64_t src_ld, char* dst, gqla_dtype t, int rows, int n) {
+    const size_t es = dtype_size(t);
+    for (int j = 0; j < rows; ++j) store_row_f32(src + j * src_ld, 1.0f, dst + size_t(j) * n * es, t, n);
+}
+
+// Up-projects the latent rows of the staged positions for group g into the
+// staged key and value rows (GQA_TRANSIENT), as the kept expanded cache
+// would hold them.
+void GqaSparse::expand_group(int g, const Located& l, const Area& ar) const {
+    const int r = src_.r, dc = src_.d1, dv = src_.dv, N = dc + dv;
+    const gqla_dtype cdt = d_.cache_dtype;
+    float* out = ar.expand + expand_scratch_floats(r, N);  // [kExpandTokens][N]
+    const LayerWeights& lw = *lw_;
+    const bool exact16 = lw.bf16() && lw.w16_exact;
+    // The expansion kernel takes kExpandTokens rows at a time.
+    for (int t0 = 0; t0 < l.n; t0 += kExpandTokens) {
+        const int n = std::min(kExpandTokens, l.n - t0);
+        const void* latent[kExpandTokens];
+        for (int j = 0; j < n; ++j) latent[j] = row_at(src_.c, l, t0 + j, src_.c_page, 0, r, es_);
+        if (exact16 || !lw.w.empty()) {
+            ExpandItem e;
+            e.tokens = n;
+            e.latent = latent;
+            e.r = r;
+            e.w = exact16 ? static_cast<const void*>(lw.w16.as<uint16_t>() + int64_t(g) * N * r)
+                          : static_cast<const void*>(lw.w.as<float>() + int64_t(g) * N * r);
+            e.w_bf16 = exact16 ? 1 : 0;
+            e.N = N;
+            e.out = out;
+            e.scratch = ar.expand;
+            ctx_->kernels->expand[cdt - 1](e);
+        } else {
+            // Only W^T is kept in f32 (bf16 cache without an exact bf16 W).
+            for (int j = 0; j < n; ++j) load_row_f32(latent[j], cdt, r, 1.0f, ar.expand + int64_t(j) * r);
+            ctx_->kernels->gemm(n, N, r, ar.expand, r, lw.wt.as<float>() + int64_t(g) * N, ctx_->expanded_width(),
+                                out, N);
+        }
+        round_rows(out, N, ar.k1 + size_t(t0) * dc * es_, cdt, n, dc);
+        round_rows(out + dc, N, ar.v + size_t(t0) * dv * es_, cdt, n, dv);
+    }
+}
+
+void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar, float* partial) const {
+    const int dv = src_.dv;
+    load_queries(q, ar.q);
+    std::fill(ar.acc, ar.acc + int64_t(H_) * dv, 0.0f);
+    std::fill(ar.m, ar.m + H_, kMaxFloor);
+    std::fill(ar.l, ar.l + H_, 0.0f);
+    const GqaAttendFn attend = ctx_->kernels->gqa_attend[d_.cache_dtype - 1];
+    int64_t count = 0;
+    int64_t i = i0;
+    // Units (block, group) run in order; while one is attended, the rows of
+    // the next are prefetched (the next block's positions are read ahead).
+    const int32_t* pt = a_->seqs[q.b].page_table;
+    Located* cur = ar.rows;
+    Located* next = ar.rows + 1;
+    locate(pt, d_.page_size, ar.pos, next_visible(q.list, &i, i1, q.limit, ar.pos), cur);
+    if (cur->n > 0) prefetch_group(0, *cur);
+    while (cur->n > 0) {
+        const int n = cur->n;
+        count += n;
+        if (src_.d2 > 0) stage_rope(*cur, ar);
+        locate(pt, d_.page_size, ar.pos, next_visible(q.list, &i, i1, q.limit, ar.pos), next);
+        for (int t = 0; t < n_rep_; ++t) ar.limit[t] = n - 1;  // every staged row is visible
+        for (int g = 0; g < G_; ++g) {
+            if (a_->transient) expand_group(g, *cur, ar);
+            else stage_group(g, *cur, ar);
+            if (g + 1 < G_) prefetch_group(g + 1, *cur);
+            else if (next->n > 0) prefetch_group(0, *next);
+            GqaItem it;
+            it.rows = n_rep_;
+            it.q = ar.q + int64_t(g) * n_rep_ * dk_;
+            it.q_ld = dk_;
+            it.row_limit = ar.limit;
+            it.page_table = kStagePage;
+            it.page_size = kBlock;
+            it.t0 = 0;
+            it.t1 = n;
+            it.k1 = ar.k1; it.k1_page_stride = 0; it.d1 = src_.d1;
+            it.k2 = ar.k2; it.k2_page_stride = 0; it.d2 = src_.d2;
+            it.v = ar.v; it.v_page_stride = 0; it.dv = dv;
+            it.acc = ar.kacc; it.m = ar.km; it.l = ar.kl;
+            it.scratch = ar.kscratch;
+            attend(it);
+            const int64_t r0 = int64_t(g) * n_rep_;
+            fold_rows(n_rep_, dv, ar.kacc, ar.km, ar.kl, ar.acc + r0 * dv, ar.m + r0, ar.l + r0);
+        }
+        std::swap(cur, next);
+    }
+    if (partial == nullptr) {
+        write_rows(q, ar.acc, ar.m, ar.l, count);
+        return;
+    }
+    std::copy(ar.acc, ar.acc + int64_t(H_) * (dv + 2), partial);  // acc, m, l are contiguous
+    partial[int64_t(H_) * (dv + 2)] = static_cast<float>(count);
+}
+
+void GqaSparse::write_rows(const Query& q, const float* acc, const float* m, const float* l, int64_t count) const {
+    const int dv = src_.dv;
+    for (int h = 0; h < H_; ++h) {
+        // No visible entry: o = 0 (acc holds zeros), lse = -inf.
+        const float mul = count > 0 ? 1.0f / l[h] : 0.0f;
+        store_row_f32(acc + int64_t(h) * dv, mul, rows_.o(q.b, q.k, h), d_.io_dtype, dv);
+        if (rows_.wants_lse())
+            *rows_.lse(q.b, q.k, h) = count > 0 ? (m[h] + __builtin_log2f(l[h])) * kLn2 : -__builtin_huge_valf();
+    }
+}
+
+// Merges the pieces of one query (acc, m, l, count each) into its output;
+// the first piece's area is reused as the sum.
+void GqaSparse::merge(const Query& q, const float* parts, int pieces) const {
+    const int dv = src_.dv;
+    const int64_t acc_n = int64_t(H_) * dv;
+    float* sum = const_cast<float*>(parts);
+    int64_t count = static_cast<int64_t>(parts[acc_n + 2 * H_]);
+    for (int p = 1; p < pieces; ++p) {
+        const float* x = parts + p * partial_floats_;
+        fold_rows(H_, dv, x, x + acc_n, x + acc_n + H_, sum, sum + acc_n, sum + acc_n + H_);
+        count += static_cast<int64_t>(x[acc_n + 2 * H_]);
+    }
+    write_rows(q, sum, sum + acc_n, sum + acc_n + H_, count);
+}
+
+gqla_status GqaSparse::run() {
+    ThreadPool& pool = ctx_->threads();
+    const int threads = pool.participants();
+    const int64_t total_q = a_->total_q;
+    const int64_t chunk_q = std::max<int64_t>(1, kChunkRows / H_);
+    const int64_t slots = partial_slots(threads);
+    Buffers& buf = buffers();
+    const size_t query_bytes = size_t(total_q) * sizeof(Query);
+    const size_t shared_bytes = (query_bytes + 63) / 64 * 64 +
+                                size_t(slots * partial_floats_) * sizeof(float);
+    const size_t area_floats = static_cast<size_t>(round16(sz_.total()));
+    if (!reserve(buf.shared, shared_bytes) || !reserve(buf.per_thread, area_floats * sizeof(float) * threads))
+        return fail(ctx_, GQLA_ERR_OUT_OF_MEMORY, "decode: cannot allocate %zu bytes of sparse-attention scratch",
+                    shared_bytes + area_floats * sizeof(float) * threads);
+    Query* queries = buf.shared.as<Query>();
+    float* partials = reinterpret_cast<float*>(buf.shared.as<char>() + (query_bytes + 63) / 64 * 64);
+    float* areas = buf.per_thread.as<float>();
+    fill_queries(a_, queries);
+    const int32_t K = a_->topk;
+    for (int64_t q0 = 0; q0 < total_q; q0 += chunk_q) {
+        const int64_t nq = std::min(chunk_q, total_q - q0);
+        const int pieces = plan_pieces(nq, K, threads);
+        pool.parallel_for(nq * pieces, 1, [&](int64_t first, int64_t end, int tid) {
+            const Area ar = area(areas + area_floats * size_t(tid));
+            for (int64_t item = first; item < end; ++item) {
+                const int64_t qi = item / pieces, p = item % pieces;
+                float* part = pieces > 1 ? partials + item * partial_floats_ : nullptr;
+                run_item(queries[q0 + qi], K * p / pieces, K * (p + 1) / pieces, ar, part);
+            }
+        });
+        if (pieces < 2) continue;
+        pool.parallel_for(nq, 1, [&](int64_t first, int64_t end, int) {
+            for (int64_t qi = first; qi < end; ++qi)
+                merge(queries[q0 + qi], partials + qi * pieces * partial_floats_, pieces);
+        });
+    }
+    return GQLA_OK;
+}
+
+}  // namespace
+
+gqla_status sparse_gqa_form(CpuContext* ctx, const gqla_decode_args* a) { return GqaSparse(ctx, a).run(); }
+
+}  // namespace gqla::cpu
