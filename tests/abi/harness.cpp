@@ -178,11 +178,25 @@ bool names_argument(const std::string& message, const std::vector<std::string>& 
     return false;
 }
 
+void require_ok(gqla_status st, const char* call) {
+    INFO(call << ": " << gqla_last_error_message());
+    REQUIRE(st == GQLA_OK);
+}
+
+std::string plant_marker_message() {
+    gqla_config_default(nullptr, GQLA_KIND_GQA);
+    return gqla_last_error_message();
+}
+
+gqla_path active_path(gqla_session* s, gqla_path* requested) {
+    gqla_path active = GQLA_PATH_AUTO, req = GQLA_PATH_AUTO;
+    require_ok(gqla_get_path(s, &active, &req), "gqla_get_path");
+    if (requested) *requested = req;
+    return active;
+}
+
 // ------------------------------------------------------------------ layouts
 
-namespace {
-
-// Strides (elements) of `shape` laid out as `layout`; innermost always 1.
 std::vector<int64_t> strides_for(const std::vector<int64_t>& shape, Layout layout) {
     const size_t n = shape.size();
     std::vector<int64_t> s(n, 1);
@@ -204,11 +218,6 @@ std::vector<int64_t> strides_for(const std::vector<int64_t>& shape, Layout layou
     }
     return s;
 }
-
-
-constexpr double kGapSentinel = 7.0;  // exactly representable in every dtype
-
-}  // namespace
 
 // ------------------------------------------------------------------ harness
 

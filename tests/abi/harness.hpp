@@ -89,6 +89,13 @@ enum class Layout {
     Transposed  // [s_q, B, ...] memory viewed as [B, s_q, ...]
 };
 
+// Strides (elements) of `shape` laid out as `layout`; innermost always 1.
+std::vector<int64_t> strides_for(const std::vector<int64_t>& shape, Layout layout);
+
+// Written into the gaps of strided outputs, which a call must leave alone;
+// exactly representable in every dtype.
+constexpr double kGapSentinel = 7.0;
+
 struct DecodeResult {
     gqla_status status = GQLA_ERR_INTERNAL;
     uint64_t seed = 0;     // of the harness that drew the inputs
@@ -177,6 +184,18 @@ std::vector<gqla_seq_id> sequences_of_lengths(Harness& h, const std::vector<int6
 // True when `message` contains one of `names` as a whole identifier (not
 // glued to letters, digits or '_' on either side).
 bool names_argument(const std::string& message, const std::vector<std::string>& names);
+
+// REQUIREs st == GQLA_OK; a failure shows gqla's message after `call`, the
+// function that returned st.
+void require_ok(gqla_status st, const char* call);
+
+// Leaves a known message behind so that a call which fails without setting
+// its own message cannot pass on a stale one; returns that message.
+std::string plant_marker_message();
+
+// The session's active path (gqla_get_path), and the requested one through
+// `requested` when given.
+gqla_path active_path(gqla_session* s, gqla_path* requested = nullptr);
 
 }  // namespace abi
 

@@ -5,14 +5,11 @@
 
 #include "harness.hpp"
 
+using abi::active_path;
 using abi::Harness;
+using abi::require_ok;
 
 namespace {
-
-void require_ok(gqla_status st) {
-    INFO(gqla_last_error_message());
-    REQUIRE(st == GQLA_OK);
-}
 
 // Append given f32 rows to one sequence through gqla_append and mirror them.
 void append_rows(Harness& h, gqla_seq_id seq, const std::vector<double>& av, const std::vector<double>& bv) {
@@ -21,14 +18,8 @@ void append_rows(Harness& h, gqla_seq_id seq, const std::vector<double>& av, con
     for (size_t k = 0; k < av.size(); ++k) a.set(k, av[k]);
     for (size_t k = 0; k < bv.size(); ++k) b.set(k, bv[k]);
     gqla_tensor ta = abi::view(a, h.a_shape(n)), tb = abi::view(b, h.b_shape(n));
-    require_ok(gqla_append(h.session(), 0, seq, &ta, &tb));
+    require_ok(gqla_append(h.session(), 0, seq, &ta, &tb), "gqla_append");
     h.record(seq, 0, abi::values_of(a), abi::values_of(b));
-}
-
-gqla_path active_path(gqla_session* s) {
-    gqla_path active = GQLA_PATH_AUTO, requested = GQLA_PATH_AUTO;
-    require_ok(gqla_get_path(s, &active, &requested));
-    return active;
 }
 
 }  // namespace
@@ -46,7 +37,7 @@ TEST_CASE("switching paths mid-sequence keeps decode correct and moves the expan
     CHECK(h.stats().expanded_bytes == 0);
     CHECK_DECODE_MATCHES(h.decode(0, {a, b}, 1), 1e-5);
 
-    require_ok(gqla_select_path(h.session(), GQLA_PATH_GQA));
+    require_ok(gqla_select_path(h.session(), GQLA_PATH_GQA), "gqla_select_path");
     CHECK(active_path(h.session()) == GQLA_PATH_GQA);
     CHECK(h.stats().path == GQLA_PATH_GQA);
     CHECK(h.stats().expanded_bytes > 0);
@@ -58,14 +49,14 @@ TEST_CASE("switching paths mid-sequence keeps decode correct and moves the expan
     h.append_ok(b, 0, 1);
     CHECK_DECODE_MATCHES(h.decode(0, {b, a}, 1), 1e-5);
 
-    require_ok(gqla_select_path(h.session(), GQLA_PATH_ABSORB));
+    require_ok(gqla_select_path(h.session(), GQLA_PATH_ABSORB), "gqla_select_path");
     CHECK(active_path(h.session()) == GQLA_PATH_ABSORB);
     CHECK(h.stats().expanded_bytes == 0);
     h.append_ok(b, 0, 30);
     CHECK_DECODE_MATCHES(h.decode(0, {a, b}, 3), 1e-5);
 
     // And back once more, now with tokens appended on absorb since the last expansion.
-    require_ok(gqla_select_path(h.session(), GQLA_PATH_GQA));
+    require_ok(gqla_select_path(h.session(), GQLA_PATH_GQA), "gqla_select_path");
     CHECK(h.stats().expanded_bytes > 0);
     CHECK_DECODE_MATCHES(h.decode(0, {a, b}, 1), 1e-5);
     CHECK_DECODE_MATCHES(h.decode(1, {a}, 2), 1e-5);
@@ -106,7 +97,8 @@ TEST_CASE("append_batch gives the same outputs as per-sequence appends of the sa
         abi::Buffer b = abi::make_input(h.rng(), GQLA_DTYPE_F32, static_cast<size_t>(total * h.b_cols()));
         gqla_tensor ta = abi::view(a, h.a_shape(total)), tb = abi::view(b, h.b_shape(total));
         require_ok(gqla_append_batch(h.session(), 0, static_cast<int32_t>(batched.size()), batched.data(),
-                                     counts.data(), &ta, &tb));
+                                     counts.data(), &ta, &tb),
+                   "gqla_append_batch");
         const auto av = abi::values_of(a), bv = abi::values_of(b);
         int64_t row = 0;
         for (size_t i = 0; i < counts.size(); ++i) {

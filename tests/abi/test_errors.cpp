@@ -16,17 +16,7 @@
 #include "harness.hpp"
 
 using abi::Harness;
-
-namespace {
-
-// Leave a known message behind so that a call which fails without setting its
-// own message cannot pass on a stale one.
-std::string plant_marker_message() {
-    gqla_config_default(nullptr, GQLA_KIND_GQA);
-    return gqla_last_error_message();
-}
-
-}  // namespace
+using abi::plant_marker_message;
 
 // EXPECT_GQLA_ERROR(call, expected status, {accepted argument names})
 #define EXPECT_GQLA_ERROR(call, expected, ...)                                               \
@@ -428,7 +418,7 @@ TEST_CASE("weights, sequences, paths, stats and stream calls reject bad inputs")
         CHECK(gqla_session_synchronize(ss) == GQLA_OK);
 
         // session cost
-        gqla_workload wl{sizeof(gqla_workload), 4, 1000, 1};
+        gqla_workload wl{sizeof(gqla_workload), 4, 1000, 1, 0};
         gqla_cost_report rep;
         rep.struct_size = sizeof rep;
         EXPECT_GQLA_ERROR(gqla_session_predict_cost(ss, nullptr, &rep), GQLA_ERR_INVALID_ARGUMENT, {"w"});
@@ -489,7 +479,7 @@ TEST_CASE("session-less entry points reject bad inputs") {
     std::memset(&zero_info, 0, sizeof zero_info);
     EXPECT_GQLA_ERROR(gqla_probe(GQLA_DEVICE_CPU, 0, 0, &zero_info), GQLA_ERR_INVALID_ARGUMENT, {"out", "struct_size"});
 
-    gqla_workload w{sizeof(gqla_workload), 1, 100, 1};
+    gqla_workload w{sizeof(gqla_workload), 1, 100, 1, 0};
     gqla_cost_report rep;
     rep.struct_size = sizeof rep;
     EXPECT_GQLA_ERROR(gqla_predict_cost(nullptr, nullptr, &w, &rep), GQLA_ERR_INVALID_ARGUMENT, {"cfg"});
@@ -509,8 +499,8 @@ TEST_CASE("cost prediction of the largest workloads stays finite and positive") 
         CAPTURE(kind);
         gqla_config cfg = kind == 0 ? abi::odd_gqa_config(3) : abi::odd_gqla_config(3);
         Harness h(cfg);
-        for (const gqla_workload& w : {gqla_workload{sizeof(gqla_workload), 2, INT64_MAX, 1},
-                                       gqla_workload{sizeof(gqla_workload), INT32_MAX, INT64_MAX, INT32_MAX}}) {
+        for (const gqla_workload& w : {gqla_workload{sizeof(gqla_workload), 2, INT64_MAX, 1, 0},
+                                       gqla_workload{sizeof(gqla_workload), INT32_MAX, INT64_MAX, INT32_MAX, 0}}) {
             CAPTURE(w.batch);
             gqla_cost_report free_standing{}, of_session{};
             free_standing.struct_size = of_session.struct_size = sizeof(gqla_cost_report);
