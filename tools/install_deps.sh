@@ -7,6 +7,9 @@ set -euo pipefail
 
 packages=(libdnnl-dev doctest-dev pybind11-dev python3-numpy python3-pytest libdlpack-dev bindgen
           cmake ninja-build g++ pkg-config python3-dev)
+# The wheel test builds a wheel offline (pip, setuptools, wheel) and installs
+# it into a fresh venv; bench/plot.py and its test draw with matplotlib.
+packages+=(python3-pip python3-setuptools python3-wheel python3-venv python3-matplotlib)
 # The fuzzing and ThreadSanitizer stages build with clang-14: libclang-rt-14-dev
 # holds its sanitizer and libFuzzer runtimes (libclang_rt.fuzzer*.a, tsan),
 # libomp-dev the OpenMP runtime clang links.

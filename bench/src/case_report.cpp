@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "build_info.hpp"
 #include "json_writer.hpp"
 
 namespace gqla::bench {
@@ -80,6 +81,7 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
         .str("io_dtype", dtype_label(r.io_dtype));
     if (!r.error.empty()) {
         j.null("ms").str("skipped", r.error);
+        add_build_info(j);
         std::printf("%s\n", j.dump().c_str());
         return;
     }
@@ -118,6 +120,7 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
         .num("peak_gflops_machine", env.roofline.peak_for(r.dtype), 4)
         .num("peak_fma_gflops_machine", env.roofline.peak_gflops, 4)
         .num("peak_bf16_gflops_machine", env.roofline.peak_bf16_gflops, 4);
+    add_build_info(j);
     std::printf("%s\n", j.dump().c_str());
 }
 

@@ -273,6 +273,7 @@ gqla_device_type DecodeWorkload::device() const {
 
 gqla_cost_report DecodeWorkload::predict(int batch, int s_q) const {
     gqla_workload w;
+    std::memset(&w, 0, sizeof w);  // fields appended later (topk) keep their defaults
     w.struct_size = sizeof w;
     w.batch = batch;
     w.context = spec_.context;

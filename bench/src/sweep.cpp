@@ -15,6 +15,7 @@
 #include "case_report.hpp"
 #include "decode_workload.hpp"
 #include "naive_baseline.hpp"
+#include "progress.hpp"
 #include "support.hpp"
 
 namespace gqla::bench {
@@ -272,6 +273,26 @@ AccuracySpec accuracy_spec(const Preset& p, const WorkloadSpec& spec, const Case
     return acc;
 }
 
+// Rows the sweep will print, counted over the same loops as run_sweep.
+long long planned_rows(const Options& opt, const std::vector<int>& batches) {
+    long long rows = 0;
+    for (const std::string& name : opt.presets) {
+        const Preset& p = *find_preset(name);
+        for (gqla_path path : paths_for(p, opt))
+            for (int batch : batches)
+                for (size_t c = 0; c < length_cases(opt, batch).size(); ++c)
+                    for (const RowGroup& group : row_groups(opt, path))
+                        rows += group.ragged ? 1 : static_cast<long long>(group.s_qs.size());
+    }
+    return rows * static_cast<long long>(opt.dtypes.size());
+}
+
+std::string progress_label(const CaseResult& r) {
+    return std::string(r.preset->name) + " " + path_name(r.error.empty() ? r.active : r.requested) + " " +
+           dtype_label(r.dtype) + " batch " + std::to_string(r.batch) + " context " + std::to_string(r.context) +
+           (r.mix.empty() ? " s_q " + std::to_string(r.s_q) : " q_lens " + r.mix);
+}
+
 }  // namespace
 
 int run_sweep(const Options& opt, const BenchEnv& env) {
@@ -281,6 +302,7 @@ int run_sweep(const Options& opt, const BenchEnv& env) {
     std::map<std::string, double> accuracy_cache;
     std::map<std::tuple<std::string, int, int, int64_t, int>, NaiveResult> baseline_cache;
     const std::vector<int> batches = opt.mix.empty() ? opt.batches : std::vector<int>{opt.mix.batch()};
+    Progress progress("gqla-bench sweep", planned_rows(opt, batches), !opt.quiet);
 
     for (const std::string& name : opt.presets) {
         const Preset& p = *find_preset(name);
@@ -344,6 +366,7 @@ int run_sweep(const Options& opt, const BenchEnv& env) {
                                 if (opt.json) print_json(r, env);
                                 else print_table_row(r);
                                 std::fflush(stdout);
+                                progress.done(progress_label(r));
                             }
                         }
     }

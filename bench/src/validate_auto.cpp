@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "build_info.hpp"
 #include "decode_workload.hpp"
 #include "json_writer.hpp"
+#include "progress.hpp"
 #include "support.hpp"
 #include "validate_auto_prefill.hpp"
 
@@ -40,6 +43,44 @@ struct Row {
 
 int index_of(gqla_path p) { return p == GQLA_PATH_GQA ? 0 : 1; }
 
+// One session of the decode grid: a preset at one context, timing every
+// batch up to `max_batch` (the largest within the byte budget).
+struct DecodeSession {
+    const Preset* preset;
+    int64_t context;
+    int max_batch;
+
+    // Timings: both paths of every kept batch and s_q.
+    long long cells() const {
+        long long batches = 0;
+        for (int b : kBatches) batches += b <= max_batch;
+        return batches * static_cast<long long>(std::size(kQueryLens)) * 2;
+    }
+};
+
+std::vector<DecodeSession> plan_decode_grid(gqla_dtype dtype, double cell_budget, std::vector<std::string>* dropped) {
+    std::vector<DecodeSession> sessions;
+    for (const Preset& p : all_presets()) {
+        if (!p.is_gqla()) continue;  // one path only: nothing to choose
+        const double per_token = stored_bytes_per_token(p, GQLA_PATH_GQA, dtype);
+        for (int64_t context : kContexts) {
+            int max_batch = 0;
+            for (int b : kBatches) {
+                if (b * static_cast<double>(context) * per_token <= cell_budget) max_batch = b;
+                else dropped->push_back(std::string(p.name) + " batch " + std::to_string(b) + " context " +
+                                        std::to_string(context));
+            }
+            if (max_batch > 0) sessions.push_back({&p, context, max_batch});
+        }
+    }
+    return sessions;
+}
+
+std::string cell_label(const Row& r, const char* path) {
+    return std::string(r.preset->name) + " batch " + std::to_string(r.batch) + " context " +
+           std::to_string(r.context) + " s_q " + std::to_string(r.s_q) + " " + path;
+}
+
 }  // namespace
 
 int run_validate_auto(const Options& opt, const BenchEnv& env) {
@@ -57,51 +98,59 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
     std::vector<std::string> errors;
     const double t_start = now_s();
 
-    for (const Preset& p : all_presets()) {
-        if (!p.is_gqla()) continue;  // one path only: nothing to choose
-        const double per_token = stored_bytes_per_token(p, GQLA_PATH_GQA, dtype);
-        for (int64_t context : kContexts) {
-            int max_batch = 0;
-            for (int b : kBatches) {
-                if (b * static_cast<double>(context) * per_token <= cell_budget) max_batch = b;
-                else dropped.push_back(std::string(p.name) + " batch " + std::to_string(b) + " context " +
-                                       std::to_string(context));
-            }
-            if (max_batch == 0) continue;
-            const double read_per_seq = read_bytes_per_token(p, GQLA_PATH_GQA, dtype) * context;
-            const int64_t want = static_cast<int64_t>(std::ceil(rotation_budget / read_per_seq));
-            const int64_t cap = static_cast<int64_t>(cell_budget / (per_token * context));
-            WorkloadSpec spec = absorb_session_spec(p, opt, env, dtype, context);
-            spec.batch = max_batch;
-            spec.max_s_q = 4;
-            // Sequences = batch * sets: as many as the rotation wants, at
-            // least one batch, at most what the byte budget allows.
-            const int64_t nseq = std::max<int64_t>(max_batch, std::min<int64_t>(want, std::max<int64_t>(cap, max_batch)));
-            spec.sets = static_cast<int>((nseq + max_batch - 1) / max_batch);
+    const std::vector<DecodeSession> decode_plan = plan_decode_grid(dtype, cell_budget, &dropped);
+    const PrefillPlan prefill_plan = plan_prefill_grid(opt, env);
+    long long total_cells = prefill_plan.cells();
+    for (const DecodeSession& d : decode_plan) total_cells += d.cells();
+    Progress progress("gqla-bench validate-auto", total_cells, !opt.quiet);
 
-            std::vector<Row> cell_rows;
-            try {
-                DecodeWorkload work(spec);
-                for (int b : kBatches) {
-                    if (b > max_batch) continue;
-                    for (int s_q : kQueryLens) {
-                        Row r{&p, b, s_q, context};
-                        const gqla_cost_report c = work.predict(b, s_q);
-                        r.pred[0] = c.gqa.time_s;
-                        r.pred[1] = c.absorb.time_s;
-                        r.cost[0] = c.gqa;
-                        r.cost[1] = c.absorb;
-                        r.chosen = c.chosen;
-                        r.meas[1] = work.time_decode(b, s_q, reps, 1.0, opt.hot, min_seconds);
-                        cell_rows.push_back(r);
-                    }
+    for (const DecodeSession& session : decode_plan) {
+        const Preset& p = *session.preset;
+        const int64_t context = session.context;
+        const int max_batch = session.max_batch;
+        const double per_token = stored_bytes_per_token(p, GQLA_PATH_GQA, dtype);
+        long long timed = 0;
+        const double read_per_seq = read_bytes_per_token(p, GQLA_PATH_GQA, dtype) * context;
+        const int64_t want = static_cast<int64_t>(std::ceil(rotation_budget / read_per_seq));
+        const int64_t cap = static_cast<int64_t>(cell_budget / (per_token * context));
+        WorkloadSpec spec = absorb_session_spec(p, opt, env, dtype, context);
+        spec.batch = max_batch;
+        spec.max_s_q = 4;
+        // Sequences = batch * sets: as many as the rotation wants, at
+        // least one batch, at most what the byte budget allows.
+        const int64_t nseq = std::max<int64_t>(max_batch, std::min<int64_t>(want, std::max<int64_t>(cap, max_batch)));
+        spec.sets = static_cast<int>((nseq + max_batch - 1) / max_batch);
+
+        std::vector<Row> cell_rows;
+        try {
+            DecodeWorkload work(spec);
+            for (int b : kBatches) {
+                if (b > max_batch) continue;
+                for (int s_q : kQueryLens) {
+                    Row r{&p, b, s_q, context};
+                    const gqla_cost_report c = work.predict(b, s_q);
+                    r.pred[0] = c.gqa.time_s;
+                    r.pred[1] = c.absorb.time_s;
+                    r.cost[0] = c.gqa;
+                    r.cost[1] = c.absorb;
+                    r.chosen = c.chosen;
+                    r.meas[1] = work.time_decode(b, s_q, reps, 1.0, opt.hot, min_seconds);
+                    cell_rows.push_back(r);
+                    ++timed;
+                    progress.done(cell_label(r, "absorb"));
                 }
-                work.select_path(GQLA_PATH_GQA);  // expand once, outside the timings
-                for (Row& r : cell_rows) r.meas[0] = work.time_decode(r.batch, r.s_q, reps, 1.0, opt.hot, min_seconds);
-                rows.insert(rows.end(), cell_rows.begin(), cell_rows.end());
-            } catch (const GqlaError& e) {
-                errors.push_back(std::string(p.name) + " context " + std::to_string(context) + ": " + e.what());
             }
+            work.select_path(GQLA_PATH_GQA);  // expand once, outside the timings
+            for (Row& r : cell_rows) {
+                r.meas[0] = work.time_decode(r.batch, r.s_q, reps, 1.0, opt.hot, min_seconds);
+                ++timed;
+                progress.done(cell_label(r, "gqa"));
+            }
+            rows.insert(rows.end(), cell_rows.begin(), cell_rows.end());
+        } catch (const GqlaError& e) {
+            errors.push_back(std::string(p.name) + " context " + std::to_string(context) + ": " + e.what());
+            progress.done(std::string(p.name) + " context " + std::to_string(context) + " failed",
+                          session.cells() - timed);
         }
     }
 
@@ -143,7 +192,7 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
     rows_json += "]";
 
     // Prefill chunks: gqla_attention's per-call choice among three forms.
-    const std::string prefill = run_prefill_grid(opt, env, &errors);
+    const std::string prefill = run_prefill_grid(prefill_plan, opt, env, &errors, progress);
 
     const int cases = static_cast<int>(rows.size());
     JsonObject out;
@@ -169,6 +218,7 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
         .raw("errors", json_string_array(errors))
         .raw("rows", rows_json)
         .raw("prefill", prefill);
+    add_build_info(out);
     std::printf("%s\n", out.dump().c_str());
     return errors.empty() && cases > 0 ? 0 : 1;
 }

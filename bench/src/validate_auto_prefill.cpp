@@ -90,6 +90,20 @@ double costliest_flops(const Preset& p, gqla_dtype dtype, gqla_dtype io, int bat
     return most;
 }
 
+// Bytes per cached token of a (preset, context) session: latent + expanded
+// cache, and on CUDA the transient form's layer of expanded rows for every
+// page of the pool.
+double cached_bytes_per_token(const Preset& p, gqla_dtype dtype, bool on_cpu) {
+    const double expanded = stored_bytes_per_token(p, GQLA_PATH_GQA, dtype) -
+                            stored_bytes_per_token(p, GQLA_PATH_ABSORB, dtype);
+    return stored_bytes_per_token(p, GQLA_PATH_GQA, dtype) + (on_cpu ? 0.0 : expanded);
+}
+
+std::string cell_label(const Cell& c, gqla_path form) {
+    return std::string(c.preset->name) + " batch " + std::to_string(c.batch) + " context " +
+           std::to_string(c.context) + " s_q " + std::to_string(c.s_q) + " " + path_name(form);
+}
+
 }  // namespace
 
 WorkloadSpec absorb_session_spec(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype cache_dtype,
@@ -106,79 +120,103 @@ WorkloadSpec absorb_session_spec(const Preset& p, const Options& opt, const Benc
     return spec;
 }
 
-std::string run_prefill_grid(const Options& opt, const BenchEnv& env, std::vector<std::string>* errors) {
+long long PrefillPlan::cells() const {
+    long long n = 0;
+    for (const Session& s : sessions) n += static_cast<long long>(s.shapes.size()) * kFormCount;
+    return n;
+}
+
+PrefillPlan plan_prefill_grid(const Options& opt, const BenchEnv& env) {
     const bool on_cpu = env.device == GQLA_DEVICE_CPU;
     const double flop_budget = on_cpu ? kCpuCallFlops : kGpuCallFlops;
+    const double cell_budget = on_cpu ? kCpuCellBytes : 0.5 * static_cast<double>(env.memory_cap);
+    const gqla_dtype dtype = opt.dtypes.front();
+    PrefillPlan plan;
+    for (const Preset& p : all_presets()) {
+        if (!p.is_gqla()) continue;
+        const double per_token = cached_bytes_per_token(p, dtype, on_cpu);
+        for (int64_t context : kContexts) {
+            PrefillPlan::Session session{&p, context, {}};
+            for (int s_q : kQueryLens) {
+                if (s_q > context) continue;
+                for (int b : kBatches) {
+                    if (costliest_flops(p, dtype, opt.io_dtype, b, context, s_q) > flop_budget ||
+                        b * static_cast<double>(context) * per_token > cell_budget) {
+                        plan.dropped.push_back(std::string(p.name) + " batch " + std::to_string(b) + " context " +
+                                               std::to_string(context) + " s_q " + std::to_string(s_q));
+                        continue;
+                    }
+                    session.shapes.push_back({b, s_q});
+                }
+            }
+            if (!session.shapes.empty()) plan.sessions.push_back(session);
+        }
+    }
+    return plan;
+}
+
+std::string run_prefill_grid(const PrefillPlan& plan, const Options& opt, const BenchEnv& env,
+                             std::vector<std::string>* errors, Progress& progress) {
+    const bool on_cpu = env.device == GQLA_DEVICE_CPU;
     const double cell_budget = on_cpu ? kCpuCellBytes : 0.5 * static_cast<double>(env.memory_cap);
     const int reps = std::min(opt.reps, on_cpu ? 5 : 15);
     const double min_seconds = on_cpu ? 0.05 : 0.02;
     const gqla_dtype dtype = opt.dtypes.front();
     std::vector<Cell> cells;
-    std::vector<std::string> dropped;
     const double t_start = now_s();
 
-    for (const Preset& p : all_presets()) {
-        if (!p.is_gqla()) continue;
-        // Bytes per cached token: latent + expanded cache, and on CUDA the
-        // transient form's layer of expanded rows for every page of the pool.
-        const double expanded = stored_bytes_per_token(p, GQLA_PATH_GQA, dtype) -
-                                stored_bytes_per_token(p, GQLA_PATH_ABSORB, dtype);
-        const double per_token = stored_bytes_per_token(p, GQLA_PATH_GQA, dtype) + (on_cpu ? 0.0 : expanded);
-        for (int64_t context : kContexts) {
-            std::vector<Cell> kept;
-            for (int s_q : kQueryLens) {
-                if (s_q > context) continue;
-                for (int b : kBatches) {
-                    const std::string name = std::string(p.name) + " batch " + std::to_string(b) + " context " +
-                                             std::to_string(context) + " s_q " + std::to_string(s_q);
-                    if (costliest_flops(p, dtype, opt.io_dtype, b, context, s_q) > flop_budget ||
-                        b * static_cast<double>(context) * per_token > cell_budget) {
-                        dropped.push_back(name);
-                        continue;
-                    }
-                    kept.push_back(Cell{&p, b, s_q, context});
-                }
-            }
-            if (kept.empty()) continue;
-            WorkloadSpec spec = absorb_session_spec(p, opt, env, dtype, context);
-            for (const Cell& c : kept) {
-                spec.batch = std::max(spec.batch, c.batch);
-                spec.max_s_q = std::max(spec.max_s_q, c.s_q);
-                spec.max_q_tokens = std::max<int64_t>(spec.max_q_tokens, static_cast<int64_t>(c.batch) * c.s_q);
-            }
-            // Two batches to alternate between: prefill calls are compute
-            // bound, the rotation only keeps one call's cache out of the next.
-            const int64_t cap = static_cast<int64_t>(cell_budget / (per_token * static_cast<double>(context)));
-            spec.sets = cap >= 2 * spec.batch ? 2 : 1;
-            try {
-                DecodeWorkload work(spec);
-                for (Cell& c : kept) {
-                    const gqla_cost_report r = work.predict(c.batch, c.s_q);
-                    c.cost[0] = r.absorb;
-                    c.cost[1] = r.transient;
-                    c.cost[2] = r.gqa;
-                    c.call_chosen = r.call_chosen;
-                    for (int k = 0; k < 2; ++k)
-                        c.meas[k] = work.time_calls(CallShape::uniform(c.batch, c.s_q, kForms[k]), reps, 1.0, opt.hot,
-                                                    min_seconds);
-                    work.call(0, CallShape::uniform(c.batch, c.s_q, GQLA_PATH_AUTO));
-                    c.auto_latent = work.last_path_taken();
-                }
-                work.select_path(GQLA_PATH_GQA);  // expand once, outside the timings
-                for (Cell& c : kept) {
-                    c.meas[2] = work.time_calls(CallShape::uniform(c.batch, c.s_q, GQLA_PATH_GQA), reps, 1.0, opt.hot,
+    for (const PrefillPlan::Session& session : plan.sessions) {
+        const Preset& p = *session.preset;
+        const int64_t context = session.context;
+        const double per_token = cached_bytes_per_token(p, dtype, on_cpu);
+        std::vector<Cell> kept;
+        for (const PrefillPlan::Shape& shape : session.shapes) kept.push_back(Cell{&p, shape.batch, shape.s_q, context});
+        WorkloadSpec spec = absorb_session_spec(p, opt, env, dtype, context);
+        for (const Cell& c : kept) {
+            spec.batch = std::max(spec.batch, c.batch);
+            spec.max_s_q = std::max(spec.max_s_q, c.s_q);
+            spec.max_q_tokens = std::max<int64_t>(spec.max_q_tokens, static_cast<int64_t>(c.batch) * c.s_q);
+        }
+        // Two batches to alternate between: prefill calls are compute
+        // bound, the rotation only keeps one call's cache out of the next.
+        const int64_t cap = static_cast<int64_t>(cell_budget / (per_token * static_cast<double>(context)));
+        spec.sets = cap >= 2 * spec.batch ? 2 : 1;
+        long long timed = 0;
+        try {
+            DecodeWorkload work(spec);
+            for (Cell& c : kept) {
+                const gqla_cost_report r = work.predict(c.batch, c.s_q);
+                c.cost[0] = r.absorb;
+                c.cost[1] = r.transient;
+                c.cost[2] = r.gqa;
+                c.call_chosen = r.call_chosen;
+                for (int k = 0; k < 2; ++k) {
+                    c.meas[k] = work.time_calls(CallShape::uniform(c.batch, c.s_q, kForms[k]), reps, 1.0, opt.hot,
                                                 min_seconds);
-                    if (work.last_path_taken() != GQLA_PATH_GQA)
-                        throw GqlaError(GQLA_ERR_INTERNAL, std::string("path GQA over the kept cache ran on ") +
-                                                               path_name(work.last_path_taken()));
-                    work.call(0, CallShape::uniform(c.batch, c.s_q, GQLA_PATH_AUTO));
-                    c.auto_kept = work.last_path_taken();
+                    ++timed;
+                    progress.done(cell_label(c, kForms[k]));
                 }
-                cells.insert(cells.end(), kept.begin(), kept.end());
-            } catch (const GqlaError& e) {
-                errors->push_back(std::string(p.name) + " context " + std::to_string(context) + " (prefill): " +
-                                  e.what());
+                work.call(0, CallShape::uniform(c.batch, c.s_q, GQLA_PATH_AUTO));
+                c.auto_latent = work.last_path_taken();
             }
+            work.select_path(GQLA_PATH_GQA);  // expand once, outside the timings
+            for (Cell& c : kept) {
+                c.meas[2] = work.time_calls(CallShape::uniform(c.batch, c.s_q, GQLA_PATH_GQA), reps, 1.0, opt.hot,
+                                            min_seconds);
+                if (work.last_path_taken() != GQLA_PATH_GQA)
+                    throw GqlaError(GQLA_ERR_INTERNAL, std::string("path GQA over the kept cache ran on ") +
+                                                           path_name(work.last_path_taken()));
+                ++timed;
+                progress.done(cell_label(c, GQLA_PATH_GQA));
+                work.call(0, CallShape::uniform(c.batch, c.s_q, GQLA_PATH_AUTO));
+                c.auto_kept = work.last_path_taken();
+            }
+            cells.insert(cells.end(), kept.begin(), kept.end());
+        } catch (const GqlaError& e) {
+            errors->push_back(std::string(p.name) + " context " + std::to_string(context) + " (prefill): " +
+                              e.what());
+            progress.done(std::string(p.name) + " context " + std::to_string(context) + " (prefill) failed",
+                          static_cast<long long>(kept.size()) * kFormCount - timed);
         }
     }
 
@@ -226,7 +264,7 @@ std::string run_prefill_grid(const Options& opt, const BenchEnv& env, std::vecto
         .raw("kept_cache", with_kept.json())
         .integer("auto_latent_as_predicted", pick_as_predicted)
         .num("seconds", now_s() - t_start, 3)
-        .raw("dropped", json_string_array(dropped))
+        .raw("dropped", json_string_array(plan.dropped))
         .raw("rows", rows);
     return out.dump();
 }

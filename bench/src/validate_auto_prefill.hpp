@@ -14,6 +14,8 @@
 #include "bench_env.hpp"
 #include "decode_workload.hpp"
 #include "options.hpp"
+#include "presets.hpp"
+#include "progress.hpp"
 
 namespace gqla::bench {
 
@@ -23,8 +25,29 @@ namespace gqla::bench {
 WorkloadSpec absorb_session_spec(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype cache_dtype,
                                  int64_t context);
 
-// Measures the grid; returns the JSON object printed under "prefill" and
-// appends failures to `errors`.
-std::string run_prefill_grid(const Options& opt, const BenchEnv& env, std::vector<std::string>* errors);
+// The cells of the grid that fit its FLOP and memory budgets, grouped by
+// the (preset, context) session they share, and the ones dropped.
+struct PrefillPlan {
+    struct Shape {
+        int batch, s_q;
+    };
+    struct Session {
+        const Preset* preset;
+        int64_t context;
+        std::vector<Shape> shapes;
+    };
+    std::vector<Session> sessions;
+    std::vector<std::string> dropped;
+
+    // Timings: every form of every kept cell.
+    long long cells() const;
+};
+
+PrefillPlan plan_prefill_grid(const Options& opt, const BenchEnv& env);
+
+// Measures the planned grid; returns the JSON object printed under
+// "prefill", appends failures to `errors` and reports each timing to `progress`.
+std::string run_prefill_grid(const PrefillPlan& plan, const Options& opt, const BenchEnv& env,
+                             std::vector<std::string>* errors, Progress& progress);
 
 }  // namespace gqla::bench
