@@ -21,7 +21,7 @@
  * every pool.
  *   GQA kind
  *     K [layer][page][G][P][D]      V [layer][page][G][P][Dv]
- *   GQLA kind (always)
+ *   GQLA kind (always; C only while desc.keep_latent == 1)
  *     C [layer][page][P][r]         KR [layer][page][P][d_r]
  *   GQLA kind, expanded (only while enabled)
  *     KC [layer][page][G][P][d_c]   VE [layer][page][G][P][d_v]

@@ -62,35 +62,40 @@ void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale,
     }
 }
 
+void gqla_token_rows(int G, int r, int d_c, int d_r, int d_v, const double* W, const double* c, const double* kr,
+                     double* keys, double* vals) {
+    const int dq = d_c + d_r;
+    const size_t rows_per_group = static_cast<size_t>(d_c + d_v);
+    for (int g = 0; g < G; ++g) {
+        const double* w_uk = W + g * rows_per_group * r;
+        const double* w_uv = w_uk + static_cast<size_t>(d_c) * r;
+        double* key = keys + static_cast<size_t>(g) * dq;
+        double* val = vals + static_cast<size_t>(g) * d_v;
+        for (int row = 0; row < d_c; ++row) {
+            double sum = 0.0;
+            for (int t = 0; t < r; ++t) sum += w_uk[static_cast<size_t>(row) * r + t] * c[t];
+            key[row] = sum;
+        }
+        for (int d = 0; d < d_r; ++d) key[d_c + d] = kr[d];
+        for (int row = 0; row < d_v; ++row) {
+            double sum = 0.0;
+            for (int t = 0; t < r; ++t) sum += w_uv[static_cast<size_t>(row) * r + t] * c[t];
+            val[row] = sum;
+        }
+    }
+}
+
 void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale,
                  const double* q, const double* W, const double* C, const double* KR,
                  double* o, double* lse) {
     const int dq = d_c + d_r;
-    const size_t rows_per_group = static_cast<size_t>(d_c + d_v);
     // Form every group's key [W_UK[g] c[j] | kr[j]] and value W_UV[g] c[j]
     // explicitly, exactly as the definition reads.
     std::vector<double> keys(static_cast<size_t>(L) * G * dq);
     std::vector<double> vals(static_cast<size_t>(L) * G * d_v);
-    for (int64_t j = 0; j < L; ++j) {
-        const double* c = C + static_cast<size_t>(j) * r;
-        for (int g = 0; g < G; ++g) {
-            const double* w_uk = W + g * rows_per_group * r;
-            const double* w_uv = w_uk + static_cast<size_t>(d_c) * r;
-            double* key = &keys[(static_cast<size_t>(j) * G + g) * dq];
-            double* val = &vals[(static_cast<size_t>(j) * G + g) * d_v];
-            for (int row = 0; row < d_c; ++row) {
-                double sum = 0.0;
-                for (int t = 0; t < r; ++t) sum += w_uk[static_cast<size_t>(row) * r + t] * c[t];
-                key[row] = sum;
-            }
-            for (int d = 0; d < d_r; ++d) key[d_c + d] = KR[static_cast<size_t>(j) * d_r + d];
-            for (int row = 0; row < d_v; ++row) {
-                double sum = 0.0;
-                for (int t = 0; t < r; ++t) sum += w_uv[static_cast<size_t>(row) * r + t] * c[t];
-                val[row] = sum;
-            }
-        }
-    }
+    for (int64_t j = 0; j < L; ++j)
+        gqla_token_rows(G, r, d_c, d_r, d_v, W, C + static_cast<size_t>(j) * r, KR + static_cast<size_t>(j) * d_r,
+                        &keys[static_cast<size_t>(j) * G * dq], &vals[static_cast<size_t>(j) * G * d_v]);
     // With keys and values formed, the score is q[h]·key and the rest is GQA.
     gqa_decode(H, G, dq, d_v, L, s_q, scale, q, keys.data(), vals.data(), o, lse);
 }

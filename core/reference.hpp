@@ -28,6 +28,11 @@ void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale,
 // formed per group from the latent; neither path's algebra).
 //   q [s_q, H, d_c + d_r] (nope part first), W [G*(d_c+d_v), r] (kv_b_proj
 //   layout), C [L, r], KR [L, d_r]  ->  o [s_q, H, d_v], lse [s_q, H]
+// One token's key [W_UK[g] c | kr] ([G][d_c + d_r]) and value W_UV[g] c
+// ([G][d_v]) for every group g, W being W_UKV [G*(d_c+d_v), r].
+void gqla_token_rows(int G, int r, int d_c, int d_r, int d_v, const double* W, const double* c, const double* kr,
+                     double* keys, double* vals);
+
 void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale,
                  const double* q, const double* W, const double* C, const double* KR,
                  double* o, double* lse);

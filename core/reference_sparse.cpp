@@ -2,6 +2,8 @@
 // Float64 reference of sparse attention (see reference_sparse.hpp).
 #include "core/reference_sparse.hpp"
 
+#include "core/reference.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -71,7 +73,6 @@ void gqla_sparse_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t 
                         const double* q, const double* W, const double* C, const double* KR, const int32_t* idx,
                         int topk, double* o, double* lse) {
     const int dq = d_c + d_r;
-    const size_t rows_per_group = static_cast<size_t>(d_c + d_v);
     // Keys [W_UK[g] c[j] | kr[j]] and values W_UV[g] c[j] of every listed
     // position, formed once per group as the definition reads.
     std::vector<char> listed(static_cast<size_t>(L), 0);
@@ -82,27 +83,10 @@ void gqla_sparse_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t 
         }
     std::vector<double> keys(static_cast<size_t>(L) * G * dq, 0.0);
     std::vector<double> vals(static_cast<size_t>(L) * G * d_v, 0.0);
-    for (int64_t j = 0; j < L; ++j) {
-        if (!listed[static_cast<size_t>(j)]) continue;
-        const double* c = C + static_cast<size_t>(j) * r;
-        for (int g = 0; g < G; ++g) {
-            const double* w_uk = W + g * rows_per_group * r;
-            const double* w_uv = w_uk + static_cast<size_t>(d_c) * r;
-            double* key = &keys[(static_cast<size_t>(j) * G + g) * dq];
-            double* val = &vals[(static_cast<size_t>(j) * G + g) * d_v];
-            for (int row = 0; row < d_c; ++row) {
-                double sum = 0.0;
-                for (int t = 0; t < r; ++t) sum += w_uk[static_cast<size_t>(row) * r + t] * c[t];
-                key[row] = sum;
-            }
-            for (int d = 0; d < d_r; ++d) key[d_c + d] = KR[static_cast<size_t>(j) * d_r + d];
-            for (int row = 0; row < d_v; ++row) {
-                double sum = 0.0;
-                for (int t = 0; t < r; ++t) sum += w_uv[static_cast<size_t>(row) * r + t] * c[t];
-                val[row] = sum;
-            }
-        }
-    }
+    for (int64_t j = 0; j < L; ++j)
+        if (listed[static_cast<size_t>(j)])
+            gqla_token_rows(G, r, d_c, d_r, d_v, W, C + static_cast<size_t>(j) * r, KR + static_cast<size_t>(j) * d_r,
+                            &keys[static_cast<size_t>(j) * G * dq], &vals[static_cast<size_t>(j) * G * d_v]);
     gqa_sparse_decode(H, G, dq, d_v, L, s_q, scale, q, keys.data(), vals.data(), idx, topk, o, lse);
 }
 

@@ -35,8 +35,6 @@ bool use_isa(void* ctx, Isa isa) {
     return true;
 }
 
-const char* isa_name(void* ctx) { return static_cast<CpuContext*>(ctx)->kernels->name; }
-
 void limit_chunk_rows(void* p, int64_t rows) {
     CpuContext* ctx = static_cast<CpuContext*>(p);
     const int64_t floor = ctx->desc.num_heads;

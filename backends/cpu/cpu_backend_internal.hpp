@@ -13,8 +13,6 @@ namespace gqla::cpu {
 // Use the kernels of `isa` in context `ctx` (a CPU backend context). False
 // when the host lacks that ISA; the context then keeps its kernels.
 bool use_isa(void* ctx, Isa isa);
-// Name of the kernel table a context uses ("scalar", "avx2", "avx512").
-const char* isa_name(void* ctx);
 // Lowers the query rows of one chunk (GQA forms, absorb path) to at least
 // `rows` (never below the heads of one query, never above what the
 // workspace holds), so that small tests cut sequences into query ranges.

@@ -10,6 +10,7 @@
 // last row may see.
 #include <algorithm>
 
+#include "backends/cpu/softmax_constants.hpp"
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/call_rows.hpp"
 #include "backends/cpu/decode_plan.hpp"
@@ -19,8 +20,6 @@ namespace gqla::cpu {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 // Columns of one GEMM task (a multiple of every vector width); wider when
 // there are only a few rows per group, so each task streams long runs of its
 // weight rows (see gemm_rows).

@@ -54,19 +54,6 @@ void locate(const int32_t* page_table, int64_t page_size, const int32_t* pos, in
     }
 }
 
-void fold_rows(int rows, int dv, const float* acc, const float* m, const float* l, float* s_acc, float* s_m,
-               float* s_l) {
-    for (int i = 0; i < rows; ++i) {
-        const float mx = std::max(s_m[i], m[i]);
-        const float ws = __builtin_exp2f(s_m[i] - mx), wt = __builtin_exp2f(m[i] - mx);
-        s_l[i] = s_l[i] * ws + l[i] * wt;
-        s_m[i] = mx;
-        float* sa = s_acc + int64_t(i) * dv;
-        const float* ta = acc + int64_t(i) * dv;
-        for (int e = 0; e < dv; ++e) sa[e] = sa[e] * ws + ta[e] * wt;
-    }
-}
-
 Buffers& buffers() {
     thread_local Buffers b;
     return b;

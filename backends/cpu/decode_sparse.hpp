@@ -20,6 +20,7 @@
 #include "backends/cpu/aligned_buffer.hpp"
 #include "backends/cpu/call_rows.hpp"
 #include "backends/cpu/cpu_context.hpp"
+#include "backends/cpu/softmax_constants.hpp"
 
 namespace gqla::cpu {
 
@@ -43,8 +44,6 @@ constexpr int kMaxPieces = 16;
 // Rows ahead of the one being copied whose lines are prefetched.
 constexpr int kPrefetchAhead = 8;
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kMaxFloor = -1e30f;  // empty running maximum, as the kernels start theirs
 
 // One query row of the call: sequence b, its query k, the last position it
@@ -103,11 +102,6 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
     const char* c = static_cast<const char*>(p);
     for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 2);
 }
-
-// state (+)= item through the log-sum-exp, for `rows` rows whose acc rows
-// are `dv` apart (log2 domain).
-void fold_rows(int rows, int dv, const float* acc, const float* m, const float* l, float* s_acc, float* s_m,
-               float* s_l);
 
 // Thread-owned buffers of one calling thread (see the file comment).
 struct Buffers {

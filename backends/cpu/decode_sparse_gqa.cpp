@@ -11,6 +11,7 @@
 
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/decode_sparse.hpp"
+#include "backends/cpu/gqa_form.hpp"
 #include "backends/cpu/io_rows.hpp"
 #include "backends/cpu/thread_pool.hpp"
 
@@ -202,30 +203,12 @@ void GqaSparse::expand_group(int g, const Located& l, const Area& ar) const {
     const gqla_dtype cdt = d_.cache_dtype;
     float* out = ar.expand + expand_scratch_floats(r, N);  // [kExpandTokens][N]
     const LayerWeights& lw = *lw_;
-    const bool exact16 = lw.bf16() && lw.w16_exact;
     // The expansion kernel takes kExpandTokens rows at a time.
     for (int t0 = 0; t0 < l.n; t0 += kExpandTokens) {
         const int n = std::min(kExpandTokens, l.n - t0);
         const void* latent[kExpandTokens];
         for (int j = 0; j < n; ++j) latent[j] = row_at(src_.c, l, t0 + j, src_.c_page, 0, r, es_);
-        if (exact16 || !lw.w.empty()) {
-            ExpandItem e;
-            e.tokens = n;
-            e.latent = latent;
-            e.r = r;
-            e.w = exact16 ? static_cast<const void*>(lw.w16.as<uint16_t>() + int64_t(g) * N * r)
-                          : static_cast<const void*>(lw.w.as<float>() + int64_t(g) * N * r);
-            e.w_bf16 = exact16 ? 1 : 0;
-            e.N = N;
-            e.out = out;
-            e.scratch = ar.expand;
-            ctx_->kernels->expand[cdt - 1](e);
-        } else {
-            // Only W^T is kept in f32 (bf16 cache without an exact bf16 W).
-            for (int j = 0; j < n; ++j) load_row_f32(latent[j], cdt, r, 1.0f, ar.expand + int64_t(j) * r);
-            ctx_->kernels->gemm(n, N, r, ar.expand, r, lw.wt.as<float>() + int64_t(g) * N, ctx_->expanded_width(),
-                                out, N);
-        }
+        expand_latent_rows(ctx_, lw, g, n, latent, cdt, out, ar.expand);
         round_rows(out, N, ar.k1 + size_t(t0) * dc * es_, cdt, n, dc);
         round_rows(out + dc, N, ar.v + size_t(t0) * dv * es_, cdt, n, dv);
     }
@@ -274,7 +257,7 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar,
             it.scratch = ar.kscratch;
             attend(it);
             const int64_t r0 = int64_t(g) * n_rep_;
-            fold_rows(n_rep_, dv, ar.kacc, ar.km, ar.kl, ar.acc + r0 * dv, ar.m + r0, ar.l + r0);
+            fold_into_state(n_rep_, dv, ar.kacc, ar.km, ar.kl, ar.acc + r0 * dv, ar.m + r0, ar.l + r0);
         }
         std::swap(cur, next);
     }
@@ -306,7 +289,7 @@ void GqaSparse::merge(const Query& q, const float* parts, int pieces) const {
     int64_t count = static_cast<int64_t>(parts[acc_n + 2 * H_]);
     for (int p = 1; p < pieces; ++p) {
         const float* x = parts + p * partial_floats_;
-        fold_rows(H_, dv, x, x + acc_n, x + acc_n + H_, sum, sum + acc_n, sum + acc_n + H_);
+        fold_into_state(H_, dv, x, x + acc_n, x + acc_n + H_, sum, sum + acc_n, sum + acc_n + H_);
         count += static_cast<int64_t>(x[acc_n + 2 * H_]);
     }
     write_rows(q, sum, sum + acc_n, sum + acc_n + H_, count);

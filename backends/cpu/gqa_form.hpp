@@ -11,11 +11,10 @@
 #include "backends/cpu/call_rows.hpp"
 #include "backends/cpu/cpu_context.hpp"
 #include "backends/cpu/kernel_table.hpp"
+#include "backends/cpu/softmax_constants.hpp"
 
 namespace gqla::cpu {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 struct GqaChunk {
     GqaUnit* units = nullptr;
@@ -75,5 +74,17 @@ void tile_limits(const CallRows& rows, int n_rep, const GqaUnit& u, const GqaTil
 // domain) to o and lse.
 void write_tile_output(const CallRows& rows, int n_rep, const GqaUnit& u, const GqaTile& t, int dv, const float* acc,
                        const float* m, const float* l, gqla_dtype io);
+
+// state (+)= a tile's result through the log-sum-exp (log2 domain), for
+// `rows` rows whose acc rows are `dv` apart (gqa_transient.cpp).
+void fold_into_state(int rows, int dv, const float* acc, const float* m, const float* l, float* s_acc, float* s_m,
+                     float* s_l);
+
+// Up-projects n (<= kExpandTokens) latent rows of dtype cdt through group g's
+// W_UKV into out [n][d_c + d_v] f32, with the expansion kernel or, when only
+// W^T is kept in f32, the table's GEMM (scratch as expand_scratch_floats and
+// n * r floats). The transient and the sparse GQA forms both use it.
+void expand_latent_rows(const CpuContext* ctx, const LayerWeights& lw, int g, int n, const void* const* latent,
+                        gqla_dtype cdt, float* out, float* scratch);
 
 }  // namespace gqla::cpu

@@ -97,7 +97,7 @@ void expand_rows(const CpuContext* ctx, const LayerWeights& lw, int32_t layer, c
     const char* cpool = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], layer));
     const char* krpool = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], layer));
     float* out = scratch + expand_scratch_floats(r, N);  // [tokens][N]
-    const void* latent[kExpandTokens];
+    const void* latent[kExpandTokens] = {};
     for (int j = 0; j < n; ++j) {
         const int64_t pos = t + j;
         latent[j] = cpool + (seq.page_table[pos / P] * cp.page_elems + pos % P * r) * es;
@@ -114,23 +114,7 @@ void expand_rows(const CpuContext* ctx, const LayerWeights& lw, int32_t layer, c
         }
         cdt = GQLA_DTYPE_F32;
     }
-    const bool exact16 = lw.bf16() && lw.w16_exact;
-    if (exact16 || !lw.w.empty()) {
-        ExpandItem e;
-        e.tokens = n;
-        e.latent = latent;
-        e.r = r;
-        e.w = exact16 ? static_cast<const void*>(lw.w16.as<uint16_t>() + int64_t(g) * N * r)
-                      : static_cast<const void*>(lw.w.as<float>() + int64_t(g) * N * r);
-        e.w_bf16 = exact16 ? 1 : 0;
-        e.N = N;
-        e.out = out;
-        e.scratch = scratch;
-        ctx->kernels->expand[cdt - 1](e);
-    } else {
-        for (int j = 0; j < n; ++j) load_row_f32(latent[j], cdt, r, 1.0f, scratch + int64_t(j) * r);
-        ctx->kernels->gemm(n, N, r, scratch, r, lw.wt.as<float>() + int64_t(g) * N, ctx->expanded_width(), out, N);
-    }
+    expand_latent_rows(ctx, lw, g, n, latent, cdt, out, scratch);
     const int64_t row0 = t - piece_t0;
     for (int j = 0; j < n; ++j) {
         const int64_t row = row0 + j, pos = t + j;
@@ -141,6 +125,9 @@ void expand_rows(const CpuContext* ctx, const LayerWeights& lw, int32_t layer, c
                     size_t(dr) * ses);
     }
 }
+
+
+}  // namespace
 
 // state = state (+) tile result, through the log-sum-exp (log2 domain).
 void fold_into_state(int rows, int dv, const float* acc, const float* m, const float* l, float* s_acc, float* s_m,
@@ -156,7 +143,28 @@ void fold_into_state(int rows, int dv, const float* acc, const float* m, const f
     }
 }
 
-}  // namespace
+void expand_latent_rows(const CpuContext* ctx, const LayerWeights& lw, int g, int n, const void* const* latent,
+                        gqla_dtype cdt, float* out, float* scratch) {
+    const int r = ctx->desc.latent_dim, N = ctx->desc.nope_dim + ctx->desc.value_dim;
+    const bool exact16 = lw.bf16() && lw.w16_exact;
+    if (exact16 || !lw.w.empty()) {
+        ExpandItem e;
+        e.tokens = n;
+        e.latent = latent;
+        e.r = r;
+        e.w = exact16 ? static_cast<const void*>(lw.w16.as<uint16_t>() + int64_t(g) * N * r)
+                      : static_cast<const void*>(lw.w.as<float>() + int64_t(g) * N * r);
+        e.w_bf16 = exact16 ? 1 : 0;
+        e.N = N;
+        e.out = out;
+        e.scratch = scratch;
+        ctx->kernels->expand[cdt - 1](e);
+    } else {
+        // Only W^T is kept in f32 (a cache dtype without an exact bf16 W).
+        for (int j = 0; j < n; ++j) load_row_f32(latent[j], cdt, r, 1.0f, scratch + int64_t(j) * r);
+        ctx->kernels->gemm(n, N, r, scratch, r, lw.wt.as<float>() + int64_t(g) * N, ctx->expanded_width(), out, N);
+    }
+}
 
 gqla_status decode_gqa_transient(CpuContext* ctx, const gqla_decode_args* a) {
     const gqla_backend_desc& d = ctx->desc;

@@ -105,7 +105,7 @@ WorkloadSpec workload_spec(const Preset& p, const Options& opt, const BenchEnv& 
     gqla_path expected = spec.shape.path;
     if (p.is_gqla() && expected == GQLA_PATH_AUTO) {
         const gqla_config cfg = make_config(p, spec.shape);
-        gqla_workload w{sizeof(gqla_workload), batch, context, spec.max_s_q};
+        gqla_workload w{sizeof(gqla_workload), batch, context, spec.max_s_q, 0};
         gqla_cost_report r{};
         r.struct_size = sizeof r;
         expected = gqla_predict_cost(&cfg, nullptr, &w, &r) == GQLA_OK ? r.chosen : GQLA_PATH_GQA;

@@ -68,17 +68,6 @@ gqla_config light_gqla_config(int32_t groups);
 
 }  // namespace attention
 
-// Assert an attention call succeeded and matched the reference on the stored
-// inputs within `tol` (and the one on the given inputs within the looser bound).
-#define CHECK_ATTENTION_MATCHES(result, tol)                       \
-    do {                                                           \
-        const ::attention::Result& r_ = (result);                  \
-        INFO("gqla_attention: " << gqla_last_error_message());     \
-        INFO(::abi::replay_hint(r_.seed));                         \
-        REQUIRE(r_.status == GQLA_OK);                             \
-        CHECK(r_.o_err <= (tol));                                  \
-        CHECK(r_.lse_err <= (tol));                                \
-        CHECK(r_.o_err_given <= r_.given_tol);                     \
-        CHECK(r_.lse_err_given <= r_.given_tol);                   \
-        CHECK(r_.gaps_untouched);                                  \
-    } while (0)
+// Assert an attention call succeeded and matched the reference (see
+// CHECK_RESULT_MATCHES in harness.hpp).
+#define CHECK_ATTENTION_MATCHES(result, tol) CHECK_RESULT_MATCHES("gqla_attention", result, tol)

@@ -82,6 +82,7 @@ double dtype_bound(gqla_dtype t) {
         case GQLA_DTYPE_F32: return 1e-5;
         case GQLA_DTYPE_F16: return 2e-3;
         case GQLA_DTYPE_BF16: return 1e-2;
+        default: break;
     }
     return 0.0;
 }

@@ -199,17 +199,21 @@ gqla_path active_path(gqla_session* s, gqla_path* requested = nullptr);
 
 }  // namespace abi
 
-// Assert a decode succeeded and matched the reference on the stored inputs
-// within `tol` (and the one on the given inputs within the looser bound).
-#define CHECK_DECODE_MATCHES(result, tol)                                                      \
-    do {                                                                                       \
-        const ::abi::DecodeResult& r_ = (result);                                              \
-        INFO("gqla_decode: " << gqla_last_error_message());                                    \
-        INFO(::abi::replay_hint(r_.seed));                                                     \
-        REQUIRE(r_.status == GQLA_OK);                                                         \
-        CHECK(r_.o_err <= (tol));                                                              \
-        CHECK(r_.lse_err <= (tol));                                                            \
-        CHECK(r_.o_err_given <= r_.given_tol);                                                 \
-        CHECK(r_.lse_err_given <= r_.given_tol);                                               \
-        CHECK(r_.gaps_untouched);                                                              \
+// Assert a call (named `call` in the report) succeeded and its result
+// matched the reference on the stored inputs within `tol` (and the one on the
+// given inputs within the looser bound). Result types: abi::DecodeResult,
+// attention::Result (same fields).
+#define CHECK_RESULT_MATCHES(call, result, tol)                  \
+    do {                                                         \
+        const auto& r_ = (result);                               \
+        INFO(call << ": " << gqla_last_error_message());         \
+        INFO(::abi::replay_hint(r_.seed));                       \
+        REQUIRE(r_.status == GQLA_OK);                           \
+        CHECK(r_.o_err <= (tol));                                \
+        CHECK(r_.lse_err <= (tol));                              \
+        CHECK(r_.o_err_given <= r_.given_tol);                   \
+        CHECK(r_.lse_err_given <= r_.given_tol);                 \
+        CHECK(r_.gaps_untouched);                                \
     } while (0)
+
+#define CHECK_DECODE_MATCHES(result, tol) CHECK_RESULT_MATCHES("gqla_decode", result, tol)

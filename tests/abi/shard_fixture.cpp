@@ -10,12 +10,26 @@
 
 namespace shards {
 
-namespace {
-
 void ok(gqla_status st) {
     INFO(gqla_last_error_message());
     REQUIRE(st == GQLA_OK);
 }
+
+bool message_has(const char* needle) {
+    const std::string msg = gqla_last_error_message();
+    INFO(msg);
+    return msg.find(needle) != std::string::npos;
+}
+
+gqla_stats stats_of(gqla_session* s) {
+    gqla_stats st;
+    std::memset(&st, 0, sizeof(st));
+    st.struct_size = sizeof(st);
+    ok(gqla_session_stats(s, &st));
+    return st;
+}
+
+namespace {
 
 uint64_t fresh_seed() {
     if (const char* env = std::getenv("GQLA_TEST_SEED")) return std::strtoull(env, nullptr, 10);

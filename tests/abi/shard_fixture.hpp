@@ -19,6 +19,14 @@
 
 namespace shards {
 
+constexpr double kF32Tol = 1e-5;
+
+// REQUIRE a call succeeded, showing the library's message when it did not.
+void ok(gqla_status st);
+// Whether the last failure's message contains `needle` (shown on failure).
+bool message_has(const char* needle);
+gqla_stats stats_of(gqla_session* s);
+
 struct Shard {
     int32_t begin, count;
 };

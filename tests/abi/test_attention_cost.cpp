@@ -27,7 +27,7 @@ bool filled(const gqla_path_cost& c) {
 }
 
 gqla_cost_report session_cost(gqla_session* s, int32_t batch, int64_t context, int32_t q_len) {
-    gqla_workload w{sizeof(gqla_workload), batch, context, q_len};
+    gqla_workload w{sizeof(gqla_workload), batch, context, q_len, 0};
     gqla_cost_report rep;
     std::memset(&rep, 0xcd, sizeof rep);  // nothing may be left unwritten
     rep.struct_size = sizeof rep;
@@ -90,7 +90,7 @@ TEST_CASE("session cost reports fill the transient form and the call's choice") 
         CHECK(decode.call_chosen == GQLA_PATH_ABSORB);
 
         // gqla_predict_cost (no session) fills them too.
-        gqla_workload w{sizeof(gqla_workload), 1, 4096, 4096};
+        gqla_workload w{sizeof(gqla_workload), 1, 4096, 4096, 0};
         gqla_cost_report pure;
         std::memset(&pure, 0xcd, sizeof pure);
         pure.struct_size = sizeof pure;

@@ -179,7 +179,7 @@ TEST_CASE("AUTO per call does not change the session's path or kept cache") {
                 one.path = GQLA_PATH_AUTO;
                 r = attend(h, one);
                 CHECK_ATTENTION_MATCHES(r, h.tol());
-                gqla_workload w{sizeof(gqla_workload), 1, 400, s_q};
+                gqla_workload w{sizeof(gqla_workload), 1, 400, s_q, 0};
                 gqla_cost_report rep;
                 std::memset(&rep, 0, sizeof rep);
                 rep.struct_size = sizeof rep;

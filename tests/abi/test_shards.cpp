@@ -24,26 +24,10 @@ using shards::Options;
 using shards::Output;
 using shards::Shard;
 
-constexpr double kF32Tol = 1e-5;
-
-void ok(gqla_status st) {
-    INFO(gqla_last_error_message());
-    REQUIRE(st == GQLA_OK);
-}
-
-bool message_has(const char* needle) {
-    const std::string msg = gqla_last_error_message();
-    INFO(msg);
-    return msg.find(needle) != std::string::npos;
-}
-
-gqla_stats stats_of(gqla_session* s) {
-    gqla_stats st;
-    std::memset(&st, 0, sizeof(st));
-    st.struct_size = sizeof(st);
-    ok(gqla_session_stats(s, &st));
-    return st;
-}
+using shards::kF32Tol;
+using shards::message_has;
+using shards::ok;
+using shards::stats_of;
 
 // Sequences of several pages and lengths, with a few tokens in layer 1 too.
 std::vector<int> fill(Fixture& f) {

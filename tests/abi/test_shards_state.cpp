@@ -21,26 +21,10 @@ using shards::Fixture;
 using shards::Options;
 using shards::Output;
 
-constexpr double kF32Tol = 1e-5;
-
-void ok(gqla_status st) {
-    INFO(gqla_last_error_message());
-    REQUIRE(st == GQLA_OK);
-}
-
-bool message_has(const char* needle) {
-    const std::string msg = gqla_last_error_message();
-    INFO(msg);
-    return msg.find(needle) != std::string::npos;
-}
-
-gqla_stats stats_of(gqla_session* s) {
-    gqla_stats st;
-    std::memset(&st, 0, sizeof(st));
-    st.struct_size = sizeof(st);
-    ok(gqla_session_stats(s, &st));
-    return st;
-}
+using shards::kF32Tol;
+using shards::message_has;
+using shards::ok;
+using shards::stats_of;
 
 void check_same_stats(const gqla_stats& a, const gqla_stats& b) {
     CHECK(a.path == b.path);

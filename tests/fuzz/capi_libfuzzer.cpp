@@ -340,7 +340,7 @@ private:
 
     bool cost() {
         gqla_workload w{sizeof(gqla_workload), static_cast<int32_t>(static_cast<int8_t>(in_.u8())),
-                        static_cast<int64_t>(in_.u16()) - 16, static_cast<int32_t>(static_cast<int8_t>(in_.u8()))};
+                        static_cast<int64_t>(in_.u16()) - 16, static_cast<int32_t>(static_cast<int8_t>(in_.u8())), 0};
         if (in_.u8() >= 0xf0) w.struct_size = in_.u8();
         gqla_cost_report rep;
         std::memset(&rep, 0, sizeof(rep));
