@@ -130,15 +130,17 @@ static inline int block_tokens(int64_t t, int64_t t1, int page_size, int max_blo
 constexpr int64_t kCacheLine = 64;
 
 struct PrefetchStream {
-    const char* base[3];
-    int64_t bytes[3];
+    // Key, rope key and the two scale rows of an 8-bit block: at most four.
+    static constexpr int kMaxSegments = 4;
+    const char* base[kMaxSegments];
+    int64_t bytes[kMaxSegments];
     int segments = 0;
     int seg = 0;
     int64_t off = 0;
     int lines_per_step = 0;
 
     inline void add(const void* p, int64_t n_bytes) {
-        if (p == nullptr || n_bytes <= 0) return;
+        if (p == nullptr || n_bytes <= 0 || segments == kMaxSegments) return;
         base[segments] = static_cast<const char*>(p);
         bytes[segments] = n_bytes;
         ++segments;
