@@ -101,23 +101,24 @@ clang_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_
 # capped (GQLA_MAX_ISA) at AVX2 and at the scalar fallback: a CI host of
 # another CPU generation then runs exactly what a developer ran. About 110 s
 # on 2 cores; the time limit only guards against a hang.
-run_libfuzzer() {  # run_libfuzzer ISA_CAP RUNS; new inputs go to build-fuzz/, never the repo
+run_libfuzzer() {  # run_libfuzzer ISA_CAP RUNS (cap "host": none); new inputs go to build-fuzz/, never the repo
   local cap=$1 runs=$2 found=build-fuzz/fuzz-corpus-$1 artifacts=build-fuzz/fuzz-artifacts-$1/
+  local max_isa=$cap
+  if [ "$cap" = host ]; then max_isa=; fi
   rm -rf "$found" && mkdir -p "$found" "$artifacts"
-  env GQLA_MAX_ISA="$cap" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  env GQLA_MAX_ISA="$max_isa" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     build-fuzz/tests/fuzz/gqla_capi_libfuzzer -runs="$runs" -max_total_time=240 -seed=1 -print_final_stats=1 \
     -artifact_prefix="$artifacts" "$found" tests/fuzz/corpus
 }
-libfuzzer_all_isas() {
-  local cap status=0
-  for cap in "${libfuzzer_caps[@]}"; do
-    echo "--- libFuzzer, GQLA_MAX_ISA=${cap:-<host>} ---"
-    run_libfuzzer "$cap" "${libfuzzer_runs[$cap]}" || status=1
+libfuzzer_all_isas() {  # every "cap:runs" of libfuzzer_plan; fails if any run fails
+  local entry status=0
+  for entry in "${libfuzzer_plan[@]}"; do
+    echo "--- libFuzzer, GQLA_MAX_ISA=${entry%%:*}, ${entry##*:} inputs ---"
+    run_libfuzzer "${entry%%:*}" "${entry##*:}" || status=1
   done
   return $status
 }
-declare -A libfuzzer_runs=([""]=5000 [avx2]=2500 [none]=2500)
-libfuzzer_caps=("" avx2 none)
+libfuzzer_plan=(host:5000 avx2:2500 none:2500)
 # -fsanitize=fuzzer-no-link gives libFuzzer coverage of the library itself.
 if run_stage "configure libFuzzer (clang, ASan+UBSan)" configure build-fuzz "${clang_build[@]}" \
      -DGQLA_SANITIZE=ON -DGQLA_LIBFUZZER=ON \
