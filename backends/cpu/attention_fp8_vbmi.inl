@@ -245,7 +245,7 @@ GQLA_VBMI static inline void vbmi_pv_block(const GqaItem& it, int64_t t, int n, 
     }
 }
 
-GQLA_VBMI [[gnu::noinline]] static void vbmi_pv_block_masked(const GqaItem& it, int64_t t, int n, const uint8_t* v,
+[[gnu::noinline]] GQLA_VBMI static void vbmi_pv_block_masked(const GqaItem& it, int64_t t, int n, const uint8_t* v,
                                                               const uint16_t* pb, const float* s, const float* corr,
                                                               const E4m3Lut& L) {
     vbmi_pv_block<true>(it, t, n, v, pb, s, corr, nullptr, L);
