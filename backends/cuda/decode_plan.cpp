@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "latent_wgmma.hpp"
+#include "prefill_wgmma.hpp"
 
 namespace gqla::cuda {
 
@@ -120,6 +121,7 @@ void fit_shared_rings(Session& s, const AttentionParams& p, int64_t launch_batch
 }  // namespace
 
 const char* kernel_name(const AttentionPlan& plan) {
+    if (plan.prefill_wgmma) return "prefill-wgmma";
     if (plan.latent_wgmma) return plan.rows_per_cta == kLatentRowsTransposed ? "latent-wgmma-transposed" : "latent-wgmma";
     if (plan.narrow) {
         if (plan.narrow_rows == NarrowRows::Padded) return "narrow";
@@ -152,6 +154,15 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         plan.rows_per_cta = transposed ? kLatentRowsTransposed : kLatentRows;
         plan.tile_tokens = kLatentTile;
         plan.smem_bytes = latent_wgmma_smem_bytes(plan.rows_per_cta);
+        plan.blocks_per_sm = 1;
+        return plan;
+    }
+    // Prefill chunks: a full 128-row block per group or more, compute-bound.
+    if (s.use_prefill_wgmma && p.q_len >= kPrefillMinQueries && p.rows >= kPrefillRows && prefill_wgmma_fits(p)) {
+        plan.prefill_wgmma = true;
+        plan.rows_per_cta = kPrefillRows;
+        plan.tile_tokens = kPrefillTile;
+        plan.smem_bytes = prefill_wgmma_smem_bytes(p.k1.dim + p.k2.dim);
         plan.blocks_per_sm = 1;
         return plan;
     }

@@ -126,6 +126,9 @@ struct Session {
     // = 0 never, 1 (default) where a sequence has at most that many rows, 2
     // always (every sequence's rows in blocks of kLatentRowsTransposed).
     int latent_transposed = 1;
+    // sm_90a prefill kernel for GQA-form launches of many query rows per
+    // group (off: GQLA_CUDA_PREFILL_WGMMA=0).
+    bool use_prefill_wgmma = false;
     // Absorb with one head per weight block (MLA, or head_weights) and q in
     // the cache dtype, its tokens evenly spaced: the query projection and
     // the latent kernel read q where it lies, no pack pass (off:

@@ -774,32 +774,59 @@ void test_ragged_gqa(gqla_dtype cache) {
     check_ragged(h, std::string("gqa ragged ") + gqla::dtype_name(cache), 1, ids, kRaggedQLens, GQLA_PATH_GQA, false);
 }
 
+// Prefill chunks: 4 heads per group x 32-300 queries (128-1200 rows a
+// group: the sm_90a prefill kernel on Hopper, partial last row blocks), a
+// ragged call mixing chunks of 40 and 64 queries, a whole 300-token prompt
+// in one chunk (n = L) and a decode token; then one long sequence whose one
+// row block per group is split many ways (merged by the combine pass).
+const std::vector<int> kPrefillQLens = {40, 40, 64, 300, 1};
+const std::vector<int64_t> kPrefillLengths = {100, 333, 64, 300, 3000};
+
+void test_prefill_gqa(gqla_dtype cache, int page_size) {
+    gqla_backend_desc d = gqa_8_2_d128(cache, 0);
+    d.page_size = page_size;
+    for (int64_t L : kPrefillLengths) d.num_pages += (L + page_size - 1) / page_size + 1;
+    d.max_q_len = 300;
+    d.max_q_tokens = sum_of(kPrefillQLens);
+    Harness h(d);
+    std::vector<int> ids;
+    for (int64_t L : kPrefillLengths) {
+        ids.push_back(h.add());
+        for (int layer = 0; layer < d.num_layers; ++layer) fill_sequence(h, layer, ids.back(), L, false);
+    }
+    const std::string name = "gqa prefill P=" + std::to_string(page_size) + " " + gqla::dtype_name(cache);
+    check_ragged(h, name, 1, ids, kPrefillQLens, GQLA_PATH_GQA, false);
+    check_ragged(h, name + " split", 1, {ids[4]}, {32}, GQLA_PATH_GQA, false);
+}
+
 // GQLA: ragged calls on the absorb path, the transient GQA form (no kept
 // expanded cache) and the kept GQA path; the three forms agree.
-void test_ragged_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, int page_size) {
-    gqla_backend_desc d = gqla_desc(cache, H, G, r, dc, dr, dv, page_size, kRaggedLengths);
-    d.max_q_tokens = sum_of(kRaggedQLens);
+void test_ragged_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, int page_size,
+                      const std::vector<int>& q_lens = kRaggedQLens, const std::vector<int64_t>& lengths = kRaggedLengths) {
+    gqla_backend_desc d = gqla_desc(cache, H, G, r, dc, dr, dv, page_size, lengths);
+    d.max_q_len = *std::max_element(q_lens.begin(), q_lens.end());
+    d.max_q_tokens = sum_of(q_lens);
     Harness h(d);
-    const std::vector<int> ids = add_gqla_sequences(h, kRaggedLengths);
+    const std::vector<int> ids = add_gqla_sequences(h, lengths);
     char shape[96];
     std::snprintf(shape, sizeof shape, "H=%d G=%d r=%d dc=%d dr=%d dv=%d P=%d %s", H, G, r, dc, dr, dv, page_size,
                   gqla::dtype_name(cache));
     const std::string sh = shape;
-    check_ragged(h, "gqla ragged absorb " + sh, 1, ids, kRaggedQLens, GQLA_PATH_ABSORB, false);
-    check_ragged(h, "gqla ragged transient " + sh, 1, ids, kRaggedQLens, GQLA_PATH_GQA, true);
+    check_ragged(h, "gqla ragged absorb " + sh, 1, ids, q_lens, GQLA_PATH_ABSORB, false);
+    check_ragged(h, "gqla ragged transient " + sh, 1, ids, q_lens, GQLA_PATH_GQA, true);
     expect_ok(h.vt, h.ctx, h.vt->set_expanded(h.ctx, 1), "set_expanded");
     std::vector<gqla_append_item> items;
     for (int id : ids) items.push_back({h.seqs[id].pages.data(), h.seqs[id].slot, 0, h.seqs[id].len[1], 0});
     gqla_expand_args e{1, static_cast<int32_t>(items.size()), items.data()};
     expect_ok(h.vt, h.ctx, h.vt->expand(h.ctx, &e), "expand");
-    check_ragged(h, "gqla ragged kept gqa " + sh, 1, ids, kRaggedQLens, GQLA_PATH_GQA, false);
+    check_ragged(h, "gqla ragged kept gqa " + sh, 1, ids, q_lens, GQLA_PATH_GQA, false);
     // The transient rows are expanded and rounded like the kept ones, in the
     // same chunks (the sequences in the same order): the two GQA forms agree
     // to f32 rounding, and both agree with absorb within the cache's tolerance.
-    const std::vector<float> q = randn(size_t(sum_of(kRaggedQLens)) * H * (dc + dr));
-    const CallOutput transient = attention_call(h, 1, ids, kRaggedQLens, q, GQLA_PATH_GQA, true, true, true);
-    const CallOutput kept = attention_call(h, 1, ids, kRaggedQLens, q, GQLA_PATH_GQA, false, true, true);
-    const CallOutput absorb = attention_call(h, 1, ids, kRaggedQLens, q, GQLA_PATH_ABSORB, false, true, true);
+    const std::vector<float> q = randn(size_t(sum_of(q_lens)) * H * (dc + dr));
+    const CallOutput transient = attention_call(h, 1, ids, q_lens, q, GQLA_PATH_GQA, true, true, true);
+    const CallOutput kept = attention_call(h, 1, ids, q_lens, q, GQLA_PATH_GQA, false, true, true);
+    const CallOutput absorb = attention_call(h, 1, ids, q_lens, q, GQLA_PATH_ABSORB, false, true, true);
     check_agree("gqla transient = kept gqa " + sh, transient, kept);
     check_agree("gqla transient ~ absorb " + sh, transient, absorb, tolerance(cache));
 }
@@ -1037,6 +1064,14 @@ int main(int argc, char** argv) {
             test_ragged_gqla(t, 6, 2, 384, 96, 32, 80, 63);    // generic kernels, odd pages
         });
         run_t("gqla transient", [&] { test_transient(t); });
+        run_t("prefill", [&] {
+            test_prefill_gqa(t, 48);
+            test_prefill_gqa(t, 64);
+            // The GQLA GQA path (kept and transient) with keys 128 + 64 and
+            // 64 + 64 wide, against absorb.
+            test_ragged_gqla(t, 8, 2, 256, 128, 64, 128, 64, kPrefillQLens, kPrefillLengths);
+            test_ragged_gqla(t, 8, 2, 256, 64, 64, 128, 48, kPrefillQLens, kPrefillLengths);
+        });
         run_t("call limits", [&] { test_call_limits(t); });
     }
     if (cases_run == 0) {  // a filter that selects nothing must not pass as a test

@@ -13,7 +13,7 @@
 //             sequence that reuses its pages: the new one is finite and
 //             correct.
 // Every kind and path (GQA; GQLA through the GQA and the absorb path), f32 /
-// f16 / bf16 caches, s_q 1-4 and 8, one long sequence (split KV merged by the
+// f16 / bf16 caches, s_q 1-4 and 8 (and 40 for the prefill shapes), one long sequence (split KV merged by the
 // combine pass or in a cluster) and many short ones. The knobs of
 // tests/cuda/CMakeLists.txt steer the planner to the other kernels.
 // The float64 reference here takes each query's visible rows only.
@@ -64,6 +64,7 @@ struct Shape {
     int page_size;
     int64_t long_length;  // one sequence, split KV
     int many;             // sequences of the batched case
+    int prefill_s_q = 0;  // > 0: also a prefill chunk of this many queries
 };
 
 bool is_gqla(const Shape& s) { return s.kind == GQLA_KIND_GQLA; }
@@ -102,7 +103,7 @@ struct Session {
         d.num_pages = tokens / s.page_size + 2 * sequences + 2;
         d.max_sequences = std::max(sequences, 2);
         d.max_batch = d.max_sequences;
-        d.max_q_len = 8;
+        d.max_q_len = std::max(8, s.prefill_s_q);
         d.device_index = 0;
         d.num_threads = 1;
         return d;
@@ -460,6 +461,11 @@ void test_shape(const Shape& sh, gqla_dtype cache) {
         test_visible(sh, cache, many, s_q);
     }
     test_recycled(sh, cache, sh.long_length + 5, sh.long_length - 2 * sh.page_size + 7);
+    if (sh.prefill_s_q > 0) {
+        test_hidden(sh, cache, single, sh.prefill_s_q);
+        test_hidden(sh, cache, many, sh.prefill_s_q);
+        test_visible(sh, cache, {200, sh.long_length, 131}, sh.prefill_s_q);
+    }
 }
 
 // argv[1]: run only the cases whose name ("<shape> <dtype>") contains one of
@@ -500,6 +506,11 @@ int main(int argc, char** argv) {
         {"gqa odd", GQLA_KIND_GQA, 6, 2, 40, 72, 0, 0, 0, 0, 63, 2017, 40},
         {"gqla mla", GQLA_KIND_GQLA, 16, 2, 0, 0, 512, 128, 64, 128, 64, 1282, 20},
         {"gqla odd", GQLA_KIND_GQLA, 6, 3, 0, 0, 96, 48, 16, 40, 16, 1201, 30},
+        // Prefill chunks of 40 queries x 4 heads per group (160 rows: the
+        // sm_90a prefill kernel on Hopper, its causal tail spanning tiles),
+        // keys 128 (GQA) and 128 + 64 wide (the GQLA GQA path).
+        {"gqa prefill", GQLA_KIND_GQA, 8, 2, 128, 128, 0, 0, 0, 0, 48, 1500, 6, 40},
+        {"gqla prefill", GQLA_KIND_GQLA, 8, 2, 0, 0, 256, 128, 64, 128, 64, 900, 6, 40},
     };
     int cases = 0;
     for (const Shape& sh : shapes)

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Hopper warpgroup MMA (wgmma, sm_90a) over shared-memory operands in the
 // 128-byte-swizzled layout, plus the fences and named barriers around it.
-// Only the shapes the latent decode kernels use: S = Q K^T as m64n64k16 (both
+// Only the shapes the kernels use. Latent decode: S = Q K^T as m64n64k16 (both
 // operands K-major) and O += P V as m64n256k16 (V read MN-major, i.e.
 // transposed in hardware); for 32 query rows the transposed products
 // S^T = K Q^T as m64n32k16 (both K-major) and O^T += V^T P^T as m64n32k16
-// (V^T read MN-major).
+// (V^T read MN-major). Prefill: S = Q K^T as m64n128k16 (both K-major) and
+// O += P V as m64n128k16 with P in registers and V read MN-major.
 //
 // Operand tiles are stored as "atoms" of 64 16-bit columns (128 bytes) by up
 // to 64 rows, each 1024-byte aligned; the 16-byte piece q of row r sits at
@@ -75,6 +76,16 @@ template <typename T> __device__ __forceinline__ void wgmma_m64n64k16(float (&d)
 template <typename T> __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t da, uint64_t db, int accumulate);
 template <typename T> __device__ __forceinline__ void wgmma_m64n32k16_at(float (&d)[16], uint64_t da, uint64_t db, int accumulate);
 
+// d (64 x 128, f32) (+)= A (64 x 16, K-major) * B (16 x 128, K-major): the
+// prefill kernel's S = Q K^T.
+template <typename T> __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db, int accumulate);
+// d (64 x 128, f32) (+)= A (64 x 16, in registers: the fragment layout of
+// mma.sync's A, which is also the accumulator layout of two 8-column chunks,
+// so P goes from the S accumulators to the product without shared memory)
+// * B (16 x 128, MN-major): the prefill kernel's O += P V.
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n128k16_rs_bt(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int accumulate);
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GQLA_WGMMA_N256_BT(TY, PTX) \
     template <> __device__ __forceinline__ void wgmma_m64n256k16_bt<TY>(float (&d)[128], uint64_t da, uint64_t db, int accumulate) { \
@@ -139,6 +150,50 @@ GQLA_WGMMA_N256_BT(__nv_bfloat16, "bf16")
 GQLA_WGMMA_N256_BT(__half, "f16")
 GQLA_WGMMA_N64(__nv_bfloat16, "bf16")
 GQLA_WGMMA_N64(__half, "f16")
+#define GQLA_WGMMA_N128_SS(TY, PTX) \
+    template <> __device__ __forceinline__ void wgmma_m64n128k16<TY>(float (&d)[64], uint64_t da, uint64_t db, int accumulate) { \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " {" \
+                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+                     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+                     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+                     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
+                     "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+                     : "l"(da), "l"(db), "r"(accumulate)); \
+    }
+#define GQLA_WGMMA_N128_RS_BT(TY, PTX) \
+    template <> __device__ __forceinline__ void wgmma_m64n128k16_rs_bt<TY>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int accumulate) { \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " {" \
+                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+                     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+                     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+                     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
+                     "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+                       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+                       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+                       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+                       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+                       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate)); \
+    }
+GQLA_WGMMA_N128_SS(__nv_bfloat16, "bf16")
+GQLA_WGMMA_N128_SS(__half, "f16")
+GQLA_WGMMA_N128_RS_BT(__nv_bfloat16, "bf16")
+GQLA_WGMMA_N128_RS_BT(__half, "f16")
+#undef GQLA_WGMMA_N128_SS
+#undef GQLA_WGMMA_N128_RS_BT
 #undef GQLA_WGMMA_N256_BT
 #undef GQLA_WGMMA_N64
 #undef GQLA_WGMMA_N32
