@@ -267,7 +267,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
                           s->smem_optin >= latent_wgmma_smem_bytes(kLatentRowsTransposed);
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
     s->use_prefill_wgmma = knob_on("GQLA_CUDA_PREFILL_WGMMA") && prefill_wgmma_available(cc_major, cc_minor) &&
-                           s->smem_optin >= prefill_wgmma_smem_bytes(192);
+                           s->smem_optin >= std::max(prefill_wgmma_smem_bytes(128), prefill_wgmma_smem_bytes(192));
     if (s->use_prefill_wgmma) prepare_prefill_wgmma_kernels();
     const char* transposed = std::getenv("GQLA_CUDA_LATENT_TRANSPOSED");
     if (transposed && *transposed) s->latent_transposed = std::clamp(std::atoi(transposed), 0, 2);

@@ -21,6 +21,7 @@
 // for it, so a NaN/Inf reaches exactly the outputs that attend to it.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "../attention_common.cuh"
 #include "../cuda_status.hpp"
@@ -41,6 +42,16 @@ static_assert(kPrefillRows == kPrefillTile, "Q atoms and K/V atoms share one siz
 constexpr int kRowsPerLoadPass = kThreads / 8;                   // 8 threads x 16 bytes per 64-column atom row
 constexpr int kLoadPasses = kPrefillTile / kRowsPerLoadPass;
 
+// 128-wide keys defer each tile's P V to the next iteration, after that
+// tile's S = Q K^T is issued, so the softmax of a tile runs on the CUDA cores
+// while the tensor cores multiply the previous tile's values; that keeps
+// three tiles in shared memory (192-wide keys do not fit three: they
+// multiply in order, two stages).
+template <int KA>
+constexpr bool kDeferPV = KA == 2;
+template <int KA>
+constexpr int kStages = kDeferPV<KA> ? 3 : 2;
+
 // Shared memory: Q, then per stage K and V, then the scrubbed-token mask.
 // Every atom is 1024-byte aligned (the swizzle period), as wgmma requires.
 template <int KA>
@@ -50,7 +61,7 @@ struct PrefillSmem {
     static constexpr int kVBytes = kValueAtoms * kAtomBytes;
     static constexpr int kStageBytes = kKBytes + kVBytes;
     static constexpr int kStagesOff = kQBytes;
-    static constexpr int kBadOff = kStagesOff + 2 * kStageBytes;
+    static constexpr int kBadOff = kStagesOff + kStages<KA> * kStageBytes;
     static constexpr int kBytes = kBadOff + 64 + 1024;  // + alignment slack of the dynamic base
 };
 
@@ -152,21 +163,56 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const __grid
     float o[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] = 0.f;
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;  // l: this thread's partial sums
+    // Running maxima of the raw scores and this thread's partial sums.
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+    const float scale = p.scale_log2;
+    uint32_t pa[8][4];  // P of a tile as the A fragments of its 8 products of 16 tokens
+
+    // O += P V over a stage's values (P in pa), issued and committed.
+    auto issue_pv = [&](int st) {
+        const uint64_t v_desc = smem_desc_sw128(stage_v(st), kAtomBytes, kSwizzleGroupBytes);
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk)
+            wgmma_m64n128k16_rs_bt<T>(o, pa[kk], desc_advance(v_desc, kk * 16 * kSwizzleRowBytes), 1);
+        wgmma_commit();
+    };
+    // Keeps P's registers untouched (live) until its product has completed.
+    auto fence_p = [&] {
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
+    };
 
     if (tile_begin < tile_end) issue_tile(tile_begin, 0);
     cp_async_commit();
     fence_proxy_async_smem();  // Q stores -> wgmma's proxy (published by the first barrier)
 
     const uint64_t q_desc = smem_desc_sw128(sQ + wg * 64 * kSwizzleRowBytes, 16, kSwizzleGroupBytes);
-    for (int tile = tile_begin; tile < tile_end; ++tile) {
-        const int st = (tile - tile_begin) & 1;
-        // The other stage was consumed in the previous iteration (closing barrier).
-        if (tile + 1 < tile_end) issue_tile(tile + 1, st ^ 1);
-        cp_async_commit();
-        cp_async_wait<1>();
-        fence_proxy_async_smem();  // this thread's copies -> wgmma's proxy
-        __syncthreads();
+    // One tile; with_pv: the previous tile's deferred product goes behind its
+    // S (a compile-time flag: no branch around the products, whose
+    // accumulators must not pass through control flow or ptxas serializes
+    // every wgmma of the kernel).
+    auto step = [&](const int tile, auto with_pv) {
+        constexpr bool pv_pending = decltype(with_pv)::value;
+        const int st = (tile - tile_begin) % kStages<KA>;
+        if constexpr (kDeferPV<KA>) {
+            // Tile t landed; after the barrier every thread is done with
+            // iteration t - 1, whose product read tile t - 2's values: its
+            // stage takes tile t + 1.
+            cp_async_wait<0>();
+            fence_proxy_async_smem();  // this thread's copies -> wgmma's proxy
+            __syncthreads();
+            if (tile + 1 < tile_end) issue_tile(tile + 1, (tile + 1 - tile_begin) % kStages<KA>);
+            cp_async_commit();
+        } else {
+            // The other stage was consumed in the previous iteration (closing barrier).
+            if (tile + 1 < tile_end) issue_tile(tile + 1, st ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+            fence_proxy_async_smem();
+            __syncthreads();
+        }
 
         const int tile0 = tile * kPrefillTile;
         // Positions of the tile the block's first row may not see, loaded
@@ -196,7 +242,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const __grid
             __syncthreads();
         }
 
-        // S = Q K^T over the key atoms.
+        // S = Q K^T over the key atoms; with deferral, then the previous
+        // tile's O += P V behind it.
         float s[64];
         const uint64_t k_desc = smem_desc_sw128(stage_k(st), 16, kSwizzleGroupBytes);
         wgmma_fence();
@@ -206,22 +253,29 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const __grid
             wgmma_m64n128k16<T>(s, desc_advance(q_desc, off), desc_advance(k_desc, off), ks != 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
+        if constexpr (pv_pending) {
+            issue_pv((tile - 1 - tile_begin) % kStages<KA>);
+            wgmma_wait<1>();
+        } else {
+            wgmma_wait<0>();
+        }
         fence_accumulators(s);
 
-        // Scale to log2 units; mask only where some row of the block may not see.
-        const bool masked = tile0 + kPrefillTile - 1 > block_min_limit;
-        const int cbase = tile0 + 2 * (lane & 3);
+        // Mask only where some row of the block may not see (select, never
+        // arithmetic: a NaN key cannot reach a row that may not see it).
+        if (tile0 + kPrefillTile - 1 > block_min_limit) {
+            const int cbase = tile0 + 2 * (lane & 3);
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
+            for (int j = 0; j < 16; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float x = s[4 * j + e] * p.scale_log2;
-                const int pos = cbase + 8 * j + (e & 1);
-                s[4 * j + e] = (!masked || pos <= ((e & 2) ? lim_hi : lim_lo)) ? x : -INFINITY;
-            }
+                for (int e = 0; e < 4; ++e)
+                    if (cbase + 8 * j + (e & 1) > ((e & 2) ? lim_hi : lim_lo)) s[4 * j + e] = -INFINITY;
+        }
 
-        // Online softmax of both rows (quad-wide maxima; sums stay per thread).
+        // Online softmax of both rows on the raw scores (quad-wide maxima;
+        // sums stay per thread): weights 2^(s * scale - m * scale) in one
+        // FMA, with the max taken as 0 while a row has seen only masked
+        // positions (-inf weighs 0, a NaN score stays NaN).
         float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
@@ -234,29 +288,24 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const __grid
             mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, sh));
         }
         const float new_lo = fmaxf(m_lo, mx_lo), new_hi = fmaxf(m_hi, mx_hi);
-        const float alpha_lo = new_lo == -INFINITY ? 1.f : exp2_ftz(m_lo - new_lo);
-        const float alpha_hi = new_hi == -INFINITY ? 1.f : exp2_ftz(m_hi - new_hi);
+        const float alpha_lo = new_lo == -INFINITY ? 1.f : exp2_ftz((m_lo - new_lo) * scale);
+        const float alpha_hi = new_hi == -INFINITY ? 1.f : exp2_ftz((m_hi - new_hi) * scale);
         m_lo = new_lo;
         m_hi = new_hi;
+        const float off_lo = new_lo == -INFINITY ? 0.f : new_lo * scale;
+        const float off_hi = new_hi == -INFINITY ? 0.f : new_hi * scale;
         float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
-            s[4 * j] = softmax_weight(s[4 * j], new_lo);
-            s[4 * j + 1] = softmax_weight(s[4 * j + 1], new_lo);
-            s[4 * j + 2] = softmax_weight(s[4 * j + 2], new_hi);
-            s[4 * j + 3] = softmax_weight(s[4 * j + 3], new_hi);
+            s[4 * j] = exp2_ftz(fmaf(s[4 * j], scale, -off_lo));
+            s[4 * j + 1] = exp2_ftz(fmaf(s[4 * j + 1], scale, -off_lo));
+            s[4 * j + 2] = exp2_ftz(fmaf(s[4 * j + 2], scale, -off_hi));
+            s[4 * j + 3] = exp2_ftz(fmaf(s[4 * j + 3], scale, -off_hi));
             sum_lo += s[4 * j] + s[4 * j + 1];
             sum_hi += s[4 * j + 2] + s[4 * j + 3];
         }
         l_lo = l_lo * alpha_lo + sum_lo;
         l_hi = l_hi * alpha_hi + sum_hi;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            o[4 * j] *= alpha_lo;
-            o[4 * j + 1] *= alpha_lo;
-            o[4 * j + 2] *= alpha_hi;
-            o[4 * j + 3] *= alpha_hi;
-        }
         // Scrubbed positions a row may see: probability NaN (after the sums,
         // as in the other kernels: the output carries the NaN).
         if (scrub) {
@@ -270,8 +319,20 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const __grid
                 }
         }
 
-        // O += P V: P as register A fragments, 16 tokens per product.
-        uint32_t pa[8][4];
+        // The previous tile's product is done: O and P may change.
+        if constexpr (pv_pending) {
+            wgmma_wait<0>();
+            fence_accumulators(o);
+            fence_p();
+        }
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            o[4 * j] *= alpha_lo;
+            o[4 * j + 1] *= alpha_lo;
+            o[4 * j + 2] *= alpha_hi;
+            o[4 * j + 3] *= alpha_hi;
+        }
+        // P as register A fragments, 16 tokens per product.
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
             pa[kk][0] = pack2<T>(s[8 * kk], s[8 * kk + 1]);
@@ -279,16 +340,29 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const __grid
             pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
             pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
         }
-        const uint64_t v_desc = smem_desc_sw128(stage_v(st), kAtomBytes, kSwizzleGroupBytes);
-        fence_accumulators(o);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 8; ++kk)
-            wgmma_m64n128k16_rs_bt<T>(o, pa[kk], desc_advance(v_desc, kk * 16 * kSwizzleRowBytes), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulators(o);
-        __syncthreads();  // both warpgroups are done with this stage
+        if constexpr (!kDeferPV<KA>) {
+            fence_accumulators(o);
+            wgmma_fence();
+            issue_pv(st);
+            wgmma_wait<0>();
+            fence_accumulators(o);
+            fence_p();
+            __syncthreads();  // both warpgroups are done with this stage
+        }
+    };
+    using Immediate = std::integral_constant<bool, false>;
+    using Deferred = std::integral_constant<bool, kDeferPV<KA>>;
+    if (tile_begin < tile_end) step(tile_begin, Immediate{});
+    for (int tile = tile_begin + 1; tile < tile_end; ++tile) step(tile, Deferred{});
+    if constexpr (kDeferPV<KA>) {
+        if (tile_end > tile_begin) {  // the last tile's product
+            fence_accumulators(o);
+            wgmma_fence();
+            issue_pv((tile_end - 1 - tile_begin) % kStages<KA>);
+            wgmma_wait<0>();
+            fence_accumulators(o);
+            fence_p();
+        }
     }
     cp_async_wait<0>();
 
@@ -318,7 +392,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const __grid
                 *reinterpret_cast<float2*>(at + 8 * j + c0) =
                     make_float2(normalized(o[4 * j + 2 * half], l), normalized(o[4 * j + 2 * half + 1], l));
         }
-        if ((lane & 3) == 0) write_row_lse(p, split, b, qi, h, m, l);
+        if ((lane & 3) == 0) write_row_lse(p, split, b, qi, h, m * scale, l);
     }
 #endif
 }
