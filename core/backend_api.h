@@ -46,7 +46,7 @@
 extern "C" {
 #endif
 
-#define GQLA_BACKEND_ABI_VERSION 3u
+#define GQLA_BACKEND_ABI_VERSION 4u
 
 /* Optional features a backend declares in gqla_backend_vtable.features. The
  * core refuses (UNSUPPORTED, naming the backend) a session or call that
@@ -104,6 +104,14 @@ typedef struct gqla_backend_efficiency {
     double memory[2];      /* achieved / peak read bandwidth */
     double compute[2];     /* achieved / peak FLOP rate */
     double overhead_s[2];  /* fixed seconds per decode call */
+    /* GQA-form calls (the GQA path, kept or transient) of at least
+     * prefill_min_queries queries and prefill_min_rows rows per group
+     * (heads per group x queries) run on a kernel of their own (prefill
+     * chunks): its achieved / peak FLOP rate, replacing compute[0] for them.
+     * 0 (the default): no such kernel, compute[0] prices every call. */
+    double prefill_compute;
+    int32_t prefill_min_queries;
+    int32_t prefill_min_rows;
 } gqla_backend_efficiency;
 
 /* One sequence's slice of an append call. */

@@ -180,13 +180,19 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     const double index_bytes = sparse ? queries * static_cast<double>(w.topk) * 4.0 : 0.0;
     const double io_elem = static_cast<double>(dtype_size(cfg.io_dtype));
     const double peak = priced_peak_gflops(cfg, probe) * 1e9;
+    // GQA-form calls in the domain of the backend's prefill kernel are
+    // priced at its compute factor (dense calls only: sparse ones gather).
+    const double rows_per_group = s * d.H / d.G;
+    Efficiency gqa_eff = eff;
+    if (eff.prefill_compute > 0 && !sparse && s >= eff.prefill_min_queries && rows_per_group >= eff.prefill_min_rows)
+        gqa_eff.compute[Efficiency::kGqaPath] = eff.prefill_compute;
 
     if (cfg.kind == GQLA_KIND_GQA) {
         const double bytes = tokens * cache_row_bytes(cfg, d.G * (d.D + d.Dv), 2.0 * d.G)
                              + queries * d.H * (d.D + d.Dv) * io_elem  // q in, o out
                              + index_bytes;
         const double flops = pairs * d.H * (2.0 * d.D + 2.0 * d.Dv);
-        rep.gqa = price(bytes, flops, eff, Efficiency::kGqaPath, probe, peak);
+        rep.gqa = price(bytes, flops, gqa_eff, Efficiency::kGqaPath, probe, peak);
         rep.chosen = GQLA_PATH_GQA;
         rep.call_chosen = GQLA_PATH_GQA;
         return rep;
@@ -197,7 +203,7 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     const double gqa_bytes =
         tokens * (cache_row_bytes(cfg, d.G * (d.d_c + d.d_v), 2.0 * d.G) + rope_row_bytes(cfg, d.d_r)) + qo_bytes;
     const double gqa_flops = pairs * d.H * (2.0 * (d.d_c + d.d_r) + 2.0 * d.d_v);
-    rep.gqa = price(gqa_bytes, gqa_flops, eff, Efficiency::kGqaPath, probe, peak);
+    rep.gqa = price(gqa_bytes, gqa_flops, gqa_eff, Efficiency::kGqaPath, probe, peak);
 
     const double weight_elem = static_cast<double>(dtype_size(weight_storage_dtype(cfg, probe.device)));
     const double absorb_bytes = tokens * (cache_row_bytes(cfg, d.r, latent_scale_groups(d.r)) + rope_row_bytes(cfg, d.d_r))
@@ -215,7 +221,7 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     rep.expand_flops = e.flops;
     rep.expand_s = e.seconds;
 
-    rep.transient = transient_cost(cfg, probe, tokens, qo_bytes, gqa_flops, eff);
+    rep.transient = transient_cost(cfg, probe, tokens, qo_bytes, gqa_flops, gqa_eff);
     rep.call_chosen = rep.transient.time_s < rep.absorb.time_s ? GQLA_PATH_GQA_TRANSIENT : GQLA_PATH_ABSORB;
     return rep;
 }

@@ -23,6 +23,12 @@ struct Efficiency {
     // Achieved/roofline of the one-time expansion GEMM ([n, r] x [r, G*(d_c+d_v)]);
     // backends do not report it, so it keeps this default.
     double expand = 0.7;
+    // GQA-form calls of at least prefill_min_queries queries and
+    // prefill_min_rows rows per group: the compute factor of the backend's
+    // prefill kernel (0: none; compute[kGqaPath] prices them too).
+    double prefill_compute = 0.0;
+    int prefill_min_queries = 0;
+    int prefill_min_rows = 0;
 
     static constexpr int kGqaPath = 0;
     static constexpr int kAbsorbPath = 1;

@@ -83,12 +83,20 @@ Efficiency backend_efficiency(const gqla_backend_vtable& vt, const gqla_backend_
         reported.compute[path] = e.compute[path];
         reported.overhead_s[path] = e.overhead_s[path];
     }
+    reported.prefill_compute = e.prefill_compute;
+    reported.prefill_min_queries = e.prefill_min_queries;
+    reported.prefill_min_rows = e.prefill_min_rows;
     vt.efficiency(&desc, &reported);
     auto fraction = [](double v) { return v > 0 && v <= 1; };
     for (int path = 0; path < 2; ++path) {
         if (fraction(reported.memory[path])) e.memory[path] = reported.memory[path];
         if (fraction(reported.compute[path])) e.compute[path] = reported.compute[path];
         if (reported.overhead_s[path] >= 0) e.overhead_s[path] = reported.overhead_s[path];
+    }
+    if (fraction(reported.prefill_compute) && reported.prefill_min_queries >= 1 && reported.prefill_min_rows >= 1) {
+        e.prefill_compute = reported.prefill_compute;
+        e.prefill_min_queries = reported.prefill_min_queries;
+        e.prefill_min_rows = reported.prefill_min_rows;
     }
     return e;
 }

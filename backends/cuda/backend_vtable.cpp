@@ -4,6 +4,7 @@
 // and turns a BackendError (or any exception) into a status + message
 // (core/status_translation.hpp).
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -11,6 +12,7 @@
 #include "core/backend_api.h"
 #include "core/status_translation.hpp"
 #include "device_probe.hpp"
+#include "prefill_wgmma.hpp"
 #include "session_ops.hpp"
 
 namespace gqla::cuda {
@@ -135,14 +137,42 @@ gqla_status vt_synchronize(void* ctx) {
 //     large fixed cost is how the fit spreads a kernel near the bandwidth
 //     plus those launches; the product of the two is what is measured.
 // Refit (rerun the bench, then the script) whenever these kernels change.
+//   Prefill chunks (GQA form, >= kPrefillMinQueries queries and
+//     kPrefillRows rows per group, where the sm_90a prefill kernel serves
+//     the device and the dims): fitted on the H200 (bf16, B=1, T=4096,
+//     gqla-bench against the probe's ~752 TFLOP/s and the 20.3 us above).
+//     Keys 128 wide: GQA 32/8 s_q 128 / 512 / 2048 at 49.8 / 129.8 / 398.9
+//     us, 0.38 / 0.39 / 0.36 of the peak, and LLaMA-3-8B-GQLA's transient
+//     form at s_q 2048 (506 us with its expansion) 0.31: 0.34. Keys 192
+//     wide (two stages, products in order): DeepSeek-V3's transient form
+//     at s_q 2048, 3.81 ms of which ~0.3 ms expansion: 0.20.
 void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
-    (void)desc;
     inout->memory[0] = 0.992;
     inout->compute[0] = 0.0925;
     inout->overhead_s[0] = 20.3e-6;
     inout->memory[1] = 0.995;
     inout->compute[1] = 0.6275;
     inout->overhead_s[1] = 48.0e-6;
+    if (desc == nullptr) return;
+    const char* knob = std::getenv("GQLA_CUDA_PREFILL_WGMMA");
+    int major = 0, minor = 0;
+    if ((knob && *knob == '0') ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, desc->device_index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, desc->device_index) != cudaSuccess ||
+        !prefill_wgmma_available(major, minor) || desc->num_kv_heads <= 0)
+        return;
+    AttentionParams p{};
+    const bool gqla = desc->kind == GQLA_KIND_GQLA;
+    p.cache_dtype = desc->cache_dtype;
+    p.k1.dim = gqla ? desc->nope_dim : desc->head_dim;
+    p.k2.dim = gqla ? desc->rope_dim : 0;
+    p.v.dim = desc->value_dim > 0 ? desc->value_dim : desc->head_dim;
+    p.num_heads = desc->num_heads;
+    p.heads_per_group = desc->num_heads / desc->num_kv_heads;
+    if (!prefill_wgmma_fits(p)) return;
+    inout->prefill_compute = p.k1.dim + p.k2.dim == 192 ? 0.20 : 0.34;
+    inout->prefill_min_queries = kPrefillMinQueries;
+    inout->prefill_min_rows = kPrefillRows;
 }
 
 const gqla_backend_vtable kVtable = {

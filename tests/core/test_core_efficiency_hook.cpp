@@ -76,3 +76,63 @@ TEST_CASE("efficiency hook: a backend without one gets the device defaults") {
     CHECK(r.gqa.overhead_s == d.overhead_s[0]);
     CHECK(r.absorb.time_s == doctest::Approx(priced(r.absorb, d.memory[1], d.compute[1])));
 }
+
+namespace {
+
+// A prefill kernel for calls of >= 16 queries and >= 32 rows per group
+// (tiny_gqla has 2 heads per group), at a compute factor far from the GQA
+// path's default, so the priced times tell which factor was used.
+void prefill_efficiency(const gqla_backend_desc*, gqla_backend_efficiency* inout) {
+    inout->compute[0] = 0.05;
+    inout->prefill_compute = 0.5;
+    inout->prefill_min_queries = 16;
+    inout->prefill_min_rows = 32;
+}
+// The same factor with no domain: ignored as a whole.
+void prefill_without_domain(const gqla_backend_desc*, gqla_backend_efficiency* inout) {
+    inout->compute[0] = 0.05;
+    inout->prefill_compute = 0.5;
+}
+
+gqla_cost_report report_for(const gqla::Session& s, int64_t q_len, int64_t topk = 0) {
+    gqla_workload w{};
+    w.struct_size = sizeof(w);
+    w.batch = 1;
+    w.context = 4096;
+    w.q_len = q_len;
+    w.topk = topk;
+    return s.predict_cost(w);
+}
+
+}  // namespace
+
+TEST_CASE("efficiency hook: the prefill factor prices dense GQA-form calls in its domain only") {
+    gqla_backend_vtable vt = *fake::vtable();
+    vt.efficiency = prefill_efficiency;
+    const gqla::Session s(tiny_gqla(), &vt);
+    const gqla::Efficiency d = gqla::default_efficiency(GQLA_DEVICE_CPU);
+    // 16 queries x 2 heads per group = 32 rows: in the domain, on the GQA
+    // path and the transient form alike.
+    const gqla_cost_report in = report_for(s, 16);
+    // Compute-bound at the GQA path's factor: the two prices differ.
+    REQUIRE(in.gqa.compute_s / 0.05 > in.gqa.memory_s / d.memory[0]);
+    CHECK(priced(in.gqa, d.memory[0], 0.5) < priced(in.gqa, d.memory[0], 0.05));
+    CHECK(in.gqa.time_s == doctest::Approx(priced(in.gqa, d.memory[0], 0.5)));
+    // 15 queries (30 rows) and decode: the GQA path's own factor.
+    for (int64_t q : {15, 1}) {
+        const gqla_cost_report out = report_for(s, q);
+        CHECK(out.gqa.time_s == doctest::Approx(priced(out.gqa, d.memory[0], 0.05)));
+    }
+    // The transient form's attention part uses the same factor: at 0.5 it is
+    // cheaper than at 0.05 by the difference of the two GQA-path prices.
+    gqla_backend_vtable plain = *fake::vtable();
+    plain.efficiency = prefill_without_domain;
+    const gqla::Session s2(tiny_gqla(), &plain);
+    const gqla_cost_report ignored = report_for(s2, 16);
+    CHECK(ignored.gqa.time_s == doctest::Approx(priced(ignored.gqa, d.memory[0], 0.05)));
+    CHECK(ignored.transient.time_s - in.transient.time_s ==
+          doctest::Approx(ignored.gqa.time_s - in.gqa.time_s).epsilon(1e-6));
+    // Sparse calls gather their rows: never the prefill kernel's price.
+    const gqla_cost_report sparse = report_for(s, 16, 8);
+    CHECK(sparse.gqa.time_s == doctest::Approx(priced(sparse.gqa, d.memory[0], 0.05)));
+}
