@@ -4,7 +4,6 @@
 // and turns a BackendError (or any exception) into a status + message
 // (core/status_translation.hpp).
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -13,6 +12,7 @@
 #include "core/status_translation.hpp"
 #include "device_probe.hpp"
 #include "prefill_wgmma.hpp"
+#include "tuning.hpp"
 #include "session_ops.hpp"
 
 namespace gqla::cuda {
@@ -154,9 +154,8 @@ void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout
     inout->compute[1] = 0.6275;
     inout->overhead_s[1] = 48.0e-6;
     if (desc == nullptr) return;
-    const char* knob = std::getenv("GQLA_CUDA_PREFILL_WGMMA");
     int major = 0, minor = 0;
-    if ((knob && *knob == '0') ||
+    if (!read_tuning().prefill_wgmma ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, desc->device_index) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, desc->device_index) != cudaSuccess ||
         !prefill_wgmma_available(major, minor) || desc->num_kv_heads <= 0)

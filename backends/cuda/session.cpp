@@ -12,6 +12,7 @@
 #include "core/dtype.hpp"
 #include "latent_wgmma.hpp"
 #include "prefill_wgmma.hpp"
+#include "tuning.hpp"
 
 namespace gqla::cuda {
 
@@ -128,19 +129,6 @@ Session* create_session(const gqla_backend_desc& d) {
 }
 
 namespace {
-// Tuning/debug knobs that default to on: only a value starting with '0' turns them off.
-bool knob_on(const char* name) {
-    const char* v = std::getenv(name);
-    return !(v && *v == '0');
-}
-
-// Knobs that override a planned choice: unset or empty -1 (planned), a
-// value starting with '0' 0 (never), anything else 1 (always).
-int knob_choice(const char* name) {
-    const char* v = std::getenv(name);
-    return !(v && *v) ? -1 : *v == '0' ? 0 : 1;
-}
-
 // Everything a decode call's query rows need, sized for query_token_capacity
 // tokens x H heads: host-tensor staging, split-KV partials and the absorb
 // path's projection workspaces.
@@ -233,19 +221,17 @@ void allocate_decode_workspace(Session* s) {
 void init_session(Session* s, const gqla_backend_desc& d) {
     s->desc = d;
     s->device = d.device_index;
-    const char* trace = std::getenv("GQLA_CUDA_TRACE");
-    s->trace = trace && *trace && *trace != '0';
-    const char* max_splits = std::getenv("GQLA_CUDA_MAX_SPLITS");  // tuning/debug knob
-    s->use_warp_kernel = knob_on("GQLA_CUDA_WARP_KERNEL");
-    s->use_narrow_kernel = knob_on("GQLA_CUDA_NARROW_KERNEL");
-    s->narrow_shared = knob_choice("GQLA_CUDA_NARROW_SHARED");
-    s->narrow_swizzle = knob_choice("GQLA_CUDA_NARROW_SWIZZLE");
-    s->narrow_wide = knob_choice("GQLA_CUDA_NARROW_WIDE");
-    const char* stages = std::getenv("GQLA_CUDA_STAGES");
-    if (stages && *stages) s->pinned_stages = std::clamp(std::atoi(stages), 2, 5);
-    const char* narrow_rows = std::getenv("GQLA_CUDA_NARROW_MAX_ROWS");
-    if (narrow_rows && *narrow_rows) s->narrow_max_rows = std::max(kNarrowRows, std::atoi(narrow_rows));
-    s->max_splits = max_splits && *max_splits ? std::max(1, std::atoi(max_splits)) : kMaxSplits;
+    const Tuning t = read_tuning();
+    s->trace = t.trace;
+    if (s->trace) print_tuning(t, stderr);
+    s->use_warp_kernel = t.warp_kernel;
+    s->use_narrow_kernel = t.narrow_kernel;
+    s->narrow_shared = t.narrow_shared;
+    s->narrow_swizzle = t.narrow_swizzle;
+    s->narrow_wide = t.narrow_wide;
+    s->pinned_stages = t.pinned_stages;
+    s->narrow_max_rows = t.narrow_max_rows;
+    s->max_splits = t.max_splits;
     bind_device(*s);
     check_cuda(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, s->device),
                "cudaDeviceGetAttribute(SM count)");
@@ -258,21 +244,20 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     prepare_simt_kernel(s->smem_optin);
     prepare_warp_kernels(s->smem_optin);
     prepare_narrow_kernels(s->smem_optin, cc_major >= 9);
-    s->dependent_launch = cc_major >= 9 && knob_on("GQLA_CUDA_PDL");
-    s->use_cluster_merge = cc_major >= 9 && knob_on("GQLA_CUDA_CLUSTER_MERGE");
-    s->narrow_tma = cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && knob_on("GQLA_CUDA_NARROW_TMA");
-    s->use_narrow_fixed_dims = knob_on("GQLA_CUDA_NARROW_FIXED_DIMS");
-    s->use_latent_wgmma = knob_on("GQLA_CUDA_LATENT_WGMMA") && latent_wgmma_available(cc_major, cc_minor) &&
+    s->dependent_launch = cc_major >= 9 && t.pdl;
+    s->use_cluster_merge = cc_major >= 9 && t.cluster_merge;
+    s->narrow_tma = cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && t.narrow_tma;
+    s->use_narrow_fixed_dims = t.narrow_fixed_dims;
+    s->use_latent_wgmma = t.latent_wgmma && latent_wgmma_available(cc_major, cc_minor) &&
                           s->smem_optin >= latent_wgmma_smem_bytes(kLatentRows) &&
                           s->smem_optin >= latent_wgmma_smem_bytes(kLatentRowsTransposed);
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
-    s->use_prefill_wgmma = knob_on("GQLA_CUDA_PREFILL_WGMMA") && prefill_wgmma_available(cc_major, cc_minor) &&
+    s->use_prefill_wgmma = t.prefill_wgmma && prefill_wgmma_available(cc_major, cc_minor) &&
                            s->smem_optin >= std::max(prefill_wgmma_smem_bytes(128), prefill_wgmma_smem_bytes(192));
     if (s->use_prefill_wgmma) prepare_prefill_wgmma_kernels();
-    const char* transposed = std::getenv("GQLA_CUDA_LATENT_TRANSPOSED");
-    if (transposed && *transposed) s->latent_transposed = std::clamp(std::atoi(transposed), 0, 2);
-    s->use_query_in_place = knob_on("GQLA_CUDA_QUERY_IN_PLACE");
-    s->latent_dependent_launch = s->dependent_launch && knob_on("GQLA_CUDA_LATENT_PDL");
+    s->latent_transposed = t.latent_transposed;
+    s->use_query_in_place = t.query_in_place;
+    s->latent_dependent_launch = s->dependent_launch && t.latent_pdl;
     if (s->use_latent_wgmma && s->use_cluster_merge)
         for (int n = 2; n <= kMaxLatentClusterSplits; ++n)
             s->latent_clusters[static_cast<size_t>(n)] = latent_wgmma_max_active_clusters(d.cache_dtype, n);
@@ -286,7 +271,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     s->cublas_workspace.allocate(kCublasWorkspaceBytes, "cuBLAS workspace");
     check_cublas(cublasSetWorkspace(s->cublas, s->cublas_workspace.get(), kCublasWorkspaceBytes), "cublasSetWorkspace");
     check_cublas(cublasSetStream(s->cublas, s->stream), "cublasSetStream");
-    s->gemms.init(s->cublas, knob_on("GQLA_CUDA_CUBLASLT"), s->cublas_workspace.get(), kCublasWorkspaceBytes);
+    s->gemms.init(s->cublas, t.cublaslt, s->cublas_workspace.get(), kCublasWorkspaceBytes);
 
     const size_t es = cache_elem_size(*s);
     const int64_t L = d.num_layers, G = d.num_kv_heads, H = d.num_heads;
@@ -299,8 +284,8 @@ void init_session(Session* s, const gqla_backend_desc& d) {
         s->pool_a.allocate(bytes_of(L * pool_geometry(*s, 1, d.latent_dim).layer_stride, es), "latent cache");
         s->pool_b.allocate(bytes_of(L * pool_geometry(*s, 1, d.rope_dim).layer_stride, es), "rope-key cache");
         s->weights.resize(static_cast<size_t>(L));
-        s->head_weights = H > G && knob_on("GQLA_CUDA_HEAD_WEIGHTS");
-        if (s->use_latent_wgmma && knob_on("GQLA_CUDA_LATENT_TMA"))
+        s->head_weights = H > G && t.head_weights;
+        if (s->use_latent_wgmma && t.latent_tma)
             for (int layer = 0; layer < L; ++layer)
                 s->latent_maps.push_back(latent_tma_maps(d.cache_dtype, pool_view(*s, s->pool_a, layer, 1, d.latent_dim, true),
                                                          pool_view(*s, s->pool_b, layer, 1, d.rope_dim, true), d.page_size,

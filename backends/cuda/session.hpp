@@ -110,8 +110,10 @@ struct Session {
     struct Occupancy { int smem = -1; NarrowDims dims = NarrowDims::Runtime; int blocks = 0; };
     static constexpr int kOccupancySlots = 19;
     Occupancy occupancy[kOccupancySlots][2];
-    // Tuning/debug knobs: GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0
-    // / GQLA_CUDA_LATENT_WGMMA=0 turn those kernels off; GQLA_CUDA_STAGES=n pins their depth (0: planned).
+    // Kernel choices: the GQLA_CUDA_* knobs (read once, tuning.hpp) and the
+    // device. GQLA_CUDA_NARROW_KERNEL=0 / GQLA_CUDA_WARP_KERNEL=0 /
+    // GQLA_CUDA_LATENT_WGMMA=0 turn those kernels off; GQLA_CUDA_STAGES=n
+    // pins their depth (0: planned).
     bool use_narrow_kernel = true;
     bool use_warp_kernel = true;
     // sm_90a latent kernel for the absorb path (off: GQLA_CUDA_LATENT_WGMMA=0)
