@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const __grid
         reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
     allow_dependent_launch();
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, warp_in_wg = (tid >> 5) & 3;
-    const Work w = cta_work(p);
+    const Work w = prefill::cta_work(p);  // not the decode kernels' cta_work
 
     // This thread's two accumulator rows (of the block's 128): r_lo, r_lo + 8.
     const int r_lo = wg * 64 + warp_in_wg * 16 + (lane >> 2);
