@@ -154,12 +154,7 @@ void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout
     inout->compute[1] = 0.6275;
     inout->overhead_s[1] = 48.0e-6;
     if (desc == nullptr) return;
-    int major = 0, minor = 0;
-    if (!read_tuning().prefill_wgmma ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, desc->device_index) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, desc->device_index) != cudaSuccess ||
-        !prefill_wgmma_available(major, minor) || desc->num_kv_heads <= 0)
-        return;
+    if (desc->num_kv_heads <= 0 || !prefill_wgmma_serves(read_tuning(), desc->device_index)) return;
     AttentionParams p{};
     const bool gqla = desc->kind == GQLA_KIND_GQLA;
     p.cache_dtype = desc->cache_dtype;

@@ -2,8 +2,12 @@
 // See tuning.hpp.
 #include "tuning.hpp"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdlib>
+
+#include "prefill_wgmma.hpp"
 
 namespace gqla::cuda {
 
@@ -66,6 +70,16 @@ void print_tuning(const Tuning& t, std::FILE* out) {
                  t.latent_pdl, t.prefill_wgmma, t.pdl, t.cluster_merge, t.query_in_place, t.head_weights, t.cublaslt,
                  t.narrow_shared, t.narrow_swizzle, t.narrow_wide, t.latent_transposed, t.pinned_stages,
                  t.narrow_max_rows, t.max_splits);
+}
+
+bool prefill_wgmma_serves(const Tuning& t, int device) {
+    int major = 0, minor = 0, smem_optin = 0;
+    return t.prefill_wgmma &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+           prefill_wgmma_available(major, minor) &&
+           smem_optin >= std::max(prefill_wgmma_smem_bytes(128), prefill_wgmma_smem_bytes(192));
 }
 
 }  // namespace gqla::cuda

@@ -48,4 +48,9 @@ Tuning read_tuning();
 // One line naming every knob and its value.
 void print_tuning(const Tuning& t, std::FILE* out);
 
+// Whether the sm_90a prefill kernel serves `device` under these knobs: the
+// one decision behind a session's plans (init_session) and the prefill
+// factor the efficiency entry reports.
+bool prefill_wgmma_serves(const Tuning& t, int device);
+
 }  // namespace gqla::cuda
