@@ -111,8 +111,12 @@ ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& prob
     const double n = tokens;
     const double weight_elem = static_cast<double>(dtype_size(weight_storage_dtype(cfg, probe.device)));
     const double expanded_width = d.G * (d.d_c + d.d_v);
+    // The CUDA backend stages the GEMM's products (in the cache dtype) in a
+    // workspace and scatters them into the pages: the expanded rows cross
+    // memory three times there (write, read, write), once on the CPU.
+    const double expanded_passes = probe.device == GQLA_DEVICE_CUDA ? 3.0 : 1.0;
     e.bytes = n * cache_row_bytes(cfg, d.r, latent_scale_groups(d.r))    // read the latent
-              + n * cache_row_bytes(cfg, expanded_width, 2.0 * d.G)  // write KC and VE
+              + expanded_passes * n * cache_row_bytes(cfg, expanded_width, 2.0 * d.G)  // write KC and VE
               + expanded_width * d.r * weight_elem;   // read W_UKV once
     e.flops = n * 2.0 * d.r * expanded_width;
     const double memory_s = e.bytes / bytes_per_second(probe);

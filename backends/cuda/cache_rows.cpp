@@ -43,24 +43,26 @@ void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t
     const PoolGeometry cg = pool_geometry(s, 1, r);
     const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cache_elem_size(s);
     const float one = 1.f, zero = 0.f;
-    // Latent rows in W's dtype (16-bit caches: as stored), f32 products.
+    // Latent rows in W's dtype (16-bit caches: as stored); products
+    // accumulated in f32 and rounded once to that dtype, as the scatter into
+    // the cache would round them.
     launch_gather_rows(c_layer, d.cache_dtype, cg.page_stride, cg.row_stride, d.page_size, r, d_tokens, rows,
                        s.expand_in.get(), projection_dtype(s), s.stream);
     const cudaDataType_t in_type = projection_cuda_type(s);
     if (copies == 1)
         check_cublas(cublasGemmEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, r, &one, w, in_type, r,
-                                  s.expand_in.get(), in_type, r, &zero, s.expand_out.get<float>(), CUDA_R_32F, N,
+                                  s.expand_in.get(), in_type, r, &zero, s.expand_out.get(), in_type, N,
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "latent expansion (GemmEx)");
     else  // blocks spaced by per-head copies: one GEMM per group, the same latent rows
         check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, width, rows, r, &one, w, in_type,
                                                 r, group_stride, s.expand_in.get(), in_type, r, 0, &zero,
-                                                s.expand_out.get<float>(), CUDA_R_32F, N, width, G,
+                                                s.expand_out.get(), in_type, N, width, G,
                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "latent expansion (GemmStridedBatchedEx)");
     gqla_view e{};
     e.data = s.expand_out.get();
-    e.dtype = GQLA_DTYPE_F32;
+    e.dtype = projection_dtype(s);
     e.on_device = 1;
     e.ndim = 2;
     e.strides[0] = N;

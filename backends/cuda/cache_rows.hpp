@@ -32,8 +32,9 @@ struct ExpandedPools {
 
 // Expanded rows of `layer` for `rows` tokens (device token indices, at most
 // s.expand_chunk of them): E [rows][G*(d_c+d_v)] = C [rows][r] . W_UKV^T with
-// the latent rows in the projection dtype and f32 products, then scattered
-// per group into dst (rounded to the cache dtype). Throws INVALID_STATE when
+// the latent rows in the projection dtype (the cache dtype) and products
+// accumulated in f32, rounded once to that dtype, then scattered per group
+// into dst. Throws INVALID_STATE when
 // the layer has no weights.
 void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t rows, const ExpandedPools& dst);
 

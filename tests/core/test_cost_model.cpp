@@ -118,6 +118,20 @@ TEST_CASE("cost model: bytes and FLOPs of a small GQLA config, counted by hand")
     CHECK(r.chosen == GQLA_PATH_GQA);
 }
 
+TEST_CASE("cost model: the CUDA expansion stages its products, so the expanded rows cross memory three times") {
+    // As the worked case above (f32, 20 cached tokens): the CPU writes the
+    // 1600 expanded bytes once; CUDA writes them to a workspace, reads them
+    // back and writes them into the pages.
+    const gqla_config c = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_F32, GQLA_DTYPE_F32);
+    gqla_probe_info cuda = unit_cpu_probe();
+    cuda.device = GQLA_DEVICE_CUDA;
+    const gqla_cost_report cpu_r = gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), pure_roofline());
+    const gqla_cost_report cuda_r = gqla::predict_cost(c, cuda, workload(2, 10, 3), pure_roofline());
+    CHECK(cpu_r.expand_bytes == 640 + 1600 + 640);
+    CHECK(cuda_r.expand_bytes == 640 + 3 * 1600 + 640);
+    CHECK(cuda_r.expand_flops == cpu_r.expand_flops);
+}
+
 TEST_CASE("cost model: weights are priced in the cache dtype on CUDA; on CPU bf16 for bf16 caches, else f32") {
     gqla_config c = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_BF16, GQLA_DTYPE_F32);
     gqla_probe_info cuda = unit_cpu_probe();

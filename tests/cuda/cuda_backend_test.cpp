@@ -857,7 +857,10 @@ void test_transient(gqla_dtype cache) {
     check_reference(h, "gqla transient first call (fork in the call) " + dt, 1, ids, q_lens, q, first);
     h.vt->memory_usage(h.ctx, after);
     const int64_t es = int64_t(gqla::dtype_size(cache));
-    const int64_t chunk = std::clamp<int64_t>((int64_t(1) << 22) / (G * (dc + dv)), 64, 2048);
+    // The expansion chunk as the session sizes it (backends/cuda/session.cpp):
+    // 64 MiB of products in the cache dtype, at most the session's capacity.
+    const int64_t chunk = std::clamp<int64_t>(
+        std::min<int64_t>((int64_t(64) << 20) / (G * (dc + dv) * es), d.num_pages * P), 64, 8192);
     const int64_t pool = d.num_pages * P * G * (dc + dv) * es + chunk * 8;
     report("gqla transient pool in workspace bytes " + dt, std::fabs(double(after[3] - before[3] - pool)), 0.0);
     report("gqla transient no kept expanded cache " + dt, double(after[1]), 0.0);
