@@ -41,32 +41,55 @@ static inline __m512i pair_order_second() {
     return _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
 }
 
-// Queries of all rows as bf16, each key segment padded with zeros to 32.
-static inline void round_queries(const GqaItem& it, uint16_t* qb, int64_t qb_ld) {
+// Queries of all rows as bf16, each key segment padded with zeros to 32,
+// unscaled (it.q carries softmax scale * log2 e; the scores take it back in
+// f32): q = hi + lo with hi = bf16(q) and lo = bf16(q - hi). A caller's bf16
+// query is its own hi, and its lo (a few f32 ulps from the unscaling) is
+// dropped, so its scores are exact products summed in f32, as on the GPU. Any
+// other query (f32 or f16 io) keeps lo, ~16 bits in all: rounding it to
+// bf16 alone put score errors of 2^-9 |s| into every score, which with
+// sharp softmaxes took outputs past the bf16 error bound (API-sequence
+// fuzzer, f16 io). Returns whether some lo is kept (the scores then take
+// two dot products per key vector). The 8-bit kernels round the scaled
+// queries once (unscale 1, no ql): their keys' own error dwarfs it.
+static inline bool round_queries(const GqaItem& it, float unscale_by, uint16_t* qb, uint16_t* ql, int64_t qb_ld) {
     const int p1 = (it.d1 + 31) / 32 * 32;
+    const __m512 unscale = _mm512_set1_ps(unscale_by);
+    const __m512 tiny = _mm512_set1_ps(0x1p-17f);  // below this fraction of hi, lo is unscaling noise
+    __mmask16 any_lo = 0;
     for (int r = 0; r < it.rows; ++r) {
         const float* q = it.q + static_cast<int64_t>(r) * it.q_ld;
         uint16_t* dst = qb + r * qb_ld;
+        uint16_t* dst_lo = ql ? ql + r * qb_ld : nullptr;
         for (int seg = 0; seg < 2; ++seg) {
             const int dk = seg == 0 ? it.d1 : it.d2;
             const float* src = seg == 0 ? q : q + it.d1;
-            uint16_t* out = seg == 0 ? dst : dst + p1;
+            const int off = seg == 0 ? 0 : p1;
             const int padded = (dk + 31) / 32 * 32;
             for (int d = 0; d < padded; d += 16) {
                 const int n = dk - d;
                 const __mmask16 m = n >= 16 ? static_cast<__mmask16>(0xffff)
                                             : n > 0 ? static_cast<__mmask16>((1u << n) - 1) : static_cast<__mmask16>(0);
-                const __m512 v = _mm512_maskz_loadu_ps(m, src + d);
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + d), (__m256i)_mm512_cvtneps_pbh(v));
+                const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + d), unscale);
+                const __m256bh hi = _mm512_cvtneps_pbh(v);
+                const __m512 rest = _mm512_sub_ps(v, _mm512_cvtpbh_ps(hi));
+                const __mmask16 keep = _mm512_cmp_ps_mask(_mm512_abs_ps(rest),
+                                                          _mm512_mul_ps(_mm512_abs_ps(v), tiny), _CMP_GT_OQ);
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + off + d), (__m256i)hi);
+                if (ql == nullptr) continue;
+                any_lo |= keep;
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst_lo + off + d),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_mov_ps(keep, rest)));
             }
         }
     }
+    return any_lo != 0;
 }
 
 // s[r][t] = q[r] . [k1[t] | k2[t]] for RB rows x NT tokens.
-template <int RB, int NT>
-static inline void score_tile(const uint16_t* qb, int64_t qb_ld, const uint16_t* k1, int d1, const uint16_t* k2,
-                              int d2, float* s, int s_ld) {
+template <int RB, int NT, bool kSplit>
+static inline void score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb_ld, float scale, const uint16_t* k1,
+                              int d1, const uint16_t* k2, int d2, float* s, int s_ld) {
     __m512 acc[RB * NT];
     GQLA_UNROLL
     for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();
@@ -75,6 +98,7 @@ static inline void score_tile(const uint16_t* qb, int64_t qb_ld, const uint16_t*
         const uint16_t* k = seg == 0 ? k1 : k2;
         const int dk = seg == 0 ? d1 : d2;
         const uint16_t* qs = seg == 0 ? qb : qb + p1;
+        const uint16_t* qls = !kSplit ? nullptr : seg == 0 ? ql : ql + p1;  // ql may be null without kSplit
         for (int d = 0; d < dk; d += 32) {
             const int n = dk - d;
             const __mmask32 m = n >= 32 ? ~static_cast<__mmask32>(0) : static_cast<__mmask32>((1u << n) - 1);
@@ -86,6 +110,12 @@ static inline void score_tile(const uint16_t* qb, int64_t qb_ld, const uint16_t*
                 const __m512i qv = _mm512_loadu_si512(qs + r * qb_ld + d);
                 GQLA_UNROLL
                 for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qv), as_bh(kv[t]));
+                if constexpr (kSplit) {
+                    const __m512i lv = _mm512_loadu_si512(qls + r * qb_ld + d);
+                    GQLA_UNROLL
+                    for (int t = 0; t < NT; ++t)
+                        acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(lv), as_bh(kv[t]));
+                }
             }
         }
     }
@@ -94,25 +124,45 @@ static inline void score_tile(const uint16_t* qb, int64_t qb_ld, const uint16_t*
     GQLA_UNROLL
     for (int r = 0; r < RB; ++r)
         GQLA_UNROLL
-        for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
+        for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] * scale;
 }
 
-template <int RB>
-static inline void scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, int64_t qb_ld,
-                               const uint16_t* k1, const uint16_t* k2, float* s, PrefetchStream* pf) {
+template <int RB, bool kSplit>
+static inline void scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, const uint16_t* ql,
+                               int64_t qb_ld, const uint16_t* k1, const uint16_t* k2, float* s, PrefetchStream* pf) {
     constexpr int NT = kScoreTokens;
     const uint16_t* q = qb + r0 * qb_ld;
+    const uint16_t* q_lo = ql + r0 * qb_ld;
+    const float scale = it.q_scale > 0.0f ? it.q_scale : 1.0f;
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        score_tile<RB, NT>(q, qb_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
-                           k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock);
+        score_tile<RB, NT, kSplit>(q, q_lo, qb_ld, scale, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
+                                   k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                                   kGqaTokenBlock);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        score_tile<RB, 1>(q, qb_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
-                          k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock);
+        score_tile<RB, 1, kSplit>(q, q_lo, qb_ld, scale, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
+                                  k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                                  kGqaTokenBlock);
+    }
+}
+
+// All rows of the block, with or without the queries' low parts.
+template <bool kSplit>
+static inline void scores_block(const GqaItem& it, int n, const uint16_t* qb, const uint16_t* ql, int64_t qb_ld,
+                                const uint16_t* k1, const uint16_t* k2, float* s, PrefetchStream* pf) {
+    constexpr int RBmax = kRows;
+    int r0 = 0;
+    for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
+        scores_rows<RBmax, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf);
+    switch (it.rows - r0) {
+        case 1: scores_rows<1, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf); break;
+        case 2: scores_rows<2, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf); break;
+        case 3: scores_rows<3, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf); break;
+        default: break;
     }
 }
 
@@ -269,7 +319,6 @@ static inline void unpair_accumulators(const GqaItem& it) {
 
 static void gqa_attend_bf16(const GqaItem& it) {
     using T = uint16_t;
-    constexpr int RBmax = kRows;
     constexpr int64_t es = sizeof(T);
     for (int r = 0; r < it.rows; ++r) {
         it.m[r] = kMaxFloor;
@@ -281,8 +330,9 @@ static void gqa_attend_bf16(const GqaItem& it) {
     float* corr = it.scratch + it.rows * kGqaTokenBlock;
     const int64_t qb_ld = gqa_bf16_query_ld(it.d1, it.d2);
     uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
-    uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
-    round_queries(it, qb, qb_ld);
+    uint16_t* ql = qb + round16(it.rows * qb_ld / 2) * 2;
+    uint16_t* pb = ql + round16(it.rows * qb_ld / 2) * 2;
+    const bool split = round_queries(it, it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f, qb, ql, qb_ld);
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
     GqaBlock<GQLA_DTYPE_BF16> cur = GqaBlock<GQLA_DTYPE_BF16>::at(it, it.t0);
@@ -302,16 +352,8 @@ static void gqa_attend_bf16(const GqaItem& it) {
         values_ahead.plan(n / kScoreTokens + n % kScoreTokens);
         keys_ahead.plan(n);
 
-        int r0 = 0;
-        PrefetchStream* pf = &values_ahead;
-        for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
-            scores_rows<RBmax>(it, r0, n, qb, qb_ld, cur.k1, cur.k2, s, pf);
-        switch (it.rows - r0) {
-            case 1: scores_rows<1>(it, r0, n, qb, qb_ld, cur.k1, cur.k2, s, pf); break;
-            case 2: scores_rows<2>(it, r0, n, qb, qb_ld, cur.k1, cur.k2, s, pf); break;
-            case 3: scores_rows<3>(it, r0, n, qb, qb_ld, cur.k1, cur.k2, s, pf); break;
-            default: break;
-        }
+        if (split) scores_block<true>(it, n, qb, ql, qb_ld, cur.k1, cur.k2, s, &values_ahead);
+        else scores_block<false>(it, n, qb, ql, qb_ld, cur.k1, cur.k2, s, &values_ahead);
         gqa_softmax_block(it, t, n, s, corr);
         round_probabilities(s, it.rows, n, pb);
         if (t + n - 1 > min_limit) pv_block_masked(it, t, n, cur.v, pb, s, corr);

@@ -243,7 +243,7 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
     uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
     uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
     float* scale = it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
-    round_queries(it, qb, qb_ld);
+    round_queries(it, 1.0f, qb, nullptr, qb_ld);
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
     Fp8GqaBlock cur = Fp8GqaBlock::at(it, it.t0, it.t1, kGqaTokenBlock);

@@ -12,39 +12,64 @@
 // after attention_bf16_dot.inl and attention_wide.inl, inside bf16dot.
 
 // qp[kp][rows]: bf16 pairs of each row's query over its key dims; the k1 and
-// k2 segments (both even) pair separately, k2's pairs following k1's.
-static inline void wide_pair_queries(const GqaItem& it, int R, uint32_t* qp) {
+// k2 segments (both even) pair separately, k2's pairs following k1's. As in
+// round_queries: the queries unscaled, high parts in qp and the low parts
+// that a bf16 query's unscaling noise does not explain in ql; returns
+// whether any low part is kept.
+static inline bool wide_pair_queries(const GqaItem& it, int R, uint32_t* qp, uint32_t* ql) {
     const int K = it.d1 + it.d2;
-    alignas(64) float even[16], odd[16];
+    const float unscale = it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f;
+    alignas(64) float even[16], odd[16], even_lo[16], odd_lo[16];
+    bool any_lo = false;
+    const auto split = [&](float x, float& lo) {
+        const float hi = gqla::bf16_to_f32(gqla::f32_to_bf16(x));  // round to nearest even, as vcvtneps2bf16
+        const float rest = x - hi;
+        lo = __builtin_fabsf(rest) > __builtin_fabsf(x) * 0x1p-17f ? rest : 0.0f;
+        any_lo = any_lo || lo != 0.0f;
+    };
     for (int kp = 0; kp < K / 2; ++kp)
         for (int i0 = 0; i0 < R; i0 += 16) {
             for (int i = 0; i < 16; ++i) {
                 const int row = i0 + i;
                 const float* q = it.q + int64_t(row < it.rows ? row : 0) * it.q_ld + 2 * kp;
-                even[i] = row < it.rows ? q[0] : 0.0f;
-                odd[i] = row < it.rows ? q[1] : 0.0f;
+                even[i] = row < it.rows ? q[0] * unscale : 0.0f;
+                odd[i] = row < it.rows ? q[1] * unscale : 0.0f;
+                split(even[i], even_lo[i]);
+                split(odd[i], odd_lo[i]);
             }
             _mm512_storeu_si512(qp + kp * R + i0, pair_rows(_mm512_load_ps(even), _mm512_load_ps(odd)));
+            _mm512_storeu_si512(ql + kp * R + i0, pair_rows(_mm512_load_ps(even_lo), _mm512_load_ps(odd_lo)));
         }
+    return any_lo;
 }
 
-// Scores of the block's n tokens for the NV row vectors at column col.
+template <int JT, int NV>
+static inline void wide_score_tile_bf16(const GqaItem& it, int R, const uint16_t* k1, const uint16_t* k2,
+                                        const uint32_t* qp, const uint32_t* ql, float* st) {
+    const int p1 = it.d1 / 2, p2 = it.d2 / 2;
+    absorb_score_tile_bf16<JT, NV>(k1, it.d1, p1, qp, R, st, false);
+    if (p2) absorb_score_tile_bf16<JT, NV>(k2, it.d2, p2, qp + p1 * R, R, st, true);
+    if (ql == nullptr) return;
+    absorb_score_tile_bf16<JT, NV>(k1, it.d1, p1, ql, R, st, true);
+    if (p2) absorb_score_tile_bf16<JT, NV>(k2, it.d2, p2, ql + p1 * R, R, st, true);
+}
+
+// Scores of the block's n tokens for the NV row vectors at column col (ql:
+// the queries' low parts, or null).
 template <int NV>
 static inline void wide_scores_cols_bf16(const GqaItem& it, int R, int n, const uint16_t* k1, const uint16_t* k2,
-                                         const uint32_t* qp, float* st, PrefetchStream* pf) {
+                                         const uint32_t* qp, const uint32_t* ql, float* st, PrefetchStream* pf) {
     constexpr int JT = kAbsorbTokens;
-    const int p1 = it.d1 / 2, p2 = it.d2 / 2;
-    const uint32_t* q2 = qp + p1 * R;
     int j = 0;
     for (; j + JT <= n; j += JT) {
         if (pf) pf->step();
-        absorb_score_tile_bf16<JT, NV>(k1 + int64_t(j) * it.d1, it.d1, p1, qp, R, st + j * R, false);
-        if (p2) absorb_score_tile_bf16<JT, NV>(k2 + int64_t(j) * it.d2, it.d2, p2, q2, R, st + j * R, true);
+        wide_score_tile_bf16<JT, NV>(it, R, k1 + int64_t(j) * it.d1, k2 ? k2 + int64_t(j) * it.d2 : nullptr, qp, ql,
+                                     st + j * R);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        absorb_score_tile_bf16<1, NV>(k1 + int64_t(j) * it.d1, it.d1, p1, qp, R, st + j * R, false);
-        if (p2) absorb_score_tile_bf16<1, NV>(k2 + int64_t(j) * it.d2, it.d2, p2, q2, R, st + j * R, true);
+        wide_score_tile_bf16<1, NV>(it, R, k1 + int64_t(j) * it.d1, k2 ? k2 + int64_t(j) * it.d2 : nullptr, qp, ql,
+                                    st + j * R);
     }
 }
 
@@ -92,9 +117,11 @@ static void gqa_attend_wide_bf16(const GqaItem& it) {
     const WideScratch w = wide_scratch(it);
     const int64_t min_limit = wide_start(it, R, w);
     uint32_t* qp = reinterpret_cast<uint32_t*>(w.qt);
+    uint32_t* qp_lo = qp + (it.d1 + it.d2) / 2 * R;  // w.qt holds (K + 2) x R floats
     uint32_t* vp = w.pairs;
     uint32_t* pp = w.pairs + kWideTokenBlock / 2 * dv;
-    wide_pair_queries(it, R, qp);
+    const uint32_t* ql = wide_pair_queries(it, R, qp, qp_lo) ? qp_lo : nullptr;
+    const __m512 scale = _mm512_set1_ps(it.q_scale > 0.0f ? it.q_scale : 1.0f);
     const int64_t t1 = lmin(it.t1, max_lane_limit(w.limit, R) + 1);
     for (int64_t t = it.t0; t < t1;) {
         const WideBlock<GQLA_DTYPE_BF16> b = WideBlock<GQLA_DTYPE_BF16>::at(it, t, t1);
@@ -104,8 +131,11 @@ static void gqa_attend_wide_bf16(const GqaItem& it) {
         PrefetchStream* pf = &ahead;
         int col = 0;
         for (; col + 32 <= R; col += 32, pf = nullptr)
-            wide_scores_cols_bf16<2>(it, R, n, b.k1, b.k2, qp + col, w.st + col, pf);
-        for (; col < R; col += 16, pf = nullptr) wide_scores_cols_bf16<1>(it, R, n, b.k1, b.k2, qp + col, w.st + col, pf);
+            wide_scores_cols_bf16<2>(it, R, n, b.k1, b.k2, qp + col, ql ? ql + col : nullptr, w.st + col, pf);
+        for (; col < R; col += 16, pf = nullptr)
+            wide_scores_cols_bf16<1>(it, R, n, b.k1, b.k2, qp + col, ql ? ql + col : nullptr, w.st + col, pf);
+        for (int64_t i = 0; i < int64_t(n) * R; i += 16)  // the scale the queries' rounding left out
+            _mm512_storeu_ps(w.st + i, _mm512_mul_ps(_mm512_loadu_ps(w.st + i), scale));
         wide_softmax_block(w.st, R, t, n, w.limit, min_limit, w.m, w.l, w.corr);
         if (t + n - 1 > min_limit) {
             widen_rows<GQLA_DTYPE_BF16>(b.v, n, dv, w.vtile, dv);

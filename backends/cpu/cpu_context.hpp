@@ -17,6 +17,12 @@
 
 namespace gqla::cpu {
 
+// Below this many bytes of f32 weights per layer the absorb projections keep
+// f32 weights even for bf16 and 8-bit caches: such weights stay in the cores'
+// caches, so halving their bytes saves little, and their short sums let the
+// rounding reach the bf16 error bound.
+constexpr size_t kBf16WeightsMinBytes = size_t(1) << 20;
+
 // Weights of one GQLA layer, converted to f32 once at upload.
 struct LayerWeights {
     // [G*(d_c+d_v)][r], the kv_b_proj layout: W_UK[g] is a [d_c][r] block
@@ -32,6 +38,8 @@ struct LayerWeights {
     // its rows lie G*(d_c+d_v) elements apart, a TLB miss per row at
     // DeepSeek-V3 sizes). Of w and wt only the one the expansion GEMM reads
     // is kept then (expansion_reads_wt()).
+    // Made only for weights that are bf16 values already or larger than
+    // kBf16WeightsMinBytes in f32 (cpu_set_weights says why).
     AlignedBuffer w16;
     AlignedBuffer wuv16;
     // w16 holds W exactly (bf16 checkpoints): the GQA_TRANSIENT form then

@@ -245,6 +245,7 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar,
             it.rows = n_rep_;
             it.q = ar.q + int64_t(g) * n_rep_ * dk_;
             it.q_ld = dk_;
+            it.q_scale = d_.softmax_scale * kLog2e;
             it.row_limit = ar.limit;
             it.page_table = kStagePage;
             it.page_size = kBlock;

@@ -9,8 +9,9 @@
 template <int RB>
 static inline void expand_rows_tile_bf16(const uint16_t* lat, int r, const uint16_t* w, int N, float* out) {
     int n = 0;
-    for (; n + 4 <= N; n += 4) score_tile<RB, 4>(lat, r, w + int64_t(n) * r, r, nullptr, 0, out + n, N);
-    for (; n < N; ++n) score_tile<RB, 1>(lat, r, w + int64_t(n) * r, r, nullptr, 0, out + n, N);
+    for (; n + 4 <= N; n += 4)
+        score_tile<RB, 4, false>(lat, nullptr, r, 1.0f, w + int64_t(n) * r, r, nullptr, 0, out + n, N);
+    for (; n < N; ++n) score_tile<RB, 1, false>(lat, nullptr, r, 1.0f, w + int64_t(n) * r, r, nullptr, 0, out + n, N);
 }
 
 static void expand_latent_bf16(const ExpandItem& e) {

@@ -19,8 +19,8 @@ constexpr int kGqaTokenBlock = 64;
 constexpr int kAbsorbTokenBlock = 32;
 // GqaItem::scratch in floats, for `rows` query rows and keys of dk elements:
 // the score block and the per-row rescale, then room for the rows' queries
-// and probabilities as bf16 pairs (kernels with bf16 dot products; each key
-// segment padded to 32 elements). Offsets are multiples of 16 floats.
+// in bf16 twice (high and low parts) and their probabilities as bf16 pairs
+// (kernels with bf16 dot products; each key segment padded to 32 elements). Offsets are multiples of 16 floats.
 // Workspace parts start at multiples of 16 floats (64 bytes).
 constexpr int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 constexpr int64_t gqa_scratch_scores_floats(int64_t rows) { return round16(rows * (kGqaTokenBlock + 1)); }
@@ -28,7 +28,7 @@ constexpr int64_t gqa_bf16_query_ld(int64_t d1, int64_t d2) { return (d1 + 31) /
 // ... and last the rows' f32 queries in pair order (f32-arithmetic kernels on
 // bf16 caches: see pair_order in attention_kernels.inl).
 constexpr int64_t gqa_scratch_pair_query_offset(int64_t rows, int64_t dk) {
-    return gqa_scratch_scores_floats(rows) + round16(rows * ((dk + 31) / 32 * 32 + 32) / 2) +
+    return gqa_scratch_scores_floats(rows) + 2 * round16(rows * ((dk + 31) / 32 * 32 + 32) / 2) +
            round16(rows * kGqaTokenBlock / 2);
 }
 // ... then, for 8-bit caches, the rope-key scores of the block (GQLA GQA
@@ -80,6 +80,9 @@ struct GqaItem {
     int rows;
     const float* q;           // [rows][q_ld], pre-multiplied by scale * log2(e)
     int q_ld;
+    // That factor (softmax scale * log2(e)); 0 when unknown. The bf16-dot
+    // kernel divides it out to round the caller's own query values.
+    float q_scale = 0.0f;
     const int64_t* row_limit; // [rows]: last position each row may attend
     const int32_t* page_table;
     int page_size;

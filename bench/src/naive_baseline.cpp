@@ -162,8 +162,10 @@ NaiveResult time_naive_baseline(const Preset& p, gqla_dtype cache, int batch, in
         case GQLA_DTYPE_F32: return run<float>(p, batch, context, s_q, threads, reps, sets);
         case GQLA_DTYPE_F16: return run<F16>(p, batch, context, s_q, threads, reps, sets);
         case GQLA_DTYPE_BF16: return run<Bf16>(p, batch, context, s_q, threads, reps, sets);
+        case GQLA_DTYPE_FP8_E4M3:
+        case GQLA_DTYPE_I32: break;
     }
-    return {};
+    return {};  // no naive loop for 8-bit caches: not run, nothing to report
 }
 
 }  // namespace gqla::bench

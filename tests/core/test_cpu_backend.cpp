@@ -197,3 +197,34 @@ TEST_CASE("cpu backend: memory accounting and failed weight uploads") {
     (void)e2;
     CHECK(st == GQLA_ERR_INVALID_STATE);
 }
+
+TEST_CASE("cpu backend: bf16 weight copies only for bf16 weights or weights past 1 MiB") {
+    // The absorb projections of a bf16 cache read bf16 copies of W where
+    // rounding W costs nothing (bf16 weights) or pays (large weights); small
+    // f32 weights stay f32, as rounding them took fuzzed bf16 decodes past
+    // the error bound. memory_usage's weight bytes tell which copies exist.
+    for (int G : {2, 6}) {
+        const gqla_backend_desc d = gqla_desc(GQLA_DTYPE_BF16, G);
+        const int64_t rows = int64_t(G) * (d.nope_dim + d.value_dim), r = d.latent_dim;
+        const int64_t f32_bytes = rows * r * 4;  // one f32 copy of one layer
+        const int64_t bf16_bytes = rows * r * 2 + int64_t(G) * r * d.value_dim * 2;
+        const bool large = f32_bytes > int64_t(1) << 20;
+        INFO("G=" << G << " f32 weights " << f32_bytes << " bytes per layer");
+        CHECK(large == (G == 6));
+        for (gqla_dtype wdt : {GQLA_DTYPE_F32, GQLA_DTYPE_BF16}) {
+            Driver drv(d);
+            REQUIRE(drv.status() == GQLA_OK);
+            REQUIRE(!drv.set_random_weights(wdt).empty());
+            int64_t mem[4];
+            drv.vt()->memory_usage(drv.ctx(), mem);
+            const bool copies = wdt == GQLA_DTYPE_BF16 || large;
+            // With copies: one f32 copy (the expansion's) and the bf16 ones;
+            // without: W and its transpose in f32.
+            CHECK(mem[2] == d.num_layers * (copies ? f32_bytes + bf16_bytes : 2 * f32_bytes));
+            drv.add_sequence();
+            REQUIRE(drv.append({0}, {1}, 0) == GQLA_OK);
+            REQUIRE(drv.append({0}, {29}, 0) == GQLA_OK);
+            check_all_q_lens(drv, GQLA_PATH_ABSORB, tolerance(GQLA_DTYPE_BF16), "absorb");
+        }
+    }
+}

@@ -633,9 +633,12 @@ private:
         const std::vector<double> got = read_view(o);
         const std::vector<double> got_lse = lse ? read_view(*lse) : std::vector<double>();
         std::vector<double> ref_o(static_cast<size_t>(s_q * H * Dv)), ref_lse(static_cast<size_t>(s_q * H));
+        // On the GQA path a GQLA session attends over its expanded cache,
+        // stored in the cache dtype: the reference reads it as stored.
+        const bool expanded = shadow_.is_gqla() && stats().path == GQLA_PATH_GQA;
         for (size_t b = 0; b < ids.size(); ++b) {
             const double* qb = q.stored.data() + b * static_cast<size_t>(s_q * H * Dq);
-            shadow_.reference(ids[b], layer, s_q, qb, ref_o.data(), ref_lse.data());
+            shadow_.reference(ids[b], layer, s_q, qb, ref_o.data(), ref_lse.data(), expanded);
             const double* ob = got.data() + b * static_cast<size_t>(s_q * H * Dv);
             // Relative L2, except that the denominator never drops below half
             // the values' own scale: an output whose terms cancel to almost

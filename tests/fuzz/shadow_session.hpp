@@ -49,7 +49,11 @@ public:
     int64_t tokens_cached() const;
 
     // Expected o [s_q, H, Dv] and lse [s_q, H] of one sequence for q [s_q, H, Dq].
-    void reference(gqla_seq_id id, int32_t layer, int32_t s_q, const double* q, double* o, double* lse) const;
+    // from_expanded (GQLA on the GQA path): the keys' nope parts W_UK c and
+    // the values W_UV c as the expanded cache stores them, rounded to the
+    // cache dtype, as a GQA cache stores the keys and values it is given.
+    void reference(gqla_seq_id id, int32_t layer, int32_t s_q, const double* q, double* o, double* lse,
+                   bool from_expanded = false) const;
     // Root mean square of the value vectors the sequence's queries average
     // (GQA: v rows; GQLA: W_UV c per group): the scale of o's rounding error.
     double value_rms(gqla_seq_id id, int32_t layer) const;
