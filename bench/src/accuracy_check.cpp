@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "reference_rows.hpp"
 #include "support.hpp"
 

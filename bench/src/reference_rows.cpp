@@ -3,13 +3,13 @@
 
 #include <algorithm>
 
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 
 namespace gqla::bench {
 namespace {
 
 // Keys [pool, G, d_c] and values [pool, G, d_v] of every pool row, formed as
-// core/reference.cpp forms them per token: W_UK[g] c and W_UV[g] c in double.
+// tests/reference/reference.cpp forms them per token: W_UK[g] c and W_UV[g] c in double.
 void form_pool_keys(const CheckInputs& in, std::vector<double>* kc, std::vector<double>* ve) {
     const Preset& p = *in.preset;
     const int64_t pool = static_cast<int64_t>(in.pool.size()) / p.r;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Float64 reference outputs for chosen query rows of one attention call,
-// from core/reference.hpp, cheap enough for prefill chunks of 16K queries.
+// from tests/reference/reference.hpp, cheap enough for prefill chunks of 16K queries.
 //
 // Two things keep the cost down while checking every part of a long chunk:
 //  - Rows: query i of a chunk of q over L tokens is the last query of the
@@ -8,7 +8,7 @@
 //    the middle, the last) are reference calls on prefixes; the rows between
 //    them differ only in how many keys they see.
 //  - GQLA keys: the reference forms every group's key W_UK c and value
-//    W_UV c from the latent (core/reference.cpp), which for DeepSeek-V3 is
+//    W_UV c from the latent (tests/reference/reference.cpp), which for DeepSeek-V3 is
 //    ~30 MFLOP per token. Here the latent rows of the check come from a
 //    small pool, so keys and values are formed once per pool row, and the
 //    rope key (kr, random per token) keeps every position's score distinct.

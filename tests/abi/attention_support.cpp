@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 
 namespace attention {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "gqla/gqla.h"
 
 namespace fp8test {

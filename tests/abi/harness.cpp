@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "core/dtype.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 
 namespace abi {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "harness.hpp"
 
 namespace nonfinite {

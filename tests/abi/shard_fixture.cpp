@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "harness.hpp"
 
 namespace shards {

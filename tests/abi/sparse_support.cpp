@@ -7,8 +7,8 @@
 #include <cmath>
 #include <limits>
 
-#include "core/reference.hpp"
-#include "core/reference_sparse.hpp"
+#include "tests/reference/reference.hpp"
+#include "tests/reference/reference_sparse.hpp"
 
 namespace sparse_test {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "attention_support.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 
 using abi::active_path;
 using abi::Harness;

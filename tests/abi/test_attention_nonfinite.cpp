@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "attention_support.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "nonfinite_support.hpp"
 
 using abi::Harness;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "attention_support.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 
 using abi::Harness;
 using abi::path_label;

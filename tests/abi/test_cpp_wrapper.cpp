@@ -11,7 +11,7 @@
 
 #include "gqla/gqla.hpp"
 #include "harness.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 
 static_assert(!std::is_copy_constructible_v<gqla::Session>, "sessions are move-only");
 static_assert(std::is_nothrow_move_constructible_v<gqla::Session>, "sessions move without throwing");

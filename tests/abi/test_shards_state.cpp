@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "harness.hpp"
 #include "shard_fixture.hpp"
 

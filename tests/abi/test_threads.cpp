@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "gqla/gqla.h"
 
 namespace {

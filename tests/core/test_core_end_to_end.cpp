@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "tests/core/test_checks.hpp"
 #include "gqla/gqla.h"
 

@@ -16,7 +16,7 @@
 #include "backends/cpu/cpu_backend_internal.hpp"
 #include "core/backend_api.h"
 #include "core/dtype.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "tests/core/test_checks.hpp"
 
 namespace cpu_backend_test {

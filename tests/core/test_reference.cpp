@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "tests/core/test_checks.hpp"
 
 namespace {

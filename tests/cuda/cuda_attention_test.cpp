@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "gqla/gqla.h"
 
 namespace {

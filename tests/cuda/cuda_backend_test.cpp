@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "vtable_harness.hpp"
 
 using namespace gqla::test;

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "gqla/gqla.h"
 
 namespace {

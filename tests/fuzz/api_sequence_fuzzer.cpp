@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 #include "gqla/gqla.h"
 #include "tests/fuzz/fuzz_inputs.hpp"
 #include "tests/fuzz/shadow_session.hpp"

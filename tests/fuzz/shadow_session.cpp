@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "core/dtype.hpp"
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 
 namespace fuzz {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Float64 reference of sparse (top-k) attention: dense attention restricted
 // to the positions each query lists. Written from the definition, like
-// core/reference.hpp: scores, a max-shifted softmax, a weighted sum.
+// tests/reference/reference.hpp: scores, a max-shifted softmax, a weighted sum.
 //
 // Query i of a sequence of length L with s_q queries reads the entries
 // idx[i * topk .. i * topk + topk) and attends to every entry j with

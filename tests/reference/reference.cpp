@@ -2,7 +2,7 @@
 // Float64 reference of the decode math. Written straight from the definitions
 // so that nothing here shares an idea (blocking, online softmax, absorption)
 // with the code it checks: scores, a max-shifted softmax, a weighted sum.
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 
 #include <algorithm>
 #include <cmath>

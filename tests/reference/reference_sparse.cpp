@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Float64 reference of sparse attention (see reference_sparse.hpp).
-#include "core/reference_sparse.hpp"
+#include "tests/reference/reference_sparse.hpp"
 
-#include "core/reference.hpp"
+#include "tests/reference/reference.hpp"
 
 #include <algorithm>
 #include <cmath>
