@@ -76,18 +76,18 @@ typedef struct gqla_view {
 /* Everything the backend needs to size itself; fixed for a session's life. */
 typedef struct gqla_backend_desc {
     gqla_kind kind;
-    int32_t num_heads, num_kv_heads;     /* H, G */
-    int32_t head_dim, value_dim;         /* GQA: D, Dv. GQLA: value_dim = d_v */
+    int32_t num_heads, num_kv_heads;        /* H, G */
+    int32_t head_dim, value_dim;            /* GQA: D, Dv. GQLA: value_dim = d_v */
     int32_t latent_dim, nope_dim, rope_dim; /* GQLA: r, d_c, d_r */
     int32_t num_layers;
     gqla_dtype cache_dtype, io_dtype;
-    float softmax_scale;                 /* resolved (never 0) */
+    float softmax_scale; /* resolved (never 0) */
     int32_t page_size;
     int64_t num_pages;
     int32_t max_sequences, max_batch, max_q_len;
-    int64_t max_q_tokens;                /* most query rows of one call (sum of q_lens) */
+    int64_t max_q_tokens; /* most query rows of one call (sum of q_lens) */
     int32_t device_index;
-    int32_t num_threads;                 /* resolved (>= 1) */
+    int32_t num_threads; /* resolved (>= 1) */
     /* ABI 3. GQLA: 1 = the latent pool C exists. 0 = it does not: appends
      * carry c for the expanded rows only (write_expanded is always 1), the
      * expanded pools exist from create on (set_expanded is never called),
@@ -101,9 +101,9 @@ typedef struct gqla_backend_desc {
  * max(bytes / (bandwidth * memory), flops / (peak * compute)) + overhead_s.
  * The core ignores efficiencies outside (0, 1] and negative overheads. */
 typedef struct gqla_backend_efficiency {
-    double memory[2];      /* achieved / peak read bandwidth */
-    double compute[2];     /* achieved / peak FLOP rate */
-    double overhead_s[2];  /* fixed seconds per decode call */
+    double memory[2];     /* achieved / peak read bandwidth */
+    double compute[2];    /* achieved / peak FLOP rate */
+    double overhead_s[2]; /* fixed seconds per decode call */
     /* GQA-form calls (the GQA path, kept or transient) of at least
      * prefill_min_queries queries and prefill_min_rows rows per group
      * (heads per group x queries) run on a kernel of their own (prefill
@@ -116,20 +116,20 @@ typedef struct gqla_backend_efficiency {
 
 /* One sequence's slice of an append call. */
 typedef struct gqla_append_item {
-    const int32_t* page_table;  /* host; covers positions [0, start + count) */
-    int32_t slot;               /* stable per-session index of the sequence, < max_sequences */
-    int64_t start;              /* first position written (old length of this layer) */
-    int64_t count;              /* rows written */
-    int64_t row_offset;         /* first row of a/b for this sequence */
+    const int32_t* page_table; /* host; covers positions [0, start + count) */
+    int32_t slot;              /* stable per-session index of the sequence, < max_sequences */
+    int64_t start;             /* first position written (old length of this layer) */
+    int64_t count;             /* rows written */
+    int64_t row_offset;        /* first row of a/b for this sequence */
 } gqla_append_item;
 
 typedef struct gqla_append_args {
     int32_t layer;
     int32_t num_items;
     const gqla_append_item* items;
-    gqla_view a;                /* GQA: k [n,G,D]; GQLA: c [n,r] */
-    gqla_view b;                /* GQA: v [n,G,Dv]; GQLA: kr [n,d_r] */
-    int32_t write_expanded;     /* GQLA: also write KC/VE rows (expanded cache enabled) */
+    gqla_view a;            /* GQA: k [n,G,D]; GQLA: c [n,r] */
+    gqla_view b;            /* GQA: v [n,G,Dv]; GQLA: kr [n,d_r] */
+    int32_t write_expanded; /* GQLA: also write KC/VE rows (expanded cache enabled) */
 } gqla_append_args;
 
 /* Build expanded rows from the latent for positions [start, start+count) of
@@ -141,13 +141,13 @@ typedef struct gqla_expand_args {
 } gqla_expand_args;
 
 typedef struct gqla_decode_seq {
-    const int32_t* page_table;  /* host */
-    int32_t num_pages;          /* entries in page_table */
+    const int32_t* page_table; /* host */
+    int32_t num_pages;         /* entries in page_table */
     int32_t slot;
-    int64_t length;             /* cached tokens of this layer (>= q_len) */
-    int32_t q_len;              /* queries of this sequence, 1..length: its last q_len
+    int64_t length; /* cached tokens of this layer (>= q_len) */
+    int32_t q_len;  /* queries of this sequence, 1..length: its last q_len
                                    tokens; query k sees positions j <= length - q_len + k */
-    int64_t q_row;              /* ragged calls: first row of this sequence in q/o/lse
+    int64_t q_row;  /* ragged calls: first row of this sequence in q/o/lse
                                    (prefix sum of the q_lens before it); uniform: b * q_len */
 } gqla_decode_seq;
 
@@ -159,19 +159,19 @@ typedef struct gqla_decode_seq {
  * q_row .. q_row + q_len - 1. */
 typedef struct gqla_decode_args {
     int32_t layer;
-    gqla_path path;             /* GQA or ABSORB (never AUTO, never GQA_TRANSIENT) */
+    gqla_path path; /* GQA or ABSORB (never AUTO, never GQA_TRANSIENT) */
     int32_t batch;
-    int32_t q_len;              /* uniform: s_q of every sequence; ragged: the largest q_len */
+    int32_t q_len; /* uniform: s_q of every sequence; ragged: the largest q_len */
     const gqla_decode_seq* seqs;
-    gqla_view q;                /* [B, s_q, H, Dq] or ragged [N, H, Dq] */
-    gqla_view o;                /* [B, s_q, H, Dv] or ragged [N, H, Dv] */
-    gqla_view lse;              /* [B, s_q, H] or ragged [N, H], f32; data == NULL when not wanted */
-    int32_t ragged;             /* 0 uniform, 1 ragged (see above) */
+    gqla_view q;    /* [B, s_q, H, Dq] or ragged [N, H, Dq] */
+    gqla_view o;    /* [B, s_q, H, Dv] or ragged [N, H, Dv] */
+    gqla_view lse;  /* [B, s_q, H] or ragged [N, H], f32; data == NULL when not wanted */
+    int32_t ragged; /* 0 uniform, 1 ragged (see above) */
     /* GQLA with path GQA only: 1 = the GQA form over latent rows up-projected
      * for this call (the kept expanded cache, allocated or not, is not read);
      * the backend reads the latent c and kr and its weights of the layer. */
     int32_t transient;
-    int64_t total_q;            /* sum of q_len over the batch (<= desc.max_q_tokens) */
+    int64_t total_q; /* sum of q_len over the batch (<= desc.max_q_tokens) */
     /* ABI 3, sparse attention (needs GQLA_BACKEND_FEATURE_SPARSE): data NULL
      * = dense. Otherwise I32 [total_q, topk] (uniform calls too: row b * q_len
      * + i belongs to query i of sequence b), in the memory space on_device
@@ -192,7 +192,7 @@ typedef struct gqla_decode_args {
  * work before it returns, so the rows are those of every earlier append. */
 typedef struct gqla_read_args {
     int32_t layer;
-    const int32_t* page_table;  /* host; covers positions [0, start + count) */
+    const int32_t* page_table; /* host; covers positions [0, start + count) */
     int64_t start;
     int64_t count;
     gqla_view a;
@@ -202,9 +202,9 @@ typedef struct gqla_read_args {
 /* Status codes are gqla_status values. On failure a backend stores a message
  * retrievable with error_message(ctx) (or, for create, writes it to err). */
 typedef struct gqla_backend_vtable {
-    uint32_t abi_version;        /* GQLA_BACKEND_ABI_VERSION */
-    uint32_t struct_size;        /* sizeof(gqla_backend_vtable) */
-    const char* name;            /* "cpu", "cuda" */
+    uint32_t abi_version; /* GQLA_BACKEND_ABI_VERSION */
+    uint32_t struct_size; /* sizeof(gqla_backend_vtable) */
+    const char* name;     /* "cpu", "cuda" */
     gqla_device_type device;
 
     /* Devices this backend can drive now (CUDA: visible GPUs). */
@@ -239,8 +239,8 @@ typedef struct gqla_backend_vtable {
      * (append, fork, copy-on-write, release with num_pages = 0). lengths has
      * num_layers entries. Backends that keep device-side tables (CUDA graph
      * replay) mirror them here; others may ignore it (NULL allowed). */
-    gqla_status (*update_sequence)(void* ctx, int32_t slot, const int32_t* page_table,
-                                   int32_t num_pages, const int64_t* lengths);
+    gqla_status (*update_sequence)(void* ctx, int32_t slot, const int32_t* page_table, int32_t num_pages,
+                                   const int64_t* lengths);
 
     gqla_status (*decode)(void* ctx, const gqla_decode_args* args);
 

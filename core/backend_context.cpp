@@ -6,7 +6,8 @@
 namespace gqla {
 
 BackendContext::BackendContext(const gqla_backend_vtable* vtable, const gqla_backend_desc& desc) : vt_(vtable) {
-    if (desc.cache_dtype == GQLA_DTYPE_FP8_E4M3) require_feature(GQLA_BACKEND_FEATURE_FP8_CACHE, "config.cache_dtype FP8_E4M3");
+    if (desc.cache_dtype == GQLA_DTYPE_FP8_E4M3)
+        require_feature(GQLA_BACKEND_FEATURE_FP8_CACHE, "config.cache_dtype FP8_E4M3");
     if (desc.keep_latent == 0) require_feature(GQLA_BACKEND_FEATURE_DROP_LATENT, "config.keep_latent = 0");
     char err[512] = {0};
     gqla_status st = vt_->create(&desc, &ctx_, err, sizeof(err));

@@ -15,8 +15,8 @@ namespace {
 
 void check_range(const char* field, int64_t value, int64_t lo, int64_t hi, const char* what = "") {
     if (value < lo || value > hi)
-        fail(GQLA_ERR_INVALID_ARGUMENT, "config.%s: expected %lld..%lld%s, got %lld", field,
-             static_cast<long long>(lo), static_cast<long long>(hi), what, static_cast<long long>(value));
+        fail(GQLA_ERR_INVALID_ARGUMENT, "config.%s: expected %lld..%lld%s, got %lld", field, static_cast<long long>(lo),
+             static_cast<long long>(hi), what, static_cast<long long>(value));
 }
 
 void check_io_dtype(int value) {
@@ -46,7 +46,8 @@ void check_shard(const gqla_config& c) {
         fail(GQLA_ERR_INVALID_ARGUMENT, "config.keep_latent: 0 needs a GQLA config (kind is GQA, which has no latent)");
     if (c.keep_latent == 0 && enum_value(c.path) == GQLA_PATH_ABSORB)
         fail(GQLA_ERR_INVALID_ARGUMENT,
-             "config.path: GQLA_PATH_ABSORB needs the latent, which config.keep_latent = 0 drops (expected AUTO or GQA)");
+             "config.path: GQLA_PATH_ABSORB needs the latent, which config.keep_latent = 0 drops (expected AUTO or "
+             "GQA)");
 }
 
 bool mul_ok(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
@@ -198,9 +199,8 @@ int64_t kept_bytes_per_token_layer(const gqla_config& c) {
         // One scale per (token, KV head) for K and one for V.
         return cache_row_bytes(c, groups * (c.head_dim + dv), 2 * groups);
     }
-    const int64_t latent = c.keep_latent ? cache_row_bytes(c, c.latent_dim, (c.latent_dim + kFp8LatentBlock - 1) /
-                                                                                kFp8LatentBlock)
-                                         : 0;
+    const int64_t latent =
+        c.keep_latent ? cache_row_bytes(c, c.latent_dim, (c.latent_dim + kFp8LatentBlock - 1) / kFp8LatentBlock) : 0;
     return latent + rope_key_bytes(c);
 }
 
@@ -212,7 +212,8 @@ int64_t expanded_bytes_per_token_layer(const gqla_config& c) {
 }
 
 int64_t resident_bytes_per_token_layer(const gqla_config& c) {
-    return kept_bytes_per_token_layer(c) + (c.kind == GQLA_KIND_GQLA && !c.keep_latent ? expanded_bytes_per_token_layer(c) : 0);
+    return kept_bytes_per_token_layer(c) +
+           (c.kind == GQLA_KIND_GQLA && !c.keep_latent ? expanded_bytes_per_token_layer(c) : 0);
 }
 
 int64_t resolve_num_pages(const gqla_config& c) {

@@ -34,8 +34,8 @@ Dims dims_of(const gqla_config& cfg) {
 
 double bytes_per_second(const gqla_probe_info& probe) { return probe.read_gbps * 1e9; }
 
-gqla_path_cost price(double bytes, double flops, const Efficiency& eff, int path,
-                     const gqla_probe_info& probe, double peak_flops) {
+gqla_path_cost price(double bytes, double flops, const Efficiency& eff, int path, const gqla_probe_info& probe,
+                     double peak_flops) {
     gqla_path_cost c{};
     c.bytes = bytes;
     c.flops = flops;
@@ -97,8 +97,7 @@ gqla_dtype weight_storage_dtype(const gqla_config& cfg, gqla_device_type device)
 
 double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe) {
     const bool sixteen_bit = cfg.cache_dtype == GQLA_DTYPE_BF16 || cfg.cache_dtype == GQLA_DTYPE_F16;
-    if (probe.device == GQLA_DEVICE_CUDA && sixteen_bit && probe.peak_gflops_bf16 > 0)
-        return probe.peak_gflops_bf16;
+    if (probe.device == GQLA_DEVICE_CUDA && sixteen_bit && probe.peak_gflops_bf16 > 0) return probe.peak_gflops_bf16;
     if (cpu_bf16_dot(cfg, probe)) return 2.0 * probe.peak_gflops_f32;
     return probe.peak_gflops_f32;
 }
@@ -115,15 +114,14 @@ ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& prob
     // workspace and scatters them into the pages: the expanded rows cross
     // memory three times there (write, read, write), once on the CPU.
     const double expanded_passes = probe.device == GQLA_DEVICE_CUDA ? 3.0 : 1.0;
-    e.bytes = n * cache_row_bytes(cfg, d.r, latent_scale_groups(d.r))    // read the latent
+    e.bytes = n * cache_row_bytes(cfg, d.r, latent_scale_groups(d.r))                  // read the latent
               + expanded_passes * n * cache_row_bytes(cfg, expanded_width, 2.0 * d.G)  // write KC and VE
-              + expanded_width * d.r * weight_elem;   // read W_UKV once
+              + expanded_width * d.r * weight_elem;                                    // read W_UKV once
     e.flops = n * 2.0 * d.r * expanded_width;
     const double memory_s = e.bytes / bytes_per_second(probe);
     // The CPU expands with f32 GEMMs (oneDNN or the kernel table's) whatever
     // the cache dtype, so the bf16 dot-product peak does not apply to it.
-    const double peak_gflops =
-        probe.device == GQLA_DEVICE_CPU ? probe.peak_gflops_f32 : priced_peak_gflops(cfg, probe);
+    const double peak_gflops = probe.device == GQLA_DEVICE_CPU ? probe.peak_gflops_f32 : priced_peak_gflops(cfg, probe);
     const double compute_s = e.flops / (peak_gflops * 1e9);
     e.seconds = std::max(memory_s, compute_s) / eff.expand;
     return e;
@@ -138,14 +136,15 @@ namespace {
 // width per token); the CPU backend expands tile by tile into scratch that
 // stays in cache, so its attention reads only the latent (counted by the
 // expansion) and kr.
-gqla_path_cost transient_cost(const gqla_config& cfg, const gqla_probe_info& probe, double tokens,
-                              double qo_bytes, double attention_flops, const Efficiency& eff) {
+gqla_path_cost transient_cost(const gqla_config& cfg, const gqla_probe_info& probe, double tokens, double qo_bytes,
+                              double attention_flops, const Efficiency& eff) {
     const Dims d = dims_of(cfg);
     const double peak = priced_peak_gflops(cfg, probe) * 1e9;
     const bool spills = probe.device == GQLA_DEVICE_CUDA;
     const double expanded_width = d.G * (d.d_c + d.d_v);
     const double attention_bytes =
-        tokens * ((spills ? cache_row_bytes(cfg, expanded_width, 2.0 * d.G) : 0.0) + rope_row_bytes(cfg, d.d_r)) + qo_bytes;
+        tokens * ((spills ? cache_row_bytes(cfg, expanded_width, 2.0 * d.G) : 0.0) + rope_row_bytes(cfg, d.d_r)) +
+        qo_bytes;
     const gqla_path_cost attend = price(attention_bytes, attention_flops, eff, Efficiency::kGqaPath, probe, peak);
     const ExpansionCost e = expansion_cost(cfg, probe, tokens, eff);
     gqla_path_cost c{};
@@ -163,8 +162,8 @@ gqla_path_cost transient_cost(const gqla_config& cfg, const gqla_probe_info& pro
 
 }  // namespace
 
-gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& probe,
-                              const gqla_workload& w, const Efficiency& eff) {
+gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& probe, const gqla_workload& w,
+                              const Efficiency& eff) {
     gqla_cost_report rep{};
     rep.struct_size = sizeof(rep);
     const Dims d = dims_of(cfg);
@@ -192,8 +191,8 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
         gqa_eff.compute[Efficiency::kGqaPath] = eff.prefill_compute;
 
     if (cfg.kind == GQLA_KIND_GQA) {
-        const double bytes = tokens * cache_row_bytes(cfg, d.G * (d.D + d.Dv), 2.0 * d.G)
-                             + queries * d.H * (d.D + d.Dv) * io_elem  // q in, o out
+        const double bytes = tokens * cache_row_bytes(cfg, d.G * (d.D + d.Dv), 2.0 * d.G) +
+                             queries * d.H * (d.D + d.Dv) * io_elem  // q in, o out
                              + index_bytes;
         const double flops = pairs * d.H * (2.0 * d.D + 2.0 * d.Dv);
         rep.gqa = price(bytes, flops, gqa_eff, Efficiency::kGqaPath, probe, peak);
@@ -210,11 +209,12 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     rep.gqa = price(gqa_bytes, gqa_flops, gqa_eff, Efficiency::kGqaPath, probe, peak);
 
     const double weight_elem = static_cast<double>(dtype_size(weight_storage_dtype(cfg, probe.device)));
-    const double absorb_bytes = tokens * (cache_row_bytes(cfg, d.r, latent_scale_groups(d.r)) + rope_row_bytes(cfg, d.d_r))
-                                + d.G * (d.d_c + d.d_v) * d.r * weight_elem  // W_UK and W_UV
-                                + qo_bytes;
-    const double absorb_flops = pairs * d.H * (2.0 * (d.r + d.d_r) + 2.0 * d.r)
-                                + queries * d.H * 2.0 * (d.d_c + d.d_v) * d.r;  // q~ and o projections
+    const double absorb_bytes =
+        tokens * (cache_row_bytes(cfg, d.r, latent_scale_groups(d.r)) + rope_row_bytes(cfg, d.d_r)) +
+        d.G * (d.d_c + d.d_v) * d.r * weight_elem  // W_UK and W_UV
+        + qo_bytes;
+    const double absorb_flops = pairs * d.H * (2.0 * (d.r + d.d_r) + 2.0 * d.r) +
+                                queries * d.H * 2.0 * (d.d_c + d.d_v) * d.r;  // q~ and o projections
     rep.absorb = price(absorb_bytes, absorb_flops, eff, Efficiency::kAbsorbPath, probe, peak);
 
     // A tie goes to absorb: it needs no expanded cache.

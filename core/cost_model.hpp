@@ -17,9 +17,9 @@ namespace gqla {
 // Defaults here are neutral (equal memory and compute factors) and priced by
 // gqla_predict_cost, which has no backend to ask.
 struct Efficiency {
-    double memory[2] = {0.8, 0.6};       // achieved / peak bandwidth
-    double compute[2] = {0.8, 0.6};      // achieved / peak FLOP rate
-    double overhead_s[2] = {5e-6, 5e-6}; // fixed seconds per decode call
+    double memory[2] = {0.8, 0.6};        // achieved / peak bandwidth
+    double compute[2] = {0.8, 0.6};       // achieved / peak FLOP rate
+    double overhead_s[2] = {5e-6, 5e-6};  // fixed seconds per decode call
     // Achieved/roofline of the one-time expansion GEMM ([n, r] x [r, G*(d_c+d_v)]);
     // backends do not report it, so it keeps this default.
     double expand = 0.7;
@@ -79,8 +79,8 @@ double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe);
 // per query, reads them per query (B * s_q * that many cache rows) and adds
 // 4 * topk index bytes per query; the expansion still covers B * context.
 // The probe must carry positive read_gbps and peak FLOP/s.
-gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& probe,
-                              const gqla_workload& w, const Efficiency& eff);
+gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& probe, const gqla_workload& w,
+                              const Efficiency& eff);
 
 // One-time cost of building the expanded cache of `tokens` cached tokens of
 // one layer: read the latent, write KC+VE, GEMM FLOPs 2*r*G*(d_c+d_v) per
@@ -109,15 +109,14 @@ public:
     // weighed against is that of one layer's decode call (both scale with the
     // number of layers, so comparing one layer is exact). active == AUTO (no
     // path yet) returns the better path at once, amortization included.
-    gqla_path choose(int32_t batch, int64_t mean_context, int32_t q_len,
-                     gqla_path active, int64_t cached_tokens);
+    gqla_path choose(int32_t batch, int64_t mean_context, int32_t q_len, gqla_path active, int64_t cached_tokens);
 
     // Path for a session with no decode history yet (batch 1, context 4096, s_q 1).
     // Absorb unless the GQA path is faster by the hysteresis margin: the latent
     // cache is kept anyway, the expanded one costs memory and append work.
     gqla_path initial() const;
 
-    static constexpr double kHysteresis = 0.10;   // other path must be >= 10% faster
+    static constexpr double kHysteresis = 0.10;  // other path must be >= 10% faster
     // Consecutive calls of a bucket that must agree before the path switches.
     static constexpr int32_t kRequiredVotes = 2;
     static constexpr int kBuckets = 64;
@@ -138,7 +137,11 @@ private:
     gqla_probe_info probe_;
     Efficiency eff_;
     // bucket state kept small and fixed-size (no allocation on the decode path)
-    struct Bucket { uint32_t key = 0; int32_t votes = 0; gqla_path best = GQLA_PATH_AUTO; };
+    struct Bucket {
+        uint32_t key = 0;
+        int32_t votes = 0;
+        gqla_path best = GQLA_PATH_AUTO;
+    };
     Bucket buckets_[kBuckets];
 };
 

@@ -16,13 +16,13 @@
 namespace gqla {
 
 struct CpuCalibration {
-    double read_gbps = 0;        // streaming read bandwidth, 1e9 B/s (0: could not
-                                 // fault in a buffer beyond the caches in time)
-    double peak_gflops_f32 = 0;  // f32 FMA throughput, 1e9 FLOP/s, capped at
-                                 // the cores' FMA peak at clock_ghz (0: not measured)
+    double read_gbps = 0;               // streaming read bandwidth, 1e9 B/s (0: could not
+                                        // fault in a buffer beyond the caches in time)
+    double peak_gflops_f32 = 0;         // f32 FMA throughput, 1e9 FLOP/s, capped at
+                                        // the cores' FMA peak at clock_ghz (0: not measured)
     double peak_before_cap_gflops = 0;  // the trials' statistic, before that cap
-    double clock_ghz = 0;        // all-core clock measured after the FMA trials (0: unknown)
-    double seconds = 0;          // wall time the measurement took
+    double clock_ghz = 0;               // all-core clock measured after the FMA trials (0: unknown)
+    double seconds = 0;                 // wall time the measurement took
 };
 
 // Buffer size for the bandwidth measurement: 8x the L3 of cpu0 clamped to

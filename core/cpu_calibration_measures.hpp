@@ -13,9 +13,9 @@
 namespace gqla {
 
 struct PeakReading {
-    double gflops = 0;       // after the cap (0: not measured)
-    double raw_gflops = 0;   // the trials' statistic before it
-    double clock_ghz = 0;    // all-core clock from dependent additions (0: unknown)
+    double gflops = 0;          // after the cap (0: not measured)
+    double raw_gflops = 0;      // the trials' statistic before it
+    double clock_ghz = 0;       // all-core clock from dependent additions (0: unknown)
     double ceiling_gflops = 0;  // the cap: FMA pipes x lanes x cores x clock_ghz (0: unknown)
 };
 

@@ -41,7 +41,9 @@ constexpr int kClockReadings = 3;
 // Iterations between looks at the clock during warm-up (~6 us of FMAs).
 constexpr uint64_t kItersPerCheck = 1024;
 
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+}
 
 // Runs the FMA loop until the per-slice rate settles; returns the best
 // slice's iterations per second.
@@ -58,8 +60,10 @@ double warm_up(FmaLoopFn fma, float* sink, double flops_per_iter) {
             now = Clock::now();
         } while (now - slice_start < kWarmupSlice);
         const double rate = flops / flops_per_iter / seconds_between(slice_start, now);
-        if (rate > best * kStillRising) since_rise = 0;
-        else ++since_rise;
+        if (rate > best * kStillRising)
+            since_rise = 0;
+        else
+            ++since_rise;
         best = std::max(best, rate);
         const auto elapsed = now - start;
         if (elapsed >= kWarmupMax || (elapsed >= kWarmupMin && since_rise >= kSettledSlices)) return best;

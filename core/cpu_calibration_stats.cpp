@@ -48,8 +48,6 @@ bool long_enough_to_time(double seconds, double resolution_seconds) {
     return seconds >= kMinResolutionsPerTrial * resolution_seconds;
 }
 
-double clamp_to_limit(double measured, double limit) {
-    return limit > 0 ? std::min(measured, limit) : measured;
-}
+double clamp_to_limit(double measured, double limit) { return limit > 0 ? std::min(measured, limit) : measured; }
 
 }  // namespace gqla

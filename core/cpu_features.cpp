@@ -16,7 +16,9 @@ namespace gqla {
 namespace {
 
 #ifdef GQLA_X86
-struct Regs { uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0; };
+struct Regs {
+    uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0;
+};
 
 Regs cpuid(uint32_t leaf, uint32_t subleaf = 0) {
     Regs r;
@@ -24,9 +26,7 @@ Regs cpuid(uint32_t leaf, uint32_t subleaf = 0) {
     return r;
 }
 
-uint32_t max_leaf(uint32_t base) {
-    return __get_cpuid_max(base, nullptr);
-}
+uint32_t max_leaf(uint32_t base) { return __get_cpuid_max(base, nullptr); }
 
 // XCR0: which register files the OS saves on context switch. Without OS
 // support an instruction set is unusable even when cpuid advertises it.
@@ -108,9 +108,9 @@ uint64_t cpu_isa_flags_uncapped() {
 
     bool osxsave = bit(l1.ecx, 27);
     uint64_t xcr = osxsave ? xcr0() : 0;
-    bool os_ymm = (xcr & 0x6) == 0x6;          // SSE + AVX state
-    bool os_zmm = (xcr & 0xe6) == 0xe6;        // + opmask, ZMM_Hi256, Hi16_ZMM
-    bool os_tile = (xcr & 0x60000) == 0x60000; // XTILECFG + XTILEDATA
+    bool os_ymm = (xcr & 0x6) == 0x6;           // SSE + AVX state
+    bool os_zmm = (xcr & 0xe6) == 0xe6;         // + opmask, ZMM_Hi256, Hi16_ZMM
+    bool os_tile = (xcr & 0x60000) == 0x60000;  // XTILECFG + XTILEDATA
 
     if (os_ymm && bit(l1.ecx, 28)) {
         flags |= GQLA_ISA_AVX;
@@ -145,12 +145,20 @@ uint64_t cap_isa_flags(uint64_t flags, const char* max_isa) {
 }
 
 int isa_flag_names(uint64_t flags, const char** names, int max) {
-    static const struct { uint64_t bit; const char* name; } kNames[] = {
-        {GQLA_ISA_SSE42, "sse4.2"},        {GQLA_ISA_AVX, "avx"},
-        {GQLA_ISA_AVX2, "avx2"},           {GQLA_ISA_FMA, "fma"},
-        {GQLA_ISA_F16C, "f16c"},           {GQLA_ISA_AVX512F, "avx512f"},
-        {GQLA_ISA_AVX512BW, "avx512bw"},   {GQLA_ISA_AVX512VL, "avx512vl"},
-        {GQLA_ISA_AVX512BF16, "avx512_bf16"}, {GQLA_ISA_AVX512FP16, "avx512_fp16"},
+    static const struct {
+        uint64_t bit;
+        const char* name;
+    } kNames[] = {
+        {GQLA_ISA_SSE42, "sse4.2"},
+        {GQLA_ISA_AVX, "avx"},
+        {GQLA_ISA_AVX2, "avx2"},
+        {GQLA_ISA_FMA, "fma"},
+        {GQLA_ISA_F16C, "f16c"},
+        {GQLA_ISA_AVX512F, "avx512f"},
+        {GQLA_ISA_AVX512BW, "avx512bw"},
+        {GQLA_ISA_AVX512VL, "avx512vl"},
+        {GQLA_ISA_AVX512BF16, "avx512_bf16"},
+        {GQLA_ISA_AVX512FP16, "avx512_fp16"},
         {GQLA_ISA_AMX, "amx"},
     };
     int n = 0;

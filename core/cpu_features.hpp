@@ -11,9 +11,9 @@
 namespace gqla {
 
 struct CpuIdentity {
-    std::string vendor;  // "GenuineIntel", "AuthenticAMD", ... ("unknown" off x86)
-    std::string model;   // brand string, trimmed ("unknown" when not reported)
-    uint32_t family = 0; // display family (base + extended)
+    std::string vendor;   // "GenuineIntel", "AuthenticAMD", ... ("unknown" off x86)
+    std::string model;    // brand string, trimmed ("unknown" when not reported)
+    uint32_t family = 0;  // display family (base + extended)
     uint32_t model_number = 0;
 };
 

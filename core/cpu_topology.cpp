@@ -70,10 +70,17 @@ int32_t parse_size_kb(const std::string& s) {
     long v = std::strtol(s.c_str(), &end, 10);
     if (end == s.c_str() || v <= 0) return 0;
     switch (*end) {
-        case 'M': case 'm': return static_cast<int32_t>(v * 1024);
-        case 'G': case 'g': return static_cast<int32_t>(v * 1024 * 1024);
-        case 'K': case 'k': return static_cast<int32_t>(v);
-        default: return static_cast<int32_t>(v / 1024);  // plain bytes
+        case 'M':
+        case 'm':
+            return static_cast<int32_t>(v * 1024);
+        case 'G':
+        case 'g':
+            return static_cast<int32_t>(v * 1024 * 1024);
+        case 'K':
+        case 'k':
+            return static_cast<int32_t>(v);
+        default:
+            return static_cast<int32_t>(v / 1024);  // plain bytes
     }
 }
 
@@ -118,8 +125,10 @@ void read_caches(CpuTopology& t) {
         if (level < 0) break;
         std::string type = read_line(dir + "type");
         int32_t kb = parse_size_kb(read_line(dir + "size"));
-        if (level == 1 && type == "Data") t.l1d_kb = kb;
-        else if (level == 2 && type != "Instruction") t.l2_kb = kb;
+        if (level == 1 && type == "Data")
+            t.l1d_kb = kb;
+        else if (level == 2 && type != "Instruction")
+            t.l2_kb = kb;
         else if (level == 3 && type != "Instruction") {
             t.l3_kb = kb;
             t.l3_shared_cpus = static_cast<int32_t>(parse_cpu_list(read_line(dir + "shared_cpu_list")).size());
@@ -127,9 +136,13 @@ void read_caches(CpuTopology& t) {
     }
 #if defined(__linux__) && defined(_SC_LEVEL1_DCACHE_SIZE)
     // glibc answers from cpuid when sysfs lacks the cache directory (containers).
-    if (t.l1d_kb == 0) t.l1d_kb = static_cast<int32_t>(sysconf(_SC_LEVEL1_DCACHE_SIZE) > 0 ? sysconf(_SC_LEVEL1_DCACHE_SIZE) / 1024 : 0);
-    if (t.l2_kb == 0) t.l2_kb = static_cast<int32_t>(sysconf(_SC_LEVEL2_CACHE_SIZE) > 0 ? sysconf(_SC_LEVEL2_CACHE_SIZE) / 1024 : 0);
-    if (t.l3_kb == 0) t.l3_kb = static_cast<int32_t>(sysconf(_SC_LEVEL3_CACHE_SIZE) > 0 ? sysconf(_SC_LEVEL3_CACHE_SIZE) / 1024 : 0);
+    if (t.l1d_kb == 0)
+        t.l1d_kb =
+            static_cast<int32_t>(sysconf(_SC_LEVEL1_DCACHE_SIZE) > 0 ? sysconf(_SC_LEVEL1_DCACHE_SIZE) / 1024 : 0);
+    if (t.l2_kb == 0)
+        t.l2_kb = static_cast<int32_t>(sysconf(_SC_LEVEL2_CACHE_SIZE) > 0 ? sysconf(_SC_LEVEL2_CACHE_SIZE) / 1024 : 0);
+    if (t.l3_kb == 0)
+        t.l3_kb = static_cast<int32_t>(sysconf(_SC_LEVEL3_CACHE_SIZE) > 0 ? sysconf(_SC_LEVEL3_CACHE_SIZE) / 1024 : 0);
 #endif
 }
 

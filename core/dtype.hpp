@@ -14,11 +14,16 @@ namespace gqla {
 
 inline size_t dtype_size(gqla_dtype t) {
     switch (t) {
-        case GQLA_DTYPE_F32: return 4;
-        case GQLA_DTYPE_F16: return 2;
-        case GQLA_DTYPE_BF16: return 2;
-        case GQLA_DTYPE_FP8_E4M3: return 1;
-        case GQLA_DTYPE_I32: return 4;
+        case GQLA_DTYPE_F32:
+            return 4;
+        case GQLA_DTYPE_F16:
+            return 2;
+        case GQLA_DTYPE_BF16:
+            return 2;
+        case GQLA_DTYPE_FP8_E4M3:
+            return 1;
+        case GQLA_DTYPE_I32:
+            return 4;
     }
     return 0;
 }
@@ -30,17 +35,30 @@ inline bool cache_dtype_valid(int t) { return dtype_valid(t) || t == GQLA_DTYPE_
 
 inline const char* dtype_name(gqla_dtype t) {
     switch (t) {
-        case GQLA_DTYPE_F32: return "f32";
-        case GQLA_DTYPE_F16: return "f16";
-        case GQLA_DTYPE_BF16: return "bf16";
-        case GQLA_DTYPE_FP8_E4M3: return "fp8_e4m3";
-        case GQLA_DTYPE_I32: return "i32";
+        case GQLA_DTYPE_F32:
+            return "f32";
+        case GQLA_DTYPE_F16:
+            return "f16";
+        case GQLA_DTYPE_BF16:
+            return "bf16";
+        case GQLA_DTYPE_FP8_E4M3:
+            return "fp8_e4m3";
+        case GQLA_DTYPE_I32:
+            return "i32";
     }
     return "?";
 }
 
-inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline float bits_f32(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
 
 inline uint16_t f32_to_bf16(float f) {
     uint32_t u = f32_bits(f);
@@ -56,7 +74,7 @@ inline uint16_t f32_to_f16(float f) {
     uint32_t absx = x & 0x7fffffffu;
     if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
     if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-    if (absx < 0x38800000u) {                                              // subnormal or zero
+    if (absx < 0x38800000u) {                                               // subnormal or zero
         if (absx < 0x33000000u) return static_cast<uint16_t>(sign);
         uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
         int shift = 113 - static_cast<int>(absx >> 23) + 13;  // 126 - exp + 14 - 1
@@ -122,11 +140,16 @@ inline float e4m3_to_f32(uint8_t h) {
 // Load element i of a buffer of dtype t as f32 (an 8-bit element unscaled).
 inline float load_as_f32(const void* p, gqla_dtype t, size_t i) {
     switch (t) {
-        case GQLA_DTYPE_F32: return static_cast<const float*>(p)[i];
-        case GQLA_DTYPE_F16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-        case GQLA_DTYPE_BF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-        case GQLA_DTYPE_FP8_E4M3: return e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
-        case GQLA_DTYPE_I32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+        case GQLA_DTYPE_F32:
+            return static_cast<const float*>(p)[i];
+        case GQLA_DTYPE_F16:
+            return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+        case GQLA_DTYPE_BF16:
+            return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+        case GQLA_DTYPE_FP8_E4M3:
+            return e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
+        case GQLA_DTYPE_I32:
+            return static_cast<float>(static_cast<const int32_t*>(p)[i]);
     }
     return 0.0f;
 }
@@ -134,11 +157,21 @@ inline float load_as_f32(const void* p, gqla_dtype t, size_t i) {
 // Store f32 v as element i of a buffer of dtype t.
 inline void store_from_f32(void* p, gqla_dtype t, size_t i, float v) {
     switch (t) {
-        case GQLA_DTYPE_F32: static_cast<float*>(p)[i] = v; break;
-        case GQLA_DTYPE_F16: static_cast<uint16_t*>(p)[i] = f32_to_f16(v); break;
-        case GQLA_DTYPE_BF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); break;
-        case GQLA_DTYPE_FP8_E4M3: static_cast<uint8_t*>(p)[i] = f32_to_e4m3(v); break;
-        case GQLA_DTYPE_I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+        case GQLA_DTYPE_F32:
+            static_cast<float*>(p)[i] = v;
+            break;
+        case GQLA_DTYPE_F16:
+            static_cast<uint16_t*>(p)[i] = f32_to_f16(v);
+            break;
+        case GQLA_DTYPE_BF16:
+            static_cast<uint16_t*>(p)[i] = f32_to_bf16(v);
+            break;
+        case GQLA_DTYPE_FP8_E4M3:
+            static_cast<uint8_t*>(p)[i] = f32_to_e4m3(v);
+            break;
+        case GQLA_DTYPE_I32:
+            static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+            break;
     }
 }
 

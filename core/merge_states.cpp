@@ -25,12 +25,12 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 void check_common(const gqla_tensor* t, const char* name, int32_t index) {
     if (t->struct_size < sizeof(gqla_tensor))
-        fail(GQLA_ERR_INVALID_ARGUMENT, "%s[%d]->struct_size: expected >= %zu (sizeof(gqla_tensor)), got %zu",
-             name, index, sizeof(gqla_tensor), t->struct_size);
+        fail(GQLA_ERR_INVALID_ARGUMENT, "%s[%d]->struct_size: expected >= %zu (sizeof(gqla_tensor)), got %zu", name,
+             index, sizeof(gqla_tensor), t->struct_size);
     if (t->device != GQLA_DEVICE_CPU)
         fail(GQLA_ERR_UNSUPPORTED,
-             "%s[%d]: device memory is not supported by this merge yet; expected a host (GQLA_DEVICE_CPU) tensor",
-             name, index);
+             "%s[%d]: device memory is not supported by this merge yet; expected a host (GQLA_DEVICE_CPU) tensor", name,
+             index);
     if (!dtype_valid(t->dtype))
         fail(GQLA_ERR_INVALID_ARGUMENT, "%s[%d]->dtype: expected f32, f16 or bf16, got %d", name, index,
              static_cast<int>(t->dtype));
@@ -77,7 +77,10 @@ void byte_span(const gqla_tensor* t, uintptr_t* lo, uintptr_t* hi) {
             return;
         }
         const int64_t reach = (t->shape[d] - 1) * t->strides[d];
-        if (reach < 0) min_off += reach; else max_off += reach;
+        if (reach < 0)
+            min_off += reach;
+        else
+            max_off += reach;
     }
     const int64_t es = static_cast<int64_t>(dtype_size(t->dtype));
     *lo = reinterpret_cast<uintptr_t>(t->data) + min_off * es;
@@ -93,8 +96,8 @@ bool overlaps(const gqla_tensor* a, const gqla_tensor* b) {
 
 }  // namespace
 
-void merge_attention_states(int32_t num_states, const gqla_tensor* outputs, const gqla_tensor* lses,
-                            gqla_tensor* out, gqla_tensor* out_lse) {
+void merge_attention_states(int32_t num_states, const gqla_tensor* outputs, const gqla_tensor* lses, gqla_tensor* out,
+                            gqla_tensor* out_lse) {
     if (num_states < 1) fail(GQLA_ERR_INVALID_ARGUMENT, "num_states: expected >= 1, got %d", num_states);
     if (!outputs) fail(GQLA_ERR_INVALID_ARGUMENT, "outputs: NULL");
     if (!lses) fail(GQLA_ERR_INVALID_ARGUMENT, "lses: NULL");
@@ -129,8 +132,7 @@ void merge_attention_states(int32_t num_states, const gqla_tensor* outputs, cons
             fail(GQLA_ERR_INVALID_ARGUMENT, "out_lse->dtype: expected f32, got %s", dtype_name(out_lse->dtype));
         check_shape(out_lse, "out_lse", 0, first, lead, "the leading dims of outputs[0]");
         if (row_count > 0 && out_lse->data == nullptr) fail(GQLA_ERR_INVALID_ARGUMENT, "out_lse->data: NULL");
-        if (overlaps(out, out_lse))
-            fail(GQLA_ERR_INVALID_ARGUMENT, "out_lse: overlaps out; expected separate memory");
+        if (overlaps(out, out_lse)) fail(GQLA_ERR_INVALID_ARGUMENT, "out_lse: overlaps out; expected separate memory");
     }
     // The output may be one of the inputs exactly (in place: each row is read
     // whole before it is written) but may not partly overlap any of them.
@@ -158,8 +160,10 @@ void merge_attention_states(int32_t num_states, const gqla_tensor* outputs, cons
         for (int32_t i = 0; i < num_states; ++i) {
             const double l = static_cast<const float*>(lses[i].data)[offset_of(&lses[i], lead, row, 0)];
             weight[i] = l;
-            if (std::isnan(l) || l == std::numeric_limits<double>::infinity()) poisoned = true;
-            else if (l > m) m = l;
+            if (std::isnan(l) || l == std::numeric_limits<double>::infinity())
+                poisoned = true;
+            else if (l > m)
+                m = l;
         }
         double total = 0.0;
         std::fill(acc.begin(), acc.end(), 0.0);

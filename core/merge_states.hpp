@@ -13,7 +13,7 @@ namespace gqla {
 
 // Checks every argument (throws INVALID_ARGUMENT / UNSUPPORTED naming it)
 // and writes out (and out_lse when not NULL). See gqla.h for the contract.
-void merge_attention_states(int32_t num_states, const gqla_tensor* outputs, const gqla_tensor* lses,
-                            gqla_tensor* out, gqla_tensor* out_lse);
+void merge_attention_states(int32_t num_states, const gqla_tensor* outputs, const gqla_tensor* lses, gqla_tensor* out,
+                            gqla_tensor* out_lse);
 
 }  // namespace gqla

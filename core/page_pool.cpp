@@ -8,8 +8,8 @@
 namespace gqla {
 
 PagePool::PagePool(int64_t num_pages) {
-    if (num_pages < 0 || num_pages > INT32_MAX) fail(GQLA_ERR_INTERNAL, "page pool: bad page count %lld",
-                                                     static_cast<long long>(num_pages));
+    if (num_pages < 0 || num_pages > INT32_MAX)
+        fail(GQLA_ERR_INTERNAL, "page pool: bad page count %lld", static_cast<long long>(num_pages));
     refcount_.assign(static_cast<size_t>(num_pages), 0);
     free_.reserve(static_cast<size_t>(num_pages));
     for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));

@@ -31,12 +31,18 @@ bool load_calibration(const std::string& path, const CalibrationRecord& want, Ca
         size_t eq = line.find('=');
         if (eq == std::string::npos) continue;
         std::string key = line.substr(0, eq), value = line.substr(eq + 1);
-        if (key == "model") rec.model = value;
-        else if (key == "affinity_cores") rec.affinity_cores = std::atoi(value.c_str());
-        else if (key == "isa_flags") rec.isa_flags = std::strtoull(value.c_str(), nullptr, 16);
-        else if (key == "read_gbps") rec.read_gbps = std::strtod(value.c_str(), nullptr);
-        else if (key == "peak_gflops_f32") rec.peak_gflops_f32 = std::strtod(value.c_str(), nullptr);
-        else if (key == "clock_ghz") rec.clock_ghz = std::strtod(value.c_str(), nullptr);
+        if (key == "model")
+            rec.model = value;
+        else if (key == "affinity_cores")
+            rec.affinity_cores = std::atoi(value.c_str());
+        else if (key == "isa_flags")
+            rec.isa_flags = std::strtoull(value.c_str(), nullptr, 16);
+        else if (key == "read_gbps")
+            rec.read_gbps = std::strtod(value.c_str(), nullptr);
+        else if (key == "peak_gflops_f32")
+            rec.peak_gflops_f32 = std::strtod(value.c_str(), nullptr);
+        else if (key == "clock_ghz")
+            rec.clock_ghz = std::strtod(value.c_str(), nullptr);
     }
     if (rec.model != want.model || rec.affinity_cores != want.affinity_cores || rec.isa_flags != want.isa_flags)
         return false;

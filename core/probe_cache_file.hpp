@@ -16,8 +16,8 @@ struct CalibrationRecord {
     uint64_t isa_flags = 0;      // after the GQLA_MAX_ISA cap
     double read_gbps = 0;
     double peak_gflops_f32 = 0;
-    double clock_ghz = 0;        // all-core clock the peak was capped at (0: unknown);
-                                 // kept so a reader of the file can check the peak
+    double clock_ghz = 0;  // all-core clock the peak was capped at (0: unknown);
+                           // kept so a reader of the file can check the peak
 };
 
 // Reads `path`; true and *out filled when it holds a record for `want`'s

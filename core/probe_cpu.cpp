@@ -134,8 +134,10 @@ Measured calibrated_numbers(const HostCpu& host, uint64_t isa_flags) {
             save_calibration(cache_path, want);  // best effort: an unwritable path only costs a re-measure
         }
     }
-    if (earlier) *earlier = m;
-    else g_measured.push_back(m);
+    if (earlier)
+        *earlier = m;
+    else
+        g_measured.push_back(m);
     return m;
 }
 

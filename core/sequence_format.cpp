@@ -49,7 +49,7 @@ bool is_shard(const SequenceShape& s) { return s.group_count != s.num_kv_heads; 
 // a 64-byte header. Refuses a shard other than the importing session's.
 void check_shard_fields(const unsigned char* data, size_t header_bytes, const SequenceShape& expected) {
     const int32_t groups = static_cast<int32_t>(load_le32(data + 24));  // num_kv_heads
-    if (groups != expected.num_kv_heads) return;  // another layer: the field check names it
+    if (groups != expected.num_kv_heads) return;                        // another layer: the field check names it
     int32_t begin = 0, count = groups;
     if (header_bytes > kSequenceHeaderBytes) {
         begin = static_cast<int32_t>(load_le32(data + kSequenceHeaderBytes));
@@ -128,8 +128,7 @@ std::vector<LayerRows> sequence_layout(const SequenceShape& shape, const std::ve
 size_t sequence_bytes(const SequenceShape& shape, const std::vector<int64_t>& lengths) {
     const size_t es = element_size(shape);
     size_t n = sequence_header_bytes(shape) + 8 * lengths.size() + kSequenceChecksumBytes;
-    for (int64_t len : lengths)
-        n += static_cast<size_t>(len) * static_cast<size_t>(shape.a_cols + shape.b_cols) * es;
+    for (int64_t len : lengths) n += static_cast<size_t>(len) * static_cast<size_t>(shape.a_cols + shape.b_cols) * es;
     return n;
 }
 
@@ -170,8 +169,8 @@ std::vector<int64_t> parse_sequence(const unsigned char* data, size_t size, cons
              kSequenceFormatVersion);
     const size_t header = load_le32(data + 12);
     if (header != kSequenceHeaderBytes && header != kSequenceHeaderBytes + kSequenceShardFieldsBytes)
-        fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: header of %zu bytes; version %u has %zu (or %zu for a shard)",
-             header, version, kSequenceHeaderBytes, kSequenceHeaderBytes + kSequenceShardFieldsBytes);
+        fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: header of %zu bytes; version %u has %zu (or %zu for a shard)", header,
+             version, kSequenceHeaderBytes, kSequenceHeaderBytes + kSequenceShardFieldsBytes);
     if (size < header + kSequenceChecksumBytes)
         fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: %zu bytes is shorter than its %zu-byte header", size, header);
     // The checksum first: a damaged buffer is reported as such, not as
@@ -206,8 +205,7 @@ std::vector<int64_t> parse_sequence(const unsigned char* data, size_t size, cons
         payload += len * row_bytes;
     }
     const size_t want = sequence_bytes(expected, lengths);
-    if (size != want)
-        fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: %zu bytes, but its header describes %zu", size, want);
+    if (size != want) fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: %zu bytes, but its header describes %zu", size, want);
     return lengths;
 }
 

@@ -39,14 +39,14 @@ namespace gqla {
 
 constexpr uint32_t kSequenceFormatVersion = 1;
 constexpr size_t kSequenceMagicBytes = 8;
-constexpr size_t kSequenceHeaderBytes = 64;  // magic through b_cols
+constexpr size_t kSequenceHeaderBytes = 64;      // magic through b_cols
 constexpr size_t kSequenceShardFieldsBytes = 8;  // group_begin, group_count (shards only)
 constexpr size_t kSequenceChecksumBytes = 8;
 
 // What must match between the exporting and the importing session.
 struct SequenceShape {
-    int32_t kind, num_heads, num_kv_heads, head_dim, value_dim, latent_dim, nope_dim, rope_dim, num_layers,
-        cache_dtype, a_cols, b_cols;
+    int32_t kind, num_heads, num_kv_heads, head_dim, value_dim, latent_dim, nope_dim, rope_dim, num_layers, cache_dtype,
+        a_cols, b_cols;
     // The groups the session serves (all: 0 and num_kv_heads).
     int32_t group_begin, group_count;
 };

@@ -60,14 +60,12 @@ uint32_t session_probe_flags() {
 
 gqla_probe_info session_probe(const gqla_backend_vtable& vt, bool injected, const gqla_config& c) {
     const uint32_t flags = session_probe_flags();
-    if (!injected)
-        return probe_through_backend(c.device, c.device == GQLA_DEVICE_CUDA ? c.device_index : 0, flags);
+    if (!injected) return probe_through_backend(c.device, c.device == GQLA_DEVICE_CUDA ? c.device_index : 0, flags);
     gqla_probe_info info{};
     info.struct_size = sizeof(info);
     gqla_status st = vt.probe(c.device_index, flags, &info);
     if (st != GQLA_OK)
-        fail(status_known(st) ? st : GQLA_ERR_BACKEND, "%s backend: probe failed: %s", vt.name,
-             status_description(st));
+        fail(status_known(st) ? st : GQLA_ERR_BACKEND, "%s backend: probe failed: %s", vt.name, status_description(st));
     return info;
 }
 
@@ -165,8 +163,7 @@ void Session::check_layer(int32_t layer) const {
 
 void Session::require_weights(int32_t layer, const char* call) const {
     if (cfg_.kind == GQLA_KIND_GQLA && !weights_set_[static_cast<size_t>(layer)])
-        fail(GQLA_ERR_INVALID_STATE, "%s: weights of layer %d are not set (call gqla_set_weights first)", call,
-             layer);
+        fail(GQLA_ERR_INVALID_STATE, "%s: weights of layer %d are not set (call gqla_set_weights first)", call, layer);
 }
 
 Session::Sequence& Session::find(gqla_seq_id id, const char* arg_name) {
@@ -191,8 +188,8 @@ uint32_t Session::next_epoch() {
 void Session::notify_sequence(const Sequence& s) {
     const gqla_backend_vtable& vt = backend_->vt();
     if (vt.update_sequence == nullptr) return;
-    backend_->check(vt.update_sequence(backend_->ctx(), s.slot, s.pages.data(),
-                                       static_cast<int32_t>(s.pages.size()), s.lengths.data()),
+    backend_->check(vt.update_sequence(backend_->ctx(), s.slot, s.pages.data(), static_cast<int32_t>(s.pages.size()),
+                                       s.lengths.data()),
                     "update_sequence");
 }
 
@@ -200,13 +197,15 @@ gqla_view Session::shard_weight_rows(const gqla_tensor* w) const {
     const int64_t per_group = int64_t(cfg_.nope_dim) + cfg_.value_dim;
     const int64_t all_rows = int64_t(full_cfg_.num_kv_heads) * per_group;
     const int64_t shard_rows = int64_t(cfg_.num_kv_heads) * per_group;
-    TensorSpec spec{"w_ukv", 2, {"num_kv_heads * (nope_dim + value_dim)", "latent_dim"},
-                    {kAnyExtent, cfg_.latent_dim}, kAnyDtype, false};
+    TensorSpec spec{
+        "w_ukv",   2,    {"num_kv_heads * (nope_dim + value_dim)", "latent_dim"}, {kAnyExtent, cfg_.latent_dim},
+        kAnyDtype, false};
     gqla_view view = check_tensor(w, spec, placement_);
     const int64_t rows = view.shape[0];
     if (rows == shard_rows) return view;
     if (rows != all_rows && all_rows == shard_rows)
-        fail(GQLA_ERR_INVALID_ARGUMENT, "w_ukv: shape[0] expected %lld (num_kv_heads %d x (nope_dim + value_dim)), got %lld",
+        fail(GQLA_ERR_INVALID_ARGUMENT,
+             "w_ukv: shape[0] expected %lld (num_kv_heads %d x (nope_dim + value_dim)), got %lld",
              static_cast<long long>(all_rows), full_cfg_.num_kv_heads, static_cast<long long>(rows));
     if (rows != all_rows)
         fail(GQLA_ERR_INVALID_ARGUMENT,
@@ -216,8 +215,7 @@ gqla_view Session::shard_weight_rows(const gqla_tensor* w) const {
              cfg_.num_kv_heads, static_cast<long long>(rows));
     // The full W_UKV: the rows of groups [group_begin, group_begin + group_count).
     const int64_t first = int64_t(full_cfg_.group_begin) * per_group;
-    view.data = static_cast<char*>(view.data) +
-                first * view.strides[0] * static_cast<int64_t>(dtype_size(view.dtype));
+    view.data = static_cast<char*>(view.data) + first * view.strides[0] * static_cast<int64_t>(dtype_size(view.dtype));
     view.shape[0] = shard_rows;
     return view;
 }
@@ -242,9 +240,14 @@ void Session::set_weights(int32_t layer, const gqla_tensor* w) {
         } catch (const Error& e) {
             // The expanded rows of this layer are stale now; the latent cache is
             // still right, so fall back to the absorb path rather than serve them.
-            try { disable_expanded_path(); } catch (...) {}
-            fail(e.status(), "set_weights: weights of layer %d stored, but re-expanding its cache failed, so the "
-                             "session switched to the absorb path: %s", layer, e.what());
+            try {
+                disable_expanded_path();
+            } catch (...) {
+            }
+            fail(e.status(),
+                 "set_weights: weights of layer %d stored, but re-expanding its cache failed, so the "
+                 "session switched to the absorb path: %s",
+                 layer, e.what());
         }
     }
 }

@@ -104,8 +104,7 @@ private:
     // path: AUTO prices absorb, the kept expanded cache (when kept) and the
     // transient expansion at the call's shape.
     // topk > 0: a sparse call of topk positions per query.
-    gqla_path call_form(gqla_path requested, int32_t batch, int64_t mean_context, int32_t q_len,
-                        int32_t topk) const;
+    gqla_path call_form(gqla_path requested, int32_t batch, int64_t mean_context, int32_t q_len, int32_t topk) const;
     gqla_seq_id add_locked();
     void release_locked(gqla_seq_id seq);
     void check_layer(int32_t layer) const;
@@ -115,13 +114,13 @@ private:
     gqla_view shard_weight_rows(const gqla_tensor* w) const;
     Sequence& find(gqla_seq_id id, const char* arg_name);
     const Sequence& find(gqla_seq_id id, const char* arg_name) const;
-    uint32_t next_epoch();  // for duplicate-id checks without allocation
+    uint32_t next_epoch();                    // for duplicate-id checks without allocation
     void notify_sequence(const Sequence& s);  // backend->update_sequence
 
     // Path switching (session_path.cpp).
-    void enable_expanded_path();       // all-or-nothing
+    void enable_expanded_path();  // all-or-nothing
     void disable_expanded_path();
-    void expand_layer(int32_t layer);  // all live sequences
+    void expand_layer(int32_t layer);      // all live sequences
     void switch_for_auto(gqla_path want);  // best effort: keeps the path on failure
     // keep_latent = 0: the GQA path over the expanded cache is the only form.
     bool latent_kept() const { return cfg_.kind != GQLA_KIND_GQLA || cfg_.keep_latent != 0; }
@@ -149,13 +148,13 @@ private:
     std::unordered_map<gqla_seq_id, Sequence> seqs_;
     std::vector<int32_t> free_slots_;
     gqla_seq_id next_id_ = 1;
-    std::vector<uint8_t> weights_set_;     // per layer
-    std::vector<int64_t> layer_tokens_;    // per layer, summed over sequences
-    int64_t tokens_cached_ = 0;            // sum over sequences of their longest layer
+    std::vector<uint8_t> weights_set_;   // per layer
+    std::vector<int64_t> layer_tokens_;  // per layer, summed over sequences
+    int64_t tokens_cached_ = 0;          // sum over sequences of their longest layer
 
     gqla_path requested_ = GQLA_PATH_AUTO;
     gqla_path active_ = GQLA_PATH_GQA;
-    bool expanded_ = false;                // GQLA: expanded pools allocated and filled
+    bool expanded_ = false;  // GQLA: expanded pools allocated and filled
 
     // Decode history for AUTO re-resolution by select_path.
     bool have_history_ = false;
@@ -167,7 +166,7 @@ private:
     std::vector<uint32_t> slot_epoch_;          // max_sequences
     std::vector<int32_t> slot_arg_;             // index in the call's id array
     uint32_t epoch_ = 0;
-    std::vector<int64_t> zero_lengths_;         // num_layers zeros
+    std::vector<int64_t> zero_lengths_;  // num_layers zeros
 };
 
 }  // namespace gqla

@@ -19,17 +19,19 @@ struct ArgName {
 
 ArgName seq_arg(bool single, int32_t i) {
     ArgName n;
-    if (single) std::snprintf(n.text, sizeof(n.text), "seq");
-    else std::snprintf(n.text, sizeof(n.text), "seqs[%d]", i);
+    if (single)
+        std::snprintf(n.text, sizeof(n.text), "seq");
+    else
+        std::snprintf(n.text, sizeof(n.text), "seqs[%d]", i);
     return n;
 }
 
 // One sequence's part of the call, prepared before anything is committed.
 struct Change {
-    int32_t seq_index;            // in the call's id array
+    int32_t seq_index;  // in the call's id array
     int64_t count;
-    std::vector<int32_t> pages;   // the page table after the call
-    std::vector<int64_t> lengths; // the lengths after the call
+    std::vector<int32_t> pages;    // the page table after the call
+    std::vector<int64_t> lengths;  // the lengths after the call
 };
 
 }  // namespace
@@ -74,7 +76,7 @@ void Session::append_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* 
     // A shard's k/v carry its own KV heads only (cfg_ is the served layer).
     const char* heads = full_cfg_.num_kv_heads == cfg_.num_kv_heads ? "num_kv_heads" : "group_count";
     const TensorSpec a_spec =
-        gqa ? TensorSpec{"k", 3, {"n", heads, "head_dim"}, {rows, cfg_.num_kv_heads, cfg_.head_dim},
+        gqa ? TensorSpec{"k",           3,   {"n", heads, "head_dim"}, {rows, cfg_.num_kv_heads, cfg_.head_dim},
                          cfg_.io_dtype, true}
             : TensorSpec{"c", 2, {"n", "latent_dim"}, {rows, cfg_.latent_dim}, cfg_.io_dtype, true};
     gqla_view a_view = check_tensor(a, a_spec, placement_);
@@ -85,7 +87,7 @@ void Session::append_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* 
                  static_cast<long long>(total));
     }
     const TensorSpec b_spec =
-        gqa ? TensorSpec{"v", 3, {"n", heads, "value_dim"}, {total, cfg_.num_kv_heads, cfg_.value_dim},
+        gqa ? TensorSpec{"v",           3,   {"n", heads, "value_dim"}, {total, cfg_.num_kv_heads, cfg_.value_dim},
                          cfg_.io_dtype, true}
             : TensorSpec{"kr", 2, {"n", "rope_dim"}, {total, cfg_.rope_dim}, cfg_.io_dtype, true};
     gqla_view b_view = check_tensor(b, b_spec, placement_);
@@ -96,8 +98,10 @@ void Session::append_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* 
         const Sequence& s = find(ids[i], seq_arg(single, i).text);
         size_t slot = static_cast<size_t>(s.slot);
         if (slot_epoch_[slot] == epoch)
-            fail(GQLA_ERR_INVALID_ARGUMENT, "seqs[%d]: sequence id %lld repeated (also seqs[%d]); an id may appear "
-                 "once per call", i, static_cast<long long>(ids[i]), slot_arg_[slot]);
+            fail(GQLA_ERR_INVALID_ARGUMENT,
+                 "seqs[%d]: sequence id %lld repeated (also seqs[%d]); an id may appear "
+                 "once per call",
+                 i, static_cast<long long>(ids[i]), slot_arg_[slot]);
         slot_epoch_[slot] = epoch;
         slot_arg_[slot] = i;
     }
@@ -163,9 +167,9 @@ void Session::append_views_locked(int32_t layer, int32_t num_seqs, const gqla_se
 
     const gqla_backend_vtable& vt = backend_->vt();
     if (!cow_src.empty())
-        backend_->check(vt.copy_pages(backend_->ctx(), static_cast<int32_t>(cow_src.size()), cow_src.data(),
-                                      cow_dst.data()),
-                        "copy_pages");
+        backend_->check(
+            vt.copy_pages(backend_->ctx(), static_cast<int32_t>(cow_src.size()), cow_src.data(), cow_dst.data()),
+            "copy_pages");
     gqla_append_args args{};
     args.layer = layer;
     args.num_items = static_cast<int32_t>(items.size());
@@ -184,8 +188,8 @@ void Session::append_views_locked(int32_t layer, int32_t num_seqs, const gqla_se
             if (st == GQLA_OK) continue;
             for (size_t j = 0; j < k; ++j) {
                 const Sequence& old = seqs_.find(ids[changes[j].seq_index])->second;
-                vt.update_sequence(backend_->ctx(), old.slot, old.pages.data(),
-                                   static_cast<int32_t>(old.pages.size()), old.lengths.data());
+                vt.update_sequence(backend_->ctx(), old.slot, old.pages.data(), static_cast<int32_t>(old.pages.size()),
+                                   old.lengths.data());
             }
             backend_->check(st, "update_sequence");
         }

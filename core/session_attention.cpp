@@ -17,10 +17,14 @@ namespace {
 
 const char* path_name(gqla_path p) {
     switch (p) {
-        case GQLA_PATH_AUTO: return "AUTO";
-        case GQLA_PATH_GQA: return "GQA";
-        case GQLA_PATH_ABSORB: return "ABSORB";
-        case GQLA_PATH_GQA_TRANSIENT: return "GQA_TRANSIENT";
+        case GQLA_PATH_AUTO:
+            return "AUTO";
+        case GQLA_PATH_GQA:
+            return "GQA";
+        case GQLA_PATH_ABSORB:
+            return "ABSORB";
+        case GQLA_PATH_GQA_TRANSIENT:
+            return "GQA_TRANSIENT";
     }
     return "?";
 }
@@ -78,8 +82,12 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
     int32_t max_len = 0;
     gqla_view q_view{}, o_view{}, lse_view{};
     if (!ragged) {
-        const TensorSpec q_spec{"q", 4, {"batch", "s_q", "num_heads", dq_name},
-                                {c.batch, kAnyExtent, cfg_.num_heads, cfg_.head_dim}, cfg_.io_dtype, false};
+        const TensorSpec q_spec{"q",
+                                4,
+                                {"batch", "s_q", "num_heads", dq_name},
+                                {c.batch, kAnyExtent, cfg_.num_heads, cfg_.head_dim},
+                                cfg_.io_dtype,
+                                false};
         q_view = check_tensor(c.q, q_spec, placement_);
         s_q = q_view.shape[1];
         if (s_q < 1 || s_q > cfg_.max_q_len)
@@ -87,16 +95,21 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
                  cfg_.max_q_len, static_cast<long long>(s_q));
         total_q = s_q * c.batch;
         if (total_q > cfg_.max_q_tokens)
-            fail(GQLA_ERR_INVALID_ARGUMENT, "q: batch %d x s_q %lld = %lld query tokens exceed config.max_q_tokens %lld",
-                 c.batch, static_cast<long long>(s_q), static_cast<long long>(total_q),
+            fail(GQLA_ERR_INVALID_ARGUMENT,
+                 "q: batch %d x s_q %lld = %lld query tokens exceed config.max_q_tokens %lld", c.batch,
+                 static_cast<long long>(s_q), static_cast<long long>(total_q),
                  static_cast<long long>(cfg_.max_q_tokens));
         max_len = static_cast<int32_t>(s_q);
-        const TensorSpec o_spec{"o", 4, {"batch", "s_q", "num_heads", "value_dim"},
-                                {c.batch, s_q, cfg_.num_heads, cfg_.value_dim}, cfg_.io_dtype, false};
+        const TensorSpec o_spec{"o",
+                                4,
+                                {"batch", "s_q", "num_heads", "value_dim"},
+                                {c.batch, s_q, cfg_.num_heads, cfg_.value_dim},
+                                cfg_.io_dtype,
+                                false};
         o_view = check_tensor(c.o, o_spec, placement_);
         if (c.lse != nullptr) {
-            const TensorSpec lse_spec{"lse", 3, {"batch", "s_q", "num_heads"}, {c.batch, s_q, cfg_.num_heads},
-                                      GQLA_DTYPE_F32, false};
+            const TensorSpec lse_spec{
+                "lse", 3, {"batch", "s_q", "num_heads"}, {c.batch, s_q, cfg_.num_heads}, GQLA_DTYPE_F32, false};
             lse_view = check_tensor(c.lse, lse_spec, placement_);
         }
     } else {
@@ -111,14 +124,16 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
         if (total_q > cfg_.max_q_tokens)
             fail(GQLA_ERR_INVALID_ARGUMENT, "q_lens: %lld query tokens in all exceed config.max_q_tokens %lld",
                  static_cast<long long>(total_q), static_cast<long long>(cfg_.max_q_tokens));
-        const TensorSpec q_spec{"q", 3, {"sum(q_lens)", "num_heads", dq_name},
-                                {total_q, cfg_.num_heads, cfg_.head_dim}, cfg_.io_dtype, false};
+        const TensorSpec q_spec{
+            "q",           3,    {"sum(q_lens)", "num_heads", dq_name}, {total_q, cfg_.num_heads, cfg_.head_dim},
+            cfg_.io_dtype, false};
         q_view = check_tensor(c.q, q_spec, placement_);
-        const TensorSpec o_spec{"o", 3, {"sum(q_lens)", "num_heads", "value_dim"},
-                                {total_q, cfg_.num_heads, cfg_.value_dim}, cfg_.io_dtype, false};
+        const TensorSpec o_spec{
+            "o",           3,    {"sum(q_lens)", "num_heads", "value_dim"}, {total_q, cfg_.num_heads, cfg_.value_dim},
+            cfg_.io_dtype, false};
         o_view = check_tensor(c.o, o_spec, placement_);
         if (c.lse != nullptr) {
-            const TensorSpec lse_spec{"lse", 2, {"sum(q_lens)", "num_heads"}, {total_q, cfg_.num_heads},
+            const TensorSpec lse_spec{"lse",          2,    {"sum(q_lens)", "num_heads"}, {total_q, cfg_.num_heads},
                                       GQLA_DTYPE_F32, false};
             lse_view = check_tensor(c.lse, lse_spec, placement_);
         }
@@ -130,7 +145,8 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
     if (c.indices != nullptr) {
         backend_->require_feature(GQLA_BACKEND_FEATURE_SPARSE, "indices (sparse attention)");
         if (cfg_.cache_dtype == GQLA_DTYPE_FP8_E4M3)
-            fail(GQLA_ERR_UNSUPPORTED, "indices: sparse attention over an fp8_e4m3 cache is not supported (f32, f16 "
+            fail(GQLA_ERR_UNSUPPORTED,
+                 "indices: sparse attention over an fp8_e4m3 cache is not supported (f32, f16 "
                  "and bf16 caches are)");
         const IndexSpec spec{"indices", total_q, ragged ? 0 : c.batch, ragged ? 0 : s_q};
         index_view = check_index_tensor(c.indices, spec, placement_);
@@ -139,7 +155,7 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
 
     const uint32_t epoch = next_epoch();
     int64_t context_sum = 0, row = 0;
-    double sparse_pairs = 0;  // sparse calls: sum over queries of min(topk, visible positions)
+    double sparse_pairs = 0;      // sparse calls: sum over queries of min(topk, visible positions)
     double weighted_queries = 0;  // sum of q_len * length: the call's attention work
     for (int32_t i = 0; i < c.batch; ++i) {
         auto it = seqs_.find(c.ids[i]);
@@ -148,8 +164,10 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
         const Sequence& s = it->second;
         size_t slot = static_cast<size_t>(s.slot);
         if (slot_epoch_[slot] == epoch)
-            fail(GQLA_ERR_INVALID_ARGUMENT, "seqs[%d]: sequence id %lld repeated (also seqs[%d]); an id may appear "
-                 "once per call", i, static_cast<long long>(c.ids[i]), slot_arg_[slot]);
+            fail(GQLA_ERR_INVALID_ARGUMENT,
+                 "seqs[%d]: sequence id %lld repeated (also seqs[%d]); an id may appear "
+                 "once per call",
+                 i, static_cast<long long>(c.ids[i]), slot_arg_[slot]);
         slot_epoch_[slot] = epoch;
         slot_arg_[slot] = i;
         const int64_t length = s.lengths[static_cast<size_t>(c.layer)];
@@ -158,12 +176,14 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
             if (ragged)
                 fail(GQLA_ERR_INVALID_ARGUMENT,
                      "q_lens[%d]: %lld queries exceed the %lld cached tokens of sequence %lld in layer %d (queries "
-                     "are the last q_lens[i] cached tokens)", i, static_cast<long long>(n),
-                     static_cast<long long>(length), static_cast<long long>(c.ids[i]), c.layer);
+                     "are the last q_lens[i] cached tokens)",
+                     i, static_cast<long long>(n), static_cast<long long>(length), static_cast<long long>(c.ids[i]),
+                     c.layer);
             fail(GQLA_ERR_INVALID_ARGUMENT,
                  "seqs[%d]: s_q %lld exceeds the %lld cached tokens of sequence %lld in layer %d (queries are the "
-                 "last s_q cached tokens)", i, static_cast<long long>(n), static_cast<long long>(length),
-                 static_cast<long long>(c.ids[i]), c.layer);
+                 "last s_q cached tokens)",
+                 i, static_cast<long long>(n), static_cast<long long>(length), static_cast<long long>(c.ids[i]),
+                 c.layer);
         }
         gqla_decode_seq& d = decode_seqs_[static_cast<size_t>(i)];
         d.page_table = s.pages.data();
@@ -213,8 +233,8 @@ gqla_path Session::attention_locked(const AttentionCall& c) {
             last_layer_ = c.layer;
             have_history_ = true;
             // The policy weighs one layer's expansion against one layer's call.
-            gqla_path want = policy_->choose(p_batch, p_context, p_q_len, active_,
-                                             layer_tokens_[static_cast<size_t>(c.layer)]);
+            gqla_path want =
+                policy_->choose(p_batch, p_context, p_q_len, active_, layer_tokens_[static_cast<size_t>(c.layer)]);
             if (want != active_) switch_for_auto(want);
         }
         taken = c.on_session_path ? active_
@@ -235,10 +255,14 @@ gqla_path Session::call_form(gqla_path requested, int32_t batch, int64_t mean_co
         return GQLA_PATH_GQA;
     }
     switch (requested) {
-        case GQLA_PATH_ABSORB: return GQLA_PATH_ABSORB;
-        case GQLA_PATH_GQA_TRANSIENT: return GQLA_PATH_GQA_TRANSIENT;
-        case GQLA_PATH_GQA: return expanded_ ? GQLA_PATH_GQA : GQLA_PATH_GQA_TRANSIENT;
-        case GQLA_PATH_AUTO: break;
+        case GQLA_PATH_ABSORB:
+            return GQLA_PATH_ABSORB;
+        case GQLA_PATH_GQA_TRANSIENT:
+            return GQLA_PATH_GQA_TRANSIENT;
+        case GQLA_PATH_GQA:
+            return expanded_ ? GQLA_PATH_GQA : GQLA_PATH_GQA_TRANSIENT;
+        case GQLA_PATH_AUTO:
+            break;
     }
     gqla_workload w{};
     w.struct_size = sizeof(w);

@@ -31,13 +31,19 @@ gqla_view rows_view(const gqla_config& c, bool part_a, void* data, int64_t token
     if (c.kind == GQLA_KIND_GQA) {
         const int64_t dim = part_a ? c.head_dim : c.value_dim;
         v.ndim = 3;
-        v.shape[0] = tokens; v.shape[1] = c.num_kv_heads; v.shape[2] = dim;
-        v.strides[0] = c.num_kv_heads * dim; v.strides[1] = dim; v.strides[2] = 1;
+        v.shape[0] = tokens;
+        v.shape[1] = c.num_kv_heads;
+        v.shape[2] = dim;
+        v.strides[0] = c.num_kv_heads * dim;
+        v.strides[1] = dim;
+        v.strides[2] = 1;
     } else {
         const int64_t dim = part_a ? c.latent_dim : c.rope_dim;
         v.ndim = 2;
-        v.shape[0] = tokens; v.shape[1] = dim;
-        v.strides[0] = dim; v.strides[1] = 1;
+        v.shape[0] = tokens;
+        v.shape[1] = dim;
+        v.strides[0] = dim;
+        v.strides[1] = 1;
     }
     return v;
 }
@@ -59,7 +65,7 @@ void Session::export_sequence(gqla_seq_id id, void* buffer, size_t capacity, siz
     if (needed == nullptr) fail(GQLA_ERR_INVALID_ARGUMENT, "needed: NULL");
     refuse_fp8(cfg_, "sequence_export");
     const Sequence& s = find(id, "seq");
-    require_latent("sequence_export");  // the latent is what travels
+    require_latent("sequence_export");                         // the latent is what travels
     const SequenceShape shape = sequence_shape_of(full_cfg_);  // records the shard
     const size_t bytes = sequence_bytes(shape, s.lengths);
     *needed = bytes;

@@ -65,7 +65,8 @@ void Session::enable_expanded_path() {
         if (layer_tokens_[static_cast<size_t>(l)] > 0 && !weights_set_[static_cast<size_t>(l)])
             fail(GQLA_ERR_INVALID_STATE,
                  "path: the GQA path expands every layer holding tokens, but layer %d holds tokens and has no "
-                 "weights (call gqla_set_weights first)", l);
+                 "weights (call gqla_set_weights first)",
+                 l);
     const gqla_backend_vtable& vt = backend_->vt();
     backend_->check(vt.set_expanded(backend_->ctx(), 1), "set_expanded(1)");
     try {
@@ -91,7 +92,8 @@ void Session::require_latent(const char* what) const {
     if (!latent_kept())
         fail(GQLA_ERR_INVALID_STATE,
              "%s needs the latent cache, which this session drops (config.keep_latent = 0: it keeps only the "
-             "expanded cache of its groups and runs the GQA path only)", what);
+             "expanded cache of its groups and runs the GQA path only)",
+             what);
 }
 
 void Session::switch_for_auto(gqla_path want) {
@@ -112,7 +114,8 @@ void Session::select_path(const gqla_path& path) {
     std::lock_guard<std::mutex> lock(mu_);
     const int value = enum_value(path);
     if (value == GQLA_PATH_GQA_TRANSIENT)
-        fail(GQLA_ERR_INVALID_ARGUMENT, "path: GQLA_PATH_GQA_TRANSIENT is a form of one gqla_attention call, not a "
+        fail(GQLA_ERR_INVALID_ARGUMENT,
+             "path: GQLA_PATH_GQA_TRANSIENT is a form of one gqla_attention call, not a "
              "session path (expected GQLA_PATH_AUTO, _GQA or _ABSORB)");
     if (value != GQLA_PATH_AUTO && value != GQLA_PATH_GQA && value != GQLA_PATH_ABSORB)
         fail(GQLA_ERR_INVALID_ARGUMENT, "path: expected GQLA_PATH_AUTO, _GQA or _ABSORB (0..2), got %d", value);
@@ -128,14 +131,18 @@ void Session::select_path(const gqla_path& path) {
         return;
     }
     switch (path) {
-        case GQLA_PATH_GQA: enable_expanded_path(); break;
-        case GQLA_PATH_ABSORB: disable_expanded_path(); break;
-        case GQLA_PATH_GQA_TRANSIENT: break;  // refused above
+        case GQLA_PATH_GQA:
+            enable_expanded_path();
+            break;
+        case GQLA_PATH_ABSORB:
+            disable_expanded_path();
+            break;
+        case GQLA_PATH_GQA_TRANSIENT:
+            break;  // refused above
         case GQLA_PATH_AUTO: {
-            gqla_path want = have_history_
-                                 ? policy_->choose(last_batch_, last_context_, last_q_len_, active_,
-                                                 layer_tokens_[static_cast<size_t>(last_layer_)])
-                                 : policy_->initial();
+            gqla_path want = have_history_ ? policy_->choose(last_batch_, last_context_, last_q_len_, active_,
+                                                             layer_tokens_[static_cast<size_t>(last_layer_)])
+                                           : policy_->initial();
             if (want != active_) switch_for_auto(want);
             break;
         }

@@ -63,8 +63,7 @@ void Session::release_sequence(gqla_seq_id id) {
 
 void Session::release_locked(gqla_seq_id id) {
     auto it = seqs_.find(id);
-    if (it == seqs_.end())
-        fail(GQLA_ERR_NOT_FOUND, "seq: unknown sequence id %lld", static_cast<long long>(id));
+    if (it == seqs_.end()) fail(GQLA_ERR_NOT_FOUND, "seq: unknown sequence id %lld", static_cast<long long>(id));
     Sequence& s = it->second;
     const gqla_backend_vtable& vt = backend_->vt();
     if (vt.update_sequence != nullptr)

@@ -15,9 +15,12 @@ namespace {
 
 const char* device_word(int d) {
     switch (d) {
-        case GQLA_DEVICE_CPU: return "CPU";
-        case GQLA_DEVICE_CUDA: return "CUDA";
-        case GQLA_DEVICE_AUTO: return "AUTO";
+        case GQLA_DEVICE_CPU:
+            return "CPU";
+        case GQLA_DEVICE_CUDA:
+            return "CUDA";
+        case GQLA_DEVICE_AUTO:
+            return "AUTO";
     }
     return "unknown";
 }
@@ -129,9 +132,8 @@ gqla_view check_tensor(const gqla_tensor* t, const TensorSpec& s, const DevicePl
             fail(GQLA_ERR_INVALID_ARGUMENT, "%s: strides[%d] (%s) expected >= 1, got %lld", name, i, s.dim_names[i],
                  static_cast<long long>(stride));
         int64_t reach;
-        if (t->shape[i] > 0 &&
-            (__builtin_mul_overflow(t->shape[i] - 1, stride < 1 ? 1 : stride, &reach) ||
-             __builtin_add_overflow(span, reach, &span)))
+        if (t->shape[i] > 0 && (__builtin_mul_overflow(t->shape[i] - 1, stride < 1 ? 1 : stride, &reach) ||
+                                __builtin_add_overflow(span, reach, &span)))
             fail(GQLA_ERR_INVALID_ARGUMENT, "%s: shape x strides overflows int64", name);
     }
     if (elements_overlap(t, s.ndim))
@@ -142,8 +144,7 @@ gqla_view check_tensor(const gqla_tensor* t, const TensorSpec& s, const DevicePl
     int64_t bytes;
     if (__builtin_mul_overflow(span + 1, static_cast<int64_t>(dtype_size(t->dtype)), &bytes))
         fail(GQLA_ERR_INVALID_ARGUMENT, "%s: byte extent overflows int64", name);
-    if (t->data == nullptr && !(numel == 0 && s.allow_empty))
-        fail(GQLA_ERR_INVALID_ARGUMENT, "%s: data is NULL", name);
+    if (t->data == nullptr && !(numel == 0 && s.allow_empty)) fail(GQLA_ERR_INVALID_ARGUMENT, "%s: data is NULL", name);
 
     gqla_view v;
     std::memset(&v, 0, sizeof(v));
@@ -168,8 +169,8 @@ gqla_view check_index_tensor(const gqla_tensor* t, const IndexSpec& spec, const 
              name, t->ndim);
     gqla_view v;
     if (uniform && t->ndim == 3) {
-        const TensorSpec s3{name, 3, {"batch", "s_q", "topk"}, {spec.batch, spec.s_q, kAnyExtent}, GQLA_DTYPE_I32,
-                            false};
+        const TensorSpec s3{name,           3,    {"batch", "s_q", "topk"}, {spec.batch, spec.s_q, kAnyExtent},
+                            GQLA_DTYPE_I32, false};
         v = check_tensor(t, s3, where);
         // One row per query: (b, i) must collapse into row b * s_q + i.
         int64_t row_stride = v.strides[1];
@@ -178,8 +179,8 @@ gqla_view check_index_tensor(const gqla_tensor* t, const IndexSpec& spec, const 
         else if (v.shape[0] > 1 && v.strides[0] != v.shape[1] * v.strides[1])
             fail(GQLA_ERR_INVALID_ARGUMENT,
                  "%s: [batch, s_q, topk] must step batch by s_q rows (strides[0] == s_q * strides[1] = %lld), got "
-                 "strides[0] = %lld", name, static_cast<long long>(v.shape[1] * v.strides[1]),
-                 static_cast<long long>(v.strides[0]));
+                 "strides[0] = %lld",
+                 name, static_cast<long long>(v.shape[1] * v.strides[1]), static_cast<long long>(v.strides[0]));
         const int64_t k = v.shape[2];
         v.ndim = 2;
         v.shape[0] = spec.rows;
@@ -188,8 +189,8 @@ gqla_view check_index_tensor(const gqla_tensor* t, const IndexSpec& spec, const 
         v.strides[1] = 1;
         v.shape[2] = v.strides[2] = 0;
     } else {
-        const TensorSpec s2{name, 2, {uniform ? "batch * s_q" : "sum(q_lens)", "topk"}, {spec.rows, kAnyExtent},
-                            GQLA_DTYPE_I32, false};
+        const TensorSpec s2{
+            name, 2, {uniform ? "batch * s_q" : "sum(q_lens)", "topk"}, {spec.rows, kAnyExtent}, GQLA_DTYPE_I32, false};
         v = check_tensor(t, s2, where);
     }
     const int64_t k = v.shape[1];

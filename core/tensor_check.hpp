@@ -17,12 +17,12 @@ struct DevicePlacement {
 };
 
 struct TensorSpec {
-    const char* name;              // argument name used in messages, e.g. "q"
-    int32_t ndim;                  // exact (1..4)
-    const char* dim_names[4];      // e.g. {"batch", "s_q", "num_heads", "head_dim"}
-    int64_t shape[4];              // exact extents; kAnyExtent: any >= 0
-    int dtype;                     // exact gqla_dtype, or kAnyDtype
-    bool allow_empty;              // a zero-size tensor may have data == NULL
+    const char* name;          // argument name used in messages, e.g. "q"
+    int32_t ndim;              // exact (1..4)
+    const char* dim_names[4];  // e.g. {"batch", "s_q", "num_heads", "head_dim"}
+    int64_t shape[4];          // exact extents; kAnyExtent: any >= 0
+    int dtype;                 // exact gqla_dtype, or kAnyDtype
+    bool allow_empty;          // a zero-size tensor may have data == NULL
 };
 
 constexpr int64_t kAnyExtent = -1;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The README's second command: everything that checks gqla, from a fresh clone.
-#   1. missing Debian packages           4. sanitizer build (ASan + UBSan, build-asan/) + ctest
+#   1. missing Debian packages; format   4. sanitizer build (ASan + UBSan, build-asan/) + ctest
+#      (tools/check_format.sh)
 #   2. Release build (build/)            5. fuzzers: API sequences (build-asan/), libFuzzer
 #   3. ctest (cuda tests skip w/o GPU)      (clang, build-fuzz/), 60 s each, fixed seeds
 #                                        6. ThreadSanitizer: the thread tests (clang, build-tsan/)
@@ -74,6 +75,7 @@ cuda_flag=OFF
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then cuda_flag=ON; fi
 
 must "dependencies" tools/install_deps.sh
+check "format (clang-format, .clang-format)" tools/check_format.sh
 must "configure Release (CUDA module $cuda_flag)" \
   configure build -DCMAKE_BUILD_TYPE=Release -DGQLA_WITH_CUDA=$cuda_flag -DGQLA_CUDA_ARCHS=90
 must "build Release" cmake --build build --parallel "$jobs"

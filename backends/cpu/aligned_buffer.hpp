@@ -26,7 +26,8 @@ public:
     AlignedBuffer() = default;
     AlignedBuffer(const AlignedBuffer&) = delete;
     AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-    AlignedBuffer(AlignedBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+    AlignedBuffer(AlignedBuffer&& o) noexcept
+        : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
     AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
         if (this != &o) {
             reset();
@@ -60,7 +61,10 @@ public:
     }
 
     void* data() const { return ptr_; }
-    template <class T> T* as() const { return static_cast<T*>(ptr_); }
+    template <class T>
+    T* as() const {
+        return static_cast<T*>(ptr_);
+    }
     size_t size() const { return size_; }
     bool empty() const { return ptr_ == nullptr; }
 

@@ -24,9 +24,9 @@
 
 namespace bf16dot {
 
-constexpr int kRows = 4;        // rows per register tile (scores and values)
-constexpr int kScoreTokens = 4; // tokens per score tile: 4 x 4 accumulators
-constexpr int kPvChunks = 2;    // 32-dim chunks per value tile: 4 rows x 2 x (lo, hi) accumulators
+constexpr int kRows = 4;         // rows per register tile (scores and values)
+constexpr int kScoreTokens = 4;  // tokens per score tile: 4 x 4 accumulators
+constexpr int kPvChunks = 2;     // 32-dim chunks per value tile: 4 rows x 2 x (lo, hi) accumulators
 
 static inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
@@ -69,12 +69,13 @@ static inline bool round_queries(const GqaItem& it, float unscale_by, uint16_t* 
             for (int d = 0; d < padded; d += 16) {
                 const int n = dk - d;
                 const __mmask16 m = n >= 16 ? static_cast<__mmask16>(0xffff)
-                                            : n > 0 ? static_cast<__mmask16>((1u << n) - 1) : static_cast<__mmask16>(0);
+                                    : n > 0 ? static_cast<__mmask16>((1u << n) - 1)
+                                            : static_cast<__mmask16>(0);
                 const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + d), unscale);
                 const __m256bh hi = _mm512_cvtneps_pbh(v);
                 const __m512 rest = _mm512_sub_ps(v, _mm512_cvtpbh_ps(hi));
-                const __mmask16 keep = _mm512_cmp_ps_mask(_mm512_abs_ps(rest),
-                                                          _mm512_mul_ps(_mm512_abs_ps(v), tiny), _CMP_GT_OQ);
+                const __mmask16 keep =
+                    _mm512_cmp_ps_mask(_mm512_abs_ps(rest), _mm512_mul_ps(_mm512_abs_ps(v), tiny), _CMP_GT_OQ);
                 _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + off + d), (__m256i)hi);
                 if (ql == nullptr) continue;
                 any_lo |= keep;
@@ -109,7 +110,8 @@ static inline void score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb
             for (int r = 0; r < RB; ++r) {
                 const __m512i qv = _mm512_loadu_si512(qs + r * qb_ld + d);
                 GQLA_UNROLL
-                for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qv), as_bh(kv[t]));
+                for (int t = 0; t < NT; ++t)
+                    acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qv), as_bh(kv[t]));
                 if constexpr (kSplit) {
                     const __m512i lv = _mm512_loadu_si512(qls + r * qb_ld + d);
                     GQLA_UNROLL
@@ -122,14 +124,13 @@ static inline void score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb
     float sums[RB * NT];
     Simd::hsum_many(acc, RB * NT, sums);
     GQLA_UNROLL
-    for (int r = 0; r < RB; ++r)
-        GQLA_UNROLL
-        for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] * scale;
+    for (int r = 0; r < RB; ++r) GQLA_UNROLL
+    for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] * scale;
 }
 
 template <int RB, bool kSplit>
-static inline void scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, const uint16_t* ql,
-                               int64_t qb_ld, const uint16_t* k1, const uint16_t* k2, float* s, PrefetchStream* pf) {
+static inline void scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, const uint16_t* ql, int64_t qb_ld,
+                               const uint16_t* k1, const uint16_t* k2, float* s, PrefetchStream* pf) {
     constexpr int NT = kScoreTokens;
     const uint16_t* q = qb + r0 * qb_ld;
     const uint16_t* q_lo = ql + r0 * qb_ld;
@@ -145,8 +146,7 @@ static inline void scores_rows(const GqaItem& it, int r0, int n, const uint16_t*
     for (; j < n; ++j) {
         if (pf) pf->step();
         score_tile<RB, 1, kSplit>(q, q_lo, qb_ld, scale, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
-                                  k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
-                                  kGqaTokenBlock);
+                                  k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock);
     }
 }
 
@@ -159,10 +159,17 @@ static inline void scores_block(const GqaItem& it, int n, const uint16_t* qb, co
     for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
         scores_rows<RBmax, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf);
     switch (it.rows - r0) {
-        case 1: scores_rows<1, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf); break;
-        case 2: scores_rows<2, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf); break;
-        case 3: scores_rows<3, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf); break;
-        default: break;
+        case 1:
+            scores_rows<1, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf);
+            break;
+        case 2:
+            scores_rows<2, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf);
+            break;
+        case 3:
+            scores_rows<3, kSplit>(it, r0, n, qb, ql, qb_ld, k1, k2, s, pf);
+            break;
+        default:
+            break;
     }
 }
 
@@ -183,8 +190,8 @@ static inline void round_probabilities(const float* s, int rows, int n, uint16_t
 // of a pair meets that token paired with zeros, never with the next token's
 // value (its probability is 0, but 0 * NaN is NaN).
 template <int RB, int NC, bool kMasked = false>
-static inline void pv_tile(const uint16_t* pb, int n, const uint16_t* v, int dv, int d, float* acc,
-                           const float* corr, PrefetchStream* pf, const int* visible = nullptr) {
+static inline void pv_tile(const uint16_t* pb, int n, const uint16_t* v, int dv, int d, float* acc, const float* corr,
+                           PrefetchStream* pf, const int* visible = nullptr) {
     __m512 lo[RB * NC], hi[RB * NC];
     GQLA_UNROLL
     for (int r = 0; r < RB; ++r) {
@@ -236,13 +243,12 @@ static inline void pv_tile(const uint16_t* pb, int n, const uint16_t* v, int dv,
         }
     }
     GQLA_UNROLL
-    for (int r = 0; r < RB; ++r)
-        GQLA_UNROLL
-        for (int c = 0; c < NC; ++c) {
-            float* a = acc + static_cast<int64_t>(r) * dv + d + c * 32;
-            _mm512_storeu_ps(a, lo[r * NC + c]);
-            _mm512_storeu_ps(a + 16, hi[r * NC + c]);
-        }
+    for (int r = 0; r < RB; ++r) GQLA_UNROLL
+    for (int c = 0; c < NC; ++c) {
+        float* a = acc + static_cast<int64_t>(r) * dv + d + c * 32;
+        _mm512_storeu_ps(a, lo[r * NC + c]);
+        _mm512_storeu_ps(a + 16, hi[r * NC + c]);
+    }
 }
 
 // Rows r0..r0+RB of the block of n tokens at position t; kMasked as in
@@ -274,27 +280,33 @@ static inline void pv_rows(const GqaItem& it, int r0, int64_t t, int n, const ui
     const float* ps = s + r0 * kGqaTokenBlock;
     for (; d + Simd::W <= dv; d += Simd::W, pf = nullptr)
         gqa_pv_tile<GQLA_DTYPE_BF16, RB, 1, kMasked>(ps, n, v, dv, d, acc, cr, pf, visible);
-    for (; d < dv; ++d)
-        GQLA_UNROLL
-        for (int r = 0; r < RB; ++r) {
-            float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
-            for (int j = 0; j < visible[r]; ++j)
-                x += ps[r * kGqaTokenBlock + j] * Elem<GQLA_DTYPE_BF16>::scalar(v + static_cast<int64_t>(j) * dv + d);
-            acc[static_cast<int64_t>(r) * dv + d] = x;
-        }
+    for (; d < dv; ++d) GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
+        for (int j = 0; j < visible[r]; ++j)
+            x += ps[r * kGqaTokenBlock + j] * Elem<GQLA_DTYPE_BF16>::scalar(v + static_cast<int64_t>(j) * dv + d);
+        acc[static_cast<int64_t>(r) * dv + d] = x;
+    }
 }
 
 template <bool kMasked>
-static inline void pv_block(const GqaItem& it, int64_t t, int n, const uint16_t* v, const uint16_t* pb,
-                            const float* s, const float* corr, PrefetchStream* pf) {
+static inline void pv_block(const GqaItem& it, int64_t t, int n, const uint16_t* v, const uint16_t* pb, const float* s,
+                            const float* corr, PrefetchStream* pf) {
     constexpr int RBmax = kRows;
     int r0 = 0;
     for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr) pv_rows<RBmax, kMasked>(it, r0, t, n, v, pb, s, corr, pf);
     switch (it.rows - r0) {
-        case 1: pv_rows<1, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
-        case 2: pv_rows<2, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
-        case 3: pv_rows<3, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
-        default: break;
+        case 1:
+            pv_rows<1, kMasked>(it, r0, t, n, v, pb, s, corr, pf);
+            break;
+        case 2:
+            pv_rows<2, kMasked>(it, r0, t, n, v, pb, s, corr, pf);
+            break;
+        case 3:
+            pv_rows<3, kMasked>(it, r0, t, n, v, pb, s, corr, pf);
+            break;
+        default:
+            break;
     }
 }
 
@@ -352,12 +364,16 @@ static void gqa_attend_bf16(const GqaItem& it) {
         values_ahead.plan(n / kScoreTokens + n % kScoreTokens);
         keys_ahead.plan(n);
 
-        if (split) scores_block<true>(it, n, qb, ql, qb_ld, cur.k1, cur.k2, s, &values_ahead);
-        else scores_block<false>(it, n, qb, ql, qb_ld, cur.k1, cur.k2, s, &values_ahead);
+        if (split)
+            scores_block<true>(it, n, qb, ql, qb_ld, cur.k1, cur.k2, s, &values_ahead);
+        else
+            scores_block<false>(it, n, qb, ql, qb_ld, cur.k1, cur.k2, s, &values_ahead);
         gqa_softmax_block(it, t, n, s, corr);
         round_probabilities(s, it.rows, n, pb);
-        if (t + n - 1 > min_limit) pv_block_masked(it, t, n, cur.v, pb, s, corr);
-        else pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead);
+        if (t + n - 1 > min_limit)
+            pv_block_masked(it, t, n, cur.v, pb, s, corr);
+        else
+            pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead);
         t += n;
         cur = next;
     }
@@ -377,8 +393,8 @@ constexpr int kAbsorbDims = 8;    // value tile: 8 latent dims x 2 row vectors
 // 16 lanes of (lo[i], hi[i]) bf16 pairs from two f32 vectors.
 static inline __m512i pair_rows(__m512 lo, __m512 hi) {
     const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo's 16 values, then hi's
-    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-                                           6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                           21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     return _mm512_permutexvar_epi16(order, both);
 }
 
@@ -397,14 +413,13 @@ static inline void absorb_pair_queries(const AbsorbItem& it, uint32_t* qp) {
 // st[j][rows] = sum over key pairs of (c[j] pair) . (q pair) for JT tokens x
 // NV row vectors; `key` rows are `kw` bf16 apart, `pairs` pairs long.
 template <int JT, int NV>
-static inline void absorb_score_tile_bf16(const uint16_t* key, int kw, int pairs, const uint32_t* qp, int R,
-                                          float* st, bool accumulate) {
+static inline void absorb_score_tile_bf16(const uint16_t* key, int kw, int pairs, const uint32_t* qp, int R, float* st,
+                                          bool accumulate) {
     __m512 acc[JT * NV];
     GQLA_UNROLL
-    for (int j = 0; j < JT; ++j)
-        GQLA_UNROLL
-        for (int v = 0; v < NV; ++v)
-            acc[j * NV + v] = accumulate ? _mm512_loadu_ps(st + j * R + v * 16) : _mm512_setzero_ps();
+    for (int j = 0; j < JT; ++j) GQLA_UNROLL
+    for (int v = 0; v < NV; ++v)
+        acc[j * NV + v] = accumulate ? _mm512_loadu_ps(st + j * R + v * 16) : _mm512_setzero_ps();
     for (int kp = 0; kp < pairs; ++kp) {
         __m512i qv[NV];
         GQLA_UNROLL
@@ -419,9 +434,8 @@ static inline void absorb_score_tile_bf16(const uint16_t* key, int kw, int pairs
         }
     }
     GQLA_UNROLL
-    for (int j = 0; j < JT; ++j)
-        GQLA_UNROLL
-        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(st + j * R + v * 16, acc[j * NV + v]);
+    for (int j = 0; j < JT; ++j) GQLA_UNROLL
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(st + j * R + v * 16, acc[j * NV + v]);
 }
 
 template <int NV>
@@ -495,9 +509,8 @@ static inline void absorb_pv_tile_bf16(const uint32_t* cp, int r, int npairs, co
         }
     }
     GQLA_UNROLL
-    for (int k = 0; k < KB; ++k)
-        GQLA_UNROLL
-        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(acc + k * R + v * 16, a[k * NV + v]);
+    for (int k = 0; k < KB; ++k) GQLA_UNROLL
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(acc + k * R + v * 16, a[k * NV + v]);
 }
 
 template <int NV>

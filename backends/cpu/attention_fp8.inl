@@ -39,7 +39,8 @@ static inline float e4m3_raw_scalar(uint8_t h) {
     return f;
 }
 
-template <> struct Elem<GQLA_DTYPE_FP8_E4M3> {
+template <>
+struct Elem<GQLA_DTYPE_FP8_E4M3> {
     using T = uint8_t;
     static constexpr bool kPaired = false;
     static inline Simd::V load(const T* p) { return Simd::load_e4m3(p); }
@@ -50,7 +51,8 @@ template <> struct Elem<GQLA_DTYPE_FP8_E4M3> {
 // bf16 in natural order (load2 = two plain loads): the rope key beside e4m3
 // keys, whose queries are not in pair order.
 constexpr int kDtBf16Natural = 100;
-template <> struct Elem<kDtBf16Natural> {
+template <>
+struct Elem<kDtBf16Natural> {
     using T = uint16_t;
     static constexpr bool kPaired = false;
     static inline Simd::V load(const T* p) { return Simd::load_bf16(p); }
@@ -87,22 +89,22 @@ static inline void fp8_scores_rows(const GqaItem& it, int r0, int n, const uint8
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        gqa_score_tile<GQLA_DTYPE_FP8_E4M3, RB, NT>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1, nullptr,
-                                                    0, srow + j, kGqaTokenBlock);
+        gqa_score_tile<GQLA_DTYPE_FP8_E4M3, RB, NT>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1, nullptr, 0,
+                                                    srow + j, kGqaTokenBlock);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        gqa_score_tile<GQLA_DTYPE_FP8_E4M3, RB, 1>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1, nullptr,
-                                                   0, srow + j, kGqaTokenBlock);
+        gqa_score_tile<GQLA_DTYPE_FP8_E4M3, RB, 1>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1, nullptr, 0,
+                                                   srow + j, kGqaTokenBlock);
     }
     if (!k2) return;
     float* s2row = s2 + r0 * kGqaTokenBlock;
     for (j = 0; j + NT <= n; j += NT)
-        gqa_score_tile<kDtBf16Natural, RB, NT>(q + it.d1, it.q_ld, k2 + static_cast<int64_t>(j) * it.d2, it.d2,
-                                               nullptr, 0, s2row + j, kGqaTokenBlock);
+        gqa_score_tile<kDtBf16Natural, RB, NT>(q + it.d1, it.q_ld, k2 + static_cast<int64_t>(j) * it.d2, it.d2, nullptr,
+                                               0, s2row + j, kGqaTokenBlock);
     for (; j < n; ++j)
-        gqa_score_tile<kDtBf16Natural, RB, 1>(q + it.d1, it.q_ld, k2 + static_cast<int64_t>(j) * it.d2, it.d2,
-                                              nullptr, 0, s2row + j, kGqaTokenBlock);
+        gqa_score_tile<kDtBf16Natural, RB, 1>(q + it.d1, it.q_ld, k2 + static_cast<int64_t>(j) * it.d2, it.d2, nullptr,
+                                              0, s2row + j, kGqaTokenBlock);
 }
 
 // Cache rows and scales of one block of n tokens at position t (one page).
@@ -174,10 +176,17 @@ static void gqa_attend_fp8(const GqaItem& it) {
         PrefetchStream* pf = &values_ahead;
         for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr) fp8_scores_group<RBmax>(it, r0, n, cur, s, s2, pf);
         switch (it.rows - r0) {
-            case 1: fp8_scores_group<1>(it, r0, n, cur, s, s2, pf); break;
-            case 2: fp8_scores_group<2 < RBmax ? 2 : 1>(it, r0, n, cur, s, s2, pf); break;
-            case 3: fp8_scores_group<3 < RBmax ? 3 : 1>(it, r0, n, cur, s, s2, pf); break;
-            default: break;
+            case 1:
+                fp8_scores_group<1>(it, r0, n, cur, s, s2, pf);
+                break;
+            case 2:
+                fp8_scores_group<2 < RBmax ? 2 : 1>(it, r0, n, cur, s, s2, pf);
+                break;
+            case 3:
+                fp8_scores_group<3 < RBmax ? 3 : 1>(it, r0, n, cur, s, s2, pf);
+                break;
+            default:
+                break;
         }
         for (int r = 0; r < it.rows; ++r) {
             float* sr = s + r * kGqaTokenBlock;
@@ -194,8 +203,10 @@ static void gqa_attend_fp8(const GqaItem& it) {
             float* pr = s + r * kGqaTokenBlock;
             for (int j = 0; j < n; ++j) pr[j] *= scale[kGqaTokenBlock + j];
         }
-        if (t + n - 1 > min_limit) gqa_pv_block_masked<E>(it, t, n, cur.v, s, corr);
-        else gqa_pv_block<E, false>(it, t, n, cur.v, s, corr, &keys_ahead);
+        if (t + n - 1 > min_limit)
+            gqa_pv_block_masked<E>(it, t, n, cur.v, s, corr);
+        else
+            gqa_pv_block<E, false>(it, t, n, cur.v, s, corr, &keys_ahead);
         t += n;
         cur = next;
     }
@@ -238,8 +249,10 @@ static void gqa_attend_wide_fp8(const GqaItem& it) {
             wide_scores_cols<NV>(w.ktile, K, n, w.qt + col, R, w.st + col, pf);
         for (; col < R; col += W, pf = nullptr) wide_scores_cols<1>(w.ktile, K, n, w.qt + col, R, w.st + col, pf);
         wide_softmax_block(w.st, R, t, n, w.limit, min_limit, w.m, w.l, w.corr);
-        if (t + n - 1 > min_limit) wide_pv_block_masked(w, R, dv, t, n);
-        else wide_pv_block<false>(w, R, dv, n, nullptr);
+        if (t + n - 1 > min_limit)
+            wide_pv_block_masked(w, R, dv, t, n);
+        else
+            wide_pv_block<false>(w, R, dv, n, nullptr);
         t += n;
     }
     wide_finish(it, R, w);
@@ -297,8 +310,10 @@ static void absorb_attend_fp8(const AbsorbItem& it) {
         for (; col + NV * W <= R; col += NV * W, pf = nullptr) absorb_scores_cols<NV>(it, n, K, col, pf);
         for (; col < R; col += W, pf = nullptr) absorb_scores_cols<1>(it, n, K, col, pf);
         absorb_softmax_block(it, t, n, min_limit, corr);
-        if (t + n - 1 > min_limit) absorb_pv_block_masked(it, t, n, K, corr);
-        else absorb_pv_block<false>(it, n, K, corr, &next_block, nullptr);
+        if (t + n - 1 > min_limit)
+            absorb_pv_block_masked(it, t, n, K, corr);
+        else
+            absorb_pv_block<false>(it, n, K, corr, &next_block, nullptr);
         t += n;
     }
 }

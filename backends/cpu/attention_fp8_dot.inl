@@ -18,11 +18,11 @@
 static inline __m512i e4m3_to_bf16_raw(__m256i bytes) {
     const __m512i x = _mm512_cvtepu8_epi16(bytes);
     // Exponent E + 112 is E | 112 (E < 16): one ternary op, (x << 4 & 0x7f0) | 0x3800.
-    __m512i r = _mm512_ternarylogic_epi32(_mm512_slli_epi16(x, 4), _mm512_set1_epi16(0x7f0), _mm512_set1_epi16(0x3800),
-                                          0xea);
+    __m512i r =
+        _mm512_ternarylogic_epi32(_mm512_slli_epi16(x, 4), _mm512_set1_epi16(0x7f0), _mm512_set1_epi16(0x3800), 0xea);
     // bf16 of m * 2^-17 for m = 0..7, as pairs of 16-bit entries.
-    const __m512i subnormals = _mm512_setr_epi32(0x37000000, 0x37c03780, 0x38203800, 0x38603840, 0, 0, 0, 0, 0, 0, 0,
-                                                 0, 0, 0, 0, 0);
+    const __m512i subnormals =
+        _mm512_setr_epi32(0x37000000, 0x37c03780, 0x38203800, 0x38603840, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     const __mmask32 sub = _mm512_testn_epi16_mask(x, _mm512_set1_epi16(0x78));
     r = _mm512_mask_permutexvar_epi16(r, sub, x, subnormals);
     // The NaN code (magnitude 0x7f) is the only one giving 0x3ff0.
@@ -36,7 +36,9 @@ static inline __m512i load_e4m3_bf16(const uint8_t* p, __mmask32 m) {
     return e4m3_to_bf16_raw(_mm256_maskz_loadu_epi8(m, p));
 }
 
-static inline __mmask32 mask32(int n) { return n >= 32 ? ~static_cast<__mmask32>(0) : static_cast<__mmask32>((1u << n) - 1); }
+static inline __mmask32 mask32(int n) {
+    return n >= 32 ? ~static_cast<__mmask32>(0) : static_cast<__mmask32>((1u << n) - 1);
+}
 
 // s[r][t] = ks[t] * (q[r] . k1[t]) + q[r] . k2[t] for RB rows x NT tokens
 // (k1 e4m3, k2 bf16 or none).
@@ -80,9 +82,8 @@ static inline void fp8_dot_score_tile(const uint16_t* qb, int64_t qb_ld, const u
     float sums[RB * NT];
     Simd::hsum_many(acc, RB * NT, sums);
     GQLA_UNROLL
-    for (int r = 0; r < RB; ++r)
-        GQLA_UNROLL
-        for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
+    for (int r = 0; r < RB; ++r) GQLA_UNROLL
+    for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
 }
 
 template <int RB>
@@ -163,13 +164,12 @@ static inline void fp8_dot_pv_tile(const uint16_t* pb, int n, const uint8_t* v, 
         }
     }
     GQLA_UNROLL
-    for (int r = 0; r < RB; ++r)
-        GQLA_UNROLL
-        for (int c = 0; c < NC; ++c) {
-            float* a = acc + static_cast<int64_t>(r) * dv + d + c * 32;
-            _mm512_storeu_ps(a, lo[r * NC + c]);
-            _mm512_storeu_ps(a + 16, hi[r * NC + c]);
-        }
+    for (int r = 0; r < RB; ++r) GQLA_UNROLL
+    for (int c = 0; c < NC; ++c) {
+        float* a = acc + static_cast<int64_t>(r) * dv + d + c * 32;
+        _mm512_storeu_ps(a, lo[r * NC + c]);
+        _mm512_storeu_ps(a + 16, hi[r * NC + c]);
+    }
 }
 
 // pv_rows of attention_bf16_dot.inl over e4m3 values; s holds the scaled
@@ -199,14 +199,13 @@ static inline void fp8_dot_pv_rows(const GqaItem& it, int r0, int64_t t, int n, 
     const float* ps = s + r0 * kGqaTokenBlock;
     for (; d + Simd::W <= dv; d += Simd::W, pf = nullptr)
         gqa_pv_tile<GQLA_DTYPE_FP8_E4M3, RB, 1, kMasked>(ps, n, v, dv, d, acc, cr, pf, visible);
-    for (; d < dv; ++d)
-        GQLA_UNROLL
-        for (int r = 0; r < RB; ++r) {
-            float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
-            for (int j = 0; j < visible[r]; ++j)
-                x += ps[r * kGqaTokenBlock + j] * e4m3_raw_scalar(v[static_cast<int64_t>(j) * dv + d]);
-            acc[static_cast<int64_t>(r) * dv + d] = x;
-        }
+    for (; d < dv; ++d) GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
+        for (int j = 0; j < visible[r]; ++j)
+            x += ps[r * kGqaTokenBlock + j] * e4m3_raw_scalar(v[static_cast<int64_t>(j) * dv + d]);
+        acc[static_cast<int64_t>(r) * dv + d] = x;
+    }
 }
 
 template <bool kMasked>
@@ -217,10 +216,17 @@ static inline void fp8_dot_pv_block(const GqaItem& it, int64_t t, int n, const u
     for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
         fp8_dot_pv_rows<RBmax, kMasked>(it, r0, t, n, v, pb, s, corr, pf);
     switch (it.rows - r0) {
-        case 1: fp8_dot_pv_rows<1, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
-        case 2: fp8_dot_pv_rows<2, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
-        case 3: fp8_dot_pv_rows<3, kMasked>(it, r0, t, n, v, pb, s, corr, pf); break;
-        default: break;
+        case 1:
+            fp8_dot_pv_rows<1, kMasked>(it, r0, t, n, v, pb, s, corr, pf);
+            break;
+        case 2:
+            fp8_dot_pv_rows<2, kMasked>(it, r0, t, n, v, pb, s, corr, pf);
+            break;
+        case 3:
+            fp8_dot_pv_rows<3, kMasked>(it, r0, t, n, v, pb, s, corr, pf);
+            break;
+        default:
+            break;
     }
 }
 
@@ -242,7 +248,8 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
     const int64_t qb_ld = gqa_bf16_query_ld(it.d1, it.d2);
     uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
     uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
-    float* scale = it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
+    float* scale =
+        it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
     round_queries(it, 1.0f, qb, nullptr, qb_ld);
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
@@ -271,10 +278,17 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
         for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
             fp8_dot_scores_rows<RBmax>(it, r0, n, qb, qb_ld, cur, scale, s, pf);
         switch (it.rows - r0) {
-            case 1: fp8_dot_scores_rows<1>(it, r0, n, qb, qb_ld, cur, scale, s, pf); break;
-            case 2: fp8_dot_scores_rows<2>(it, r0, n, qb, qb_ld, cur, scale, s, pf); break;
-            case 3: fp8_dot_scores_rows<3>(it, r0, n, qb, qb_ld, cur, scale, s, pf); break;
-            default: break;
+            case 1:
+                fp8_dot_scores_rows<1>(it, r0, n, qb, qb_ld, cur, scale, s, pf);
+                break;
+            case 2:
+                fp8_dot_scores_rows<2>(it, r0, n, qb, qb_ld, cur, scale, s, pf);
+                break;
+            case 3:
+                fp8_dot_scores_rows<3>(it, r0, n, qb, qb_ld, cur, scale, s, pf);
+                break;
+            default:
+                break;
         }
         gqa_softmax_block(it, t, n, s, corr);
         // l holds the plain probabilities; the values take p * scale. The
@@ -284,8 +298,10 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
             for (int j = 0; j < n; ++j) pr[j] *= scale[kGqaTokenBlock + j];
         }
         round_probabilities(s, it.rows, n, pb);
-        if (t + n - 1 > min_limit) fp8_dot_pv_block_masked(it, t, n, cur.v, pb, s, corr);
-        else fp8_dot_pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead);
+        if (t + n - 1 > min_limit)
+            fp8_dot_pv_block_masked(it, t, n, cur.v, pb, s, corr);
+        else
+            fp8_dot_pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead);
         t += n;
         cur = next;
     }

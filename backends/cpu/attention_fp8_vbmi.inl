@@ -53,7 +53,9 @@ GQLA_VBMI static inline void e4m3x64_to_bf16(__m512i bytes, const E4m3Lut& L, __
     c = _mm512_unpackhi_epi8(lo, hi);
 }
 
-static inline __mmask64 mask64(int n) { return n >= 64 ? ~static_cast<__mmask64>(0) : (static_cast<__mmask64>(1) << n) - 1; }
+static inline __mmask64 mask64(int n) {
+    return n >= 64 ? ~static_cast<__mmask64>(0) : (static_cast<__mmask64>(1) << n) - 1;
+}
 static inline int pad64(int n) { return (n + 63) / 64 * 64; }
 
 // Queries as bf16: the e4m3 segment in 64-element chunks of A then C order,
@@ -84,7 +86,8 @@ GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, 
         const __mmask64 m = mask64(d1 - d);
         __m512i ka[NT], kc[NT];
         GQLA_UNROLL
-        for (int t = 0; t < NT; ++t) e4m3x64_to_bf16(_mm512_maskz_loadu_epi8(m, k1 + static_cast<int64_t>(t) * d1 + d), L, ka[t], kc[t]);
+        for (int t = 0; t < NT; ++t)
+            e4m3x64_to_bf16(_mm512_maskz_loadu_epi8(m, k1 + static_cast<int64_t>(t) * d1 + d), L, ka[t], kc[t]);
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
             const __m512i qa = _mm512_loadu_si512(qb + r * qb_ld + d);
@@ -118,9 +121,8 @@ GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, 
     float sums[RB * NT];
     Simd::hsum_many(acc, RB * NT, sums);
     GQLA_UNROLL
-    for (int r = 0; r < RB; ++r)
-        GQLA_UNROLL
-        for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
+    for (int r = 0; r < RB; ++r) GQLA_UNROLL
+    for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
 }
 
 template <int RB>
@@ -139,22 +141,22 @@ GQLA_VBMI static inline void vbmi_scores_rows(const GqaItem& it, int r0, int n, 
     }
     for (; j < n; ++j)
         vbmi_score_tile<RB, 1>(q, qb_ld, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
-                               b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
-                               kGqaTokenBlock, L);
+                               b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock,
+                               L);
 }
 
 // acc (per 64 dims: A lo, A hi, C lo, C hi, each in the pair order of the
 // bf16 kernel) = acc * corr + sum_t p[t] v[t] for RB rows and the 64 dims at d.
 template <int RB, bool kMasked>
 GQLA_VBMI static inline void vbmi_pv_tile(const uint16_t* pb, int n, const uint8_t* v, int dv, int d, float* acc,
-                                          const float* corr, PrefetchStream* pf, const int* visible,
-                                          const E4m3Lut& L) {
+                                          const float* corr, PrefetchStream* pf, const int* visible, const E4m3Lut& L) {
     __m512 a[RB * 4];
     GQLA_UNROLL
     for (int r = 0; r < RB; ++r) {
         const __m512 cr = _mm512_set1_ps(corr[r]);
         GQLA_UNROLL
-        for (int k = 0; k < 4; ++k) a[r * 4 + k] = _mm512_mul_ps(_mm512_loadu_ps(acc + int64_t(r) * dv + d + 16 * k), cr);
+        for (int k = 0; k < 4; ++k)
+            a[r * 4 + k] = _mm512_mul_ps(_mm512_loadu_ps(acc + int64_t(r) * dv + d + 16 * k), cr);
     }
     for (int j = 0; j < n; j += 2) {
         if (pf) {
@@ -192,9 +194,8 @@ GQLA_VBMI static inline void vbmi_pv_tile(const uint16_t* pb, int n, const uint8
         }
     }
     GQLA_UNROLL
-    for (int r = 0; r < RB; ++r)
-        GQLA_UNROLL
-        for (int k = 0; k < 4; ++k) _mm512_storeu_ps(acc + int64_t(r) * dv + d + 16 * k, a[r * 4 + k]);
+    for (int r = 0; r < RB; ++r) GQLA_UNROLL
+    for (int k = 0; k < 4; ++k) _mm512_storeu_ps(acc + int64_t(r) * dv + d + 16 * k, a[r * 4 + k]);
 }
 
 template <int RB, bool kMasked>
@@ -220,14 +221,13 @@ GQLA_VBMI static inline void vbmi_pv_rows(const GqaItem& it, int r0, int64_t t, 
     const float* ps = s + r0 * kGqaTokenBlock;
     for (; d + Simd::W <= dv; d += Simd::W)
         gqa_pv_tile<GQLA_DTYPE_FP8_E4M3, RB, 1, kMasked>(ps, n, v, dv, d, acc, cr, nullptr, visible);
-    for (; d < dv; ++d)
-        GQLA_UNROLL
-        for (int r = 0; r < RB; ++r) {
-            float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
-            for (int j = 0; j < visible[r]; ++j)
-                x += ps[r * kGqaTokenBlock + j] * e4m3_raw_scalar(v[static_cast<int64_t>(j) * dv + d]);
-            acc[static_cast<int64_t>(r) * dv + d] = x;
-        }
+    for (; d < dv; ++d) GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
+        for (int j = 0; j < visible[r]; ++j)
+            x += ps[r * kGqaTokenBlock + j] * e4m3_raw_scalar(v[static_cast<int64_t>(j) * dv + d]);
+        acc[static_cast<int64_t>(r) * dv + d] = x;
+    }
 }
 
 template <bool kMasked>
@@ -238,16 +238,23 @@ GQLA_VBMI static inline void vbmi_pv_block(const GqaItem& it, int64_t t, int n, 
     for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
         vbmi_pv_rows<RBmax, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L);
     switch (it.rows - r0) {
-        case 1: vbmi_pv_rows<1, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L); break;
-        case 2: vbmi_pv_rows<2, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L); break;
-        case 3: vbmi_pv_rows<3, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L); break;
-        default: break;
+        case 1:
+            vbmi_pv_rows<1, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L);
+            break;
+        case 2:
+            vbmi_pv_rows<2, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L);
+            break;
+        case 3:
+            vbmi_pv_rows<3, kMasked>(it, r0, t, n, v, pb, s, corr, pf, L);
+            break;
+        default:
+            break;
     }
 }
 
 [[gnu::noinline]] GQLA_VBMI static void vbmi_pv_block_masked(const GqaItem& it, int64_t t, int n, const uint8_t* v,
-                                                              const uint16_t* pb, const float* s, const float* corr,
-                                                              const E4m3Lut& L) {
+                                                             const uint16_t* pb, const float* s, const float* corr,
+                                                             const E4m3Lut& L) {
     vbmi_pv_block<true>(it, t, n, v, pb, s, corr, nullptr, L);
 }
 
@@ -295,7 +302,8 @@ GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
     const int64_t qb_ld = pad64(it.d1) + (it.d2 + 31) / 32 * 32;
     uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
     uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
-    float* scale = it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
+    float* scale =
+        it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
     vbmi_queries(it, qb, qb_ld);
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
@@ -324,10 +332,17 @@ GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
         for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
             vbmi_scores_rows<RBmax>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L);
         switch (it.rows - r0) {
-            case 1: vbmi_scores_rows<1>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L); break;
-            case 2: vbmi_scores_rows<2>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L); break;
-            case 3: vbmi_scores_rows<3>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L); break;
-            default: break;
+            case 1:
+                vbmi_scores_rows<1>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L);
+                break;
+            case 2:
+                vbmi_scores_rows<2>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L);
+                break;
+            case 3:
+                vbmi_scores_rows<3>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L);
+                break;
+            default:
+                break;
         }
         gqa_softmax_block(it, t, n, s, corr);
         for (int r = 0; r < it.rows; ++r) {
@@ -335,8 +350,10 @@ GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
             for (int j = 0; j < n; ++j) pr[j] *= scale[kGqaTokenBlock + j];
         }
         round_probabilities(s, it.rows, n, pb);
-        if (t + n - 1 > min_limit) vbmi_pv_block_masked(it, t, n, cur.v, pb, s, corr, L);
-        else vbmi_pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead, L);
+        if (t + n - 1 > min_limit)
+            vbmi_pv_block_masked(it, t, n, cur.v, pb, s, corr, L);
+        else
+            vbmi_pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead, L);
         t += n;
         cur = next;
     }

@@ -33,27 +33,37 @@ constexpr float kMaxFloor = -1e30f;
 
 // ---------------------------------------------------------- element access
 // Cache elements: f32 as is, f16 through F16C (or bits), bf16 by a shift.
-template <int DT> struct Elem;
+template <int DT>
+struct Elem;
 // load2 reads 2W consecutive elements into two vectors. For f32 and f16
 // they are the two halves in order; for bf16 (kPaired) the even-indexed and
 // the odd-indexed elements, which widen without shuffles (load_bf16_pair):
 // whatever meets them lane by lane (queries, accumulators) is kept in that
 // "pair order" over whole 2W blocks (see pair_order below).
-template <> struct Elem<GQLA_DTYPE_F32> {
+template <>
+struct Elem<GQLA_DTYPE_F32> {
     using T = float;
     static constexpr bool kPaired = false;
     static inline Simd::V load(const T* p) { return Simd::load(p); }
-    static inline void load2(const T* p, Simd::V& a, Simd::V& b) { a = load(p); b = load(p + Simd::W); }
+    static inline void load2(const T* p, Simd::V& a, Simd::V& b) {
+        a = load(p);
+        b = load(p + Simd::W);
+    }
     static inline float scalar(const T* p) { return *p; }
 };
-template <> struct Elem<GQLA_DTYPE_F16> {
+template <>
+struct Elem<GQLA_DTYPE_F16> {
     using T = uint16_t;
     static constexpr bool kPaired = false;
     static inline Simd::V load(const T* p) { return Simd::load_f16(p); }
-    static inline void load2(const T* p, Simd::V& a, Simd::V& b) { a = load(p); b = load(p + Simd::W); }
+    static inline void load2(const T* p, Simd::V& a, Simd::V& b) {
+        a = load(p);
+        b = load(p + Simd::W);
+    }
     static inline float scalar(const T* p) { return Simd::f16_scalar(*p); }
 };
-template <> struct Elem<GQLA_DTYPE_BF16> {
+template <>
+struct Elem<GQLA_DTYPE_BF16> {
     using T = uint16_t;
     static constexpr bool kPaired = true;
     static inline Simd::V load(const T* p) { return Simd::load_bf16(p); }
@@ -231,20 +241,18 @@ static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<
                 for (int t = 0; t < NT; ++t) acc[r * NT + t] = Simd::fma(qv, kv[t], acc[r * NT + t]);
             }
         }
-        for (; d < dk; ++d)
+        for (; d < dk; ++d) GQLA_UNROLL
+        for (int t = 0; t < NT; ++t) {
+            float kf = Elem<DT>::scalar(k + static_cast<int64_t>(t) * dk + d);
             GQLA_UNROLL
-            for (int t = 0; t < NT; ++t) {
-                float kf = Elem<DT>::scalar(k + static_cast<int64_t>(t) * dk + d);
-                GQLA_UNROLL
-                for (int r = 0; r < RB; ++r) tail[r * NT + t] += qs[static_cast<int64_t>(r) * q_ld + d] * kf;
-            }
+            for (int r = 0; r < RB; ++r) tail[r * NT + t] += qs[static_cast<int64_t>(r) * q_ld + d] * kf;
+        }
     }
     float sums[RB * NT];
     Simd::hsum_many(acc, RB * NT, sums);
     GQLA_UNROLL
-    for (int r = 0; r < RB; ++r)
-        GQLA_UNROLL
-        for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] + tail[r * NT + t];
+    for (int r = 0; r < RB; ++r) GQLA_UNROLL
+    for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] + tail[r * NT + t];
 }
 
 // Steps of the score pass over n tokens (one per tile), for prefetch pacing.
@@ -266,8 +274,7 @@ static inline void gqa_scores_rows(const GqaItem& it, int r0, int n, const typen
     for (; j < n; ++j) {
         if (pf) pf->step();
         gqa_score_tile<DT, RB, 1>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
-                                  k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
-                                  kGqaTokenBlock);
+                                  k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock);
     }
 }
 
@@ -275,9 +282,8 @@ static inline void gqa_scores_rows(const GqaItem& it, int r0, int n, const typen
 // the value dim; each value vector is converted once for all RB rows.
 // kMasked: row r takes only its first visible[r] tokens (n is their maximum).
 template <int DT, int RB, int NC, bool kMasked = false>
-static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T* v, int dv, int d,
-                               float* acc, const float* corr, PrefetchStream* pf,
-                               const int* visible = nullptr) {
+static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T* v, int dv, int d, float* acc,
+                               const float* corr, PrefetchStream* pf, const int* visible = nullptr) {
     using V = Simd::V;
     constexpr int W = Simd::W;
     V a[RB * NC];
@@ -294,7 +300,8 @@ static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T
         if constexpr (NC % 2 == 0) {
             // Whole 2W blocks: the accumulators of this tile hold them in pair order.
             GQLA_UNROLL
-            for (int c = 0; c < NC; c += 2) Elem<DT>::load2(v + static_cast<int64_t>(j) * dv + d + c * W, vv[c], vv[c + 1]);
+            for (int c = 0; c < NC; c += 2)
+                Elem<DT>::load2(v + static_cast<int64_t>(j) * dv + d + c * W, vv[c], vv[c + 1]);
         } else {
             GQLA_UNROLL
             for (int c = 0; c < NC; ++c) vv[c] = Elem<DT>::load(v + static_cast<int64_t>(j) * dv + d + c * W);
@@ -309,9 +316,8 @@ static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T
         }
     }
     GQLA_UNROLL
-    for (int r = 0; r < RB; ++r)
-        GQLA_UNROLL
-        for (int c = 0; c < NC; ++c) Simd::store(acc + static_cast<int64_t>(r) * dv + d + c * W, a[r * NC + c]);
+    for (int r = 0; r < RB; ++r) GQLA_UNROLL
+    for (int c = 0; c < NC; ++c) Simd::store(acc + static_cast<int64_t>(r) * dv + d + c * W, a[r * NC + c]);
 }
 
 // Rows r0..r0+RB of the block of n tokens at position t. kMasked (a block
@@ -338,29 +344,36 @@ static inline void gqa_pv_rows(const GqaItem& it, int r0, int64_t t, int n, cons
     for (; d + NC * W <= dv; d += NC * W, pf = nullptr)
         gqa_pv_tile<DT, RB, NC, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible);
     for (; d + W <= dv; d += W, pf = nullptr) gqa_pv_tile<DT, RB, 1, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible);
-    for (; d < dv; ++d)
-        GQLA_UNROLL
-        for (int r = 0; r < RB; ++r) {
-            float s = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
-            for (int j = 0; j < visible[r]; ++j)
-                s += pr[r * kGqaTokenBlock + j] * Elem<DT>::scalar(v + static_cast<int64_t>(j) * dv + d);
-            acc[static_cast<int64_t>(r) * dv + d] = s;
-        }
+    for (; d < dv; ++d) GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        float s = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
+        for (int j = 0; j < visible[r]; ++j)
+            s += pr[r * kGqaTokenBlock + j] * Elem<DT>::scalar(v + static_cast<int64_t>(j) * dv + d);
+        acc[static_cast<int64_t>(r) * dv + d] = s;
+    }
 }
 
 // The value pass of one block over all rows, in register tiles of up to
 // kScoreRows rows.
 template <int DT, bool kMasked>
-static inline void gqa_pv_block(const GqaItem& it, int64_t t, int n, const typename Elem<DT>::T* v,
-                                const float* p, const float* corr, PrefetchStream* pf) {
+static inline void gqa_pv_block(const GqaItem& it, int64_t t, int n, const typename Elem<DT>::T* v, const float* p,
+                                const float* corr, PrefetchStream* pf) {
     constexpr int RBmax = Simd::kScoreRows;
     int r0 = 0;
-    for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr) gqa_pv_rows<DT, RBmax, kMasked>(it, r0, t, n, v, p, corr, pf);
+    for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
+        gqa_pv_rows<DT, RBmax, kMasked>(it, r0, t, n, v, p, corr, pf);
     switch (it.rows - r0) {
-        case 1: gqa_pv_rows<DT, 1, kMasked>(it, r0, t, n, v, p, corr, pf); break;
-        case 2: gqa_pv_rows<DT, 2 < RBmax ? 2 : 1, kMasked>(it, r0, t, n, v, p, corr, pf); break;
-        case 3: gqa_pv_rows<DT, 3 < RBmax ? 3 : 1, kMasked>(it, r0, t, n, v, p, corr, pf); break;
-        default: break;
+        case 1:
+            gqa_pv_rows<DT, 1, kMasked>(it, r0, t, n, v, p, corr, pf);
+            break;
+        case 2:
+            gqa_pv_rows<DT, 2 < RBmax ? 2 : 1, kMasked>(it, r0, t, n, v, p, corr, pf);
+            break;
+        case 3:
+            gqa_pv_rows<DT, 3 < RBmax ? 3 : 1, kMasked>(it, r0, t, n, v, p, corr, pf);
+            break;
+        default:
+            break;
     }
 }
 
@@ -477,14 +490,23 @@ static void gqa_attend(const GqaItem& item) {
         for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
             gqa_scores_rows<DT, RBmax>(it, r0, n, cur.k1, cur.k2, s, pf);
         switch (it.rows - r0) {
-            case 1: gqa_scores_rows<DT, 1>(it, r0, n, cur.k1, cur.k2, s, pf); break;
-            case 2: gqa_scores_rows<DT, 2 < RBmax ? 2 : 1>(it, r0, n, cur.k1, cur.k2, s, pf); break;
-            case 3: gqa_scores_rows<DT, 3 < RBmax ? 3 : 1>(it, r0, n, cur.k1, cur.k2, s, pf); break;
-            default: break;
+            case 1:
+                gqa_scores_rows<DT, 1>(it, r0, n, cur.k1, cur.k2, s, pf);
+                break;
+            case 2:
+                gqa_scores_rows<DT, 2 < RBmax ? 2 : 1>(it, r0, n, cur.k1, cur.k2, s, pf);
+                break;
+            case 3:
+                gqa_scores_rows<DT, 3 < RBmax ? 3 : 1>(it, r0, n, cur.k1, cur.k2, s, pf);
+                break;
+            default:
+                break;
         }
         gqa_softmax_block(it, t, n, s, corr);
-        if (t + n - 1 > min_limit) gqa_pv_block_masked<DT>(it, t, n, cur.v, s, corr);
-        else gqa_pv_block<DT, false>(it, t, n, cur.v, s, corr, &keys_ahead);
+        if (t + n - 1 > min_limit)
+            gqa_pv_block_masked<DT>(it, t, n, cur.v, s, corr);
+        else
+            gqa_pv_block<DT, false>(it, t, n, cur.v, s, corr, &keys_ahead);
         t += n;
         cur = next;
     }
@@ -503,8 +525,7 @@ static void gqa_attend(const GqaItem& item) {
 
 // st[j][rows] = sum_k ctile[j][k] * qt[k][rows] for JT tokens x NV vectors of rows.
 template <int JT, int NV>
-static inline void absorb_score_tile(const float* ctile, int K, const float* qt, int64_t qt_ld, float* st,
-                                     int st_ld) {
+static inline void absorb_score_tile(const float* ctile, int K, const float* qt, int64_t qt_ld, float* st, int st_ld) {
     using V = Simd::V;
     constexpr int W = Simd::W;
     V acc[JT * NV];
@@ -522,9 +543,8 @@ static inline void absorb_score_tile(const float* ctile, int K, const float* qt,
         }
     }
     GQLA_UNROLL
-    for (int j = 0; j < JT; ++j)
-        GQLA_UNROLL
-        for (int v = 0; v < NV; ++v) Simd::store(st + j * st_ld + v * W, acc[j * NV + v]);
+    for (int j = 0; j < JT; ++j) GQLA_UNROLL
+    for (int v = 0; v < NV; ++v) Simd::store(st + j * st_ld + v * W, acc[j * NV + v]);
 }
 
 // Tile calls of one column block of the score / value pass (prefetch pacing).
@@ -539,8 +559,10 @@ static inline int absorb_pv_steps(int r) { return r / Simd::kAbsorbDims + (r % S
 template <int MAX, int R = 1, class F>
 static inline void with_remainder(int rem, F&& f) {
     if constexpr (R < MAX) {
-        if (rem == R) f(std::integral_constant<int, R>{});
-        else with_remainder<MAX, R + 1>(rem, f);
+        if (rem == R)
+            f(std::integral_constant<int, R>{});
+        else
+            with_remainder<MAX, R + 1>(rem, f);
     }
 }
 
@@ -593,7 +615,8 @@ static inline void absorb_pv_tile(const float* ctile, int K, int n, const float*
         if constexpr (kMasked) {
             typename Simd::M sees[NV];
             GQLA_UNROLL
-            for (int v = 0; v < NV; ++v) sees[v] = Simd::lt(Simd::set1(static_cast<float>(j)), Simd::load(visible + v * W));
+            for (int v = 0; v < NV; ++v)
+                sees[v] = Simd::lt(Simd::set1(static_cast<float>(j)), Simd::load(visible + v * W));
             GQLA_UNROLL
             for (int k = 0; k < KB; ++k) {
                 V cb = Simd::set1(ctile[j * K + k]);
@@ -610,9 +633,8 @@ static inline void absorb_pv_tile(const float* ctile, int K, int n, const float*
         }
     }
     GQLA_UNROLL
-    for (int k = 0; k < KB; ++k)
-        GQLA_UNROLL
-        for (int v = 0; v < NV; ++v) Simd::store(acc + k * acc_ld + v * W, a[k * NV + v]);
+    for (int k = 0; k < KB; ++k) GQLA_UNROLL
+    for (int v = 0; v < NV; ++v) Simd::store(acc + k * acc_ld + v * W, a[k * NV + v]);
 }
 
 // The leftover latent dims as one narrower tile (out of line, as above).
@@ -628,8 +650,8 @@ template <int NV, bool kMasked>
 
 // visible: per lane, the tokens of the block the row may see (kMasked only).
 template <int NV, bool kMasked = false>
-static inline void absorb_pv_cols(const AbsorbItem& it, int n, int K, int col, const float* corr,
-                                  PrefetchStream* pf, const float* visible = nullptr) {
+static inline void absorb_pv_cols(const AbsorbItem& it, int n, int K, int col, const float* corr, PrefetchStream* pf,
+                                  const float* visible = nullptr) {
     constexpr int KB = Simd::kAbsorbDims;
     int k = 0;
     for (; k + KB <= it.r; k += KB) {
@@ -761,8 +783,10 @@ static void absorb_attend(const AbsorbItem& it) {
         for (; col < R; col += W, pf = nullptr) absorb_scores_cols<1>(it, n, K, col, pf);
         absorb_softmax_block(it, t, n, min_limit, corr);
         // Values from the same tile; the causal diagonal masks lane by lane.
-        if (t + n - 1 > min_limit) absorb_pv_block_masked(it, t, n, K, corr);
-        else absorb_pv_block<false>(it, n, K, corr, &next_block, nullptr);
+        if (t + n - 1 > min_limit)
+            absorb_pv_block_masked(it, t, n, K, corr);
+        else
+            absorb_pv_block<false>(it, n, K, corr, &next_block, nullptr);
         t += n;
     }
 }
@@ -770,8 +794,8 @@ static void absorb_attend(const AbsorbItem& it) {
 // ------------------------------------------------------------------ GEMM
 // B in f32 or bf16 (DT), widened as it is loaded; f32 accumulation.
 template <int DT, int MB, int NV>
-static inline void gemm_tile(int K, const float* A, int64_t lda, const typename Elem<DT>::T* B, int64_t ldb,
-                             float* C, int64_t ldc) {
+static inline void gemm_tile(int K, const float* A, int64_t lda, const typename Elem<DT>::T* B, int64_t ldb, float* C,
+                             int64_t ldc) {
     using V = Simd::V;
     constexpr int W = Simd::W;
     V acc[MB * NV];
@@ -789,9 +813,8 @@ static inline void gemm_tile(int K, const float* A, int64_t lda, const typename 
         }
     }
     GQLA_UNROLL
-    for (int m = 0; m < MB; ++m)
-        GQLA_UNROLL
-        for (int v = 0; v < NV; ++v) Simd::store(C + m * ldc + v * W, acc[m * NV + v]);
+    for (int m = 0; m < MB; ++m) GQLA_UNROLL
+    for (int v = 0; v < NV; ++v) Simd::store(C + m * ldc + v * W, acc[m * NV + v]);
 }
 
 template <int DT, int MB>
@@ -808,13 +831,12 @@ static inline void gemm_rows(int N, int K, const float* A, int64_t lda, const ty
             gemm_tile<DT, 1, Simd::kGemvVecs>(K, A, lda, B + n, ldb, C + n, ldc);
     for (; n + NV * W <= N; n += NV * W) gemm_tile<DT, MB, NV>(K, A, lda, B + n, ldb, C + n, ldc);
     for (; n + W <= N; n += W) gemm_tile<DT, MB, 1>(K, A, lda, B + n, ldb, C + n, ldc);
-    for (; n < N; ++n)
-        GQLA_UNROLL
-        for (int m = 0; m < MB; ++m) {
-            float s = 0.0f;
-            for (int k = 0; k < K; ++k) s += A[m * lda + k] * Elem<DT>::scalar(B + k * ldb + n);
-            C[m * ldc + n] = s;
-        }
+    for (; n < N; ++n) GQLA_UNROLL
+    for (int m = 0; m < MB; ++m) {
+        float s = 0.0f;
+        for (int k = 0; k < K; ++k) s += A[m * lda + k] * Elem<DT>::scalar(B + k * ldb + n);
+        C[m * ldc + n] = s;
+    }
 }
 
 template <int DT>

@@ -17,17 +17,17 @@
 // The item's scratch (gqa_wide_scratch_floats); arrays over rows are
 // rows_pad long, rows_pad <= kWideRows.
 struct WideScratch {
-    float* qt;          // [d1 + d2 + 2][rows_pad] queries (f32, or bf16 pairs)
-    float* st;          // [kWideTokenBlock][rows_pad] scores, then probabilities
-    float* corr;        // [rows_pad]
-    float* ktile;       // [kWideTokenBlock][d1 + d2]
-    float* vtile;       // [kWideTokenBlock][dv]
-    uint32_t* pairs;    // value pairs [kWideTokenBlock / 2][dv], then probability pairs
-    float* acc;         // [dv][rows_pad]
+    float* qt;        // [d1 + d2 + 2][rows_pad] queries (f32, or bf16 pairs)
+    float* st;        // [kWideTokenBlock][rows_pad] scores, then probabilities
+    float* corr;      // [rows_pad]
+    float* ktile;     // [kWideTokenBlock][d1 + d2]
+    float* vtile;     // [kWideTokenBlock][dv]
+    uint32_t* pairs;  // value pairs [kWideTokenBlock / 2][dv], then probability pairs
+    float* acc;       // [dv][rows_pad]
     float* m;
     float* l;
-    float* visible;     // per lane: tokens of the current block it may see
-    int64_t* limit;     // per lane: last visible position (padding lanes copy the last row)
+    float* visible;  // per lane: tokens of the current block it may see
+    int64_t* limit;  // per lane: last visible position (padding lanes copy the last row)
 };
 
 static inline WideScratch wide_scratch(const GqaItem& it) {
@@ -158,18 +158,17 @@ static inline void wide_visible_counts(const int64_t* limit, int R, int64_t t, i
 // Leftover tokens / value dims as one narrower register tile (out of line,
 // as absorb_score_remainder).
 template <int NV>
-[[gnu::noinline]] static void wide_score_remainder(const float* keys, int K, const float* qt, int R, float* st, int rem) {
-    with_remainder<Simd::kAbsorbTokens>(rem, [&](auto r) {
-        absorb_score_tile<decltype(r)::value, NV>(keys, K, qt, R, st, R);
-    });
+[[gnu::noinline]] static void wide_score_remainder(const float* keys, int K, const float* qt, int R, float* st,
+                                                   int rem) {
+    with_remainder<Simd::kAbsorbTokens>(
+        rem, [&](auto r) { absorb_score_tile<decltype(r)::value, NV>(keys, K, qt, R, st, R); });
 }
 
 template <int NV, bool kMasked>
 [[gnu::noinline]] static void wide_pv_remainder(const float* vt, int dv, int n, const float* p, int R, float* acc,
                                                 const float* corr, const float* visible, int rem) {
-    with_remainder<Simd::kAbsorbDims>(rem, [&](auto r) {
-        absorb_pv_tile<decltype(r)::value, NV, kMasked>(vt, dv, n, p, R, acc, R, corr, visible);
-    });
+    with_remainder<Simd::kAbsorbDims>(
+        rem, [&](auto r) { absorb_pv_tile<decltype(r)::value, NV, kMasked>(vt, dv, n, p, R, acc, R, corr, visible); });
 }
 
 // Scores of n tokens (keys [n][K] f32) for the NV row vectors at column col.
@@ -258,8 +257,10 @@ static void gqa_attend_wide(const GqaItem& it) {
             wide_scores_cols<NV>(w.ktile, K, n, w.qt + col, R, w.st + col, pf);
         for (; col < R; col += W, pf = nullptr) wide_scores_cols<1>(w.ktile, K, n, w.qt + col, R, w.st + col, pf);
         wide_softmax_block(w.st, R, t, n, w.limit, min_limit, w.m, w.l, w.corr);
-        if (t + n - 1 > min_limit) wide_pv_block_masked(w, R, dv, t, n);
-        else wide_pv_block<false>(w, R, dv, n, nullptr);
+        if (t + n - 1 > min_limit)
+            wide_pv_block_masked(w, R, dv, t, n);
+        else
+            wide_pv_block<false>(w, R, dv, n, nullptr);
         t += n;
     }
     wide_finish(it, R, w);

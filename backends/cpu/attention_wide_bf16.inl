@@ -144,7 +144,8 @@ static void gqa_attend_wide_bf16(const GqaItem& it) {
             wide_pair_block(b.v, dv, n, w.st, R, vp, pp);
             const int npairs = (n + 1) / 2;
             col = 0;
-            for (; col + 32 <= R; col += 32) wide_pv_cols_bf16<2>(vp, dv, npairs, pp + col, R, w.acc + col, w.corr + col);
+            for (; col + 32 <= R; col += 32)
+                wide_pv_cols_bf16<2>(vp, dv, npairs, pp + col, R, w.acc + col, w.corr + col);
             for (; col < R; col += 16) wide_pv_cols_bf16<1>(vp, dv, npairs, pp + col, R, w.acc + col, w.corr + col);
         }
         t += n;

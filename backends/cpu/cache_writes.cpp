@@ -139,8 +139,10 @@ gqla_status append_gqa_kind_fp8(CpuContext* ctx, const gqla_append_args* a) {
             const int64_t r = g * P + s.slot;
             uint8_t* k_dst = reinterpret_cast<uint8_t*>(K + s.page * kp.page_elems + r * D);
             uint8_t* v_dst = reinterpret_cast<uint8_t*>(V + s.page * vp.page_elems + r * Dv);
-            *kp.scales(K, s.page, r) = quantize_io_row(view_at(a->a, row, g), a->a.dtype, static_cast<int>(D), tmp.data(), k_dst);
-            *vp.scales(V, s.page, r) = quantize_io_row(view_at(a->b, row, g), a->b.dtype, static_cast<int>(Dv), tmp.data(), v_dst);
+            *kp.scales(K, s.page, r) =
+                quantize_io_row(view_at(a->a, row, g), a->a.dtype, static_cast<int>(D), tmp.data(), k_dst);
+            *vp.scales(V, s.page, r) =
+                quantize_io_row(view_at(a->b, row, g), a->b.dtype, static_cast<int>(Dv), tmp.data(), v_dst);
         }
     });
     return GQLA_OK;
@@ -193,8 +195,8 @@ gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
         float* c_scales = ctx->fp8() ? cp.scales(C, s.page, s.slot) : nullptr;
         if (ctx->fp8()) {
             load_row_f32(view_at(a->a, row), a->a.dtype, static_cast<int>(r), 1.0f, tmp.data());
-            quantize_blocks_e4m3(tmp.data(), static_cast<int>(r), kFp8LatentBlockElems, reinterpret_cast<uint8_t*>(c_dst),
-                                 c_scales);
+            quantize_blocks_e4m3(tmp.data(), static_cast<int>(r), kFp8LatentBlockElems,
+                                 reinterpret_cast<uint8_t*>(c_dst), c_scales);
         } else {
             convert_row(view_at(a->a, row), a->a.dtype, c_dst, d.cache_dtype, static_cast<int>(r));
         }

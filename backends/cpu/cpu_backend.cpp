@@ -107,8 +107,9 @@ gqla_status cpu_create(const gqla_backend_desc* desc, void** out_ctx, char* err,
     bool ok;
     if (d.kind == GQLA_KIND_GQLA && !d.keep_latent && d.cache_dtype == GQLA_DTYPE_FP8_E4M3) {
         delete ctx;
-        return report(GQLA_ERR_UNSUPPORTED, "config.keep_latent = 0 with an FP8_E4M3 cache: the expanded rows "
-                                            "are written without 8-bit scales (use a 16-bit cache)");
+        return report(GQLA_ERR_UNSUPPORTED,
+                      "config.keep_latent = 0 with an FP8_E4M3 cache: the expanded rows "
+                      "are written without 8-bit scales (use a 16-bit cache)");
     }
     const int32_t latent_blocks = (d.latent_dim + kFp8LatentBlockElems - 1) / kFp8LatentBlockElems;
     if (ctx->fp8() && d.kind == GQLA_KIND_GQA)
@@ -216,8 +217,10 @@ gqla_status cpu_set_weights(void* p, int32_t layer, const gqla_view* wv) {
                 for (int64_t n = 0; n < dv; ++n)
                     wuv16[(g * r + k) * dv + n] = f32_to_bf16(w[(g * (dc + dv) + dc + n) * r + k]);
         // Keep only the f32 copy the expansion GEMM reads.
-        if (expansion_reads_wt()) fresh.w = AlignedBuffer{};
-        else fresh.wt = AlignedBuffer{};
+        if (expansion_reads_wt())
+            fresh.w = AlignedBuffer{};
+        else
+            fresh.wt = AlignedBuffer{};
     }
     ctx->weights[static_cast<size_t>(layer)] = std::move(fresh);
     return GQLA_OK;
@@ -227,8 +230,11 @@ gqla_status cpu_set_expanded(void* p, int32_t enable) {
     CpuContext* ctx = as_ctx(p);
     const gqla_backend_desc& d = ctx->desc;
     if (d.kind != GQLA_KIND_GQLA) return GQLA_OK;  // GQA kind: its K/V cache is the only one
-    if (!d.keep_latent) return enable ? GQLA_OK : fail(ctx, GQLA_ERR_INVALID_STATE, "set_expanded: the expanded "
-                                                      "cache is the only cache without the latent");
+    if (!d.keep_latent)
+        return enable ? GQLA_OK
+                      : fail(ctx, GQLA_ERR_INVALID_STATE,
+                             "set_expanded: the expanded "
+                             "cache is the only cache without the latent");
     if (!enable) {
         ctx->expanded[0] = Pool{};
         ctx->expanded[1] = Pool{};
@@ -238,11 +244,11 @@ gqla_status cpu_set_expanded(void* p, int32_t enable) {
     if (ctx->expanded_on) return GQLA_OK;
     const int64_t GP = static_cast<int64_t>(d.num_kv_heads) * d.page_size;
     Pool kc, ve;
-    const bool ok = ctx->fp8() ? allocate_fp8_pool(d, kc, GP, d.nope_dim, 1) && allocate_fp8_pool(d, ve, GP, d.value_dim, 1)
-                               : allocate_pool(d, kc, GP * d.nope_dim, ctx->elem_size) &&
-                                     allocate_pool(d, ve, GP * d.value_dim, ctx->elem_size);
-    if (!ok)
-        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "set_expanded: cannot allocate the expanded cache");
+    const bool ok = ctx->fp8()
+                        ? allocate_fp8_pool(d, kc, GP, d.nope_dim, 1) && allocate_fp8_pool(d, ve, GP, d.value_dim, 1)
+                        : allocate_pool(d, kc, GP * d.nope_dim, ctx->elem_size) &&
+                              allocate_pool(d, ve, GP * d.value_dim, ctx->elem_size);
+    if (!ok) return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "set_expanded: cannot allocate the expanded cache");
     ctx->expanded[0] = std::move(kc);
     ctx->expanded[1] = std::move(ve);
     ctx->expanded_on = true;

@@ -56,8 +56,8 @@ struct LayerWeights {
 // scales per row (docs/fp8-cache.md); its page_elems counts bytes.
 struct Pool {
     AlignedBuffer mem;
-    int64_t page_elems = 0;  // elements of one page of one layer
-    int64_t layer_elems = 0; // page_elems * num_pages
+    int64_t page_elems = 0;   // elements of one page of one layer
+    int64_t layer_elems = 0;  // page_elems * num_pages
     size_t elem = 0;
     int64_t scale_off = 0;   // 8-bit pools: byte offset of the scales in a page
     int32_t scale_cols = 0;  // 8-bit pools: scales per row (0: none)

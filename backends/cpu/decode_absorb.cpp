@@ -101,8 +101,8 @@ private:
 
 // The segment holding chunk query qi.
 inline const AbsorbSegment& segment_of(const AbsorbChunk& c, int64_t qi) {
-    const AbsorbSegment* s = std::upper_bound(c.segs, c.segs + c.num_segs, qi,
-                                              [](int64_t q, const AbsorbSegment& x) { return q < x.q0; });
+    const AbsorbSegment* s =
+        std::upper_bound(c.segs, c.segs + c.num_segs, qi, [](int64_t q, const AbsorbSegment& x) { return q < x.q0; });
     return s[-1];
 }
 
@@ -131,10 +131,10 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
     const gqla_dtype q_dtype = a->q.dtype;
 
     float* ws = ctx->workspace.as<float>();
-    float* qc = ws + W.q_off;    // [G][M][dc]
-    float* qt = ws + W.q2_off;   // [G][M][r]: q~, then o~
-    float* QT = ws + W.qt_off;   // per segment [K][rows_pad]
-    float* out = ws + W.out_off; // [G][M][dv]
+    float* qc = ws + W.q_off;     // [G][M][dc]
+    float* qt = ws + W.q2_off;    // [G][M][r]: q~, then o~
+    float* QT = ws + W.qt_off;    // per segment [K][rows_pad]
+    float* out = ws + W.out_off;  // [G][M][dv]
     DecodePlan plan = plan_arrays(ws, W);
     const CallRows rows{a};
     AbsorbChunker chunker(ctx, rows, ws);
@@ -143,14 +143,21 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
     while (chunker.next(c)) {
         const int64_t Q = c.queries;
         const int64_t M = Q * n_rep;  // rows per group
-        plan_decode(plan, c.num_blocks, [&](int32_t u) { return c.blocks[u].extent; },
-                    [&](int32_t u) { return c.blocks[u].width; }, W, L.threads);
+        plan_decode(
+            plan, c.num_blocks, [&](int32_t u) { return c.blocks[u].extent; },
+            [&](int32_t u) { return c.blocks[u].width; }, W, L.threads);
         const int cols = M <= 3 ? kGemvCols : kGemmCols;
         const int col_tasks_q = (r + cols - 1) / cols;
         const int col_tasks_o = (dv + cols - 1) / cols;
         // The workspace area of the thread in pool slot `tid`.
         struct ThreadArea {
-            float* t_ctile; float* t_stile; float* t_acc; float* t_m; float* t_l; int64_t* t_limit; uint32_t* t_pairs;
+            float* t_ctile;
+            float* t_stile;
+            float* t_acc;
+            float* t_m;
+            float* t_l;
+            int64_t* t_limit;
+            uint32_t* t_pairs;
         };
         auto thread_area = [&](int tid) {
             ThreadArea t;
@@ -167,160 +174,176 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
         // Each numbered phase is one pool call: the next starts once every
         // item of the previous one has run.
         {
-
             // 1. Nope parts of the queries, group-major rows m = (chunk query, hh).
             pool.parallel_for_spread(Q, [&](int64_t first, int64_t end, int) {
-            for (int64_t qi = first; qi < end; ++qi) {
-                const AbsorbSegment& s = segment_of(c, qi);
-                const int64_t k = s.k0 + (qi - s.q0);
-                for (int h = 0; h < H; ++h) {
-                    const int64_t g = h / n_rep, m = qi * n_rep + h % n_rep;
-                    load_row_f32(rows.q(s.b, k, h), q_dtype, dc, q_scale, qc + (g * M + m) * dc);
+                for (int64_t qi = first; qi < end; ++qi) {
+                    const AbsorbSegment& s = segment_of(c, qi);
+                    const int64_t k = s.k0 + (qi - s.q0);
+                    for (int h = 0; h < H; ++h) {
+                        const int64_t g = h / n_rep, m = qi * n_rep + h % n_rep;
+                        load_row_f32(rows.q(s.b, k, h), q_dtype, dc, q_scale, qc + (g * M + m) * dc);
+                    }
                 }
-            }
             });
             // 2. q~[g] = qc[g] * W_UK[g].
             pool.parallel_for_spread(G * col_tasks_q, [&](int64_t first, int64_t end, int) {
-            for (int task = static_cast<int>(first); task < end; ++task) {
-                const int64_t g = task / col_tasks_q;
-                const int n0 = task % col_tasks_q * cols;
-                const int64_t off = g * (dc + dv) * static_cast<int64_t>(r) + n0;  // W_UK[g], columns n0..
-                if (lw.bf16()) gemm_bf16(static_cast<int>(M), std::min(cols, r - n0), dc, qc + g * M * dc, dc,
-                                         w16 + off, r, qt + g * M * r + n0, r);
-                else gemm(static_cast<int>(M), std::min(cols, r - n0), dc, qc + g * M * dc, dc, w + off, r,
-                          qt + g * M * r + n0, r);
-            }
+                for (int task = static_cast<int>(first); task < end; ++task) {
+                    const int64_t g = task / col_tasks_q;
+                    const int n0 = task % col_tasks_q * cols;
+                    const int64_t off = g * (dc + dv) * static_cast<int64_t>(r) + n0;  // W_UK[g], columns n0..
+                    if (lw.bf16())
+                        gemm_bf16(static_cast<int>(M), std::min(cols, r - n0), dc, qc + g * M * dc, dc, w16 + off, r,
+                                  qt + g * M * r + n0, r);
+                    else
+                        gemm(static_cast<int>(M), std::min(cols, r - n0), dc, qc + g * M * dc, dc, w + off, r,
+                             qt + g * M * r + n0, r);
+                }
             });
             // 3. Transposed query blocks [q~ | qr] per segment; padding rows are 0.
             pool.parallel_for_spread(Q, [&](int64_t first, int64_t end, int) {
-            for (int64_t qi = first; qi < end; ++qi) {
-                const AbsorbSegment& s = segment_of(c, qi);
-                const int64_t i = qi - s.q0, k = s.k0 + i;
-                const int Rpad = s.rows_pad;
-                float* qtb = QT + s.qt_off;
-                for (int h = 0; h < H; ++h) {
-                    const int64_t g = h / n_rep, m = qi * n_rep + h % n_rep, row = i * H + h;
-                    const float* src = qt + (g * M + m) * r;
-                    for (int e = 0; e < r; ++e) qtb[e * Rpad + row] = src[e];
-                    const void* qr = static_cast<const char*>(rows.q(s.b, k, h)) + dc * dtype_size(q_dtype);
-                    for (int e = 0; e < dr; ++e) qtb[(r + e) * Rpad + row] = load_as_f32(qr, q_dtype, e) * q_scale;
+                for (int64_t qi = first; qi < end; ++qi) {
+                    const AbsorbSegment& s = segment_of(c, qi);
+                    const int64_t i = qi - s.q0, k = s.k0 + i;
+                    const int Rpad = s.rows_pad;
+                    float* qtb = QT + s.qt_off;
+                    for (int h = 0; h < H; ++h) {
+                        const int64_t g = h / n_rep, m = qi * n_rep + h % n_rep, row = i * H + h;
+                        const float* src = qt + (g * M + m) * r;
+                        for (int e = 0; e < r; ++e) qtb[e * Rpad + row] = src[e];
+                        const void* qr = static_cast<const char*>(rows.q(s.b, k, h)) + dc * dtype_size(q_dtype);
+                        for (int e = 0; e < dr; ++e) qtb[(r + e) * Rpad + row] = load_as_f32(qr, q_dtype, e) * q_scale;
+                    }
+                    if (k == s.k1 - 1) {
+                        const int R = (s.k1 - s.k0) * H;
+                        for (int e = 0; e < K; ++e) std::fill(qtb + e * Rpad + R, qtb + (e + 1) * Rpad, 0.0f);
+                    }
                 }
-                if (k == s.k1 - 1) {
-                    const int R = (s.k1 - s.k0) * H;
-                    for (int e = 0; e < K; ++e) std::fill(qtb + e * Rpad + R, qtb + (e + 1) * Rpad, 0.0f);
-                }
-            }
             });
             // 4. Attention over the latent.
             pool.parallel_for(plan.num_items, 1, [&](int64_t first, int64_t end, int tid) {
-            const auto [t_ctile, t_stile, t_acc, t_m, t_l, t_limit, t_pairs] = thread_area(tid);
-            for (int idx = static_cast<int>(first); idx < end; ++idx) {
-                const WorkItem& wi = plan.items[plan.order[idx]];
-                const AbsorbBlock& blk = c.blocks[wi.unit];
-                const AbsorbSegment& s = c.segs[blk.seg];
-                const gqla_decode_seq& seq = a->seqs[s.b];
-                const int R = (s.k1 - s.k0) * H;
-                const int64_t first_limit = rows.limit(s.b, s.k0);
-                const int width = blk.width;
-                for (int lane = 0; lane < width; ++lane) {
-                    const int row = blk.col0 + lane;
-                    t_limit[lane] = row < R ? first_limit + row / H : blk.extent - 1;
+                const auto [t_ctile, t_stile, t_acc, t_m, t_l, t_limit, t_pairs] = thread_area(tid);
+                for (int idx = static_cast<int>(first); idx < end; ++idx) {
+                    const WorkItem& wi = plan.items[plan.order[idx]];
+                    const AbsorbBlock& blk = c.blocks[wi.unit];
+                    const AbsorbSegment& s = c.segs[blk.seg];
+                    const gqla_decode_seq& seq = a->seqs[s.b];
+                    const int R = (s.k1 - s.k0) * H;
+                    const int64_t first_limit = rows.limit(s.b, s.k0);
+                    const int width = blk.width;
+                    for (int lane = 0; lane < width; ++lane) {
+                        const int row = blk.col0 + lane;
+                        t_limit[lane] = row < R ? first_limit + row / H : blk.extent - 1;
+                    }
+                    AbsorbItem it;
+                    it.rows_pad = width;
+                    it.qt = QT + s.qt_off + blk.col0;
+                    it.qt_ld = s.rows_pad;
+                    it.row_limit = t_limit;
+                    it.page_table = seq.page_table;
+                    it.page_size = d.page_size;
+                    it.t0 = wi.t0;
+                    it.t1 = wi.t1;
+                    it.c = cpool;
+                    it.c_page_stride = ctx->kept[0].page_elems;
+                    it.r = r;
+                    it.kr = krpool;
+                    it.kr_page_stride = ctx->kept[1].page_elems;
+                    it.d_r = dr;
+                    if (ctx->fp8()) {  // per (token, latent block) scales; page stride in floats
+                        it.c_scale = ctx->kept[0].scales(cpool, 0, 0);
+                        it.c_scale_page_stride = ctx->kept[0].page_elems / 4;
+                        it.c_scale_blocks = ctx->kept[0].scale_cols;
+                    }
+                    if (wi.partial < 0) {
+                        it.acc = t_acc;
+                        it.m = t_m;
+                        it.l = t_l;
+                    } else {
+                        float* p = ws + W.partial_off + W.partial_floats * static_cast<size_t>(wi.partial);
+                        it.acc = p;
+                        it.m = p + static_cast<int64_t>(r) * RBmax;
+                        it.l = it.m + RBmax;
+                    }
+                    it.ctile = t_ctile;
+                    it.stile = t_stile;
+                    it.pairs = t_pairs;
+                    if (ctx->fp8())
+                        it.stage = reinterpret_cast<uint16_t*>(t_pairs + absorb_pair_scratch_floats(K, r, RBmax));
+                    attend(it);
+                    if (wi.partial >= 0) continue;
+                    for (int lane = 0; lane < width; ++lane) {
+                        const int row = blk.col0 + lane;
+                        if (row >= R) break;
+                        const int64_t i = row / H, h = row % H, g = h / n_rep;
+                        const int64_t m = (s.q0 + i) * n_rep + h % n_rep;
+                        float* dst = qt + (g * M + m) * r;
+                        const float inv = 1.0f / t_l[lane];
+                        for (int e = 0; e < r; ++e) dst[e] = t_acc[static_cast<int64_t>(e) * width + lane] * inv;
+                        if (rows.wants_lse())
+                            *rows.lse(s.b, s.k0 + i, h) = (t_m[lane] + __builtin_log2f(t_l[lane])) * kLn2;
+                    }
                 }
-                AbsorbItem it;
-                it.rows_pad = width;
-                it.qt = QT + s.qt_off + blk.col0;
-                it.qt_ld = s.rows_pad;
-                it.row_limit = t_limit;
-                it.page_table = seq.page_table;
-                it.page_size = d.page_size;
-                it.t0 = wi.t0;
-                it.t1 = wi.t1;
-                it.c = cpool; it.c_page_stride = ctx->kept[0].page_elems; it.r = r;
-                it.kr = krpool; it.kr_page_stride = ctx->kept[1].page_elems; it.d_r = dr;
-                if (ctx->fp8()) {  // per (token, latent block) scales; page stride in floats
-                    it.c_scale = ctx->kept[0].scales(cpool, 0, 0);
-                    it.c_scale_page_stride = ctx->kept[0].page_elems / 4;
-                    it.c_scale_blocks = ctx->kept[0].scale_cols;
-                }
-                if (wi.partial < 0) {
-                    it.acc = t_acc; it.m = t_m; it.l = t_l;
-                } else {
-                    float* p = ws + W.partial_off + W.partial_floats * static_cast<size_t>(wi.partial);
-                    it.acc = p; it.m = p + static_cast<int64_t>(r) * RBmax; it.l = it.m + RBmax;
-                }
-                it.ctile = t_ctile;
-                it.stile = t_stile;
-                it.pairs = t_pairs;
-                if (ctx->fp8()) it.stage = reinterpret_cast<uint16_t*>(t_pairs + absorb_pair_scratch_floats(K, r, RBmax));
-                attend(it);
-                if (wi.partial >= 0) continue;
-                for (int lane = 0; lane < width; ++lane) {
-                    const int row = blk.col0 + lane;
-                    if (row >= R) break;
-                    const int64_t i = row / H, h = row % H, g = h / n_rep;
-                    const int64_t m = (s.q0 + i) * n_rep + h % n_rep;
-                    float* dst = qt + (g * M + m) * r;
-                    const float inv = 1.0f / t_l[lane];
-                    for (int e = 0; e < r; ++e) dst[e] = t_acc[static_cast<int64_t>(e) * width + lane] * inv;
-                    if (rows.wants_lse()) *rows.lse(s.b, s.k0 + i, h) = (t_m[lane] + __builtin_log2f(t_l[lane])) * kLn2;
-                }
-            }
             });
             // 5. Merge split units into o~.
             pool.parallel_for(c.num_blocks, 1, [&](int64_t first, int64_t end, int) {
-            for (int u = static_cast<int>(first); u < end; ++u) {
-                const UnitSplit& us = plan.units[u];
-                if (us.count < 2) continue;
-                const AbsorbBlock& blk = c.blocks[u];
-                const AbsorbSegment& s = c.segs[blk.seg];
-                const int R = (s.k1 - s.k0) * H;
-                const int width = blk.width;
-                auto part = [&](int k) { return ws + W.partial_off + W.partial_floats * static_cast<size_t>(us.first_partial + k); };
-                for (int lane = 0; lane < width; ++lane) {
-                    const int64_t row = blk.col0 + lane;
-                    if (row >= R) break;
-                    float mx = -3.0e38f;
-                    for (int k = 0; k < us.count; ++k) mx = std::max(mx, part(k)[static_cast<int64_t>(r) * RBmax + lane]);
-                    float l = 0.0f;
-                    const int64_t i = row / H, h = row % H, g = h / n_rep;
-                    const int64_t m = (s.q0 + i) * n_rep + h % n_rep;
-                    float* dst = qt + (g * M + m) * r;
-                    std::fill(dst, dst + r, 0.0f);
-                    for (int k = 0; k < us.count; ++k) {
-                        const float* p = part(k);
-                        const float wgt = __builtin_exp2f(p[static_cast<int64_t>(r) * RBmax + lane] - mx);
-                        l += p[static_cast<int64_t>(r) * RBmax + RBmax + lane] * wgt;
-                        for (int e = 0; e < r; ++e) dst[e] += p[static_cast<int64_t>(e) * width + lane] * wgt;
+                for (int u = static_cast<int>(first); u < end; ++u) {
+                    const UnitSplit& us = plan.units[u];
+                    if (us.count < 2) continue;
+                    const AbsorbBlock& blk = c.blocks[u];
+                    const AbsorbSegment& s = c.segs[blk.seg];
+                    const int R = (s.k1 - s.k0) * H;
+                    const int width = blk.width;
+                    auto part = [&](int k) {
+                        return ws + W.partial_off + W.partial_floats * static_cast<size_t>(us.first_partial + k);
+                    };
+                    for (int lane = 0; lane < width; ++lane) {
+                        const int64_t row = blk.col0 + lane;
+                        if (row >= R) break;
+                        float mx = -3.0e38f;
+                        for (int k = 0; k < us.count; ++k)
+                            mx = std::max(mx, part(k)[static_cast<int64_t>(r) * RBmax + lane]);
+                        float l = 0.0f;
+                        const int64_t i = row / H, h = row % H, g = h / n_rep;
+                        const int64_t m = (s.q0 + i) * n_rep + h % n_rep;
+                        float* dst = qt + (g * M + m) * r;
+                        std::fill(dst, dst + r, 0.0f);
+                        for (int k = 0; k < us.count; ++k) {
+                            const float* p = part(k);
+                            const float wgt = __builtin_exp2f(p[static_cast<int64_t>(r) * RBmax + lane] - mx);
+                            l += p[static_cast<int64_t>(r) * RBmax + RBmax + lane] * wgt;
+                            for (int e = 0; e < r; ++e) dst[e] += p[static_cast<int64_t>(e) * width + lane] * wgt;
+                        }
+                        const float inv = 1.0f / l;
+                        for (int e = 0; e < r; ++e) dst[e] *= inv;
+                        if (rows.wants_lse()) *rows.lse(s.b, s.k0 + i, h) = (mx + __builtin_log2f(l)) * kLn2;
                     }
-                    const float inv = 1.0f / l;
-                    for (int e = 0; e < r; ++e) dst[e] *= inv;
-                    if (rows.wants_lse()) *rows.lse(s.b, s.k0 + i, h) = (mx + __builtin_log2f(l)) * kLn2;
                 }
-            }
             });
             // 6. o[g] = o~[g] * W_UV[g]^T.
             pool.parallel_for_spread(G * col_tasks_o, [&](int64_t first, int64_t end, int) {
-            for (int task = static_cast<int>(first); task < end; ++task) {
-                const int64_t g = task / col_tasks_o;
-                const int n0 = task % col_tasks_o * cols;
-                // W_UV[g]^T, columns n0..: a contiguous [r][dv] block in bf16,
-                // G*(d_c+d_v) apart inside W^T in f32.
-                if (lw.bf16()) gemm_bf16(static_cast<int>(M), std::min(cols, dv - n0), r, qt + g * M * r, r,
-                                         wuv16 + g * r * static_cast<int64_t>(dv) + n0, dv, out + g * M * dv + n0, dv);
-                else gemm(static_cast<int>(M), std::min(cols, dv - n0), r, qt + g * M * r, r,
-                          wt + g * (dc + dv) + dc + n0, NW, out + g * M * dv + n0, dv);
-            }
+                for (int task = static_cast<int>(first); task < end; ++task) {
+                    const int64_t g = task / col_tasks_o;
+                    const int n0 = task % col_tasks_o * cols;
+                    // W_UV[g]^T, columns n0..: a contiguous [r][dv] block in bf16,
+                    // G*(d_c+d_v) apart inside W^T in f32.
+                    if (lw.bf16())
+                        gemm_bf16(static_cast<int>(M), std::min(cols, dv - n0), r, qt + g * M * r, r,
+                                  wuv16 + g * r * static_cast<int64_t>(dv) + n0, dv, out + g * M * dv + n0, dv);
+                    else
+                        gemm(static_cast<int>(M), std::min(cols, dv - n0), r, qt + g * M * r, r,
+                             wt + g * (dc + dv) + dc + n0, NW, out + g * M * dv + n0, dv);
+                }
             });
             // 7. Output rows in the io dtype.
             pool.parallel_for_spread(Q, [&](int64_t first, int64_t end, int) {
-            for (int64_t qi = first; qi < end; ++qi) {
-                const AbsorbSegment& s = segment_of(c, qi);
-                const int64_t k = s.k0 + (qi - s.q0);
-                for (int h = 0; h < H; ++h) {
-                    const int64_t g = h / n_rep, m = qi * n_rep + h % n_rep;
-                    store_row_f32(out + (g * M + m) * dv, 1.0f, rows.o(s.b, k, h), d.io_dtype, dv);
+                for (int64_t qi = first; qi < end; ++qi) {
+                    const AbsorbSegment& s = segment_of(c, qi);
+                    const int64_t k = s.k0 + (qi - s.q0);
+                    for (int h = 0; h < H; ++h) {
+                        const int64_t g = h / n_rep, m = qi * n_rep + h % n_rep;
+                        store_row_f32(out + (g * M + m) * dv, 1.0f, rows.o(s.b, k, h), d.io_dtype, dv);
+                    }
                 }
-            }
             });
         }
     }

@@ -18,10 +18,19 @@ namespace {
 
 // Where the key/value segments of group g live in the pools.
 struct GroupCache {
-    const char* k1; int64_t k1_page; int64_t k1_group; int d1;
-    const char* k2; int64_t k2_page; int d2;
-    const char* v;  int64_t v_page;  int64_t v_group; int dv;
-    const Pool* k1_pool; const Pool* v_pool;  // 8-bit caches: where the scales are
+    const char* k1;
+    int64_t k1_page;
+    int64_t k1_group;
+    int d1;
+    const char* k2;
+    int64_t k2_page;
+    int d2;
+    const char* v;
+    int64_t v_page;
+    int64_t v_group;
+    int dv;
+    const Pool* k1_pool;
+    const Pool* v_pool;  // 8-bit caches: where the scales are
 };
 
 GroupCache group_cache(const CpuContext* ctx, int32_t layer) {
@@ -30,19 +39,32 @@ GroupCache group_cache(const CpuContext* ctx, int32_t layer) {
     GroupCache c{};
     if (d.kind == GQLA_KIND_GQA) {
         c.k1 = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], layer));
-        c.k1_page = ctx->kept[0].page_elems; c.k1_group = P * d.head_dim; c.d1 = d.head_dim;
-        c.k2 = nullptr; c.k2_page = 0; c.d2 = 0;
+        c.k1_page = ctx->kept[0].page_elems;
+        c.k1_group = P * d.head_dim;
+        c.d1 = d.head_dim;
+        c.k2 = nullptr;
+        c.k2_page = 0;
+        c.d2 = 0;
         c.v = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], layer));
-        c.v_page = ctx->kept[1].page_elems; c.v_group = P * d.value_dim; c.dv = d.value_dim;
-        c.k1_pool = &ctx->kept[0]; c.v_pool = &ctx->kept[1];
+        c.v_page = ctx->kept[1].page_elems;
+        c.v_group = P * d.value_dim;
+        c.dv = d.value_dim;
+        c.k1_pool = &ctx->kept[0];
+        c.v_pool = &ctx->kept[1];
     } else {
         c.k1 = static_cast<const char*>(ctx->pool_layer(ctx->expanded[0], layer));
-        c.k1_page = ctx->expanded[0].page_elems; c.k1_group = P * d.nope_dim; c.d1 = d.nope_dim;
+        c.k1_page = ctx->expanded[0].page_elems;
+        c.k1_group = P * d.nope_dim;
+        c.d1 = d.nope_dim;
         c.k2 = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], layer));
-        c.k2_page = ctx->kept[1].page_elems; c.d2 = d.rope_dim;
+        c.k2_page = ctx->kept[1].page_elems;
+        c.d2 = d.rope_dim;
         c.v = static_cast<const char*>(ctx->pool_layer(ctx->expanded[1], layer));
-        c.v_page = ctx->expanded[1].page_elems; c.v_group = P * d.value_dim; c.dv = d.value_dim;
-        c.k1_pool = &ctx->expanded[0]; c.v_pool = &ctx->expanded[1];
+        c.v_page = ctx->expanded[1].page_elems;
+        c.v_group = P * d.value_dim;
+        c.dv = d.value_dim;
+        c.k1_pool = &ctx->expanded[0];
+        c.v_pool = &ctx->expanded[1];
     }
     return c;
 }
@@ -65,8 +87,9 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
     ThreadPool& pool = ctx->threads();
     GqaChunk c;
     while (chunker.next(c)) {
-        plan_decode(plan, c.num_tiles, [&](int32_t t) { return c.tiles[t].extent; },
-                    [&](int32_t t) { return c.tiles[t].rows; }, W, L.threads);
+        plan_decode(
+            plan, c.num_tiles, [&](int32_t t) { return c.tiles[t].extent; }, [&](int32_t t) { return c.tiles[t].rows; },
+            W, L.threads);
         // Each phase below is one pool call: the next starts once every item
         // of the previous one has run.
         load_chunk_queries(ctx, rows, c, dk, q32);
@@ -89,9 +112,15 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
                 it.page_size = d.page_size;
                 it.t0 = w.t0;
                 it.t1 = w.t1;
-                it.k1 = gc.k1 + u.g * gc.k1_group * es; it.k1_page_stride = gc.k1_page; it.d1 = gc.d1;
-                it.k2 = gc.k2; it.k2_page_stride = gc.k2_page; it.d2 = gc.d2;
-                it.v = gc.v + u.g * gc.v_group * es; it.v_page_stride = gc.v_page; it.dv = dv;
+                it.k1 = gc.k1 + u.g * gc.k1_group * es;
+                it.k1_page_stride = gc.k1_page;
+                it.d1 = gc.d1;
+                it.k2 = gc.k2;
+                it.k2_page_stride = gc.k2_page;
+                it.d2 = gc.d2;
+                it.v = gc.v + u.g * gc.v_group * es;
+                it.v_page_stride = gc.v_page;
+                it.dv = dv;
                 if (ctx->fp8()) {  // per (token, group) scales; page strides in floats
                     it.k1_scale = gc.k1_pool->scales(gc.k1, 0, int64_t(u.g) * d.page_size);
                     it.k1_scale_page_stride = gc.k1_page / 4;
@@ -99,10 +128,14 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
                     it.v_scale_page_stride = gc.v_page / 4;
                 }
                 if (w.partial < 0) {
-                    it.acc = area.acc; it.m = area.m; it.l = area.l;
+                    it.acc = area.acc;
+                    it.m = area.m;
+                    it.l = area.l;
                 } else {
                     float* p = ws + W.partial_off + W.partial_floats * static_cast<size_t>(w.partial);
-                    it.acc = p; it.m = p + int64_t(t.rows) * dv; it.l = it.m + t.rows;
+                    it.acc = p;
+                    it.m = p + int64_t(t.rows) * dv;
+                    it.l = it.m + t.rows;
                 }
                 it.scratch = area.scratch;
                 gqa_kernel(ctx, t)(it);
@@ -119,7 +152,9 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
                 const GqaTile& t = c.tiles[ti];
                 const GqaUnit& u = c.units[t.unit];
                 const int nr = t.rows;
-                auto part = [&](int k) { return ws + W.partial_off + W.partial_floats * static_cast<size_t>(us.first_partial + k); };
+                auto part = [&](int k) {
+                    return ws + W.partial_off + W.partial_floats * static_cast<size_t>(us.first_partial + k);
+                };
                 for (int i = 0; i < nr; ++i) {
                     float mx = -3.0e38f;
                     for (int k = 0; k < us.count; ++k) mx = std::max(mx, part(k)[int64_t(nr) * dv + i]);

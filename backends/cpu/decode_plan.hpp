@@ -15,7 +15,7 @@ namespace gqla::cpu {
 struct DecodePlan {
     WorkItem* items;
     UnitSplit* units;
-    int32_t* order;     // item indices, largest first
+    int32_t* order;  // item indices, largest first
     int32_t num_items = 0;
     int32_t num_units = 0;
 };

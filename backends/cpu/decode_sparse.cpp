@@ -16,8 +16,7 @@ void fill_queries(const gqla_decode_args* a, Query* q) {
     for (int32_t b = 0; b < a->batch; ++b) {
         const int32_t n = rows.q_len(b);
         const int64_t first = a->ragged ? a->seqs[b].q_row : int64_t(b) * n;
-        for (int32_t k = 0; k < n; ++k)
-            q[first + k] = Query{b, k, rows.limit(b, k), base + (first + k) * ld};
+        for (int32_t k = 0; k < n; ++k) q[first + k] = Query{b, k, rows.limit(b, k), base + (first + k) * ld};
     }
 }
 

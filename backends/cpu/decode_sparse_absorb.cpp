@@ -30,20 +30,20 @@ constexpr int kGemvCols = 256;
 constexpr int kAbsorbCallTokens = 128;
 
 struct Area {
-    char* c;          // staged latent rows [kBlock][r], cache dtype
-    char* kr;         // [kBlock][d_r]
+    char* c;   // staged latent rows [kBlock][r], cache dtype
+    char* kr;  // [kBlock][d_r]
     float* ctile;
     float* stile;
-    float* kacc;      // one kernel call: [r][width], m, l
+    float* kacc;  // one kernel call: [r][width], m, l
     float* km;
     float* kl;
     int64_t* limit;
     uint32_t* pairs;
-    float* acc;       // running state: per row block [r][width], then m [Hpad], l [Hpad]
+    float* acc;  // running state: per row block [r][width], then m [Hpad], l [Hpad]
     float* m;
     float* l;
-    int32_t* pos;     // [kBlock] positions read from a list
-    Located* rows;    // [2]: this block's rows and the next one's
+    int32_t* pos;   // [kBlock] positions read from a list
+    Located* rows;  // [2]: this block's rows and the next one's
 };
 
 // state (+)= a kernel call's result, lane by lane ([r][width] accumulators).
@@ -112,11 +112,11 @@ private:
     const char* krpool_;
     int64_t state_floats_, partial_floats_, area_floats_;
     // The chunk's arrays (shared buffer): group-major rows m = (query, hh).
-    float* qc_ = nullptr;  // [G][M][d_c]
-    float* qt_ = nullptr;  // [G][M][r]: q~, then o~
-    float* QT_ = nullptr;  // per query [r + d_r][Hpad], transposed, pre-scaled
-    float* out_ = nullptr; // [G][M][d_v]
-    int64_t M_ = 0;        // rows per group of the current chunk
+    float* qc_ = nullptr;   // [G][M][d_c]
+    float* qt_ = nullptr;   // [G][M][r]: q~, then o~
+    float* QT_ = nullptr;   // per query [r + d_r][Hpad], transposed, pre-scaled
+    float* out_ = nullptr;  // [G][M][d_v]
+    int64_t M_ = 0;         // rows per group of the current chunk
 };
 
 Area AbsorbSparse::area(float* base) const {
@@ -150,7 +150,8 @@ void AbsorbSparse::stage(const Located& l, const Area& ar) const {
     const size_t c_bytes = size_t(r_) * es_, kr_bytes = size_t(dr_) * es_;
     for (int t = 0; t < l.n; ++t) {
         if (t + kPrefetchAhead < l.n) {
-            prefetch_bytes(row_at(cpool_, l, t + kPrefetchAhead, ctx_->kept[0].page_elems, 0, r_, es_), int64_t(c_bytes));
+            prefetch_bytes(row_at(cpool_, l, t + kPrefetchAhead, ctx_->kept[0].page_elems, 0, r_, es_),
+                           int64_t(c_bytes));
             prefetch_bytes(row_at(krpool_, l, t + kPrefetchAhead, ctx_->kept[1].page_elems, 0, dr_, es_),
                            int64_t(kr_bytes));
         }
@@ -207,9 +208,15 @@ void AbsorbSparse::run_item(int64_t qi, const Query& q, int64_t i0, int64_t i1, 
                 it.page_size = kBlock;
                 it.t0 = int64_t(s) * kAbsorbCallTokens;
                 it.t1 = std::min<int64_t>(n, it.t0 + kAbsorbCallTokens);
-                it.c = ar.c; it.c_page_stride = 0; it.r = r_;
-                it.kr = ar.kr; it.kr_page_stride = 0; it.d_r = dr_;
-                it.acc = ar.kacc; it.m = ar.km; it.l = ar.kl;
+                it.c = ar.c;
+                it.c_page_stride = 0;
+                it.r = r_;
+                it.kr = ar.kr;
+                it.kr_page_stride = 0;
+                it.d_r = dr_;
+                it.acc = ar.kacc;
+                it.m = ar.km;
+                it.l = ar.kl;
                 it.ctile = ar.ctile;
                 it.stile = ar.stile;
                 it.pairs = ar.pairs;
@@ -328,9 +335,9 @@ gqla_status AbsorbSparse::run() {
     const int64_t slots = partial_slots(threads);
     const int64_t rows = chunk_q * n_rep_;
     const size_t query_bytes = round16(int64_t(total_q) * int64_t(sizeof(Query)) / 4 + 1) * sizeof(float);
-    const size_t floats = static_cast<size_t>(round16(G_ * rows * dc_) + round16(G_ * rows * r_) +
-                                              round16(chunk_q * Kd_ * Hpad_) + round16(G_ * rows * dv_) +
-                                              slots * partial_floats_);
+    const size_t floats =
+        static_cast<size_t>(round16(G_ * rows * dc_) + round16(G_ * rows * r_) + round16(chunk_q * Kd_ * Hpad_) +
+                            round16(G_ * rows * dv_) + slots * partial_floats_);
     Buffers& buf = buffers();
     const size_t area_bytes = size_t(area_floats_) * sizeof(float);
     if (!reserve(buf.shared, query_bytes + floats * sizeof(float)) || !reserve(buf.per_thread, area_bytes * threads))

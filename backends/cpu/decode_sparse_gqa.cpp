@@ -26,10 +26,18 @@ const int32_t kStagePage[1] = {0};
 // Where the rows of one group live: key segment 1 (K, or the expanded KC),
 // the shared segment 2 (kr; absent for the GQA kind) and the value (V, VE).
 struct Source {
-    const char* k1; int64_t k1_page, k1_group; int d1;
-    const char* k2; int64_t k2_page; int d2;
-    const char* v;  int64_t v_page, v_group; int dv;
-    const char* c;  int64_t c_page; int r;   // transient: the latent
+    const char* k1;
+    int64_t k1_page, k1_group;
+    int d1;
+    const char* k2;
+    int64_t k2_page;
+    int d2;
+    const char* v;
+    int64_t v_page, v_group;
+    int dv;
+    const char* c;
+    int64_t c_page;
+    int r;  // transient: the latent
 };
 
 Source source_of(const CpuContext* ctx, const gqla_decode_args* a) {
@@ -38,20 +46,32 @@ Source source_of(const CpuContext* ctx, const gqla_decode_args* a) {
     const auto base = [&](const Pool& p) { return static_cast<const char*>(ctx->pool_layer(p, a->layer)); };
     Source s{};
     if (d.kind == GQLA_KIND_GQA) {
-        s.k1 = base(ctx->kept[0]); s.k1_page = ctx->kept[0].page_elems; s.k1_group = P * d.head_dim; s.d1 = d.head_dim;
-        s.v = base(ctx->kept[1]); s.v_page = ctx->kept[1].page_elems; s.v_group = P * d.value_dim; s.dv = d.value_dim;
+        s.k1 = base(ctx->kept[0]);
+        s.k1_page = ctx->kept[0].page_elems;
+        s.k1_group = P * d.head_dim;
+        s.d1 = d.head_dim;
+        s.v = base(ctx->kept[1]);
+        s.v_page = ctx->kept[1].page_elems;
+        s.v_group = P * d.value_dim;
+        s.dv = d.value_dim;
         return s;
     }
     s.d1 = d.nope_dim;
     s.k1_group = P * d.nope_dim;
-    s.k2 = base(ctx->kept[1]); s.k2_page = ctx->kept[1].page_elems; s.d2 = d.rope_dim;
+    s.k2 = base(ctx->kept[1]);
+    s.k2_page = ctx->kept[1].page_elems;
+    s.d2 = d.rope_dim;
     s.dv = d.value_dim;
     s.v_group = P * d.value_dim;
     if (a->transient) {
-        s.c = base(ctx->kept[0]); s.c_page = ctx->kept[0].page_elems; s.r = d.latent_dim;
+        s.c = base(ctx->kept[0]);
+        s.c_page = ctx->kept[0].page_elems;
+        s.r = d.latent_dim;
     } else {
-        s.k1 = base(ctx->expanded[0]); s.k1_page = ctx->expanded[0].page_elems;
-        s.v = base(ctx->expanded[1]); s.v_page = ctx->expanded[1].page_elems;
+        s.k1 = base(ctx->expanded[0]);
+        s.k1_page = ctx->expanded[0].page_elems;
+        s.v = base(ctx->expanded[1]);
+        s.v_page = ctx->expanded[1].page_elems;
     }
     return s;
 }
@@ -63,21 +83,21 @@ struct AreaSizes {
 };
 
 struct Area {
-    float* q;        // [H][dk], scaled by scale * log2(e)
-    float* acc;      // running state [H][dv], m [H], l [H]
+    float* q;    // [H][dk], scaled by scale * log2(e)
+    float* acc;  // running state [H][dv], m [H], l [H]
     float* m;
     float* l;
-    float* kacc;     // one kernel call: [n_rep][dv], m, l
+    float* kacc;  // one kernel call: [n_rep][dv], m, l
     float* km;
     float* kl;
     int64_t* limit;  // [n_rep]
     float* kscratch;
-    int32_t* pos;    // [kBlock] positions read from a list
-    Located* rows;   // [2]: this block's rows and the next one's
-    char* k1;        // staged rows in the cache dtype: [kBlock][d1], [kBlock][d2], [kBlock][dv]
+    int32_t* pos;   // [kBlock] positions read from a list
+    Located* rows;  // [2]: this block's rows and the next one's
+    char* k1;       // staged rows in the cache dtype: [kBlock][d1], [kBlock][d2], [kBlock][dv]
     char* k2;
     char* v;
-    float* expand;   // transient: the expansion's scratch, then its f32 rows [kExpandTokens][d1 + dv]
+    float* expand;  // transient: the expansion's scratch, then its f32 rows [kExpandTokens][d1 + dv]
 };
 
 class GqaSparse {
@@ -169,7 +189,8 @@ void GqaSparse::stage_group(int g, const Located& l, const Area& ar) const {
 
 void GqaSparse::stage_rope(const Located& l, const Area& ar) const {
     const size_t bytes = size_t(src_.d2) * es_;
-    for (int t = 0; t < l.n; ++t) copy_row(ar.k2 + t * bytes, row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_), bytes);
+    for (int t = 0; t < l.n; ++t)
+        copy_row(ar.k2 + t * bytes, row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_), bytes);
 }
 
 // Prefetches the rows the unit (block l, group g) will stage, so that they
@@ -181,7 +202,8 @@ void GqaSparse::prefetch_group(int g, const Located& l) const {
         if (a_->transient) {
             if (g == 0) prefetch_bytes(row_at(src_.c, l, t, src_.c_page, 0, src_.r, es_), src_.r * int64_t(es_));
         } else {
-            prefetch_bytes(row_at(src_.k1, l, t, src_.k1_page, g * src_.k1_group, src_.d1, es_), src_.d1 * int64_t(es_));
+            prefetch_bytes(row_at(src_.k1, l, t, src_.k1_page, g * src_.k1_group, src_.d1, es_),
+                           src_.d1 * int64_t(es_));
             prefetch_bytes(row_at(src_.v, l, t, src_.v_page, g * src_.v_group, src_.dv, es_), src_.dv * int64_t(es_));
         }
         if (g == 0 && src_.d2 > 0)
@@ -237,10 +259,14 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar,
         locate(pt, d_.page_size, ar.pos, next_visible(q.list, &i, i1, q.limit, ar.pos), next);
         for (int t = 0; t < n_rep_; ++t) ar.limit[t] = n - 1;  // every staged row is visible
         for (int g = 0; g < G_; ++g) {
-            if (a_->transient) expand_group(g, *cur, ar);
-            else stage_group(g, *cur, ar);
-            if (g + 1 < G_) prefetch_group(g + 1, *cur);
-            else if (next->n > 0) prefetch_group(0, *next);
+            if (a_->transient)
+                expand_group(g, *cur, ar);
+            else
+                stage_group(g, *cur, ar);
+            if (g + 1 < G_)
+                prefetch_group(g + 1, *cur);
+            else if (next->n > 0)
+                prefetch_group(0, *next);
             GqaItem it;
             it.rows = n_rep_;
             it.q = ar.q + int64_t(g) * n_rep_ * dk_;
@@ -251,10 +277,18 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar,
             it.page_size = kBlock;
             it.t0 = 0;
             it.t1 = n;
-            it.k1 = ar.k1; it.k1_page_stride = 0; it.d1 = src_.d1;
-            it.k2 = ar.k2; it.k2_page_stride = 0; it.d2 = src_.d2;
-            it.v = ar.v; it.v_page_stride = 0; it.dv = dv;
-            it.acc = ar.kacc; it.m = ar.km; it.l = ar.kl;
+            it.k1 = ar.k1;
+            it.k1_page_stride = 0;
+            it.d1 = src_.d1;
+            it.k2 = ar.k2;
+            it.k2_page_stride = 0;
+            it.d2 = src_.d2;
+            it.v = ar.v;
+            it.v_page_stride = 0;
+            it.dv = dv;
+            it.acc = ar.kacc;
+            it.m = ar.km;
+            it.l = ar.kl;
             it.scratch = ar.kscratch;
             attend(it);
             const int64_t r0 = int64_t(g) * n_rep_;
@@ -304,8 +338,7 @@ gqla_status GqaSparse::run() {
     const int64_t slots = partial_slots(threads);
     Buffers& buf = buffers();
     const size_t query_bytes = size_t(total_q) * sizeof(Query);
-    const size_t shared_bytes = (query_bytes + 63) / 64 * 64 +
-                                size_t(slots * partial_floats_) * sizeof(float);
+    const size_t shared_bytes = (query_bytes + 63) / 64 * 64 + size_t(slots * partial_floats_) * sizeof(float);
     const size_t area_floats = static_cast<size_t>(round16(sz_.total()));
     if (!reserve(buf.shared, shared_bytes) || !reserve(buf.per_thread, area_floats * sizeof(float) * threads))
         return fail(ctx_, GQLA_ERR_OUT_OF_MEMORY, "decode: cannot allocate %zu bytes of sparse-attention scratch",

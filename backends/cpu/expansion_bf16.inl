@@ -24,6 +24,7 @@ static void expand_latent_bf16(const ExpandItem& e) {
     for (int j = 0; j < e.tokens; ++j) __builtin_memcpy(lat + int64_t(j) * r, e.latent[j], size_t(r) * 2);
     const uint16_t* w = static_cast<const uint16_t*>(e.w);
     int j = 0;
-    for (; j + 4 <= e.tokens; j += 4) expand_rows_tile_bf16<4>(lat + int64_t(j) * r, r, w, e.N, e.out + int64_t(j) * e.N);
+    for (; j + 4 <= e.tokens; j += 4)
+        expand_rows_tile_bf16<4>(lat + int64_t(j) * r, r, w, e.N, e.out + int64_t(j) * e.N);
     for (; j < e.tokens; ++j) expand_rows_tile_bf16<1>(lat + int64_t(j) * r, r, w, e.N, e.out + int64_t(j) * e.N);
 }

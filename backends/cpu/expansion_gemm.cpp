@@ -32,7 +32,8 @@ private:
 };
 #endif
 
-[[maybe_unused]] void fallback_gemm(CpuContext* ctx, const LayerWeights& w, int64_t n, const float* latent, float* out) {
+[[maybe_unused]] void fallback_gemm(CpuContext* ctx, const LayerWeights& w, int64_t n, const float* latent,
+                                    float* out) {
     const int64_t r = ctx->desc.latent_dim, N = ctx->expanded_width();
     constexpr int64_t kRows = 16;
     const GemmFn gemm = ctx->kernels->gemm;
@@ -74,7 +75,8 @@ gqla_status expansion_gemm(CpuContext* ctx, const LayerWeights& w, int64_t n, co
         stream.wait();
         return GQLA_OK;
     } catch (const dnnl::error& e) {
-        return fail(ctx, GQLA_ERR_BACKEND, "oneDNN matmul failed: %s (status %d)", e.what(), static_cast<int>(e.status));
+        return fail(ctx, GQLA_ERR_BACKEND, "oneDNN matmul failed: %s (status %d)", e.what(),
+                    static_cast<int>(e.status));
     } catch (const std::exception& e) {
         return fail(ctx, GQLA_ERR_BACKEND, "oneDNN matmul failed: %s", e.what());
     }

@@ -23,9 +23,9 @@ static void expand_latent_gemm(const ExpandItem& e) {
     constexpr int W = Simd::W;
     constexpr int J = kExpandTokens;
     const int r = e.r, N = e.N;
-    float* lat = e.scratch;                      // [r][J] f32, tokens past e.tokens 0
+    float* lat = e.scratch;                                  // [r][J] f32, tokens past e.tokens 0
     float* out_t = e.scratch + round16(int64_t(J + 1) * r);  // [N][J]
-    float* row = e.scratch + int64_t(J) * r;     // one widened row
+    float* row = e.scratch + int64_t(J) * r;                 // one widened row
     for (int j = 0; j < J; ++j) {
         if (j < e.tokens) {
             const T* src = static_cast<const T*>(e.latent[j]);
@@ -47,7 +47,7 @@ static void expand_latent_with(const ExpandItem& e) {
     using T = typename Elem<DT>::T;
     constexpr int W = Simd::W;
     const int r = e.r;
-    float* lat = e.scratch;                        // [tokens][r] f32
+    float* lat = e.scratch;                          // [tokens][r] f32
     float* row = e.scratch + int64_t(e.tokens) * r;  // one widened row (paired weights)
     for (int j = 0; j < e.tokens; ++j) {
         const T* src = static_cast<const T*>(e.latent[j]);
@@ -60,12 +60,15 @@ static void expand_latent_with(const ExpandItem& e) {
     }
     const auto* w = static_cast<const typename Elem<WDT>::T*>(e.w);
     int j = 0;
-    for (; j + 4 <= e.tokens; j += 4) expand_rows_tile<WDT, 4>(lat + int64_t(j) * r, r, w, e.N, e.out + int64_t(j) * e.N);
+    for (; j + 4 <= e.tokens; j += 4)
+        expand_rows_tile<WDT, 4>(lat + int64_t(j) * r, r, w, e.N, e.out + int64_t(j) * e.N);
     for (; j < e.tokens; ++j) expand_rows_tile<WDT, 1>(lat + int64_t(j) * r, r, w, e.N, e.out + int64_t(j) * e.N);
 }
 
 template <int DT>
 static void expand_latent(const ExpandItem& e) {
-    if (e.w_bf16) expand_latent_with<DT, GQLA_DTYPE_BF16>(e);
-    else expand_latent_gemm<DT>(e);
+    if (e.w_bf16)
+        expand_latent_with<DT, GQLA_DTYPE_BF16>(e);
+    else
+        expand_latent_gemm<DT>(e);
 }

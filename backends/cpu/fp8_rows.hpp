@@ -36,7 +36,8 @@ inline float quantize_row_e4m3(const float* src, int n, uint8_t* dst) {
     const float scale = fp8_scale_for(amax);
     for (int k = 0; k < n; ++k) {
         const float x = src[k];
-        dst[k] = std::isfinite(x) ? f32_to_e4m3(x / scale) : static_cast<uint8_t>((std::signbit(x) ? 0x80u : 0u) | 0x7fu);
+        dst[k] =
+            std::isfinite(x) ? f32_to_e4m3(x / scale) : static_cast<uint8_t>((std::signbit(x) ? 0x80u : 0u) | 0x7fu);
     }
     return scale;
 }

@@ -42,7 +42,8 @@ bool GqaChunker::next(GqaChunk& c) {
             const int32_t r0 = wide ? t * kWideRows : 0;
             const int32_t nr = wide ? static_cast<int32_t>(std::min<int64_t>(kWideRows, unit_rows - r0))
                                     : static_cast<int32_t>(unit_rows);
-            tiles_[c.num_tiles + t] = GqaTile{c.num_units, r0, nr, wide ? 1 : 0, first_limit + (r0 + nr - 1) / n_rep_ + 1};
+            tiles_[c.num_tiles + t] =
+                GqaTile{c.num_units, r0, nr, wide ? 1 : 0, first_limit + (r0 + nr - 1) / n_rep_ + 1};
         }
         c.num_tiles += tiles;
         ++c.num_units;

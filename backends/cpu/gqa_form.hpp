@@ -15,7 +15,6 @@
 
 namespace gqla::cpu {
 
-
 struct GqaChunk {
     GqaUnit* units = nullptr;
     GqaTile* tiles = nullptr;
@@ -47,11 +46,11 @@ private:
 
 // Per-thread scratch of a GQA-form item.
 struct GqaThreadArea {
-    float* scratch;   // the kernel's (WorkspaceLayout::attend_floats)
-    float* acc;       // [tile_rows][dv] of an unsplit tile
+    float* scratch;  // the kernel's (WorkspaceLayout::attend_floats)
+    float* acc;      // [tile_rows][dv] of an unsplit tile
     float* m;
     float* l;
-    int64_t* limit;   // [tile_rows]
+    int64_t* limit;  // [tile_rows]
 };
 GqaThreadArea gqa_thread_area(const CpuContext* ctx, int tid);
 
@@ -61,7 +60,9 @@ inline GqaAttendFn gqa_kernel(const CpuContext* ctx, const GqaTile& t, gqla_dtyp
     return t.wide ? ctx->kernels->gqa_attend_wide[dt - 1] : ctx->kernels->gqa_attend[dt - 1];
 }
 // ... over the cache.
-inline GqaAttendFn gqa_kernel(const CpuContext* ctx, const GqaTile& t) { return gqa_kernel(ctx, t, ctx->desc.cache_dtype); }
+inline GqaAttendFn gqa_kernel(const CpuContext* ctx, const GqaTile& t) {
+    return gqa_kernel(ctx, t, ctx->desc.cache_dtype);
+}
 
 // Queries of the chunk's tiles as f32 rows [chunk row][dk], pre-multiplied by
 // scale * log2(e), on the context's threads.

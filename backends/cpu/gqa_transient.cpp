@@ -74,8 +74,10 @@ void round_row_bf16(const float* src, uint16_t* dst, int n) {
 }
 
 void round_row(const float* src, void* dst, gqla_dtype t, int n) {
-    if (t == GQLA_DTYPE_BF16) round_row_bf16(src, static_cast<uint16_t*>(dst), n);
-    else store_row_f32(src, 1.0f, dst, t, n);
+    if (t == GQLA_DTYPE_BF16)
+        round_row_bf16(src, static_cast<uint16_t*>(dst), n);
+    else
+        store_row_f32(src, 1.0f, dst, t, n);
 }
 
 // Up-projects the latent rows of positions [t, t + n) (n <= kExpandTokens)
@@ -125,7 +127,6 @@ void expand_rows(const CpuContext* ctx, const LayerWeights& lw, int32_t layer, c
                     size_t(dr) * ses);
     }
 }
-
 
 }  // namespace
 
@@ -225,8 +226,8 @@ gqla_status decode_gqa_transient(CpuContext* ctx, const gqla_decode_args* a) {
                     const GqaUnit& u = c.units[wave[s]];
                     for (int32_t ti = u.tile0; ti < u.tile0 + u.tiles; ++ti)
                         if (c.tiles[ti].extent > t0)
-                            plan.items[num_items++] =
-                                WorkItem{ti, s, 0, std::min<int64_t>(kPieceTokens, c.tiles[ti].extent - t0), c.tiles[ti].rows};
+                            plan.items[num_items++] = WorkItem{
+                                ti, s, 0, std::min<int64_t>(kPieceTokens, c.tiles[ti].extent - t0), c.tiles[ti].rows};
                 }
                 pool.parallel_for(num_items, 1, [&](int64_t first, int64_t end, int tid) {
                     const GqaThreadArea area = gqa_thread_area(ctx, tid);
@@ -246,10 +247,18 @@ gqla_status decode_gqa_transient(CpuContext* ctx, const gqla_decode_args* a) {
                         it.page_size = kPieceTokens;
                         it.t0 = w.t0;
                         it.t1 = w.t1;
-                        it.k1 = sl.kc; it.k1_page_stride = 0; it.d1 = dc;
-                        it.k2 = sl.kr; it.k2_page_stride = 0; it.d2 = dr;
-                        it.v = sl.v; it.v_page_stride = 0; it.dv = dv;
-                        it.acc = area.acc; it.m = area.m; it.l = area.l;
+                        it.k1 = sl.kc;
+                        it.k1_page_stride = 0;
+                        it.d1 = dc;
+                        it.k2 = sl.kr;
+                        it.k2_page_stride = 0;
+                        it.d2 = dr;
+                        it.v = sl.v;
+                        it.v_page_stride = 0;
+                        it.dv = dv;
+                        it.acc = area.acc;
+                        it.m = area.m;
+                        it.l = area.l;
                         it.scratch = area.scratch;
                         gqa_kernel(ctx, t, slot_dtype(ctx))(it);
                         const int64_t row = u.row0 + t.row0;

@@ -64,7 +64,8 @@ inline void convert_row(const void* src, gqla_dtype st, void* dst, gqla_dtype dt
         __builtin_memcpy(dst, src, static_cast<size_t>(n) * dtype_size(st));
         return;
     }
-    for (int k = 0; k < n; ++k) store_from_f32(dst, dt, static_cast<size_t>(k), load_as_f32(src, st, static_cast<size_t>(k)));
+    for (int k = 0; k < n; ++k)
+        store_from_f32(dst, dt, static_cast<size_t>(k), load_as_f32(src, st, static_cast<size_t>(k)));
 }
 
 }  // namespace gqla::cpu

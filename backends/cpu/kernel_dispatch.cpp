@@ -12,10 +12,14 @@ namespace {
 bool host_has(Isa isa) {
     const uint64_t f = cpu_isa_flags();
     switch (isa) {
-        case Isa::Scalar: return true;
-        case Isa::Avx2: return isa_has(f, GQLA_ISA_AVX2 | GQLA_ISA_FMA | GQLA_ISA_F16C);
-        case Isa::Avx512: return isa_has(f, kIsaAvx512Kernels);
-        case Isa::Avx512Bf16: return isa_has(f, kIsaAvx512Kernels | kIsaBf16Dot);
+        case Isa::Scalar:
+            return true;
+        case Isa::Avx2:
+            return isa_has(f, GQLA_ISA_AVX2 | GQLA_ISA_FMA | GQLA_ISA_F16C);
+        case Isa::Avx512:
+            return isa_has(f, kIsaAvx512Kernels);
+        case Isa::Avx512Bf16:
+            return isa_has(f, kIsaAvx512Kernels | kIsaBf16Dot);
     }
     return false;
 }
@@ -25,10 +29,14 @@ bool host_has(Isa isa) {
 const KernelTable* kernels_for(Isa isa) {
     if (!host_has(isa)) return nullptr;
     switch (isa) {
-        case Isa::Scalar: return &scalar_kernels();
-        case Isa::Avx2: return &avx2_kernels();
-        case Isa::Avx512: return &avx512_kernels();
-        case Isa::Avx512Bf16: return &avx512bf16_kernels();
+        case Isa::Scalar:
+            return &scalar_kernels();
+        case Isa::Avx2:
+            return &avx2_kernels();
+        case Isa::Avx512:
+            return &avx512_kernels();
+        case Isa::Avx512Bf16:
+            return &avx512bf16_kernels();
     }
     return nullptr;
 }

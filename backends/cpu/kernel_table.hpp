@@ -78,52 +78,66 @@ constexpr int kAbsorbMaxRowBlock = 64;
 // at x + p * x_page_stride + s * dx.
 struct GqaItem {
     int rows;
-    const float* q;           // [rows][q_ld], pre-multiplied by scale * log2(e)
+    const float* q;  // [rows][q_ld], pre-multiplied by scale * log2(e)
     int q_ld;
     // That factor (softmax scale * log2(e)); 0 when unknown. The bf16-dot
     // kernel divides it out to round the caller's own query values.
     float q_scale = 0.0f;
-    const int64_t* row_limit; // [rows]: last position each row may attend
+    const int64_t* row_limit;  // [rows]: last position each row may attend
     const int32_t* page_table;
     int page_size;
     int64_t t0, t1;
-    const void* k1; int64_t k1_page_stride; int d1;
-    const void* k2; int64_t k2_page_stride; int d2;
-    const void* v;  int64_t v_page_stride;  int dv;
-    float* acc;               // out [rows][dv]: unnormalised sum of p * v
-    float* m;                 // out [rows]: running max (log2 domain)
-    float* l;                 // out [rows]: sum of exp2(s - m)
-    float* scratch;           // gqa_scratch_floats(rows, d1 + d2) floats
+    const void* k1;
+    int64_t k1_page_stride;
+    int d1;
+    const void* k2;
+    int64_t k2_page_stride;
+    int d2;
+    const void* v;
+    int64_t v_page_stride;
+    int dv;
+    float* acc;      // out [rows][dv]: unnormalised sum of p * v
+    float* m;        // out [rows]: running max (log2 domain)
+    float* l;        // out [rows]: sum of exp2(s - m)
+    float* scratch;  // gqa_scratch_floats(rows, d1 + d2) floats
     // 8-bit caches (docs/fp8-cache.md): k1 and v are e4m3 with one f32 scale
     // per token, the one of page p, slot s at x_scale[p * x_scale_page_stride
     // + s]; k2 (the rope key) is then bf16. Unused for other dtypes.
-    const float* k1_scale = nullptr; int64_t k1_scale_page_stride = 0;
-    const float* v_scale = nullptr;  int64_t v_scale_page_stride = 0;
+    const float* k1_scale = nullptr;
+    int64_t k1_scale_page_stride = 0;
+    const float* v_scale = nullptr;
+    int64_t v_scale_page_stride = 0;
 };
 
 // One work item of the absorb kernel: a block of query rows (heads x query
 // tokens of one sequence, in lanes) against the latent tokens [t0, t1). Key
 // of token j: [c[j] (r) | kr[j] (d_r)]; value: c[j].
 struct AbsorbItem {
-    int rows_pad;             // multiple of kAbsorbRowAlign
-    const float* qt;          // [r + d_r][qt_ld], column block of this item, pre-scaled
+    int rows_pad;     // multiple of kAbsorbRowAlign
+    const float* qt;  // [r + d_r][qt_ld], column block of this item, pre-scaled
     int64_t qt_ld;
-    const int64_t* row_limit; // [rows_pad]
+    const int64_t* row_limit;  // [rows_pad]
     const int32_t* page_table;
     int page_size;
     int64_t t0, t1;
-    const void* c;  int64_t c_page_stride;  int r;
-    const void* kr; int64_t kr_page_stride; int d_r;
-    float* acc;               // out [r][rows_pad]: unnormalised sum of p * c (transposed)
-    float* m;                 // out [rows_pad]
-    float* l;                 // out [rows_pad]
-    float* ctile;             // kAbsorbTokenBlock * (r + d_r) floats
-    float* stile;             // kAbsorbTokenBlock * rows_pad + rows_pad floats
-    uint32_t* pairs;          // absorb_pair_scratch_floats(r + d_r, r, rows_pad) words (bf16-dot kernels)
+    const void* c;
+    int64_t c_page_stride;
+    int r;
+    const void* kr;
+    int64_t kr_page_stride;
+    int d_r;
+    float* acc;       // out [r][rows_pad]: unnormalised sum of p * c (transposed)
+    float* m;         // out [rows_pad]
+    float* l;         // out [rows_pad]
+    float* ctile;     // kAbsorbTokenBlock * (r + d_r) floats
+    float* stile;     // kAbsorbTokenBlock * rows_pad + rows_pad floats
+    uint32_t* pairs;  // absorb_pair_scratch_floats(r + d_r, r, rows_pad) words (bf16-dot kernels)
     // 8-bit caches: c is e4m3 with c_scale_blocks f32 scales per token (one
     // per kFp8LatentBlock elements), those of page p, slot s at
     // c_scale[p * c_scale_page_stride + s * c_scale_blocks]; kr is bf16.
-    const float* c_scale = nullptr; int64_t c_scale_page_stride = 0; int c_scale_blocks = 0;
+    const float* c_scale = nullptr;
+    int64_t c_scale_page_stride = 0;
+    int c_scale_blocks = 0;
     // 8-bit caches, bf16-dot kernels: kAbsorbTokenBlock x r bf16 staging
     // (absorb_fp8_stage_floats(r) floats past the pair scratch).
     uint16_t* stage = nullptr;
@@ -135,8 +149,7 @@ constexpr int64_t absorb_fp8_stage_floats(int64_t r) { return round16(kAbsorbTok
 // pairs over tokens [kAbsorbTokenBlock / 2][r] and its probabilities as
 // pairs over tokens [kAbsorbTokenBlock / 2][rows]; each part 16-aligned.
 constexpr int64_t absorb_pair_scratch_floats(int64_t K, int64_t r, int64_t rows) {
-    return round16((K + 1) / 2 * rows) + round16(kAbsorbTokenBlock / 2 * r) +
-           round16(kAbsorbTokenBlock / 2 * rows);
+    return round16((K + 1) / 2 * rows) + round16(kAbsorbTokenBlock / 2 * r) + round16(kAbsorbTokenBlock / 2 * rows);
 }
 
 // Up-projection of a block of latent rows for one group (the GQA_TRANSIENT
@@ -147,11 +160,11 @@ struct ExpandItem {
     int tokens;                 // rows of this block, <= kExpandTokens
     const void* const* latent;  // [tokens] rows of r elements of the cache dtype
     int r;
-    const void* w;              // [N][r]
-    int w_bf16;                 // w is bf16 (else f32)
+    const void* w;  // [N][r]
+    int w_bf16;     // w is bf16 (else f32)
     int N;
-    float* out;                 // [tokens][N]
-    float* scratch;             // expand_scratch_floats(r, N)
+    float* out;      // [tokens][N]
+    float* scratch;  // expand_scratch_floats(r, N)
 };
 // Room for a block of kExpandTokens rows.
 constexpr int kExpandTokens = 64;
@@ -163,11 +176,11 @@ using GqaAttendFn = void (*)(const GqaItem&);
 using ExpandFn = void (*)(const ExpandItem&);
 using AbsorbAttendFn = void (*)(const AbsorbItem&);
 // C[M,N] = A[M,K] * B[K,N]; row-major with leading dimensions, f32.
-using GemmFn = void (*)(int M, int N, int K, const float* A, int64_t lda,
-                        const float* B, int64_t ldb, float* C, int64_t ldc);
+using GemmFn = void (*)(int M, int N, int K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                        int64_t ldc);
 // The same with B in bf16 (widened in registers, f32 accumulation).
-using GemmBf16Fn = void (*)(int M, int N, int K, const float* A, int64_t lda,
-                            const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
+using GemmBf16Fn = void (*)(int M, int N, int K, const float* A, int64_t lda, const uint16_t* B, int64_t ldb, float* C,
+                            int64_t ldc);
 // dst[k] = e4m3 src[k] * scales[k / block] for k < n (8-bit cache rows to
 // f32: expansion and up-projection inputs).
 using Fp8RowFn = void (*)(const uint8_t* src, int n, const float* scales, int block, float* dst);

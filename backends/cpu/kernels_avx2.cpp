@@ -16,12 +16,12 @@ struct Simd {
     using V = __m256;
     static constexpr int W = 8;
     static constexpr int kVectorRegisters = 16;  // ymm0-15
-    static constexpr int kScoreRows = 4;     // GQA scores: 4 rows x 2 tokens = 8 accumulators
+    static constexpr int kScoreRows = 4;         // GQA scores: 4 rows x 2 tokens = 8 accumulators
     static constexpr int kScoreTokens = 2;
     static constexpr int kPvChunks = 2;      // GQA values: 4 rows x 2 vectors
     static constexpr int kAbsorbTokens = 6;  // absorb scores: 6 tokens x 2 row vectors
     static constexpr int kAbsorbRowVecs = 2;
-    static constexpr int kAbsorbDims = 6;    // absorb values: 6 latent dims x 2 row vectors
+    static constexpr int kAbsorbDims = 6;  // absorb values: 6 latent dims x 2 row vectors
     static constexpr int kGemmVecs = 2;
     static constexpr int kGemvVecs = 8;  // single-row GEMM: vectors per row pass
 

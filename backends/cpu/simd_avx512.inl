@@ -7,12 +7,12 @@ struct Simd {
     using V = __m512;
     static constexpr int W = 16;
     static constexpr int kVectorRegisters = 32;  // zmm0-31
-    static constexpr int kScoreRows = 4;     // GQA scores: 4 rows x 4 tokens = 16 accumulators
+    static constexpr int kScoreRows = 4;         // GQA scores: 4 rows x 4 tokens = 16 accumulators
     static constexpr int kScoreTokens = 4;
     static constexpr int kPvChunks = 4;      // GQA values: 4 rows x 4 vectors
     static constexpr int kAbsorbTokens = 8;  // absorb scores: 8 tokens x 2 row vectors
     static constexpr int kAbsorbRowVecs = 2;
-    static constexpr int kAbsorbDims = 8;    // absorb values: 8 latent dims x 2 row vectors
+    static constexpr int kAbsorbDims = 8;  // absorb values: 8 latent dims x 2 row vectors
     static constexpr int kGemmVecs = 4;
     static constexpr int kGemvVecs = 16;  // single-row GEMM: vectors per row pass
 
@@ -42,8 +42,8 @@ struct Simd {
     static inline __m256i e4m3_to_f16_bits(__m256i x) {
         const __m256i t = _mm256_slli_epi16(x, 7);
         const __m256i h = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
-        const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(t, _mm256_set1_epi16(0x3f80)),
-                                                      _mm256_set1_epi16(0x3f80));
+        const __mmask16 nan =
+            _mm256_cmpeq_epi16_mask(_mm256_and_si256(t, _mm256_set1_epi16(0x3f80)), _mm256_set1_epi16(0x3f80));
         return _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7e00));
     }
     static inline V load_e4m3(const uint8_t* p) {
@@ -55,8 +55,8 @@ struct Simd {
         const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
         const __m512i t = _mm512_slli_epi16(x, 7);
         __m512i h = _mm512_add_epi16(t, _mm512_and_si512(t, _mm512_set1_epi16(0x4000)));
-        const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(t, _mm512_set1_epi16(0x3f80)),
-                                                      _mm512_set1_epi16(0x3f80));
+        const __mmask32 nan =
+            _mm512_cmpeq_epi16_mask(_mm512_and_si512(t, _mm512_set1_epi16(0x3f80)), _mm512_set1_epi16(0x3f80));
         h = _mm512_mask_mov_epi16(h, nan, _mm512_set1_epi16(0x7e00));
         lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
         hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
@@ -74,7 +74,8 @@ struct Simd {
     static inline M lt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
     static inline V fma_where(M m, V a, V b, V c) { return _mm512_mask3_fmadd_ps(a, b, c, m); }
     static inline __m256 halves(V v) {
-        return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        return _mm256_add_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     }
     static inline float hsum(V v) { return _mm512_reduce_add_ps(v); }
     static inline float hmax(V v) { return _mm512_reduce_max_ps(v); }

@@ -108,9 +108,9 @@ void ThreadPool::run(int64_t items, int64_t grain, ChunkFn fn, void* body) {
     items_.store(items, std::memory_order_relaxed);
     grain_.store(grain, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
-    claim_.store((static_cast<uint64_t>(call & 0xffffffu) << (2 * kChunkBits)) |
-                     (static_cast<uint64_t>(chunks) << kChunkBits),
-                 std::memory_order_release);
+    claim_.store(
+        (static_cast<uint64_t>(call & 0xffffffu) << (2 * kChunkBits)) | (static_cast<uint64_t>(chunks) << kChunkBits),
+        std::memory_order_release);
     call_number_.store(call, std::memory_order_seq_cst);
     if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&call_number_);
 

@@ -47,7 +47,8 @@ public:
     template <class Body>
     void parallel_for(int64_t items, int64_t grain, Body&& body) {
         using B = std::remove_reference_t<Body>;
-        run(items, grain,
+        run(
+            items, grain,
             [](void* b, int64_t begin, int64_t end, int slot) { (*static_cast<B*>(b))(begin, end, slot); },
             const_cast<void*>(static_cast<const void*>(&body)));
     }
@@ -95,12 +96,12 @@ private:
     static constexpr int kChunkBits = 20;
     static constexpr uint64_t kChunkMask = (uint64_t{1} << kChunkBits) - 1;
     alignas(64) std::atomic<uint64_t> claim_{0};
-    alignas(64) std::atomic<uint32_t> done_{0};          // chunks finished (futex word of the caller)
+    alignas(64) std::atomic<uint32_t> done_{0};  // chunks finished (futex word of the caller)
     std::atomic<uint32_t> caller_sleeping_{0};
-    alignas(64) std::atomic<uint32_t> call_number_{0};   // futex word of idle workers
+    alignas(64) std::atomic<uint32_t> call_number_{0};  // futex word of idle workers
     std::atomic<uint32_t> sleeping_workers_{0};
     std::atomic<bool> stop_{false};
-    alignas(64) std::atomic<bool> busy_{false};          // a call is running
+    alignas(64) std::atomic<bool> busy_{false};  // a call is running
 };
 
 }  // namespace gqla::cpu

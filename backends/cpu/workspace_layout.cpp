@@ -73,10 +73,11 @@ WorkspaceLayout plan_workspace(const gqla_backend_desc& d) {
     g.max_tiles = static_cast<int32_t>(g.max_units + g.rows_cap / kWideRows + 1);
     g.max_partials = max_partials;
     g.max_items = g.max_tiles + g.max_partials;
-    L.attend_floats = static_cast<size_t>(
-        std::max(gqa_scratch_floats(L.narrow_rows, dk), gqa_wide_scratch_floats(d1, d2, dv)));
+    L.attend_floats =
+        static_cast<size_t>(std::max(gqa_scratch_floats(L.narrow_rows, dk), gqa_wide_scratch_floats(d1, d2, dv)));
     // Then a tile's own acc, m, l and row limits (int64).
-    int64_t thread_floats = static_cast<int64_t>(L.attend_floats) + round16(L.tile_rows * dv) + round16(4 * L.tile_rows);
+    int64_t thread_floats =
+        static_cast<int64_t>(L.attend_floats) + round16(L.tile_rows * dv) + round16(4 * L.tile_rows);
     if (gqla) {
         // One expansion block: the kernel's scratch (or the latent rows for
         // the table GEMM) and the up-projected rows in f32.
@@ -87,8 +88,11 @@ WorkspaceLayout plan_workspace(const gqla_backend_desc& d) {
                                       (fp8 ? round16(d.latent_dim * int64_t(kExpandTokens)) : 0);
         thread_floats = std::max(thread_floats, expand_floats);
         L.slots = std::max(8, 2 * L.threads);
-        L.slot_floats = static_cast<size_t>(
-            round16((int64_t(kPieceTokens) * (d.nope_dim + dv + d.rope_dim) * static_cast<int64_t>(dtype_size(fp8 ? GQLA_DTYPE_BF16 : d.cache_dtype)) + 3) / 4));
+        L.slot_floats =
+            static_cast<size_t>(round16((int64_t(kPieceTokens) * (d.nope_dim + dv + d.rope_dim) *
+                                             static_cast<int64_t>(dtype_size(fp8 ? GQLA_DTYPE_BF16 : d.cache_dtype)) +
+                                         3) /
+                                        4));
     }
     g.thread_floats = static_cast<size_t>(thread_floats);
     g.partial_floats = static_cast<size_t>(round16(L.tile_rows * (dv + 2)));
@@ -123,10 +127,10 @@ WorkspaceLayout plan_workspace(const gqla_backend_desc& d) {
                                               (d.cache_dtype == GQLA_DTYPE_FP8_E4M3 ? absorb_fp8_stage_floats(r) : 0));
         a.partial_floats = static_cast<size_t>(round16(r * RB + 2 * RB));
         Bump ba;
-        a.q_off = ba.take(static_cast<size_t>(a.rows_cap * d.nope_dim));             // packed qc, group-major
-        a.q2_off = ba.take(static_cast<size_t>(a.rows_cap * r));                      // q~, later o~
+        a.q_off = ba.take(static_cast<size_t>(a.rows_cap * d.nope_dim));  // packed qc, group-major
+        a.q2_off = ba.take(static_cast<size_t>(a.rows_cap * r));          // q~, later o~
         a.qt_off = ba.take(static_cast<size_t>(K * (a.rows_cap + kAbsorbRowAlign * segs)));
-        a.out_off = ba.take(static_cast<size_t>(a.rows_cap * dv));                    // projected output
+        a.out_off = ba.take(static_cast<size_t>(a.rows_cap * dv));  // projected output
         place_common(a, ba, L.threads);
         a.units_off = ba.take(floats_for<AbsorbSegment>(a.max_units));
         a.tiles_off = ba.take(floats_for<AbsorbBlock>(a.max_tiles));

@@ -27,9 +27,9 @@ constexpr int32_t kPieceTokens = 256;
 // A work item: one tile (or unit) of a chunk over the cache positions [t0, t1).
 struct WorkItem {
     int32_t unit;
-    int32_t partial;   // index of its partial-result slot, -1: writes the output directly
+    int32_t partial;  // index of its partial-result slot, -1: writes the output directly
     int64_t t0, t1;
-    int32_t rows;      // query rows it holds: its work is rows x (t1 - t0)
+    int32_t rows;  // query rows it holds: its work is rows x (t1 - t0)
 };
 
 // A unit's split: pieces [first, first + count) of the item list.
@@ -72,13 +72,13 @@ struct AbsorbBlock {
 };
 
 struct PathWorkspace {
-    int64_t rows_cap = 0;        // query rows of one chunk
-    int32_t max_units = 0;       // GQA: units; absorb: segments
-    int32_t max_tiles = 0;       // GQA: tiles; absorb: row blocks
+    int64_t rows_cap = 0;   // query rows of one chunk
+    int32_t max_units = 0;  // GQA: units; absorb: segments
+    int32_t max_tiles = 0;  // GQA: tiles; absorb: row blocks
     int32_t max_items = 0;
     int32_t max_partials = 0;
-    size_t thread_floats = 0;    // per-thread scratch
-    size_t partial_floats = 0;   // one partial-result slot
+    size_t thread_floats = 0;   // per-thread scratch
+    size_t partial_floats = 0;  // one partial-result slot
     // offsets in floats from the workspace start
     size_t q_off = 0, q2_off = 0, qt_off = 0, out_off = 0;
     size_t state_off = 0, slots_off = 0;
@@ -89,17 +89,17 @@ struct PathWorkspace {
 
 struct WorkspaceLayout {
     int32_t threads = 1;
-    int64_t narrow_rows = 0;     // most rows of a narrow GQA tile
-    int64_t tile_rows = 0;       // most rows of any GQA tile
-    size_t attend_floats = 0;    // kernel scratch of one GQA item (either kernel)
+    int64_t narrow_rows = 0;   // most rows of a narrow GQA tile
+    int64_t tile_rows = 0;     // most rows of any GQA tile
+    size_t attend_floats = 0;  // kernel scratch of one GQA item (either kernel)
     int32_t absorb_row_block = 0;
     // GQLA GQA_TRANSIENT: latent pieces up-projected at once, and the floats
     // of one (kPieceTokens x (d_c + d_v + d_r) elements of the cache dtype).
     int32_t slots = 0;
     size_t slot_floats = 0;
-    PathWorkspace gqa;           // GQA kind and both GQA forms of GQLA
-    PathWorkspace absorb;        // GQLA absorb path
-    size_t total_bytes = 0;      // max of both paths (they never run at once)
+    PathWorkspace gqa;       // GQA kind and both GQA forms of GQLA
+    PathWorkspace absorb;    // GQLA absorb path
+    size_t total_bytes = 0;  // max of both paths (they never run at once)
 };
 
 WorkspaceLayout plan_workspace(const gqla_backend_desc& d);

@@ -13,7 +13,9 @@ namespace {
 
 constexpr int kRowsPerCta = 8;
 
-struct Strides3 { int64_t b, q, h; };
+struct Strides3 {
+    int64_t b, q, h;
+};
 
 struct RowIndex {
     int b, qi, h;
@@ -51,8 +53,10 @@ __global__ void __launch_bounds__(kRowsPerCta * 32)
         } else {  // a piece across the nope | rope boundary
             for (int e = 0; e < n; ++e) {
                 const int ce = c + e;
-                if (ce < a.nope_dim) store_elem(q_nope, work_dtype, nope_row + ce, v[e]);
-                else store_elem(q_att, work_dtype, rope_row + (ce - a.nope_dim), v[e]);
+                if (ce < a.nope_dim)
+                    store_elem(q_nope, work_dtype, nope_row + ce, v[e]);
+                else
+                    store_elem(q_att, work_dtype, rope_row + (ce - a.nope_dim), v[e]);
             }
         }
     }
@@ -88,8 +92,8 @@ void launch_absorb_pack_q(const AbsorbLayout& a, const void* q, int32_t q_dtype,
 
 void launch_absorb_unpack_o(const AbsorbLayout& a, const float* o_proj, void* o, int32_t o_dtype,
                             const int64_t o_strides[3], cudaStream_t stream) {
-    unpack_o_kernel<<<ctas_for(a), kRowsPerCta * 32, 0, stream>>>(
-        a, o_proj, o, o_dtype, Strides3{o_strides[0], o_strides[1], o_strides[2]});
+    unpack_o_kernel<<<ctas_for(a), kRowsPerCta * 32, 0, stream>>>(a, o_proj, o, o_dtype,
+                                                                  Strides3{o_strides[0], o_strides[1], o_strides[2]});
     check_launch("absorb unpack_o_kernel");
 }
 

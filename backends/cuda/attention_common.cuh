@@ -41,7 +41,9 @@ __device__ __forceinline__ void grid_dependency_wait() {
 }
 
 // Query token and head of row mg of group g's rows (heads x s_q, head fastest).
-struct QueryHead { int qi, h; };
+struct QueryHead {
+    int qi, h;
+};
 __device__ __forceinline__ QueryHead query_head(const AttentionParams& p, int g, int mg) {
     const int qi = mg / p.heads_per_group;
     return {qi, g * p.heads_per_group + (mg - qi * p.heads_per_group)};
@@ -54,7 +56,9 @@ __device__ __forceinline__ int64_t row_offset(const RowAddress& a, int b, int qi
 // Tiles [begin, end) of `tile` tokens owned by `split`; the per-split chunk is
 // derived from the device-side length, so a graph replay after more appends
 // covers the new tokens.
-struct SplitRange { int begin, end; };
+struct SplitRange {
+    int begin, end;
+};
 __device__ __forceinline__ SplitRange split_tiles(int length, int tile, int split, int num_splits) {
     int tiles = (length + tile - 1) / tile;
     int per = (tiles + num_splits - 1) / num_splits;
@@ -67,12 +71,12 @@ __device__ __forceinline__ SplitRange split_tiles(int length, int tile, int spli
 // `rows_per_cta` rows, grid.y = the launch's sequences, grid.z = splits of
 // their tokens into tiles of `tile`.
 struct CtaWork {
-    int rb, g;              // row block within the group, group
-    int b;                  // sequence index in the decode call
+    int rb, g;  // row block within the group, group
+    int b;      // sequence index in the decode call
     int split;
-    int length;             // tokens of the sequence in this layer
-    const int32_t* table;   // its page table
-    SplitRange range;       // tiles this split owns
+    int length;            // tokens of the sequence in this layer
+    const int32_t* table;  // its page table
+    SplitRange range;      // tiles this split owns
 };
 // Also lets the combine pass be scheduled (every attention kernel starts here).
 __device__ __forceinline__ CtaWork cta_work(const AttentionParams& p, int rows_per_cta, int tile) {
@@ -93,8 +97,13 @@ __device__ __forceinline__ CtaWork cta_work(const AttentionParams& p, int rows_p
 // Element offset of token j's row in a pool (page from the device table).
 __device__ __forceinline__ int64_t token_base(const int32_t* table, int j, int page_size, int page_shift) {
     int page_idx, slot;
-    if (page_shift >= 0) { page_idx = j >> page_shift; slot = j & (page_size - 1); }
-    else { page_idx = j / page_size; slot = j - page_idx * page_size; }
+    if (page_shift >= 0) {
+        page_idx = j >> page_shift;
+        slot = j & (page_size - 1);
+    } else {
+        page_idx = j / page_size;
+        slot = j - page_idx * page_size;
+    }
     return (static_cast<int64_t>(__ldg(table + page_idx)) << 32) | static_cast<uint32_t>(slot);
 }
 __device__ __forceinline__ int64_t pool_offset(const PoolView& pv, int64_t tb, int g) {
@@ -113,8 +122,10 @@ __device__ __forceinline__ int64_t partial_row(const AttentionParams& p, int spl
 // has one split, else to the partial buffer the combine kernel merges.
 __device__ __forceinline__ void write_output(const AttentionParams& p, int split, int b, int qi, int h, int c,
                                              float v) {
-    if (p.num_splits == 1) store_elem(p.o, p.o_dtype, row_offset(p.oa, b, qi, h) + c, v);
-    else p.part_o[partial_row(p, split, b, qi, h) * p.v.dim + c] = v;
+    if (p.num_splits == 1)
+        store_elem(p.o, p.o_dtype, row_offset(p.oa, b, qi, h) + c, v);
+    else
+        p.part_o[partial_row(p, split, b, qi, h) * p.v.dim + c] = v;
 }
 
 // Element of the caller's lse for row (b, qi, h).

@@ -16,7 +16,9 @@ namespace gqla::cuda {
 enum class MmaVariant { Small = 0, Medium = 1, Large = 2 };
 constexpr int kNumMmaVariants = 3;
 
-struct MmaShape { int warps, mr, bn, stages, max_value_dim; };
+struct MmaShape {
+    int warps, mr, bn, stages, max_value_dim;
+};
 MmaShape mma_shape(MmaVariant v);
 
 // Dynamic shared memory the variant needs for these dims.
@@ -83,7 +85,9 @@ enum class NarrowRows { Padded = 0, Swizzled = 1, TmaBoxes = 2 };
 // TMA view of one layer's key parts and value pool for the narrow kernel:
 // each pool as [rows][dim] token rows; the row of (page, group, slot) is
 // page * page_rows + group * group_rows + slot.
-struct PoolRows { int32_t page_rows, group_rows; };
+struct PoolRows {
+    int32_t page_rows, group_rows;
+};
 struct NarrowTmaMaps {  // CUtensorMap carries its own 64-byte alignment
     CUtensorMap k1, k2, v;
     PoolRows k1_rows, k2_rows, v_rows;
@@ -91,8 +95,8 @@ struct NarrowTmaMaps {  // CUtensorMap carries its own 64-byte alignment
 };
 // Maps of the layer whose pools are k1, k2 (dim 0: none) and v, pools of
 // num_pages pages of page_size tokens.
-NarrowTmaMaps narrow_tma_maps(gqla_dtype cache, const PoolView& k1, const PoolView& k2, const PoolView& v, int page_size,
-                              int64_t num_pages);
+NarrowTmaMaps narrow_tma_maps(gqla_dtype cache, const PoolView& k1, const PoolView& k2, const PoolView& v,
+                              int page_size, int64_t num_pages);
 
 // Dims the kernel takes, and at most max_rows rows per group.
 bool narrow_kernel_fits(const AttentionParams& p, int max_rows);
@@ -138,9 +142,9 @@ int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, Nar
 // launched with clusters of grid.z CTAs. warps: kNarrowWarps, or
 // kNarrowWideWarps where narrow_wide_compiled. row_blocks > 1: shared rings
 // (narrow_shared_compiled; grid.x counts CTAs of row_blocks row blocks).
-void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int warps,
-                             int row_blocks, const AttentionParams& p, const NarrowTmaMaps& maps, dim3 grid,
-                             int smem_bytes, cudaStream_t stream);
+void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int warps, int row_blocks,
+                             const AttentionParams& p, const NarrowTmaMaps& maps, dim3 grid, int smem_bytes,
+                             cudaStream_t stream);
 
 // Scalar f32 kernel: any dtype (the f32 cache), any dims.
 constexpr int kSimtRows = 8;

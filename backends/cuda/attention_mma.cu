@@ -19,7 +19,8 @@ const void* kernel_for(MmaVariant v, gqla_dtype cache) {
 MmaShape mma_shape(MmaVariant v) {
     switch (v) {
 #define X(name, nw, mr, bn, st, nc) \
-    case MmaVariant::name: return MmaShape{nw, mr, bn, st, (nw / mr) * nc * 16};
+    case MmaVariant::name:          \
+        return MmaShape{nw, mr, bn, st, (nw / mr) * nc * 16};
         GQLA_MMA_VARIANTS(X)
 #undef X
     }
@@ -41,9 +42,9 @@ void prepare_attention_kernels(int smem_optin) {
 
 int mma_blocks_per_sm(MmaVariant v, gqla_dtype cache, int smem_bytes) {
     int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_for(v, cache), mma_shape(v).warps * 32,
-                                                             smem_bytes),
-               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    check_cuda(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_for(v, cache), mma_shape(v).warps * 32, smem_bytes),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return n;
 }
 

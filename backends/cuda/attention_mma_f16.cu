@@ -8,7 +8,8 @@ namespace gqla::cuda {
 const void* mma_kernel_f16(MmaVariant v) {
     switch (v) {
 #define X(name, nw, mr, bn, st, nc) \
-    case MmaVariant::name: return reinterpret_cast<const void*>(&attention_mma_kernel<__half, nw, mr, bn, st, nc>);
+    case MmaVariant::name:          \
+        return reinterpret_cast<const void*>(&attention_mma_kernel<__half, nw, mr, bn, st, nc>);
         GQLA_MMA_VARIANTS(X)
 #undef X
     }

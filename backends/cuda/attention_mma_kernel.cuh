@@ -27,12 +27,12 @@ template <typename T, int NW, int MR, int BN, int STAGES, int MAX_NC>
 __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_constant__ AttentionParams p) {
     constexpr int ROWS = MR * 16;
     constexpr int NT = NW * 32;
-    constexpr int TPR = NT / ROWS;           // softmax threads per row
-    constexpr int WPR = NW / MR;             // PV warps per row tile
+    constexpr int TPR = NT / ROWS;  // softmax threads per row
+    constexpr int WPR = NW / MR;    // PV warps per row tile
     constexpr int S_STRIDE = BN + 4;
     constexpr int P_STRIDE = BN + 8;
-    constexpr int ROW_STEP = NT / 8;         // tile rows loaded per pass (8 threads x 16 B per row)
-    constexpr int RPT = BN / ROW_STEP;       // rows each thread loads per tile
+    constexpr int ROW_STEP = NT / 8;    // tile rows loaded per pass (8 threads x 16 B per row)
+    constexpr int RPT = BN / ROW_STEP;  // rows each thread loads per tile
     static_assert(NT % ROWS == 0 && 32 % TPR == 0 && NW % MR == 0 && BN % ROW_STEP == 0, "bad tiling");
 
     extern __shared__ __align__(128) unsigned char smem[];
@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
             const bool valid = tb[i] >= 0;
             const int64_t base = valid ? tb[i] : 0;
             const T* s1 = k1 + pool_offset(p.k1, base, g);
-            for (int c = (tid & 7) * 8; c < dk1; c += 64) cp_async_16(dK + r * L.k_stride + c, valid ? s1 + c : k1, valid);
+            for (int c = (tid & 7) * 8; c < dk1; c += 64)
+                cp_async_16(dK + r * L.k_stride + c, valid ? s1 + c : k1, valid);
             if (dk2) {
                 const T* s2 = k2 + pool_offset(p.k2, base, g);
                 for (int c = (tid & 7) * 8; c < dk2; c += 64)
@@ -110,7 +111,8 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
             }
             if (!p.v_aliases_k1) {
                 const T* s3 = vb + pool_offset(p.v, base, g);
-                for (int c = (tid & 7) * 8; c < dv; c += 64) cp_async_16(dV + r * vstride + c, valid ? s3 + c : vb, valid);
+                for (int c = (tid & 7) * 8; c < dv; c += 64)
+                    cp_async_16(dV + r * vstride + c, valid ? s3 + c : vb, valid);
             }
         }
     };
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
                     uint32_t a[4], bk[4];
                     ldmatrix_x4(a, qrow + kk + 16 * k);
                     ldmatrix_x4(bk, krow + kk + 16 * k);
-                    float (*acc)[4] = k == 0 ? s : sk[k - 1];
+                    float(*acc)[4] = k == 0 ? s : sk[k - 1];
                     mma_16816<T>(acc[0], a, bk[0], bk[1]);
                     mma_16816<T>(acc[1], a, bk[2], bk[3]);
                 }
@@ -248,8 +250,10 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
             for (int i = 0; i < MAX_NC; ++i)
 #pragma unroll
                 for (int n = 0; n < 2; ++n) {
-                    acc[i][n][0] *= a0; acc[i][n][1] *= a0;
-                    acc[i][n][2] *= a1; acc[i][n][3] *= a1;
+                    acc[i][n][0] *= a0;
+                    acc[i][n][1] *= a0;
+                    acc[i][n][2] *= a1;
+                    acc[i][n][3] *= a1;
                 }
             const T* prow = sP + (pv_rt * 16 + (lane & 15)) * P_STRIDE + (lane >> 4) * 8;
 #pragma unroll
@@ -273,7 +277,10 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
     }
     cp_async_wait<0>();
 
-    if (smax_sub == 0) { sFinalM[smax_row] = run_m; sFinalL[smax_row] = run_l; }
+    if (smax_sub == 0) {
+        sFinalM[smax_row] = run_m;
+        sFinalL[smax_row] = run_l;
+    }
     __syncthreads();
 
     // Epilogue: normalized rows (+ lse) to o, or to the split partials.

@@ -8,9 +8,9 @@
 
 #include "attention_kernels.hpp"
 
-#define GQLA_MMA_VARIANTS(X) \
-    X(Small, 4, 1, 32, 4, 4)    \
-    X(Medium, 8, 2, 32, 3, 8)   \
+#define GQLA_MMA_VARIANTS(X)  \
+    X(Small, 4, 1, 32, 4, 4)  \
+    X(Medium, 8, 2, 32, 3, 8) \
     X(Large, 8, 4, 32, 3, 16)
 
 namespace gqla::cuda {

@@ -27,13 +27,18 @@ const void* narrow_kernel_of(int slots) {
 template <typename T>
 const void* narrow_kernel_of(int slots, NarrowRows rows, NarrowDims dims) {
     switch (rows) {
-        case NarrowRows::Padded: return narrow_kernel_of<T, NarrowRows::Padded>(slots);
-        case NarrowRows::Swizzled: return narrow_kernel_of<T, NarrowRows::Swizzled>(slots);
+        case NarrowRows::Padded:
+            return narrow_kernel_of<T, NarrowRows::Padded>(slots);
+        case NarrowRows::Swizzled:
+            return narrow_kernel_of<T, NarrowRows::Swizzled>(slots);
         case NarrowRows::TmaBoxes:
             switch (dims) {
-                case NarrowDims::K128V128: return narrow_kernel_of<T, NarrowRows::TmaBoxes, 128, 128>(slots);
-                case NarrowDims::K192V128: return narrow_kernel_of<T, NarrowRows::TmaBoxes, 192, 128>(slots);
-                case NarrowDims::Runtime: return narrow_kernel_of<T, NarrowRows::TmaBoxes>(slots);
+                case NarrowDims::K128V128:
+                    return narrow_kernel_of<T, NarrowRows::TmaBoxes, 128, 128>(slots);
+                case NarrowDims::K192V128:
+                    return narrow_kernel_of<T, NarrowRows::TmaBoxes, 192, 128>(slots);
+                case NarrowDims::Runtime:
+                    return narrow_kernel_of<T, NarrowRows::TmaBoxes>(slots);
             }
     }
     return nullptr;
@@ -89,8 +94,8 @@ bool pool_map(gqla_dtype cache, const PoolView& pool, int64_t num_pages, CUtenso
 
 }  // namespace
 
-NarrowTmaMaps narrow_tma_maps(gqla_dtype cache, const PoolView& k1, const PoolView& k2, const PoolView& v, int page_size,
-                              int64_t num_pages) {
+NarrowTmaMaps narrow_tma_maps(gqla_dtype cache, const PoolView& k1, const PoolView& k2, const PoolView& v,
+                              int page_size, int64_t num_pages) {
     NarrowTmaMaps maps{};
     if (page_size % 16 != 0 || k1.dim + k2.dim > kNarrowMaxDk || v.dim > kNarrowMaxDv) return maps;
     const bool ok = pool_map(cache, k1, num_pages, &maps.k1, &maps.k1_rows) &&
@@ -101,8 +106,7 @@ NarrowTmaMaps narrow_tma_maps(gqla_dtype cache, const PoolView& k1, const PoolVi
 }
 
 bool narrow_kernel_fits(const AttentionParams& p, int max_rows) {
-    return p.rows <= max_rows && p.k1.dim + p.k2.dim <= kNarrowMaxDk && p.v.dim <= kNarrowMaxDv &&
-           !p.v_aliases_k1;
+    return p.rows <= max_rows && p.k1.dim + p.k2.dim <= kNarrowMaxDk && p.v.dim <= kNarrowMaxDv && !p.v_aliases_k1;
 }
 
 bool narrow_can_swizzle(const AttentionParams& p) { return narrow_can_swizzle(p.k1.dim + p.k2.dim, p.v.dim); }
@@ -148,8 +152,8 @@ void prepare_narrow_kernels(int smem_optin, bool clusters) {
                     for (int warps : {kNarrowWarps, kNarrowWideWarps})
                         prepare(narrow_kernel(t, st, rows, static_cast<NarrowDims>(dims), warps));
         for (int row_blocks : {2, 4})
-            prepare(narrow_kernel(t, kNarrowSharedSlots, NarrowRows::TmaBoxes, NarrowDims::K128V128,
-                                  kNarrowSharedWarps, row_blocks));
+            prepare(narrow_kernel(t, kNarrowSharedSlots, NarrowRows::TmaBoxes, NarrowDims::K128V128, kNarrowSharedWarps,
+                                  row_blocks));
     }
 }
 
@@ -171,9 +175,9 @@ int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, Nar
                                      smem_bytes + kNarrowClusterMergeBytes, cluster_splits);
 }
 
-void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int warps,
-                             int row_blocks, const AttentionParams& p, const NarrowTmaMaps& maps, dim3 grid,
-                             int smem_bytes, cudaStream_t stream) {
+void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int warps, int row_blocks,
+                             const AttentionParams& p, const NarrowTmaMaps& maps, dim3 grid, int smem_bytes,
+                             cudaStream_t stream) {
     // A swizzled kernel on dims that cannot swizzle would address its slots
     // wrongly, and the TMA one needs the layer's maps: fall back, never misread.
     // (Any split count is right for any tile: each CTA derives its range.)
@@ -181,13 +185,14 @@ void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, Narro
     if (rows == NarrowRows::TmaBoxes && !maps.valid) rows = NarrowRows::Swizzled;
     if (dims != narrow_fixed_dims(p)) dims = NarrowDims::Runtime;
     if (row_blocks != 1 && !narrow_shared_compiled(slots, rows, dims, warps, row_blocks))
-        throw BackendError(GQLA_ERR_INTERNAL, "CUDA decode: narrow kernel with shared rings not compiled for this plan");
+        throw BackendError(GQLA_ERR_INTERNAL,
+                           "CUDA decode: narrow kernel with shared rings not compiled for this plan");
     if (row_blocks == 1 && !narrow_wide_compiled(slots, rows, dims)) warps = kNarrowWarps;
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
     if (p.cluster_merge) smem_bytes += kNarrowClusterMergeBytes;
     LaunchAttrs attrs;
-    cudaLaunchConfig_t cfg =
-        make_launch_config(grid, dim3(static_cast<unsigned>(warps * 32)), smem_bytes, p.cluster_merge != 0, false, attrs);
+    cudaLaunchConfig_t cfg = make_launch_config(grid, dim3(static_cast<unsigned>(warps * 32)), smem_bytes,
+                                                p.cluster_merge != 0, false, attrs);
     cfg.stream = stream;
     check_cuda(cudaLaunchKernelExC(&cfg, narrow_kernel(cache, slots, rows, dims, warps, row_blocks), args),
                "launch attention_narrow_kernel");

@@ -61,8 +61,8 @@ struct NarrowLayout {
     int k_stride, v_stride;  // elements between rows of a K / V slot
     int block;               // elements between 64-column groups (see SmemRows)
     int slot_elems, warp_bytes, o_off, f_off, bar_off, bytes;
-    int merge_off;           // a cluster launch's merge region (kNarrowClusterMergeBytes more)
-    int o_stride;            // floats between rows of a warp's (or the merged) O
+    int merge_off;  // a cluster launch's merge region (kNarrowClusterMergeBytes more)
+    int o_stride;   // floats between rows of a warp's (or the merged) O
     bool swizzle, boxes;
 };
 
@@ -123,7 +123,9 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
 // NW: warps per CTA (kNarrowWarps, or kNarrowWideWarps for wide CTAs).
 // RB: row blocks per CTA, whose warps share NW / RB rings (TMA boxes only).
 template <typename T, int R, NarrowRows ROWS, int DK = 0, int DV = 0, int NW = kNarrowWarps, int RB = 1>
-__global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == NarrowRows::TmaBoxes ? (R == 3 ? 4 : 3) : 0)
+__global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps             ? 1
+                                           : ROWS == NarrowRows::TmaBoxes ? (R == 3 ? 4 : 3)
+                                                                          : 0)
     attention_narrow_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ NarrowTmaMaps maps) {
     // TW token lanes (a ring each), each read by RB warps (one per row block).
     constexpr int TW = NW / RB;
@@ -139,7 +141,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
     const int k_steps = dk16 / 16, v_tiles = dv16 / 16;
     const NarrowLayout L = narrow_layout(dk, dv, R, ROWS, NW, RB);
     float* sWarpO = reinterpret_cast<float*>(smem + L.o_off);  // [NW][kNarrowRows][o_stride]
-    float* sO = sWarpO + NW * kNarrowRows * L.o_stride;          // merged, for the cluster merge
+    float* sO = sWarpO + NW * kNarrowRows * L.o_stride;        // merged, for the cluster merge
     float* sWarpM = reinterpret_cast<float*>(smem + L.f_off);
     float* sWarpL = sWarpM + NW * kNarrowRows;
     constexpr int CTA_ROWS = kNarrowRows * RB;
@@ -258,7 +260,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
                 if (dk2)
                     copy_contiguous_rows16(dst, k_rows, dk1, k2 + pool_offset(p.k2, tb, grp), p.k2.row_stride, dk2,
                                            shift2, valid_rows, lane);
-                if (dk16 != dk) copy_contiguous_rows16(dst, k_rows, dk, k1, 0, 8, 0, 0, lane);  // zero key pad (see the ring)
+                if (dk16 != dk)
+                    copy_contiguous_rows16(dst, k_rows, dk, k1, 0, 8, 0, 0, lane);  // zero key pad (see the ring)
             }
             if constexpr (TMA) {
                 cp_async_mbarrier_arrive(bar);
@@ -335,7 +338,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         if (tid < cta_rows) {
             const QueryHead qh = cta_row_qh(tid);
             sRowOut[tid] = p.num_splits == 1 || p.cluster_merge ? row_offset(p.oa, b, qh.qi, qh.h)
-                                                                 : partial_row(p, split, b, qh.qi, qh.h) * p.v.dim;
+                                                                : partial_row(p, split, b, qh.qi, qh.h) * p.v.dim;
         }
         __syncthreads();
         const T* qrow = staged_rows(rbw) + fr * q_stride + 2 * fc;
@@ -345,7 +348,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
             qb[ks][1] = ks < k_steps ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16 + 8) : 0u;
         }
         if constexpr (TMA) fence_proxy_async_smem();  // these reads of sQ before TMA writes into the same bytes
-        __syncthreads();  // the rings' last slots take their halves next
+        __syncthreads();                              // the rings' last slots take their halves next
     }
     issue_first(EARLY, R);
     // Causal limit of this lane's two query rows (columns 2fc, 2fc+1 of S^T).
@@ -470,8 +473,10 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
                         ldmatrix_x4_trans(a, vrow[i & 3] + (i >> 2) * BLOCK);
                         // (Value columns only: pad rows of V^T may hold a former K half.)
                         const bool lo_col = i * 16 + fr < dv, hi_col = i * 16 + fr + 8 < dv;
-                        const uint32_t first = (lo_col ? scrub_pair<T>(a[0]) : 0u) | (hi_col ? scrub_pair<T>(a[1]) : 0u);
-                        const uint32_t second = (lo_col ? scrub_pair<T>(a[2]) : 0u) | (hi_col ? scrub_pair<T>(a[3]) : 0u);
+                        const uint32_t first =
+                            (lo_col ? scrub_pair<T>(a[0]) : 0u) | (hi_col ? scrub_pair<T>(a[1]) : 0u);
+                        const uint32_t second =
+                            (lo_col ? scrub_pair<T>(a[2]) : 0u) | (hi_col ? scrub_pair<T>(a[3]) : 0u);
                         bad |= (first << (2 * fc)) | (second << (2 * fc + 8));
                     }
                 }
@@ -490,8 +495,10 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
 #pragma unroll
         for (int i = 0; i < MAX_VT; ++i) {
             if (i < v_tiles) {
-                acc[i][0] *= alpha[0]; acc[i][1] *= alpha[1];
-                acc[i][2] *= alpha[0]; acc[i][3] *= alpha[1];
+                acc[i][0] *= alpha[0];
+                acc[i][1] *= alpha[1];
+                acc[i][2] *= alpha[0];
+                acc[i][3] *= alpha[1];
                 uint32_t a[4];
                 ldmatrix_x4_trans(a, vrow[i & 3] + (i >> 2) * BLOCK);
                 if constexpr (RB > 1) {
@@ -537,7 +544,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         scale[e] = (run_m[e] == -INFINITY) ? 0.f : exp2_ftz(run_m[e] - M);
         if (tw == 0 && fr == 0) {
             float tot = 0.f;
-            for (int w = w0; w < w0 + TW; ++w) tot += rescaled_sum(sWarpM[w * kNarrowRows + r], sWarpL[w * kNarrowRows + r], M);
+            for (int w = w0; w < w0 + TW; ++w)
+                tot += rescaled_sum(sWarpM[w * kNarrowRows + r], sWarpL[w * kNarrowRows + r], M);
             sRowL[rbw * kNarrowRows + r] = tot;
             sRowM[rbw * kNarrowRows + r] = M;
         }
@@ -581,8 +589,10 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps ? 1 : ROWS == Narr
         const float l = sRowL[m];
         const int64_t out = sRowOut[m] + col;
         const float v = normalized(merged(m, col), l);
-        if (p.num_splits == 1) store_elem(p.o, p.o_dtype, out, v);
-        else p.part_o[out] = v;
+        if (p.num_splits == 1)
+            store_elem(p.o, p.o_dtype, out, v);
+        else
+            p.part_o[out] = v;
     }
     if (tid < cta_rows) {
         const QueryHead qh = cta_row_qh(tid);

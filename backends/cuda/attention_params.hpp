@@ -25,54 +25,60 @@ struct RowAddress {
 };
 
 struct PoolView {
-    const void* base;       // this layer's pool
-    int64_t page_stride;    // elements between pages
-    int64_t group_stride;   // elements between groups inside a page (0: shared by groups)
-    int32_t row_stride;     // elements between token slots
-    int32_t dim;            // elements used per token
+    const void* base;      // this layer's pool
+    int64_t page_stride;   // elements between pages
+    int64_t group_stride;  // elements between groups inside a page (0: shared by groups)
+    int32_t row_stride;    // elements between token slots
+    int32_t dim;           // elements used per token
 };
 
 struct AttentionParams {
-    PoolView k1, k2, v;     // k2.dim == 0 when absent
-    int32_t v_aliases_k1;   // absorb: the value is the first v.dim columns of k1
-    int32_t cache_dtype;    // gqla_dtype of the pools
+    PoolView k1, k2, v;    // k2.dim == 0 when absent
+    int32_t v_aliases_k1;  // absorb: the value is the first v.dim columns of k1
+    int32_t cache_dtype;   // gqla_dtype of the pools
 
     int32_t page_size;
-    int32_t page_shift;     // log2(page_size) when a power of two, else -1
+    int32_t page_shift;          // log2(page_size) when a power of two, else -1
     const int32_t* page_tables;  // [max_sequences][table_stride]
     int64_t table_stride;
-    const int32_t* lengths;      // [max_sequences] of this layer
+    const int32_t* lengths;  // [max_sequences] of this layer
 
-    int32_t q_len;          // s_q
-    int32_t heads_per_group;     // attention rows per query token per group
-    int32_t num_heads;           // H
-    int32_t rows;                // q_len * heads_per_group (rows per group)
+    int32_t q_len;            // s_q
+    int32_t heads_per_group;  // attention rows per query token per group
+    int32_t num_heads;        // H
+    int32_t rows;             // q_len * heads_per_group (rows per group)
 
-    const void* q; int32_t q_dtype; RowAddress qa;
+    const void* q;
+    int32_t q_dtype;
+    RowAddress qa;
     // Absorb path, latent kernel only: the rope part of each query row read
     // from here (the caller's q, in the cache's 16-bit dtype, rows 16-byte
     // aligned) instead of the columns past the latent in q. Null: q holds
     // whole rows.
-    const void* q_rope; RowAddress q_rope_a;
-    void* o; int32_t o_dtype; RowAddress oa;
-    float* lse; int64_t lse_sB, lse_sQ, lse_sH;
+    const void* q_rope;
+    RowAddress q_rope_a;
+    void* o;
+    int32_t o_dtype;
+    RowAddress oa;
+    float* lse;
+    int64_t lse_sB, lse_sQ, lse_sH;
 
     // Split-KV: each split writes normalized partial outputs + log2-sum-exp;
     // the combine kernel merges them. num_splits == 1 (or cluster_merge)
     // writes o/lse directly.
     int32_t num_splits;
-    float* part_o;          // [split][b][qi][h][dv]
-    float* part_lse2;       // [split][b][qi][h]
-    int32_t part_batch;     // b extent of the partial buffers
+    float* part_o;       // [split][b][qi][h][dv]
+    float* part_lse2;    // [split][b][qi][h]
+    int32_t part_batch;  // b extent of the partial buffers
     // 1: the splits of a row block are the CTAs of one thread-block cluster
     // (grid.z = cluster.z = num_splits) and merge in distributed shared
     // memory, writing o/lse directly (narrow and latent kernels; no combine
     // pass, no partial rows).
     int32_t cluster_merge;
 
-    float scale_log2;       // softmax scale * log2(e)
-    int32_t batch;          // sequences in this launch
-    int32_t batch_offset;   // index of the first one in the decode call
+    float scale_log2;      // softmax scale * log2(e)
+    int32_t batch;         // sequences in this launch
+    int32_t batch_offset;  // index of the first one in the decode call
     int32_t slots[kMaxLaunchBatch];
 };
 
@@ -80,8 +86,11 @@ struct CombineParams {
     int32_t batch, batch_offset, q_len, num_heads, dv, num_splits, part_batch;
     const float* part_o;
     const float* part_lse2;
-    void* o; int32_t o_dtype; RowAddress oa;
-    float* lse; int64_t lse_sB, lse_sQ, lse_sH;
+    void* o;
+    int32_t o_dtype;
+    RowAddress oa;
+    float* lse;
+    int64_t lse_sB, lse_sQ, lse_sH;
 };
 
 }  // namespace gqla::cuda

@@ -17,20 +17,27 @@ namespace {
 
 constexpr int kThreads = 128;
 
-struct SimtLayout { int k_stride, v_stride, q_off, k_off, v_off, s_off, o_off, f_off, bytes; };
+struct SimtLayout {
+    int k_stride, v_stride, q_off, k_off, v_off, s_off, o_off, f_off, bytes;
+};
 
 __host__ __device__ inline SimtLayout simt_layout(int dk, int dv, bool alias) {
     SimtLayout L{};
     L.k_stride = dk + 1;  // odd stride: threads reading different tokens hit different banks
     L.v_stride = alias ? L.k_stride : dv;
     int off = 0;
-    L.q_off = off; off += kSimtRows * dk * 4;
-    L.k_off = off; off += kSimtTile * L.k_stride * 4;
+    L.q_off = off;
+    off += kSimtRows * dk * 4;
+    L.k_off = off;
+    off += kSimtTile * L.k_stride * 4;
     L.v_off = alias ? L.k_off : off;
     if (!alias) off += kSimtTile * dv * 4;
-    L.s_off = off; off += kSimtRows * kSimtTile * 4;
-    L.o_off = off; off += kSimtRows * dv * 4;
-    L.f_off = off; off += kSimtRows * 4 * 4;
+    L.s_off = off;
+    off += kSimtRows * kSimtTile * 4;
+    L.o_off = off;
+    off += kSimtRows * dv * 4;
+    L.f_off = off;
+    off += kSimtRows * 4 * 4;
     L.bytes = off;
     return L;
 }
@@ -117,7 +124,11 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             sS[m * kSimtTile + lane] = e;
             __syncwarp();
-            if (lane == 0) { sM[m] = m_new; sL[m] = sL[m] * alpha + sum; sAlpha[m] = alpha; }
+            if (lane == 0) {
+                sM[m] = m_new;
+                sL[m] = sL[m] * alpha + sum;
+                sAlpha[m] = alpha;
+            }
         }
         __syncthreads();
         for (int i = tid; i < kSimtRows * dv; i += kThreads) {

@@ -12,9 +12,12 @@ namespace {
 template <typename T>
 const void* warp_kernel_of(int stages) {
     switch (stages) {
-        case 2: return reinterpret_cast<const void*>(&attention_warp_kernel<T, 2>);
-        case 3: return reinterpret_cast<const void*>(&attention_warp_kernel<T, 3>);
-        default: return reinterpret_cast<const void*>(&attention_warp_kernel<T, 4>);
+        case 2:
+            return reinterpret_cast<const void*>(&attention_warp_kernel<T, 2>);
+        case 3:
+            return reinterpret_cast<const void*>(&attention_warp_kernel<T, 3>);
+        default:
+            return reinterpret_cast<const void*>(&attention_warp_kernel<T, 4>);
     }
 }
 static_assert(kWarpKernelMinStages == kWarpStagesMin && kWarpKernelMaxStages == kWarpStagesMax && kWarpStagesMin == 2 &&
@@ -38,8 +41,9 @@ int warp_smem_bytes(const AttentionParams& p, int stages) {
 void prepare_warp_kernels(int smem_optin) {
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
         for (int st = kWarpKernelMinStages; st <= kWarpKernelMaxStages; ++st)
-            check_cuda(cudaFuncSetAttribute(warp_kernel(t, st), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
-                       "cudaFuncSetAttribute(attention_warp_kernel)");
+            check_cuda(
+                cudaFuncSetAttribute(warp_kernel(t, st), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin),
+                "cudaFuncSetAttribute(attention_warp_kernel)");
 }
 
 int warp_blocks_per_sm(gqla_dtype cache, int stages, int smem_bytes) {

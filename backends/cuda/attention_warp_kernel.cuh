@@ -30,7 +30,9 @@ constexpr int kWarpKernelMaxDv = 128;
 constexpr int kWarpKernelMinStages = 2;
 constexpr int kWarpKernelMaxStages = 4;
 
-struct WarpLayout { int k_stride, v_stride, q_off, kv_off, warp_bytes, o_off, f_off, bytes; };
+struct WarpLayout {
+    int k_stride, v_stride, q_off, kv_off, warp_bytes, o_off, f_off, bytes;
+};
 
 __host__ __device__ inline int max_int(int a, int b) { return a > b ? a : b; }
 __host__ __device__ inline WarpLayout warp_layout(int dk, int dv, bool alias, int stages) {
@@ -51,7 +53,8 @@ __host__ __device__ inline WarpLayout warp_layout(int dk, int dv, bool alias, in
 }
 
 template <typename T, int ST>
-__global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(const __grid_constant__ AttentionParams p) {
+__global__ void __launch_bounds__(kWarpKernelWarps * 32)
+    attention_warp_kernel(const __grid_constant__ AttentionParams p) {
     constexpr int NW = kWarpKernelWarps, NT = NW * 32, MAX_NT = kWarpKernelMaxDv / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = dk1 + dk2, dv = p.v.dim;
@@ -84,10 +87,12 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
     const int stage_elems = 16 * L.k_stride + (p.v_aliases_k1 ? 0 : 16 * L.v_stride);
     for (int s = 0; s < ST; ++s) {
         T* k = wK + s * stage_elems;
-        for (int i = lane; i < 16 * (dk16 - dk); i += 32) k[(i / (dk16 - dk)) * L.k_stride + dk + i % (dk16 - dk)] = from_float<T>(0.f);
+        for (int i = lane; i < 16 * (dk16 - dk); i += 32)
+            k[(i / (dk16 - dk)) * L.k_stride + dk + i % (dk16 - dk)] = from_float<T>(0.f);
         if (!p.v_aliases_k1) {
             T* v = k + 16 * L.k_stride;
-            for (int i = lane; i < 16 * (dv16 - dv); i += 32) v[(i / (dv16 - dv)) * L.v_stride + dv + i % (dv16 - dv)] = from_float<T>(0.f);
+            for (int i = lane; i < 16 * (dv16 - dv); i += 32)
+                v[(i / (dv16 - dv)) * L.v_stride + dv + i % (dv16 - dv)] = from_float<T>(0.f);
         }
     }
     __syncthreads();
@@ -121,8 +126,10 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         const int64_t base = valid ? tb : 0;
         const SmemRows k_rows{L.k_stride, false}, v_rows{L.v_stride, false};
         copy_scattered_rows16(k, k_rows, 0, valid ? k1 + pool_offset(p.k1, base, g) : nullptr, dk1, k1, lane);
-        if (dk2) copy_scattered_rows16(k, k_rows, dk1, valid ? k2 + pool_offset(p.k2, base, g) : nullptr, dk2, k2, lane);
-        if (!p.v_aliases_k1) copy_scattered_rows16(v, v_rows, 0, valid ? vb + pool_offset(p.v, base, g) : nullptr, dv, vb, lane);
+        if (dk2)
+            copy_scattered_rows16(k, k_rows, dk1, valid ? k2 + pool_offset(p.k2, base, g) : nullptr, dk2, k2, lane);
+        if (!p.v_aliases_k1)
+            copy_scattered_rows16(v, v_rows, 0, valid ? vb + pool_offset(p.v, base, g) : nullptr, dv, vb, lane);
     };
 
     float acc[MAX_NT][4];
@@ -216,8 +223,14 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32) attention_warp_kernel(c
         const T* vrow = tV + ((lane & 7) + ((lane >> 3) & 1) * 8) * vstride + (lane >> 4) * 8;
 #pragma unroll
         for (int i = 0; i < MAX_NT; i += 2) {
-            acc[i][0] *= alpha[0]; acc[i][1] *= alpha[0]; acc[i][2] *= alpha[1]; acc[i][3] *= alpha[1];
-            acc[i + 1][0] *= alpha[0]; acc[i + 1][1] *= alpha[0]; acc[i + 1][2] *= alpha[1]; acc[i + 1][3] *= alpha[1];
+            acc[i][0] *= alpha[0];
+            acc[i][1] *= alpha[0];
+            acc[i][2] *= alpha[1];
+            acc[i][3] *= alpha[1];
+            acc[i + 1][0] *= alpha[0];
+            acc[i + 1][1] *= alpha[0];
+            acc[i + 1][2] *= alpha[1];
+            acc[i + 1][3] *= alpha[1];
             if (i * 8 < dv16) {
                 uint32_t bv[4];
                 ldmatrix_x4_trans(bv, vrow + i * 8);

@@ -72,9 +72,9 @@ void vt_memory_usage(void* ctx, int64_t out[4]) {
     out[3] = static_cast<int64_t>(s.cublas_workspace.bytes() + s.page_tables.bytes() + s.lengths.bytes() +
                                   s.q_stage.bytes() + s.o_stage.bytes() + s.lse_stage.bytes() + s.part_o.bytes() +
                                   s.part_lse2.bytes() + s.q_nope.bytes() + s.q_att.bytes() + s.o_att.bytes() +
-                                  s.o_proj.bytes() + s.expand_in.bytes() + s.expand_out.bytes() +
-                                  s.row_tokens.bytes() + s.staged_a.bytes() + s.staged_b.bytes() +
-                                  s.transient_kc.bytes() + s.transient_ve.bytes() + s.transient_tokens.bytes());
+                                  s.o_proj.bytes() + s.expand_in.bytes() + s.expand_out.bytes() + s.row_tokens.bytes() +
+                                  s.staged_a.bytes() + s.staged_b.bytes() + s.transient_kc.bytes() +
+                                  s.transient_ve.bytes() + s.transient_tokens.bytes());
 }
 
 gqla_status vt_set_weights(void* ctx, int32_t layer, const gqla_view* w) {
@@ -95,7 +95,8 @@ gqla_status vt_copy_pages(void* ctx, int32_t n, const int32_t* src, const int32_
 gqla_status vt_read_rows(void* ctx, const gqla_read_args* a) {
     return guarded(ctx, [&](Session& s) { read_rows(s, *a); });
 }
-gqla_status vt_update_sequence(void* ctx, int32_t slot, const int32_t* pages, int32_t num_pages, const int64_t* lengths) {
+gqla_status vt_update_sequence(void* ctx, int32_t slot, const int32_t* pages, int32_t num_pages,
+                               const int64_t* lengths) {
     return guarded(ctx, [&](Session& s) { update_sequence(s, slot, pages, num_pages, lengths); });
 }
 gqla_status vt_decode(void* ctx, const gqla_decode_args* a) {
@@ -200,6 +201,7 @@ const gqla_backend_vtable kVtable = {
 
 }  // namespace gqla::cuda
 
-extern "C" __attribute__((visibility("default"))) const gqla_backend_vtable* gqla_cuda_backend_get(uint32_t abi_version) {
+extern "C" __attribute__((visibility("default"))) const gqla_backend_vtable* gqla_cuda_backend_get(
+    uint32_t abi_version) {
     return abi_version == GQLA_BACKEND_ABI_VERSION ? &gqla::cuda::kVtable : nullptr;
 }

@@ -24,8 +24,8 @@ int32_t alignment(const void* p, int64_t stride, int batch, cudaDataType_t t) {
 bool ok(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }
 
 // Stored rows x columns of op(X) = rows x cols under `trans`.
-bool init_layout(cublasLtMatrixLayoutOpaque_t* layout, cudaDataType_t type, cublasOperation_t trans, int rows,
-                 int cols, int64_t ld, int batch, int64_t stride) {
+bool init_layout(cublasLtMatrixLayoutOpaque_t* layout, cudaDataType_t type, cublasOperation_t trans, int rows, int cols,
+                 int64_t ld, int batch, int64_t stride) {
     const bool t = trans != CUBLAS_OP_N;
     const int32_t count = batch;
     return ok(cublasLtMatrixLayoutInit(layout, type, t ? cols : rows, t ? rows : cols, ld)) &&
@@ -54,14 +54,24 @@ void BatchedGemmRunner::init(cublasHandle_t blas, bool use_lt, void* workspace, 
 BatchedGemmRunner::Key BatchedGemmRunner::key_of(const BatchedGemm& g) {
     Key k;
     std::memset(&k, 0, sizeof k);  // padding too: keys compare as bytes
-    k.trans_a = g.trans_a; k.trans_b = g.trans_b;
-    k.m = g.m; k.n = g.n; k.k = g.k; k.batch = g.batch;
-    k.a_type = g.a_type; k.b_type = g.b_type; k.c_type = g.c_type;
+    k.trans_a = g.trans_a;
+    k.trans_b = g.trans_b;
+    k.m = g.m;
+    k.n = g.n;
+    k.k = g.k;
+    k.batch = g.batch;
+    k.a_type = g.a_type;
+    k.b_type = g.b_type;
+    k.c_type = g.c_type;
     k.align_a = alignment(g.a, g.stride_a, g.batch, g.a_type);
     k.align_b = alignment(g.b, g.stride_b, g.batch, g.b_type);
     k.align_c = alignment(g.c, g.stride_c, g.batch, g.c_type);
-    k.lda = g.lda; k.ldb = g.ldb; k.ldc = g.ldc;
-    k.stride_a = g.stride_a; k.stride_b = g.stride_b; k.stride_c = g.stride_c;
+    k.lda = g.lda;
+    k.ldb = g.ldb;
+    k.ldc = g.ldc;
+    k.stride_a = g.stride_a;
+    k.stride_b = g.stride_b;
+    k.stride_c = g.stride_c;
     return k;
 }
 
@@ -122,17 +132,16 @@ void BatchedGemmRunner::run(cudaStream_t stream, const BatchedGemm& g, const cha
     if (lt_) {
         Plan& p = plan_for(g, key_of(g));
         if (p.has_algo) {
-            check_cublas(cublasLtMatmul(lt_, &p.desc, &one, g.a, &p.a, g.b, &p.b, &zero, g.c, &p.c, g.c, &p.c,
-                                        &p.algo, workspace_, workspace_bytes_, stream),
+            check_cublas(cublasLtMatmul(lt_, &p.desc, &one, g.a, &p.a, g.b, &p.b, &zero, g.c, &p.c, g.c, &p.c, &p.algo,
+                                        workspace_, workspace_bytes_, stream),
                          what);
             return;
         }
     }
     check_cublas(cublasGemmStridedBatchedEx(blas_, g.trans_a, g.trans_b, g.m, g.n, g.k, &one, g.a, g.a_type,
-                                            static_cast<int>(g.lda), g.stride_a, g.b, g.b_type,
-                                            static_cast<int>(g.ldb), g.stride_b, &zero, g.c, g.c_type,
-                                            static_cast<int>(g.ldc), g.stride_c, g.batch, CUBLAS_COMPUTE_32F,
-                                            CUBLAS_GEMM_DEFAULT),
+                                            static_cast<int>(g.lda), g.stride_a, g.b, g.b_type, static_cast<int>(g.ldb),
+                                            g.stride_b, &zero, g.c, g.c_type, static_cast<int>(g.ldc), g.stride_c,
+                                            g.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  what);
 }
 

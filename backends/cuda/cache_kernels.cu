@@ -30,8 +30,7 @@ __global__ void scatter_rows_vec16_kernel(const __grid_constant__ ScatterParams 
     const int64_t total = int64_t(p.rows) * p.groups * vecs_per_row;
     const unsigned char* src = static_cast<const unsigned char*>(p.src);
     unsigned char* dst = static_cast<unsigned char*>(p.dst);
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-         i += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int v = static_cast<int>(i % vecs_per_row);
         const int64_t row_group = i / vecs_per_row;
         const int g = static_cast<int>(row_group % p.groups);
@@ -39,7 +38,8 @@ __global__ void scatter_rows_vec16_kernel(const __grid_constant__ ScatterParams 
         const int64_t tok = p.row_token[row];
         const int64_t page = tok / p.page_size, slot = tok % p.page_size;
         const int64_t s = (row * p.src_row_stride + g * p.src_group_stride) * elem_bytes + v * 16;
-        const int64_t d = (page * p.dst_page_stride + g * p.dst_group_stride + slot * p.dst_row_stride) * elem_bytes + v * 16;
+        const int64_t d =
+            (page * p.dst_page_stride + g * p.dst_group_stride + slot * p.dst_row_stride) * elem_bytes + v * 16;
         *reinterpret_cast<int4*>(dst + d) = *reinterpret_cast<const int4*>(src + s);
     }
 }
@@ -83,8 +83,8 @@ __global__ void table_update_kernel(const __grid_constant__ TableUpdateParams p)
         p.lengths[static_cast<int64_t>(p.layer_begin + i) * p.max_sequences + p.slot] = p.layer_lengths[i];
 }
 
-__global__ void convert_2d_kernel(const void* src, int dtype, int64_t rows, int64_t cols, int64_t row_stride,
-                                  void* dst, int dst_dtype) {
+__global__ void convert_2d_kernel(const void* src, int dtype, int64_t rows, int64_t cols, int64_t row_stride, void* dst,
+                                  int dst_dtype) {
     const int64_t n = rows * cols;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -119,8 +119,8 @@ void launch_gather_rows(const void* pool, int32_t dtype, int64_t page_stride, in
                         int32_t dim, const int64_t* row_token, int32_t rows, void* dst, int32_t dst_dtype,
                         cudaStream_t stream) {
     if (rows == 0) return;
-    gather_rows_kernel<<<rows, 128, 0, stream>>>(pool, dtype, page_stride, row_stride, page_size, dim, row_token,
-                                                 dst, dst_dtype);
+    gather_rows_kernel<<<rows, 128, 0, stream>>>(pool, dtype, page_stride, row_stride, page_size, dim, row_token, dst,
+                                                 dst_dtype);
     check_launch("gather_rows_kernel");
 }
 

@@ -13,9 +13,11 @@ namespace gqla::cuda {
 
 // rows x groups x dim elements: src (row, g, c) -> pool token row_token[row].
 struct ScatterParams {
-    const void* src; int32_t src_dtype;
+    const void* src;
+    int32_t src_dtype;
     int64_t src_row_stride, src_group_stride;
-    void* dst; int32_t dst_dtype;
+    void* dst;
+    int32_t dst_dtype;
     int64_t dst_page_stride, dst_group_stride;
     int32_t dst_row_stride;
     int32_t page_size, groups, dim, rows;
@@ -36,7 +38,8 @@ void launch_gather_rows(const void* pool, int32_t dtype, int64_t page_stride, in
 // tokens[out_row[i] .. out_row[i] + rows[i]).
 constexpr int kTokenSegmentsPerLaunch = 64;
 struct SequenceTokensParams {
-    const int32_t* page_tables; int64_t table_stride;
+    const int32_t* page_tables;
+    int64_t table_stride;
     int32_t page_size;
     int32_t count;  // segments
     int64_t* tokens;
@@ -62,8 +65,10 @@ void launch_copy_pages(const CopyPagesParams& p, cudaStream_t stream);
 constexpr int kTablePagesPerLaunch = 512;
 constexpr int kTableLayersPerLaunch = 128;
 struct TableUpdateParams {
-    int32_t* page_tables; int64_t table_stride;
-    int32_t* lengths; int32_t max_sequences;
+    int32_t* page_tables;
+    int64_t table_stride;
+    int32_t* lengths;
+    int32_t max_sequences;
     int32_t slot;
     int32_t page_begin, page_count;
     int32_t layer_begin, layer_count;

@@ -43,7 +43,10 @@ gqla_view contiguous_like(const gqla_view& v, void* data) {
     c.data = data;
     c.on_device = 1;
     int64_t stride = 1;
-    for (int i = v.ndim - 1; i >= 0; --i) { c.strides[i] = stride; stride *= v.shape[i]; }
+    for (int i = v.ndim - 1; i >= 0; --i) {
+        c.strides[i] = stride;
+        stride *= v.shape[i];
+    }
     return c;
 }
 
@@ -58,7 +61,8 @@ void item_tokens(const gqla_append_item& it, int32_t page_size, int64_t* out) {
 // KC/VE rows of `layer` for the given tokens, into the kept expanded cache.
 void expand_kept(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
     if (!s.weights[static_cast<size_t>(layer)].get())
-        throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: weights of layer " + std::to_string(layer) + " not set");
+        throw BackendError(GQLA_ERR_INVALID_STATE,
+                           "CUDA expand: weights of layer " + std::to_string(layer) + " not set");
     if (!s.pool_kc.get()) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: expanded cache not enabled");
     expand_latent_rows(s, layer, d_tokens, n, ExpandedPools{&s.pool_kc, &s.pool_ve, layer});
 }
@@ -79,8 +83,12 @@ void send_table_update(Session& s, int32_t slot, int32_t page_begin, const int32
         p.layer_count = std::clamp(layer_count, 0, kTableLayersPerLaunch);
         std::copy(lens, lens + p.layer_count, p.layer_lengths);
         launch_table_update(p, s.stream);
-        page_begin += p.page_count; pages += p.page_count; page_count -= p.page_count;
-        layer_begin += p.layer_count; lens += p.layer_count; layer_count -= p.layer_count;
+        page_begin += p.page_count;
+        pages += p.page_count;
+        page_count -= p.page_count;
+        layer_begin += p.layer_count;
+        lens += p.layer_count;
+        layer_count -= p.layer_count;
     }
 }
 
@@ -105,7 +113,8 @@ void set_weights(Session& s, int32_t layer, const gqla_view& w) {
         unsigned char* pinned = static_cast<unsigned char*>(acquire_pinned(s, bytes));
         pack_host_view(w, pinned);
         raw.allocate(bytes, "weight staging");
-        check_cuda(cudaMemcpyAsync(raw.get(), pinned, bytes, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(weights)");
+        check_cuda(cudaMemcpyAsync(raw.get(), pinned, bytes, cudaMemcpyHostToDevice, s.stream),
+                   "cudaMemcpyAsync(weights)");
         release_pinned(s);
         src = raw.get();
         row_stride = cols;
@@ -113,8 +122,8 @@ void set_weights(Session& s, int32_t layer, const gqla_view& w) {
     launch_convert_2d(src, w.dtype, rows, cols, row_stride, copies > 1 ? converted.get() : fresh.get(), wt, s.stream);
     // Head h = g * copies + i of group g: copy i of every group's block.
     for (int i = 0; copies > 1 && i < copies; ++i)
-        check_cuda(cudaMemcpy2DAsync(fresh.get<unsigned char>() + i * group_bytes, copies * group_bytes, converted.get(),
-                                     group_bytes, group_bytes, static_cast<size_t>(d.num_kv_heads),
+        check_cuda(cudaMemcpy2DAsync(fresh.get<unsigned char>() + i * group_bytes, copies * group_bytes,
+                                     converted.get(), group_bytes, group_bytes, static_cast<size_t>(d.num_kv_heads),
                                      cudaMemcpyDeviceToDevice, s.stream),
                    "cudaMemcpy2DAsync(weights per head)");
     check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(weights)");
@@ -156,16 +165,20 @@ void append(Session& s, const gqla_append_args& a) {
     unsigned char* pinned = static_cast<unsigned char*>(acquire_pinned(s, tok_bytes + a_bytes + b_bytes));
     int64_t* tokens = reinterpret_cast<int64_t*>(pinned);
     for (int i = 0; i < a.num_items; ++i) item_tokens(a.items[i], d.page_size, tokens + a.items[i].row_offset);
-    check_cuda(cudaMemcpyAsync(s.row_tokens.get(), pinned, tok_bytes, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(tokens)");
+    check_cuda(cudaMemcpyAsync(s.row_tokens.get(), pinned, tok_bytes, cudaMemcpyHostToDevice, s.stream),
+               "cudaMemcpyAsync(tokens)");
     gqla_view va = a.a, vb = a.b;
     if (host_a) {
         pack_host_view(a.a, pinned + tok_bytes);
-        check_cuda(cudaMemcpyAsync(s.staged_a.get(), pinned + tok_bytes, a_bytes, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(a)");
+        check_cuda(cudaMemcpyAsync(s.staged_a.get(), pinned + tok_bytes, a_bytes, cudaMemcpyHostToDevice, s.stream),
+                   "cudaMemcpyAsync(a)");
         va = contiguous_like(a.a, s.staged_a.get());
     }
     if (host_b) {
         pack_host_view(a.b, pinned + tok_bytes + a_bytes);
-        check_cuda(cudaMemcpyAsync(s.staged_b.get(), pinned + tok_bytes + a_bytes, b_bytes, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(b)");
+        check_cuda(
+            cudaMemcpyAsync(s.staged_b.get(), pinned + tok_bytes + a_bytes, b_bytes, cudaMemcpyHostToDevice, s.stream),
+            "cudaMemcpyAsync(b)");
         vb = contiguous_like(a.b, s.staged_b.get());
     }
     release_pinned(s);
@@ -193,14 +206,19 @@ void expand(Session& s, const gqla_expand_args& a) {
         item_tokens(a.items[i], s.desc.page_size, tokens + at);
         at += a.items[i].count;
     }
-    check_cuda(cudaMemcpyAsync(s.row_tokens.get(), tokens, n * 8, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(tokens)");
+    check_cuda(cudaMemcpyAsync(s.row_tokens.get(), tokens, n * 8, cudaMemcpyHostToDevice, s.stream),
+               "cudaMemcpyAsync(tokens)");
     release_pinned(s);
     expand_kept(s, a.layer, s.row_tokens.get<int64_t>(), n);
 }
 
 void copy_pages(Session& s, int32_t n, const int32_t* src, const int32_t* dst) {
     const gqla_backend_desc& d = s.desc;
-    struct PoolRef { const DeviceBuffer* buf; int64_t groups; int32_t dim; };
+    struct PoolRef {
+        const DeviceBuffer* buf;
+        int64_t groups;
+        int32_t dim;
+    };
     PoolRef pools[4];
     int n_pools = 0;
     if (d.kind == GQLA_KIND_GQA) {
@@ -244,14 +262,20 @@ void update_sequence(Session& s, int32_t slot, const int32_t* pages, int32_t num
     int32_t lo = s.desc.num_layers, hi = -1;
     for (int32_t l = 0; l < s.desc.num_layers; ++l) {
         const int64_t len = lengths ? lengths[l] : 0;
-        if (len > INT32_MAX) throw BackendError(GQLA_ERR_UNSUPPORTED, "CUDA backend: sequence longer than 2^31-1 tokens");
-        if (hl[l] != static_cast<int32_t>(len)) { lo = std::min(lo, l); hi = l; hl[l] = static_cast<int32_t>(len); }
+        if (len > INT32_MAX)
+            throw BackendError(GQLA_ERR_UNSUPPORTED, "CUDA backend: sequence longer than 2^31-1 tokens");
+        if (hl[l] != static_cast<int32_t>(len)) {
+            lo = std::min(lo, l);
+            hi = l;
+            hl[l] = static_cast<int32_t>(len);
+        }
     }
     send_table_update(s, slot, first, hp.data() + first, num_pages - first, lo, hl.data() + (hi >= lo ? lo : 0),
                       hi >= lo ? hi - lo + 1 : 0);
 }
 
-void refresh_sequence(Session& s, int32_t slot, int32_t layer, const int32_t* pages, int32_t num_pages, int64_t length) {
+void refresh_sequence(Session& s, int32_t slot, int32_t layer, const int32_t* pages, int32_t num_pages,
+                      int64_t length) {
     std::vector<int32_t>& hl = s.host_lengths[static_cast<size_t>(slot)];
     const std::vector<int32_t>& hp = s.host_pages[static_cast<size_t>(slot)];
     if (hl[layer] == length && static_cast<int32_t>(hp.size()) == num_pages) return;

@@ -33,7 +33,8 @@ void read_rows(Session& s, const gqla_read_args& a) {
             const int64_t run = std::min<int64_t>(P - slot, a.count - i);
             const int64_t page = a.page_table[pos / P];
             for (int64_t h = 0; h < heads; ++h) {
-                const unsigned char* src = layer_base + (page * g.page_stride + h * g.group_stride + slot * part.dim) * es;
+                const unsigned char* src =
+                    layer_base + (page * g.page_stride + h * g.group_stride + slot * part.dim) * es;
                 unsigned char* dst = part.out + ((i * heads + h) * part.dim) * es;
                 check_cuda(cudaMemcpy2DAsync(dst, heads * row_bytes, src, row_bytes, row_bytes,
                                              static_cast<size_t>(run), cudaMemcpyDeviceToHost, s.stream),

@@ -35,7 +35,9 @@ void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, in
 void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t rows, const ExpandedPools& dst) {
     const gqla_backend_desc& d = s.desc;
     const void* w = s.weights[static_cast<size_t>(layer)].get();
-    if (!w) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: weights of layer " + std::to_string(layer) + " not set");
+    if (!w)
+        throw BackendError(GQLA_ERR_INVALID_STATE,
+                           "CUDA expand: weights of layer " + std::to_string(layer) + " not set");
     if (rows <= 0) return;
     const int r = d.latent_dim, G = d.num_kv_heads, width = d.nope_dim + d.value_dim, N = G * width;
     // Group g's block of W: the g-th, or with per-head copies the first of its heads'.
@@ -50,16 +52,16 @@ void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t
                        s.expand_in.get(), projection_dtype(s), s.stream);
     const cudaDataType_t in_type = projection_cuda_type(s);
     if (copies == 1)
-        check_cublas(cublasGemmEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, r, &one, w, in_type, r,
-                                  s.expand_in.get(), in_type, r, &zero, s.expand_out.get(), in_type, N,
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                     "latent expansion (GemmEx)");
+        check_cublas(
+            cublasGemmEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, rows, r, &one, w, in_type, r, s.expand_in.get(),
+                         in_type, r, &zero, s.expand_out.get(), in_type, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "latent expansion (GemmEx)");
     else  // blocks spaced by per-head copies: one GEMM per group, the same latent rows
-        check_cublas(cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, width, rows, r, &one, w, in_type,
-                                                r, group_stride, s.expand_in.get(), in_type, r, 0, &zero,
-                                                s.expand_out.get(), in_type, N, width, G,
-                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                     "latent expansion (GemmStridedBatchedEx)");
+        check_cublas(
+            cublasGemmStridedBatchedEx(s.cublas, CUBLAS_OP_T, CUBLAS_OP_N, width, rows, r, &one, w, in_type, r,
+                                       group_stride, s.expand_in.get(), in_type, r, 0, &zero, s.expand_out.get(),
+                                       in_type, N, width, G, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "latent expansion (GemmStridedBatchedEx)");
     gqla_view e{};
     e.data = s.expand_out.get();
     e.dtype = projection_dtype(s);

@@ -11,7 +11,11 @@ namespace gqla::cuda {
 namespace {
 
 __device__ __forceinline__ uint32_t hash32(uint64_t x) {
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
     return static_cast<uint32_t>(x);
 }
 

@@ -60,7 +60,9 @@ __device__ __forceinline__ ClusterSlices cluster_slices(int rows, int dv) {
 
 // The merge region (kNarrowClusterMergeBytes at a 16-byte aligned `region`):
 // the barrier, then the buffer.
-__device__ __forceinline__ uint64_t* merge_barrier(unsigned char* region) { return reinterpret_cast<uint64_t*>(region); }
+__device__ __forceinline__ uint64_t* merge_barrier(unsigned char* region) {
+    return reinterpret_cast<uint64_t*>(region);
+}
 __device__ __forceinline__ float* merge_buffer(unsigned char* region) { return reinterpret_cast<float*>(region + 16); }
 
 // At the kernel's start, by every thread (a cluster barrier arrival).
@@ -84,14 +86,15 @@ __device__ __forceinline__ void cluster_merge_begin(unsigned char* region, int r
 // every CTA of the cluster) and, where p.lse is set, row r's natural-log
 // lse at p.lse[lse_at(r)].
 template <typename LseAt>
-__device__ __forceinline__ void merge_splits_in_cluster(const AttentionParams& p, unsigned char* region, int rows, int dv,
-                                                        int o_stride, const float* o, const float* m, const float* l,
-                                                        const int64_t* out, LseAt lse_at) {
+__device__ __forceinline__ void merge_splits_in_cluster(const AttentionParams& p, unsigned char* region, int rows,
+                                                        int dv, int o_stride, const float* o, const float* m,
+                                                        const float* l, const int64_t* out, LseAt lse_at) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const ClusterSlices s = cluster_slices(rows, dv);
     uint64_t* bar = merge_barrier(region);
     float* buf = merge_buffer(region);
-    const uint32_t bar_local = smem_addr(bar), buf_local = smem_addr(buf) + 4u * static_cast<uint32_t>(s.rank * s.packet);
+    const uint32_t bar_local = smem_addr(bar),
+                   buf_local = smem_addr(buf) + 4u * static_cast<uint32_t>(s.rank * s.packet);
     cluster_wait();  // every owner's barrier initialised
     const int tid = threadIdx.x, nt = blockDim.x;
     // This split's maxima and sums to every owner of a slice...

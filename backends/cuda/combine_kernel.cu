@@ -40,7 +40,10 @@ template <int kVec>
 __device__ __forceinline__ void load_vec(const float* src, float (&v)[kVec]) {
     if constexpr (kVec == 4) {
         const float4 x = *reinterpret_cast<const float4*>(src);
-        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+        v[0] = x.x;
+        v[1] = x.y;
+        v[2] = x.z;
+        v[3] = x.w;
     } else {
         v[0] = *src;
     }
@@ -77,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, kVec == 4 ? 4 : 2) combine_kernel(co
         float m = mx;
 #pragma unroll
         for (int j = 0; j < kBatch; ++j) m = fmaxf(m, l[j]);  // drops NaN: their weights below are NaN
-        if (m != mx) {  // the max moved (from -inf: rescale by 0)
+        if (m != mx) {                                        // the max moved (from -inf: rescale by 0)
             const float rescale = exp2f(mx - m);
             sum *= rescale;
 #pragma unroll
@@ -114,8 +117,7 @@ void launch(const CombineParams& p, int64_t items, bool dependent, cudaStream_t 
 void launch_combine(const CombineParams& p, bool dependent, cudaStream_t stream) {
     const int64_t rows = static_cast<int64_t>(p.batch) * p.q_len * p.num_heads;
     // Partial rows start at multiples of dv floats: 16-byte vectors need dv % 4 == 0.
-    if (p.dv % 4 == 0 && rows * (p.dv / 4) >= kMinVectorItems)
-        launch<4, 4>(p, rows * (p.dv / 4), dependent, stream);
+    if (p.dv % 4 == 0 && rows * (p.dv / 4) >= kMinVectorItems) launch<4, 4>(p, rows * (p.dv / 4), dependent, stream);
     // Few splits (the usual case where the batch nearly fills the GPU) take a
     // batch their size: the loop is unrolled for kBatch splits.
     else if (p.num_splits <= 4)

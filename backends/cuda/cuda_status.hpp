@@ -24,8 +24,8 @@ struct BackendError : Error {
 [[noreturn]] inline void throw_cuda(cudaError_t e, const char* what) {
     cudaGetLastError();  // clear a sticky-free error so the next call starts clean
     gqla_status s = (e == cudaErrorMemoryAllocation) ? GQLA_ERR_OUT_OF_MEMORY : GQLA_ERR_BACKEND;
-    throw BackendError(s, std::string("CUDA: ") + what + ": " + cudaGetErrorName(e) + " (" +
-                              cudaGetErrorString(e) + ")");
+    throw BackendError(s,
+                       std::string("CUDA: ") + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 inline void check_cuda(cudaError_t e, const char* what) {
@@ -38,8 +38,8 @@ inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), ke
 inline void check_cublas(cublasStatus_t s, const char* what) {
     if (s == CUBLAS_STATUS_SUCCESS) return;
     gqla_status st = (s == CUBLAS_STATUS_ALLOC_FAILED) ? GQLA_ERR_OUT_OF_MEMORY : GQLA_ERR_BACKEND;
-    throw BackendError(st, std::string("cuBLAS: ") + what + ": " + cublasGetStatusName(s) + " (" +
-                               cublasGetStatusString(s) + ")");
+    throw BackendError(
+        st, std::string("cuBLAS: ") + what + ": " + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")");
 }
 
 }  // namespace gqla::cuda

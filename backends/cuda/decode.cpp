@@ -38,8 +38,8 @@ void unpack_host_rows(const unsigned char* src, int64_t dim, size_t es, const gq
     for (int64_t b = 0; b < v.shape[0]; ++b)
         for (int64_t q = 0; q < v.shape[1]; ++q)
             for (int64_t h = 0; h < v.shape[2]; ++h) {
-                unsigned char* dst = static_cast<unsigned char*>(v.data) +
-                                     (b * v.strides[0] + q * v.strides[1] + h * v.strides[2]) * es;
+                unsigned char* dst =
+                    static_cast<unsigned char*>(v.data) + (b * v.strides[0] + q * v.strides[1] + h * v.strides[2]) * es;
                 std::memcpy(dst, src, dim * es);
                 src += dim * es;
             }
@@ -89,7 +89,8 @@ Rows3 run_rows(const Rows3& x, const QueryRun& r) {
 }
 
 // One uniform batch on the call's path.
-void run_path(Session& s, const gqla_decode_args& a, const Rows3& q, const Rows3& o, float* lse, const int64_t lse_s[3]) {
+void run_path(Session& s, const gqla_decode_args& a, const Rows3& q, const Rows3& o, float* lse,
+              const int64_t lse_s[3]) {
     if (a.path == GQLA_PATH_ABSORB) {
         if (s.desc.kind != GQLA_KIND_GQLA)
             throw BackendError(GQLA_ERR_INVALID_ARGUMENT, "CUDA decode: absorb path on a GQA-kind session");
@@ -125,9 +126,11 @@ void decode(Session& s, const gqla_decode_args& a) {
     const bool gqla = d.kind == GQLA_KIND_GQLA;
     const bool ragged = a.ragged != 0;
     if (a.path == GQLA_PATH_GQA_TRANSIENT)  // the core sends it as GQA with transient = 1
-        throw BackendError(GQLA_ERR_INVALID_ARGUMENT, "CUDA decode: path GQA_TRANSIENT arrives as GQA with transient = 1");
+        throw BackendError(GQLA_ERR_INVALID_ARGUMENT,
+                           "CUDA decode: path GQA_TRANSIENT arrives as GQA with transient = 1");
     if (a.transient && !(gqla && a.path == GQLA_PATH_GQA))
-        throw BackendError(GQLA_ERR_INVALID_ARGUMENT, "CUDA decode: GQA_TRANSIENT needs a GQLA session and the GQA path");
+        throw BackendError(GQLA_ERR_INVALID_ARGUMENT,
+                           "CUDA decode: GQA_TRANSIENT needs a GQLA session and the GQA path");
     // Staging and every run see the call as [B, s_q, H, .] rows: a ragged
     // call as one sequence of N queries (runs slice it afterwards).
     const int64_t stage_batch = ragged ? 1 : a.batch;
@@ -135,10 +138,10 @@ void decode(Session& s, const gqla_decode_args& a) {
     const int64_t H = d.num_heads, dq = gqla ? d.nope_dim + d.rope_dim : d.head_dim, dv = d.value_dim;
     const int64_t rows = stage_batch * stage_q_len * H;
     if (rows > s.max_rows)  // the workspaces hold max_rows (the core checks this first)
-        throw BackendError(GQLA_ERR_INVALID_ARGUMENT,
-                           "CUDA decode: " + std::to_string(stage_batch * stage_q_len) +
-                               " query tokens in one call, more than config.max_q_tokens = " +
-                               std::to_string(s.max_rows / H));
+        throw BackendError(
+            GQLA_ERR_INVALID_ARGUMENT,
+            "CUDA decode: " + std::to_string(stage_batch * stage_q_len) +
+                " query tokens in one call, more than config.max_q_tokens = " + std::to_string(s.max_rows / H));
     const bool want_lse = a.lse.data != nullptr;
     const gqla_view qv = ragged ? as_single_batch(a.q) : a.q;
     const gqla_view ov = ragged ? as_single_batch(a.o) : a.o;
@@ -155,12 +158,14 @@ void decode(Session& s, const gqla_decode_args& a) {
 
     unsigned char* pinned = nullptr;
     const size_t q_bytes = rows * dq * es, o_bytes = rows * dv * es, lse_bytes = rows * 4;
-    if (host_q || host_o || host_lse) pinned = static_cast<unsigned char*>(acquire_pinned(s, q_bytes + o_bytes + lse_bytes));
+    if (host_q || host_o || host_lse)
+        pinned = static_cast<unsigned char*>(acquire_pinned(s, q_bytes + o_bytes + lse_bytes));
 
     Rows3 q = view_rows(qv);
     if (host_q) {
         pack_host_rows(qv, dq, es, pinned);
-        check_cuda(cudaMemcpyAsync(s.q_stage.get(), pinned, q_bytes, cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync(q)");
+        check_cuda(cudaMemcpyAsync(s.q_stage.get(), pinned, q_bytes, cudaMemcpyHostToDevice, s.stream),
+                   "cudaMemcpyAsync(q)");
         q = contiguous_rows(s.q_stage.get(), d.io_dtype, stage_q_len, H, dq);
     }
     Rows3 o = host_o ? contiguous_rows(s.o_stage.get(), d.io_dtype, stage_q_len, H, dv) : view_rows(ov);
@@ -169,19 +174,29 @@ void decode(Session& s, const gqla_decode_args& a) {
     if (want_lse) {
         if (host_lse) {
             lse = s.lse_stage.get<float>();
-            lse_s[0] = stage_q_len * H; lse_s[1] = H; lse_s[2] = 1;
+            lse_s[0] = stage_q_len * H;
+            lse_s[1] = H;
+            lse_s[2] = 1;
         } else {
             lse = static_cast<float*>(lv.data);
-            lse_s[0] = lv.strides[0]; lse_s[1] = lv.strides[1]; lse_s[2] = lv.strides[2];
+            lse_s[0] = lv.strides[0];
+            lse_s[1] = lv.strides[1];
+            lse_s[2] = lv.strides[2];
         }
     }
 
-    if (ragged) run_ragged(s, a, q, o, lse, lse_s);
-    else run_path(s, a, q, o, lse, lse_s);
+    if (ragged)
+        run_ragged(s, a, q, o, lse, lse_s);
+    else
+        run_path(s, a, q, o, lse, lse_s);
 
     if (host_o || host_lse) {
-        if (host_o) check_cuda(cudaMemcpyAsync(pinned + q_bytes, o.data, o_bytes, cudaMemcpyDeviceToHost, s.stream), "cudaMemcpyAsync(o)");
-        if (host_lse) check_cuda(cudaMemcpyAsync(pinned + q_bytes + o_bytes, lse, lse_bytes, cudaMemcpyDeviceToHost, s.stream), "cudaMemcpyAsync(lse)");
+        if (host_o)
+            check_cuda(cudaMemcpyAsync(pinned + q_bytes, o.data, o_bytes, cudaMemcpyDeviceToHost, s.stream),
+                       "cudaMemcpyAsync(o)");
+        if (host_lse)
+            check_cuda(cudaMemcpyAsync(pinned + q_bytes + o_bytes, lse, lse_bytes, cudaMemcpyDeviceToHost, s.stream),
+                       "cudaMemcpyAsync(lse)");
         check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(decode outputs)");
         if (host_o) unpack_host_rows(pinned + q_bytes, dv, es, ov);
         if (host_lse) {
@@ -189,7 +204,8 @@ void decode(Session& s, const gqla_decode_args& a) {
             for (int64_t b = 0; b < stage_batch; ++b)
                 for (int64_t qi = 0; qi < stage_q_len; ++qi)
                     for (int64_t h = 0; h < H; ++h)
-                        static_cast<float*>(lv.data)[b * lv.strides[0] + qi * lv.strides[1] + h * lv.strides[2]] = *src++;
+                        static_cast<float*>(lv.data)[b * lv.strides[0] + qi * lv.strides[1] + h * lv.strides[2]] =
+                            *src++;
         }
     }
     if (pinned) release_pinned(s);

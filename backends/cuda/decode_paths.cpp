@@ -46,9 +46,12 @@ RowAddress group_major_rows(int64_t batch, int64_t q_len, int32_t n_rep, int64_t
 // evenly spaced (sB == s_q*sQ, ld = sQ); cuBLAS also wants ld >= dim.
 bool evenly_spaced_columns(const Rows3& x, int64_t q_len, int n_rep, int64_t dim, int64_t* ld) {
     if (n_rep != 1) return false;
-    if (q_len == 1) *ld = x.s[0];
-    else if (x.s[0] == q_len * x.s[1]) *ld = x.s[1];
-    else return false;
+    if (q_len == 1)
+        *ld = x.s[0];
+    else if (x.s[0] == q_len * x.s[1])
+        *ld = x.s[1];
+    else
+        return false;
     return *ld >= dim && *ld <= INT32_MAX;
 }
 
@@ -62,8 +65,8 @@ bool query_in_place(const Session& s, const AttentionParams& p, const Rows3& q, 
     if (!evenly_spaced_columns(q, q_len, n_rep, nope_dim, ldq)) return false;
     const int64_t es = static_cast<int64_t>(dtype_size(work));
     const auto aligned = [](int64_t bytes) { return bytes % 16 == 0; };
-    return aligned(static_cast<int64_t>(reinterpret_cast<uintptr_t>(q.data)) + nope_dim * es) &&
-           aligned(q.s[0] * es) && aligned(q.s[2] * es) && (q_len == 1 || aligned(q.s[1] * es));
+    return aligned(static_cast<int64_t>(reinterpret_cast<uintptr_t>(q.data)) + nope_dim * es) && aligned(q.s[0] * es) &&
+           aligned(q.s[2] * es) && (q_len == 1 || aligned(q.s[1] * es));
 }
 
 // Launches attention (+ combine) over the whole batch in chunks of kMaxLaunchBatch.
@@ -106,10 +109,11 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
         p.cluster_merge = cluster ? 1 : 0;
         dim3 grid(groups * row_blocks, nb, p.num_splits);
         if (s.trace)
-            std::fprintf(stderr, "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld%s%s\n",
-                         kernel_name(plan), p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm,
-                         plan.stages, (long long)max_len, p.cluster_merge ? " cluster-merge" : "",
-                         p.q_rope ? " q-in-place" : "");
+            std::fprintf(
+                stderr,
+                "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld%s%s\n",
+                kernel_name(plan), p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm, plan.stages,
+                (long long)max_len, p.cluster_merge ? " cluster-merge" : "", p.q_rope ? " q-in-place" : "");
         if (plan.prefill_wgmma)
             launch_prefill_wgmma(s.desc.cache_dtype, p, grid, s.stream);
         else if (plan.latent_wgmma)
@@ -120,16 +124,30 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
             launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.narrow_rows, plan.narrow_dims,
                                     plan.narrow_warps, plan.narrow_row_blocks, p,
                                     narrow_maps ? *narrow_maps : NarrowTmaMaps{}, grid, plan.smem_bytes, s.stream);
-        else if (plan.per_warp) launch_attention_warp(s.desc.cache_dtype, plan.stages, p, grid, plan.smem_bytes, s.stream);
-        else if (plan.simt) launch_attention_simt(p, grid, plan.smem_bytes, s.stream);
-        else launch_attention_mma(plan.variant, s.desc.cache_dtype, p, grid, plan.smem_bytes, s.stream);
+        else if (plan.per_warp)
+            launch_attention_warp(s.desc.cache_dtype, plan.stages, p, grid, plan.smem_bytes, s.stream);
+        else if (plan.simt)
+            launch_attention_simt(p, grid, plan.smem_bytes, s.stream);
+        else
+            launch_attention_mma(plan.variant, s.desc.cache_dtype, p, grid, plan.smem_bytes, s.stream);
         if (p.num_splits > 1 && !p.cluster_merge) {
             CombineParams c{};
-            c.batch = nb; c.batch_offset = first; c.q_len = p.q_len; c.num_heads = p.num_heads;
-            c.dv = p.v.dim; c.num_splits = p.num_splits; c.part_batch = p.part_batch;
-            c.part_o = p.part_o; c.part_lse2 = p.part_lse2;
-            c.o = p.o; c.o_dtype = p.o_dtype; c.oa = p.oa;
-            c.lse = p.lse; c.lse_sB = p.lse_sB; c.lse_sQ = p.lse_sQ; c.lse_sH = p.lse_sH;
+            c.batch = nb;
+            c.batch_offset = first;
+            c.q_len = p.q_len;
+            c.num_heads = p.num_heads;
+            c.dv = p.v.dim;
+            c.num_splits = p.num_splits;
+            c.part_batch = p.part_batch;
+            c.part_o = p.part_o;
+            c.part_lse2 = p.part_lse2;
+            c.o = p.o;
+            c.o_dtype = p.o_dtype;
+            c.oa = p.oa;
+            c.lse = p.lse;
+            c.lse_sB = p.lse_sB;
+            c.lse_sQ = p.lse_sQ;
+            c.lse_sH = p.lse_sH;
             launch_combine(c, s.dependent_launch, s.stream);
         }
     }
@@ -175,16 +193,24 @@ void decode_gqa_path(Session& s, const gqla_decode_args& a, const Rows3& q, cons
         maps = &s.transient_maps;
     } else {
         if (!s.pool_kc.get())
-            throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA decode: GQA path requested but the expanded cache is not enabled");
+            throw BackendError(GQLA_ERR_INVALID_STATE,
+                               "CUDA decode: GQA path requested but the expanded cache is not enabled");
         p.k1 = pool_view(s, s.pool_kc, a.layer, d.num_kv_heads, d.nope_dim, false);
         p.k2 = pool_view(s, s.pool_b, a.layer, 1, d.rope_dim, true);
         p.v = pool_view(s, s.pool_ve, a.layer, d.num_kv_heads, d.value_dim, false);
     }
     p.heads_per_group = n_rep;
     p.rows = a.q_len * n_rep;
-    p.q = q.data; p.q_dtype = q.dtype; p.qa = user_rows(q, n_rep);
-    p.o = o.data; p.o_dtype = o.dtype; p.oa = user_rows(o, n_rep);
-    p.lse = lse; p.lse_sB = lse_s[0]; p.lse_sQ = lse_s[1]; p.lse_sH = lse_s[2];
+    p.q = q.data;
+    p.q_dtype = q.dtype;
+    p.qa = user_rows(q, n_rep);
+    p.o = o.data;
+    p.o_dtype = o.dtype;
+    p.oa = user_rows(o, n_rep);
+    p.lse = lse;
+    p.lse_sB = lse_s[0];
+    p.lse_sQ = lse_s[1];
+    p.lse_sH = lse_s[2];
     const size_t layer = static_cast<size_t>(a.layer);
     run_attention(s, p, a, d.num_kv_heads, layer < maps->size() ? &(*maps)[layer] : nullptr);
 }
@@ -194,7 +220,9 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     const gqla_backend_desc& d = s.desc;
     const size_t layer = static_cast<size_t>(a.layer);
     const void* w = s.weights[layer].get();
-    if (!w) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA decode: weights of layer " + std::to_string(a.layer) + " not set");
+    if (!w)
+        throw BackendError(GQLA_ERR_INVALID_STATE,
+                           "CUDA decode: weights of layer " + std::to_string(a.layer) + " not set");
     // The projections run batched over weight blocks of n_rep heads each.
     const int n_rep = s.heads_per_weight_block(), blocks = d.num_heads / n_rep;
     const int r = d.latent_dim, dc = d.nope_dim, dr = d.rope_dim, dv = d.value_dim;
@@ -211,9 +239,16 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     p.v_aliases_k1 = 1;
     p.heads_per_group = d.num_heads;
     p.rows = a.q_len * d.num_heads;
-    p.q = s.q_att.get(); p.q_dtype = work; p.qa = group_major_rows(a.batch, a.q_len, n_rep, r + dr);
-    p.o = s.o_att.get(); p.o_dtype = work; p.oa = group_major_rows(a.batch, a.q_len, n_rep, r);
-    p.lse = lse; p.lse_sB = lse_s[0]; p.lse_sQ = lse_s[1]; p.lse_sH = lse_s[2];
+    p.q = s.q_att.get();
+    p.q_dtype = work;
+    p.qa = group_major_rows(a.batch, a.q_len, n_rep, r + dr);
+    p.o = s.o_att.get();
+    p.o_dtype = work;
+    p.oa = group_major_rows(a.batch, a.q_len, n_rep, r);
+    p.lse = lse;
+    p.lse_sB = lse_s[0];
+    p.lse_sQ = lse_s[1];
+    p.lse_sH = lse_s[2];
 
     // q_nope in block-major rows, unless it can be read where it lies.
     AbsorbLayout lay{a.batch, a.q_len, d.num_heads, n_rep, dc, dr, r, dv};
@@ -229,12 +264,22 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     // q~ [rows][r] (ld r + d_r) = q_nope [rows][d_c] . W_UK[g] [d_c][r], f32
     // accumulation (f32 caches keep f32 products, no TF32: their tolerance is 1e-5).
     BatchedGemm qp;
-    qp.m = r; qp.n = static_cast<int>(rows_g); qp.k = dc; qp.batch = blocks;
-    qp.a = w; qp.a_type = work_cu; qp.lda = r; qp.stride_a = w_group;
-    qp.b = q_in_place ? q.data : s.q_nope.get(); qp.b_type = work_cu;
+    qp.m = r;
+    qp.n = static_cast<int>(rows_g);
+    qp.k = dc;
+    qp.batch = blocks;
+    qp.a = w;
+    qp.a_type = work_cu;
+    qp.lda = r;
+    qp.stride_a = w_group;
+    qp.b = q_in_place ? q.data : s.q_nope.get();
+    qp.b_type = work_cu;
     qp.ldb = q_in_place ? ldq : dc;
     qp.stride_b = q_in_place ? q.s[2] : rows_g * dc;
-    qp.c = s.q_att.get(); qp.c_type = work_cu; qp.ldc = r + dr; qp.stride_c = rows_g * (r + dr);
+    qp.c = s.q_att.get();
+    qp.c_type = work_cu;
+    qp.ldc = r + dr;
+    qp.stride_c = rows_g * (r + dr);
     s.gemms.run(s.stream, qp, "absorb query projection");
 
     run_attention(s, p, a, 1);
@@ -245,12 +290,22 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     // that a reorder pass scatters.
     const void* w_uv = static_cast<const unsigned char*>(w) + static_cast<int64_t>(dc) * r * dtype_size(work);
     int64_t ldo = 0;
-    const bool direct = (o.dtype == work || o.dtype == GQLA_DTYPE_F32) && evenly_spaced_columns(o, a.q_len, n_rep, dv, &ldo);
+    const bool direct =
+        (o.dtype == work || o.dtype == GQLA_DTYPE_F32) && evenly_spaced_columns(o, a.q_len, n_rep, dv, &ldo);
     BatchedGemm op;
     op.trans_a = CUBLAS_OP_T;
-    op.m = dv; op.n = static_cast<int>(rows_g); op.k = r; op.batch = blocks;
-    op.a = w_uv; op.a_type = work_cu; op.lda = r; op.stride_a = w_group;
-    op.b = s.o_att.get(); op.b_type = work_cu; op.ldb = r; op.stride_b = rows_g * r;
+    op.m = dv;
+    op.n = static_cast<int>(rows_g);
+    op.k = r;
+    op.batch = blocks;
+    op.a = w_uv;
+    op.a_type = work_cu;
+    op.lda = r;
+    op.stride_a = w_group;
+    op.b = s.o_att.get();
+    op.b_type = work_cu;
+    op.ldb = r;
+    op.stride_b = rows_g * r;
     op.c = direct ? o.data : s.o_proj.get();
     op.c_type = direct ? cuda_type(static_cast<gqla_dtype>(o.dtype)) : CUDA_R_32F;
     op.ldc = direct ? ldo : dv;

@@ -32,16 +32,17 @@ int cached_blocks_per_sm(Session& s, int variant_index, gqla_dtype cache, int sm
     Session::Occupancy& o = s.occupancy[variant_index][cache == GQLA_DTYPE_F16 ? 1 : 0];
     if (o.smem != smem || o.dims != dims) {
         const int narrow = variant_index - kNarrowSlot0;
-        o.blocks = variant_index == kNarrowWideSlot
-                       ? narrow_blocks_per_sm(cache, kNarrowWideSlots, NarrowRows::TmaBoxes, dims, smem, kNarrowWideWarps)
-                   : variant_index >= kNarrowSharedSlot2
-                       ? narrow_blocks_per_sm(cache, kNarrowSharedSlots, NarrowRows::TmaBoxes, dims, smem,
-                                              kNarrowSharedWarps, variant_index == kNarrowSharedSlot2 ? 2 : 4)
-                   : narrow >= 0 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + narrow % kNarrowRingSizes,
-                                                      static_cast<NarrowRows>(narrow / kNarrowRingSizes), dims, smem)
-                   : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
-                   : simt ? simt_blocks_per_sm(smem)
-                          : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
+        o.blocks =
+            variant_index == kNarrowWideSlot
+                ? narrow_blocks_per_sm(cache, kNarrowWideSlots, NarrowRows::TmaBoxes, dims, smem, kNarrowWideWarps)
+            : variant_index >= kNarrowSharedSlot2
+                ? narrow_blocks_per_sm(cache, kNarrowSharedSlots, NarrowRows::TmaBoxes, dims, smem, kNarrowSharedWarps,
+                                       variant_index == kNarrowSharedSlot2 ? 2 : 4)
+            : narrow >= 0                 ? narrow_blocks_per_sm(cache, kNarrowSlotsMin + narrow % kNarrowRingSizes,
+                                                                 static_cast<NarrowRows>(narrow / kNarrowRingSizes), dims, smem)
+            : variant_index >= kWarpSlot0 ? warp_blocks_per_sm(cache, kWarpStagesMin + variant_index - kWarpSlot0, smem)
+            : simt                        ? simt_blocks_per_sm(smem)
+                                          : mma_blocks_per_sm(static_cast<MmaVariant>(variant_index), cache, smem);
         o.smem = smem;
         o.dims = dims;
     }
@@ -64,7 +65,8 @@ bool plan_streaming_kernel(Session& s, gqla_dtype cache, int slot0, int min_st, 
     for (int st = min_st; st <= max_st; ++st) {
         if (s.pinned_stages != 0 && st != s.pinned_stages) continue;
         const int smem = smem_of(st);
-        const int blocks = smem <= s.smem_optin ? cached_blocks_per_sm(s, slot0 + st - min_st, cache, smem, false, dims) : 0;
+        const int blocks =
+            smem <= s.smem_optin ? cached_blocks_per_sm(s, slot0 + st - min_st, cache, smem, false, dims) : 0;
         if (blocks == 0 || blocks < best_blocks) continue;
         best_blocks = blocks;
         plan->stages = st;
@@ -122,7 +124,8 @@ void fit_shared_rings(Session& s, const AttentionParams& p, int64_t launch_batch
 
 const char* kernel_name(const AttentionPlan& plan) {
     if (plan.prefill_wgmma) return "prefill-wgmma";
-    if (plan.latent_wgmma) return plan.rows_per_cta == kLatentRowsTransposed ? "latent-wgmma-transposed" : "latent-wgmma";
+    if (plan.latent_wgmma)
+        return plan.rows_per_cta == kLatentRowsTransposed ? "latent-wgmma-transposed" : "latent-wgmma";
     if (plan.narrow) {
         if (plan.narrow_rows == NarrowRows::Padded) return "narrow";
         if (plan.narrow_rows == NarrowRows::Swizzled) return "narrow-swizzled";
@@ -135,7 +138,9 @@ const char* kernel_name(const AttentionPlan& plan) {
     }
     if (plan.per_warp) return "per-warp";
     if (plan.simt) return "simt";
-    return plan.variant == MmaVariant::Small ? "mma-small" : plan.variant == MmaVariant::Medium ? "mma-medium" : "mma-large";
+    return plan.variant == MmaVariant::Small    ? "mma-small"
+           : plan.variant == MmaVariant::Medium ? "mma-medium"
+                                                : "mma-large";
 }
 
 bool plans_latent_kernel(const Session& s, const AttentionParams& p) {
@@ -150,7 +155,8 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
     if (plans_latent_kernel(s, p)) {
         plan.latent_wgmma = true;
-        const bool transposed = s.latent_transposed == 2 || (s.latent_transposed == 1 && p.rows <= kLatentRowsTransposed);
+        const bool transposed =
+            s.latent_transposed == 2 || (s.latent_transposed == 1 && p.rows <= kLatentRowsTransposed);
         plan.rows_per_cta = transposed ? kLatentRowsTransposed : kLatentRows;
         plan.tile_tokens = kLatentTile;
         plan.smem_bytes = latent_wgmma_smem_bytes(plan.rows_per_cta);
@@ -173,15 +179,17 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         // (where the layer has maps) win over both unless they fit fewer CTAs.
         const NarrowDims dims = s.use_narrow_fixed_dims ? narrow_fixed_dims(p) : NarrowDims::Runtime;
         auto plan_layout = [&](NarrowRows rows, AttentionPlan* out) {
-            return plan_streaming_kernel(s, cache, narrow_slot(rows, kNarrowSlotsMin), kNarrowSlotsMin, kNarrowSlotsMax,
-                                         [&](int st) { return narrow_smem_bytes(p, st, rows); }, out,
-                                         rows == NarrowRows::TmaBoxes ? dims : NarrowDims::Runtime);
+            return plan_streaming_kernel(
+                s, cache, narrow_slot(rows, kNarrowSlotsMin), kNarrowSlotsMin, kNarrowSlotsMax,
+                [&](int st) { return narrow_smem_bytes(p, st, rows); }, out,
+                rows == NarrowRows::TmaBoxes ? dims : NarrowDims::Runtime);
         };
         AttentionPlan padded = plan, swizzled = plan, boxes = plan;
-        const bool swizzled_ok = s.narrow_swizzle != 0 && narrow_can_swizzle(p) && plan_layout(NarrowRows::Swizzled, &swizzled);
+        const bool swizzled_ok =
+            s.narrow_swizzle != 0 && narrow_can_swizzle(p) && plan_layout(NarrowRows::Swizzled, &swizzled);
         const bool padded_ok = (s.narrow_swizzle != 1 || !swizzled_ok) && plan_layout(NarrowRows::Padded, &padded);
-        const bool boxes_ok = narrow_tma && s.narrow_swizzle != 0 && narrow_can_swizzle(p) &&
-                              plan_layout(NarrowRows::TmaBoxes, &boxes);
+        const bool boxes_ok =
+            narrow_tma && s.narrow_swizzle != 0 && narrow_can_swizzle(p) && plan_layout(NarrowRows::TmaBoxes, &boxes);
         if (padded_ok || swizzled_ok || boxes_ok) {
             const bool use_swizzled = swizzled_ok && (!padded_ok || swizzled.blocks_per_sm > padded.blocks_per_sm);
             plan = use_swizzled ? swizzled : padded;
@@ -199,8 +207,9 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         }
     }
     if (tensor_cores && s.use_warp_kernel && warp_kernel_fits(p) &&
-        plan_streaming_kernel(s, cache, kWarpSlot0, kWarpStagesMin, kWarpStagesMax,
-                              [&](int st) { return warp_smem_bytes(p, st); }, &plan)) {
+        plan_streaming_kernel(
+            s, cache, kWarpSlot0, kWarpStagesMin, kWarpStagesMax, [&](int st) { return warp_smem_bytes(p, st); },
+            &plan)) {
         plan.per_warp = true;
         plan.rows_per_cta = kWarpRows;
         plan.tile_tokens = kWarpTile;
@@ -210,9 +219,12 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         // Fewest rows per CTA that hold the group's rows, so K/V tiles are shared
         // by as many rows as possible without padding waste.
         MmaVariant order[3];
-        if (p.rows <= 16) order[0] = MmaVariant::Small, order[1] = MmaVariant::Medium, order[2] = MmaVariant::Large;
-        else if (p.rows <= 32) order[0] = MmaVariant::Medium, order[1] = MmaVariant::Large, order[2] = MmaVariant::Small;
-        else order[0] = MmaVariant::Large, order[1] = MmaVariant::Medium, order[2] = MmaVariant::Small;
+        if (p.rows <= 16)
+            order[0] = MmaVariant::Small, order[1] = MmaVariant::Medium, order[2] = MmaVariant::Large;
+        else if (p.rows <= 32)
+            order[0] = MmaVariant::Medium, order[1] = MmaVariant::Large, order[2] = MmaVariant::Small;
+        else
+            order[0] = MmaVariant::Large, order[1] = MmaVariant::Medium, order[2] = MmaVariant::Small;
         for (MmaVariant v : order) {
             MmaShape shape = mma_shape(v);
             int smem = mma_smem_bytes(v, p);
@@ -249,9 +261,8 @@ void fit_small_launch(Session& s, const AttentionParams& p, int64_t base_ctas, A
         s.pinned_stages != 0 || base_ctas * 4 > s.sm_count)
         return;
     const int smem = narrow_smem_bytes(p, kRing, NarrowRows::TmaBoxes);
-    if (smem > s.smem_optin ||
-        cached_blocks_per_sm(s, narrow_slot(NarrowRows::TmaBoxes, kRing), s.desc.cache_dtype, smem, false,
-                             plan->narrow_dims) < kCtasPerSm)
+    if (smem > s.smem_optin || cached_blocks_per_sm(s, narrow_slot(NarrowRows::TmaBoxes, kRing), s.desc.cache_dtype,
+                                                    smem, false, plan->narrow_dims) < kCtasPerSm)
         return;
     plan->stages = kRing;
     plan->smem_bytes = smem;
@@ -296,7 +307,10 @@ int choose_splits(const Session& s, const AttentionPlan& plan, int64_t base_ctas
         int64_t waves = (base_ctas * sp + slots - 1) / slots;
         int64_t per = (tiles + sp - 1) / sp;
         const double cost = static_cast<double>(waves) * (per + 1) + merge_cost(sp, in_cluster);
-        if (cost < best_cost) { best_cost = cost; best = static_cast<int>(sp); }
+        if (cost < best_cost) {
+            best_cost = cost;
+            best = static_cast<int>(sp);
+        }
     }
     if (cost_out) *cost_out = best_cost;
     return best;
@@ -353,14 +367,19 @@ bool cluster_merge_pays(const Session& s, const AttentionPlan& plan, int64_t bas
 bool cluster_merge_fits(Session& s, const AttentionPlan& plan, int64_t base_ctas, int splits) {
     if (!cluster_merge_pays(s, plan, base_ctas, splits)) return false;
     if (plan.latent_wgmma) return true;  // pays: every cluster fits
-    const std::array<int, 7> key = {static_cast<int>(s.desc.cache_dtype), plan.stages, static_cast<int>(plan.narrow_rows),
-                                    static_cast<int>(plan.narrow_dims), plan.narrow_warps, plan.smem_bytes, splits};
+    const std::array<int, 7> key = {static_cast<int>(s.desc.cache_dtype),
+                                    plan.stages,
+                                    static_cast<int>(plan.narrow_rows),
+                                    static_cast<int>(plan.narrow_dims),
+                                    plan.narrow_warps,
+                                    plan.smem_bytes,
+                                    splits};
     auto it = s.cluster_fits.find(key);
     if (it == s.cluster_fits.end())
         it = s.cluster_fits
-                 .emplace(key, narrow_max_active_clusters(s.desc.cache_dtype, plan.stages, plan.narrow_rows,
-                                                          plan.narrow_dims, plan.smem_bytes, splits,
-                                                          plan.narrow_warps) > 0)
+                 .emplace(key,
+                          narrow_max_active_clusters(s.desc.cache_dtype, plan.stages, plan.narrow_rows,
+                                                     plan.narrow_dims, plan.smem_bytes, splits, plan.narrow_warps) > 0)
                  .first;
     return it->second;
 }

@@ -13,12 +13,12 @@ struct AttentionPlan {
     bool simt = false;
     bool per_warp = false;
     bool narrow = false;
-    NarrowRows narrow_rows = NarrowRows::Padded;  // narrow kernel: how K/V rows sit in its slots
+    NarrowRows narrow_rows = NarrowRows::Padded;   // narrow kernel: how K/V rows sit in its slots
     NarrowDims narrow_dims = NarrowDims::Runtime;  // narrow kernel, TmaBoxes: compiled key/value widths
     int narrow_warps = kNarrowWarps;               // narrow kernel: warps per CTA (kNarrowWideWarps: wide CTAs)
     int narrow_row_blocks = 1;                     // narrow kernel: row blocks per CTA (> 1: shared rings)
-    bool latent_wgmma = false;  // absorb path on Hopper warpgroup MMAs
-    bool prefill_wgmma = false;  // many query rows per group on Hopper warpgroup MMAs
+    bool latent_wgmma = false;                     // absorb path on Hopper warpgroup MMAs
+    bool prefill_wgmma = false;                    // many query rows per group on Hopper warpgroup MMAs
     int stages = 0;  // per-warp kernel: K/V chunks buffered per warp; narrow: K/V half-chunk slots
     MmaVariant variant = MmaVariant::Small;
     int rows_per_cta = 0;

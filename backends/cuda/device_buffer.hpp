@@ -19,7 +19,10 @@ public:
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
     DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
-    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept { swap(o); return *this; }
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+        swap(o);
+        return *this;
+    }
     ~DeviceBuffer() { reset(); }
 
     void allocate(size_t bytes, const char* what) {
@@ -45,9 +48,15 @@ public:
         ptr_ = nullptr;
         bytes_ = 0;
     }
-    void swap(DeviceBuffer& o) noexcept { std::swap(ptr_, o.ptr_); std::swap(bytes_, o.bytes_); }
+    void swap(DeviceBuffer& o) noexcept {
+        std::swap(ptr_, o.ptr_);
+        std::swap(bytes_, o.bytes_);
+    }
 
-    template <typename T = void> T* get() const { return static_cast<T*>(ptr_); }
+    template <typename T = void>
+    T* get() const {
+        return static_cast<T*>(ptr_);
+    }
     size_t bytes() const { return bytes_; }
 
 private:
@@ -68,9 +77,8 @@ public:
         cudaError_t e = cudaMallocHost(&p, bytes);
         if (e != cudaSuccess) {
             cudaGetLastError();
-            throw BackendError(GQLA_ERR_OUT_OF_MEMORY, std::string("CUDA: cudaMallocHost of ") +
-                                                           std::to_string(bytes) + " bytes for " + what +
-                                                           " failed: " + cudaGetErrorString(e));
+            throw BackendError(GQLA_ERR_OUT_OF_MEMORY, std::string("CUDA: cudaMallocHost of ") + std::to_string(bytes) +
+                                                           " bytes for " + what + " failed: " + cudaGetErrorString(e));
         }
         ptr_ = p;
         bytes_ = bytes;
@@ -80,7 +88,10 @@ public:
         ptr_ = nullptr;
         bytes_ = 0;
     }
-    template <typename T = void> T* get() const { return static_cast<T*>(ptr_); }
+    template <typename T = void>
+    T* get() const {
+        return static_cast<T*>(ptr_);
+    }
     size_t bytes() const { return bytes_; }
 
 private:

@@ -46,7 +46,14 @@ __device__ __forceinline__ void load_elems8(const void* p, int dtype, int64_t i,
         const float* src = static_cast<const float*>(p) + i;
         if (n == 8 && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
             const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
-            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+            v[0] = a.x;
+            v[1] = a.y;
+            v[2] = a.z;
+            v[3] = a.w;
+            v[4] = b.x;
+            v[5] = b.y;
+            v[6] = b.z;
+            v[7] = b.w;
             return;
         }
     } else {
@@ -58,10 +65,12 @@ __device__ __forceinline__ void load_elems8(const void* p, int dtype, int64_t i,
             for (int k = 0; k < 4; ++k) {
                 if (dtype == GQLA_DTYPE_F16) {
                     const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
-                    v[2 * k] = f.x; v[2 * k + 1] = f.y;
+                    v[2 * k] = f.x;
+                    v[2 * k + 1] = f.y;
                 } else {
                     const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]));
-                    v[2 * k] = f.x; v[2 * k + 1] = f.y;
+                    v[2 * k] = f.x;
+                    v[2 * k + 1] = f.y;
                 }
             }
             return;
@@ -72,9 +81,12 @@ __device__ __forceinline__ void load_elems8(const void* p, int dtype, int64_t i,
 }
 
 __device__ __forceinline__ void store_elem(void* p, int dtype, int64_t i, float v) {
-    if (dtype == GQLA_DTYPE_F32) static_cast<float*>(p)[i] = v;
-    else if (dtype == GQLA_DTYPE_F16) static_cast<__half*>(p)[i] = __float2half_rn(v);
-    else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+    if (dtype == GQLA_DTYPE_F32)
+        static_cast<float*>(p)[i] = v;
+    else if (dtype == GQLA_DTYPE_F16)
+        static_cast<__half*>(p)[i] = __float2half_rn(v);
+    else
+        static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
 }
 
 // Stores elements i and i + 1: one 8- or 4-byte store where aligned (an MMA
@@ -89,8 +101,9 @@ __device__ __forceinline__ void store_pair(void* p, int dtype, int64_t i, float 
     } else {
         uint16_t* dst = static_cast<uint16_t*>(p) + i;
         if ((reinterpret_cast<uintptr_t>(dst) & 3) == 0) {
-            *reinterpret_cast<uint32_t*>(dst) = dtype == GQLA_DTYPE_F16 ? pack_pair(lo, hi, static_cast<__half*>(nullptr))
-                                                                        : pack_pair(lo, hi, static_cast<__nv_bfloat16*>(nullptr));
+            *reinterpret_cast<uint32_t*>(dst) = dtype == GQLA_DTYPE_F16
+                                                    ? pack_pair(lo, hi, static_cast<__half*>(nullptr))
+                                                    : pack_pair(lo, hi, static_cast<__nv_bfloat16*>(nullptr));
             return;
         }
     }
@@ -111,7 +124,8 @@ __device__ __forceinline__ void store_elems8(void* p, int dtype, int64_t i, int 
     } else {
         uint16_t* dst = static_cast<uint16_t*>(p) + i;
         if (n == 8 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-            *reinterpret_cast<uint4*>(dst) = dtype == GQLA_DTYPE_F16 ? pack_eight<__half>(v) : pack_eight<__nv_bfloat16>(v);
+            *reinterpret_cast<uint4*>(dst) =
+                dtype == GQLA_DTYPE_F16 ? pack_eight<__half>(v) : pack_eight<__nv_bfloat16>(v);
             return;
         }
     }
@@ -120,9 +134,14 @@ __device__ __forceinline__ void store_elems8(void* p, int dtype, int64_t i, int 
         if (e < n) store_elem(p, dtype, i + e, v[e]);
 }
 
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
     return __float2bfloat16_rn(v);
 }
 

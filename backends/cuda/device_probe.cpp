@@ -22,11 +22,11 @@ namespace {
 
 // Dense tensor-core bf16 FLOP per clock per SM, by architecture.
 double tensor_bf16_flops_per_clock_sm(int major, int minor) {
-    if (major == 7) return 1024;                 // Volta/Turing fp16 (no bf16; closest peak)
-    if (major == 8 && minor == 0) return 2048;   // A100
-    if (major == 8) return 1024;                 // GA10x, Ada
-    if (major == 9) return 4096;                 // Hopper
-    if (major == 10) return 8192;                // Blackwell datacenter
+    if (major == 7) return 1024;                // Volta/Turing fp16 (no bf16; closest peak)
+    if (major == 8 && minor == 0) return 2048;  // A100
+    if (major == 8) return 1024;                // GA10x, Ada
+    if (major == 9) return 4096;                // Hopper
+    if (major == 10) return 8192;               // Blackwell datacenter
     if (major >= 11) return 2048;
     return 512;
 }
@@ -37,7 +37,9 @@ double fp32_lanes_sm(int major, int minor) {
     return 128;
 }
 
-struct Calibration { double read_gbps, bf16_gflops; };
+struct Calibration {
+    double read_gbps, bf16_gflops;
+};
 std::mutex g_mutex;
 std::map<int, Calibration> g_calibrated;
 
@@ -129,13 +131,14 @@ int32_t visible_device_count() {
 void probe_device(int32_t index, uint32_t flags, gqla_probe_info* out) {
     int n = visible_device_count();
     if (index < 0 || index >= n)
-        throw BackendError(GQLA_ERR_UNSUPPORTED, "CUDA probe: device index " + std::to_string(index) + " not visible (" +
-                                                     std::to_string(n) + " GPUs)");
+        throw BackendError(GQLA_ERR_UNSUPPORTED, "CUDA probe: device index " + std::to_string(index) +
+                                                     " not visible (" + std::to_string(n) + " GPUs)");
     cudaDeviceProp prop;
     check_cuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
     int clock_khz = 0, mem_clock_khz = 0;
     check_cuda(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, index), "cudaDeviceGetAttribute(clock)");
-    check_cuda(cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, index), "cudaDeviceGetAttribute(mem clock)");
+    check_cuda(cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, index),
+               "cudaDeviceGetAttribute(mem clock)");
 
     const size_t keep = out->struct_size;
     std::memset(reinterpret_cast<char*>(out) + sizeof(size_t), 0, sizeof(gqla_probe_info) - sizeof(size_t));

@@ -15,12 +15,12 @@
 
 namespace gqla::cuda {
 
-constexpr int kLatentRows = 64;    // query rows per CTA (the wgmma M)
+constexpr int kLatentRows = 64;  // query rows per CTA (the wgmma M)
 // A row block of at most this many query rows takes the transposed kernel
 // (tokens and latent columns as the wgmma M, the rows as its N = 32), whose
 // products carry no empty rows.
 constexpr int kLatentRowsTransposed = 32;
-constexpr int kLatentTile = 64;    // tokens per pipeline stage
+constexpr int kLatentTile = 64;      // tokens per pipeline stage
 constexpr int kLatentThreads = 384;  // three warpgroups: scores + softmax, and two halves of the value columns
 // Most splits of a row block that merge in one thread-block cluster (the
 // portable limit; AttentionParams::cluster_merge).
@@ -71,7 +71,8 @@ inline int latent_wgmma_smem_bytes(int) { return 0; }
 inline void prepare_latent_wgmma_kernel() {}
 inline LatentTmaMaps latent_tma_maps(gqla_dtype, const PoolView&, const PoolView&, int, int64_t) { return {}; }
 inline int latent_wgmma_max_active_clusters(gqla_dtype, int) { return 0; }
-inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, const LatentTmaMaps&, dim3, int, bool, cudaStream_t) {}
+inline void launch_latent_wgmma(gqla_dtype, const AttentionParams&, const LatentTmaMaps&, dim3, int, bool,
+                                cudaStream_t) {}
 #endif
 
 }  // namespace gqla::cuda

@@ -14,8 +14,8 @@ using LaunchAttrs = cudaLaunchAttribute[2];
 // cluster; with dependent, the kernel is a programmatic dependent of the
 // kernel before it on the stream (compute capability 9.0+: it may start
 // before that one completes and waits for it in griddepcontrol.wait).
-inline cudaLaunchConfig_t make_launch_config(dim3 grid, dim3 block, int smem_bytes, bool split_cluster,
-                                              bool dependent, LaunchAttrs& attrs) {
+inline cudaLaunchConfig_t make_launch_config(dim3 grid, dim3 block, int smem_bytes, bool split_cluster, bool dependent,
+                                             LaunchAttrs& attrs) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;

@@ -75,6 +75,8 @@ __device__ __forceinline__ float normalized(float acc, float l) { return l == 0.
 // Sum of a partial (max m, sum l) rescaled to the merged max M: 0 for a
 // partial that saw no token (l == 0, m == -inf), NaN where l is (a NaN
 // score, even with m still -inf).
-__device__ __forceinline__ float rescaled_sum(float m, float l, float M) { return l == 0.f ? 0.f : l * exp2_ftz(m - M); }
+__device__ __forceinline__ float rescaled_sum(float m, float l, float M) {
+    return l == 0.f ? 0.f : l * exp2_ftz(m - M);
+}
 
 }  // namespace gqla::cuda

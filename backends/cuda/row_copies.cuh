@@ -51,8 +51,8 @@ __device__ __forceinline__ void copy_scattered_rows16(T* tile, SmemRows rows, in
     const int total = 16 * per_row;
     for (int idx = lane; idx - lane < total; idx += 32) {
         const int row = idx < total ? idx / per_row : 0;  // every lane joins the shuffle
-        const T* src = reinterpret_cast<const T*>(
-            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row_src), row));
+        const T* src =
+            reinterpret_cast<const T*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row_src), row));
         if (idx < total) {
             const int c = (idx - row * per_row) << 3;
             cp_async_16(tile + smem_index(rows, row, col0 + c), src ? src + c : any, src != nullptr);

@@ -214,7 +214,8 @@ void allocate_decode_workspace(Session* s) {
                 (d.max_q_tokens > 0 ? "" : " (0: max_batch * max_q_len)") + " query tokens x " +
                 std::to_string(d.num_heads) + " heads asks for " + std::to_string(w.total_bytes()) +
                 " bytes, more than the device holds; set config.max_q_tokens to the most query tokens one call "
-                "carries (the sum of its q_lens) [" + e.what() + "]");
+                "carries (the sum of its q_lens) [" +
+                e.what() + "]");
     }
 }
 
@@ -286,9 +287,10 @@ void init_session(Session* s, const gqla_backend_desc& d) {
         s->head_weights = H > G && t.head_weights;
         if (s->use_latent_wgmma && t.latent_tma)
             for (int layer = 0; layer < L; ++layer)
-                s->latent_maps.push_back(latent_tma_maps(d.cache_dtype, pool_view(*s, s->pool_a, layer, 1, d.latent_dim, true),
-                                                         pool_view(*s, s->pool_b, layer, 1, d.rope_dim, true), d.page_size,
-                                                         int64_t(d.num_pages) * d.page_size));
+                s->latent_maps.push_back(latent_tma_maps(d.cache_dtype,
+                                                         pool_view(*s, s->pool_a, layer, 1, d.latent_dim, true),
+                                                         pool_view(*s, s->pool_b, layer, 1, d.rope_dim, true),
+                                                         d.page_size, int64_t(d.num_pages) * d.page_size));
     }
 
     s->table_stride = std::max<int64_t>(d.num_pages, 1);

@@ -66,12 +66,12 @@ struct Session {
     // the sum of a call's q_lens; max_batch x max_q_len would size every call
     // for its largest sequence's count times the batch.
     int64_t max_rows = 0;
-    DeviceBuffer q_stage, o_stage, lse_stage;          // host-tensor staging
-    int64_t part_rows = 0;                             // (split, b, qi, h) rows the partials hold
-    DeviceBuffer part_o, part_lse2;                    // split partials
-    bool trace = false;                                // GQLA_CUDA_TRACE=1: print launch plans
-    int max_splits = 0;                                // GQLA_CUDA_MAX_SPLITS caps the split heuristic
-    bool dependent_launch = false;                     // combine as a programmatic dependent (cc 9.0+; off: GQLA_CUDA_PDL=0)
+    DeviceBuffer q_stage, o_stage, lse_stage;  // host-tensor staging
+    int64_t part_rows = 0;                     // (split, b, qi, h) rows the partials hold
+    DeviceBuffer part_o, part_lse2;            // split partials
+    bool trace = false;                        // GQLA_CUDA_TRACE=1: print launch plans
+    int max_splits = 0;                        // GQLA_CUDA_MAX_SPLITS caps the split heuristic
+    bool dependent_launch = false;             // combine as a programmatic dependent (cc 9.0+; off: GQLA_CUDA_PDL=0)
     // The splits of a row block merge in a thread-block cluster instead of
     // the combine pass (narrow kernel: up to kMaxClusterSplits; latent
     // kernel: latent_clusters below; cc 9.0+; off: GQLA_CUDA_CLUSTER_MERGE=0).
@@ -79,7 +79,7 @@ struct Session {
     // layout, dims, warps, shared memory, splits).
     bool use_cluster_merge = false;
     std::map<std::array<int, 7>, bool> cluster_fits;
-    DeviceBuffer q_nope, q_att, o_att, o_proj;         // absorb path
+    DeviceBuffer q_nope, q_att, o_att, o_proj;  // absorb path
 
     // Expansion workspace (latent rows in, expanded rows out), chunked.
     int32_t expand_chunk = 0;
@@ -100,14 +100,18 @@ struct Session {
     // Append staging (grows with the largest append seen).
     DeviceBuffer row_tokens, staged_a, staged_b;
     PinnedBuffer pinned;
-    cudaEvent_t pinned_free = nullptr;  // recorded after the last copy that read `pinned`
+    cudaEvent_t pinned_free = nullptr;     // recorded after the last copy that read `pinned`
     cudaEvent_t stream_handoff = nullptr;  // the old stream's queued work, at a stream switch (switch_stream)
 
     std::string error;
 
     // Per-variant occupancy, cached by shared-memory size (slot numbering:
     // decode_plan.cpp).
-    struct Occupancy { int smem = -1; NarrowDims dims = NarrowDims::Runtime; int blocks = 0; };
+    struct Occupancy {
+        int smem = -1;
+        NarrowDims dims = NarrowDims::Runtime;
+        int blocks = 0;
+    };
     static constexpr int kOccupancySlots = 19;
     Occupancy occupancy[kOccupancySlots][2];
     // Kernel choices: the GQLA_CUDA_* knobs (read once, tuning.hpp) and the
@@ -160,7 +164,10 @@ struct Session {
 };
 
 // Elements per token row of each pool and the layer/page strides.
-struct PoolGeometry { int64_t layer_stride, page_stride, group_stride; int32_t row_stride; };
+struct PoolGeometry {
+    int64_t layer_stride, page_stride, group_stride;
+    int32_t row_stride;
+};
 PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim);
 
 // Pool view of `layer` for the decode kernels.
@@ -190,9 +197,12 @@ int64_t query_token_capacity(const gqla_backend_desc& d);
 inline gqla_dtype projection_dtype(const Session& s) { return s.desc.cache_dtype; }
 inline cudaDataType_t cuda_type(gqla_dtype t) {
     switch (t) {
-        case GQLA_DTYPE_BF16: return CUDA_R_16BF;
-        case GQLA_DTYPE_F16: return CUDA_R_16F;
-        default: return CUDA_R_32F;
+        case GQLA_DTYPE_BF16:
+            return CUDA_R_16BF;
+        case GQLA_DTYPE_F16:
+            return CUDA_R_16F;
+        default:
+            return CUDA_R_32F;
     }
 }
 inline cudaDataType_t projection_cuda_type(const Session& s) { return cuda_type(projection_dtype(s)); }

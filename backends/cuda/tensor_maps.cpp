@@ -30,14 +30,15 @@ EncodeTiledFn encode_tiled() {
 
 }  // namespace
 
-bool encode_row_map(CUtensorMap* map, gqla_dtype cache, const void* base, int32_t dim, int64_t rows,
-                    int64_t row_stride, int box_rows) {
+bool encode_row_map(CUtensorMap* map, gqla_dtype cache, const void* base, int32_t dim, int64_t rows, int64_t row_stride,
+                    int box_rows) {
     if (!encode_tiled() || (cache != GQLA_DTYPE_BF16 && cache != GQLA_DTYPE_F16) || dim <= 0 || rows <= 0) return false;
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(rows)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride) * 2};
     const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
     const cuuint32_t steps[2] = {1, 1};
-    return encode_tiled()(map, cache == GQLA_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    return encode_tiled()(map,
+                          cache == GQLA_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                           2, const_cast<void*>(base), dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
                           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;

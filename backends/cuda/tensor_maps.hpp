@@ -20,7 +20,7 @@ namespace gqla::cuda {
 // False for other dtypes than bf16/f16, where the driver lacks
 // cuTensorMapEncodeTiled (it is reached through the runtime, so the module
 // needs no libcuda link) or where it rejects the geometry.
-bool encode_row_map(CUtensorMap* map, gqla_dtype cache, const void* base, int32_t dim, int64_t rows,
-                    int64_t row_stride, int box_rows);
+bool encode_row_map(CUtensorMap* map, gqla_dtype cache, const void* base, int32_t dim, int64_t rows, int64_t row_stride,
+                    int box_rows);
 
 }  // namespace gqla::cuda

@@ -22,7 +22,9 @@ namespace gqla::cuda {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GQLA_HOPPER_ASM(...) asm volatile(__VA_ARGS__)
 #else
-#define GQLA_HOPPER_ASM(...) do {} while (0)
+#define GQLA_HOPPER_ASM(...) \
+    do {                     \
+    } while (0)
 #endif
 
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
@@ -40,7 +42,8 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 }
 // One arrival that also announces `bytes` of transactions for this phase.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-    GQLA_HOPPER_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+    GQLA_HOPPER_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                    : "memory");
 }
 // One plain arrival.
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
@@ -57,17 +60,17 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
     "{\n.reg .pred done;\nwait_%=:\n" TRY_WAIT " done, [%0], %1;\n@!done bra wait_%=;\n}\n"
 // Blocks until the barrier's phase with parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-    GQLA_HOPPER_ASM(GQLA_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.shared::cta.b64") ::"r"(smem_addr(bar)),
+    GQLA_HOPPER_ASM(GQLA_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.shared::cta.b64")::"r"(smem_addr(bar)),
                     "r"(parity)
                     : "memory");
 }
 // The same, and what other CTAs of the cluster stored into this CTA's shared
 // memory with completions on the barrier (st_async_f32) is visible after it.
 __device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
-    GQLA_HOPPER_ASM(GQLA_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64") ::"r"(
-                        smem_addr(bar)),
-                    "r"(parity)
-                    : "memory");
+    GQLA_HOPPER_ASM(
+        GQLA_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64")::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
 }
 #undef GQLA_MBARRIER_WAIT_LOOP
 
@@ -97,8 +100,8 @@ __device__ __forceinline__ void cluster_wait() { GQLA_HOPPER_ASM("barrier.cluste
 // at `dst` (1024-byte aligned for the 128B swizzle); completes on `bar`.
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
     GQLA_HOPPER_ASM(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-            smem_addr(dst)),
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+        "[%4];\n" ::"r"(smem_addr(dst)),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
         : "memory");
 }

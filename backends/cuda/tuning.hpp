@@ -37,10 +37,10 @@ struct Tuning {
     int narrow_wide = -1;     // GQLA_CUDA_NARROW_WIDE
 
     // Numbers.
-    int latent_transposed = 1;                   // GQLA_CUDA_LATENT_TRANSPOSED, 0..2
-    int pinned_stages = 0;                       // GQLA_CUDA_STAGES, 2..5 (0: planned)
-    int narrow_max_rows = kNarrowMaxRowsDefault; // GQLA_CUDA_NARROW_MAX_ROWS, >= kNarrowRows
-    int max_splits = kMaxSplits;                 // GQLA_CUDA_MAX_SPLITS, >= 1
+    int latent_transposed = 1;                    // GQLA_CUDA_LATENT_TRANSPOSED, 0..2
+    int pinned_stages = 0;                        // GQLA_CUDA_STAGES, 2..5 (0: planned)
+    int narrow_max_rows = kNarrowMaxRowsDefault;  // GQLA_CUDA_NARROW_MAX_ROWS, >= kNarrowRows
+    int max_splits = kMaxSplits;                  // GQLA_CUDA_MAX_SPLITS, >= 1
 };
 
 // The knobs as the environment sets them now.

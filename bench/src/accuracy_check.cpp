@@ -36,11 +36,16 @@ std::vector<float> rounded(std::vector<unsigned char>& raw, size_t n, uint64_t s
 
 double error_bound(gqla_dtype cache) {
     switch (cache) {
-        case GQLA_DTYPE_F32: return 1e-5;
-        case GQLA_DTYPE_F16: return 2e-3;
-        case GQLA_DTYPE_BF16: return 1e-2;
-        case GQLA_DTYPE_FP8_E4M3: return 6e-2;  // against the inputs as given (docs/fp8-cache.md)
-        default: break;
+        case GQLA_DTYPE_F32:
+            return 1e-5;
+        case GQLA_DTYPE_F16:
+            return 2e-3;
+        case GQLA_DTYPE_BF16:
+            return 1e-2;
+        case GQLA_DTYPE_FP8_E4M3:
+            return 6e-2;  // against the inputs as given (docs/fp8-cache.md)
+        default:
+            break;
     }
     return 0;
 }
@@ -52,8 +57,7 @@ double relative_error_vs_reference(const AccuracySpec& spec) {
     const bool ragged = !spec.q_lens.empty();
     const bool attention = spec.attention || ragged;
     // Two sequences; one for chunks beyond 4096 queries, whose q alone is gigabytes.
-    const std::vector<int32_t> q_lens =
-        ragged ? spec.q_lens : std::vector<int32_t>(spec.s_q > 4096 ? 1 : 2, spec.s_q);
+    const std::vector<int32_t> q_lens = ragged ? spec.q_lens : std::vector<int32_t>(spec.s_q > 4096 ? 1 : 2, spec.s_q);
     const int B = static_cast<int>(q_lens.size());
 
     CheckInputs in;
@@ -76,10 +80,13 @@ double relative_error_vs_reference(const AccuracySpec& spec) {
     gqla_config cfg = make_config(p, shape);
     gqla_session* session = nullptr;
     check(gqla_session_create(&cfg, &session), "gqla_session_create");
-    struct Guard { gqla_session* s; ~Guard() { gqla_session_destroy(s); } } guard{session};
+    struct Guard {
+        gqla_session* s;
+        ~Guard() { gqla_session_destroy(s); }
+    } guard{session};
 
-    in.scale = p.is_gqla() ? 1.0 / std::sqrt(static_cast<double>(p.d_c + p.d_r))
-                           : 1.0 / std::sqrt(static_cast<double>(p.D));
+    in.scale =
+        p.is_gqla() ? 1.0 / std::sqrt(static_cast<double>(p.d_c + p.d_r)) : 1.0 / std::sqrt(static_cast<double>(p.D));
     std::vector<float> w;
     if (p.is_gqla()) {
         const int64_t w_rows = static_cast<int64_t>(p.G) * (p.d_c + p.d_v);
@@ -134,7 +141,8 @@ double relative_error_vs_reference(const AccuracySpec& spec) {
     std::vector<unsigned char> o_raw(static_cast<size_t>(rows * o_row_elems) * io_size);
     const std::vector<unsigned char> nan_row =  // poison: a row the call leaves unwritten fails the check
         to_dtype(std::vector<float>(static_cast<size_t>(o_row_elems), std::numeric_limits<float>::quiet_NaN()), io);
-    for (size_t at = 0; at < o_raw.size(); at += nan_row.size()) std::memcpy(o_raw.data() + at, nan_row.data(), nan_row.size());
+    for (size_t at = 0; at < o_raw.size(); at += nan_row.size())
+        std::memcpy(o_raw.data() + at, nan_row.data(), nan_row.size());
 
     const int64_t s_q = q_lens[0];
     gqla_tensor tq = ragged ? host_tensor(q_raw.data(), io, {rows, p.H, p.q_dim()})

@@ -17,8 +17,8 @@ namespace gqla::bench {
 
 struct AccuracySpec {
     const Preset* preset = nullptr;
-    SessionShape shape;          // device, session path, cache dtype, io dtype, threads, page size
-    int s_q = 1;                 // uniform calls: queries per sequence
+    SessionShape shape;  // device, session path, cache dtype, io dtype, threads, page size
+    int s_q = 1;         // uniform calls: queries per sequence
     // gqla_attention with `call_path` (the check fails when another form
     // runs) instead of gqla_decode on the session's path.
     bool attention = false;

@@ -29,11 +29,12 @@ AttentionCounts count_attention(const Preset& p, gqla_path form, gqla_dtype cach
     // and small next to any context worth timing.
     // (8-bit caches: the weights are kept in f32.)
     const double w_e = cache == GQLA_DTYPE_FP8_E4M3 ? 4.0 : e;
-    const double latent_bytes = c.context_tokens * read_bytes_per_token(p, GQLA_PATH_ABSORB, cache) + expanded_width * p.r * w_e;
+    const double latent_bytes =
+        c.context_tokens * read_bytes_per_token(p, GQLA_PATH_ABSORB, cache) + expanded_width * p.r * w_e;
     switch (form) {
         case GQLA_PATH_ABSORB:
-            c.flops = c.visible_pairs * H * (2.0 * (p.r + p.d_r) + 2.0 * p.r)
-                      + c.query_rows * H * 2.0 * (p.d_c + p.d_v) * p.r;
+            c.flops = c.visible_pairs * H * (2.0 * (p.r + p.d_r) + 2.0 * p.r) +
+                      c.query_rows * H * 2.0 * (p.d_c + p.d_v) * p.r;
             c.bytes = latent_bytes + q_o_bytes;
             break;
         case GQLA_PATH_GQA_TRANSIENT:

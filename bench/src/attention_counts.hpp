@@ -28,8 +28,8 @@
 namespace gqla::bench {
 
 struct AttentionCounts {
-    double visible_pairs = 0;  // sum over sequences of visible (query, key) pairs
-    double context_tokens = 0; // cached tokens of the call's sequences
+    double visible_pairs = 0;   // sum over sequences of visible (query, key) pairs
+    double context_tokens = 0;  // cached tokens of the call's sequences
     double query_rows = 0;
     double flops = 0;
     double bytes = 0;

@@ -17,7 +17,7 @@ struct BenchEnv {
     gqla_device_type device = GQLA_DEVICE_CPU;  // resolved (never AUTO)
     int threads = 0;                            // resolved CPU threads
     MachineRoofline roofline;
-    uint64_t memory_cap = 0;                    // bytes one case may allocate on the device
+    uint64_t memory_cap = 0;  // bytes one case may allocate on the device
 };
 
 // Resolves --device auto the way sessions do (CUDA when a GPU is visible

@@ -74,11 +74,11 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
         .integer("context", r.context)
         .str("lengths", r.lengths.empty() ? "uniform" : r.lengths)
         .integer("s_q", r.s_q);
-    if (r.mix.empty()) j.null("q_lens");
-    else j.str("q_lens", r.mix);
-    j.integer("query_rows", r.query_rows)
-        .str("dtype", dtype_label(r.dtype))
-        .str("io_dtype", dtype_label(r.io_dtype));
+    if (r.mix.empty())
+        j.null("q_lens");
+    else
+        j.str("q_lens", r.mix);
+    j.integer("query_rows", r.query_rows).str("dtype", dtype_label(r.dtype)).str("io_dtype", dtype_label(r.io_dtype));
     if (!r.error.empty()) {
         j.null("ms").str("skipped", r.error);
         add_build_info(j);
@@ -101,7 +101,8 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
     if (r.attention) j.num("visible_pairs", r.visible_pairs, 12);
     if (r.call_chosen) j.str("call_chosen", path_name(*r.call_chosen));
     if (r.pred)
-        j.num("pred_ms", r.pred->time_s * 1e3).str("pred_bound", r.pred->bound == GQLA_BOUND_COMPUTE ? "compute" : "memory");
+        j.num("pred_ms", r.pred->time_s * 1e3)
+            .str("pred_bound", r.pred->bound == GQLA_BOUND_COMPUTE ? "compute" : "memory");
     else
         j.null("pred_ms");
     if (r.device_seconds > 0)
@@ -110,10 +111,14 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
             .num("device_tflops", r.flops / r.device_seconds / 1e12)
             .num("device_roofline_frac", r.floor_s / r.device_seconds)
             .num("device_peak_frac", r.flops / r.device_seconds / (r.peak_gflops * 1e9), 4);
-    if (r.baseline_s) j.num("baseline_ms", *r.baseline_s * 1e3).num("speedup", *r.baseline_s / r.seconds);
-    else j.null("baseline_ms").str("baseline_note", r.baseline_note);
-    if (r.rel_err) j.num("rel_err", *r.rel_err, 3);
-    else j.null("rel_err");
+    if (r.baseline_s)
+        j.num("baseline_ms", *r.baseline_s * 1e3).num("speedup", *r.baseline_s / r.seconds);
+    else
+        j.null("baseline_ms").str("baseline_note", r.baseline_note);
+    if (r.rel_err)
+        j.num("rel_err", *r.rel_err, 3);
+    else
+        j.null("rel_err");
     j.integer("cold_sets", r.sets)
         .str("io", r.io_on_device ? "device" : "host")
         .num("read_gbps_machine", env.roofline.read_gbps, 4)

@@ -79,8 +79,8 @@ CallShape CallShape::ragged(std::vector<int32_t> q_lens, gqla_path path) {
     return c;
 }
 
-int sets_for_cold(const Preset& p, gqla_path path, gqla_dtype cache, int batch, int64_t context,
-                  double cold_bytes, bool hot) {
+int sets_for_cold(const Preset& p, gqla_path path, gqla_dtype cache, int batch, int64_t context, double cold_bytes,
+                  bool hot) {
     if (hot) return 1;
     const gqla_path read_path = p.is_gqla() && path == GQLA_PATH_GQA ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
     const double per_set = read_bytes_per_token(p, read_path, cache) * batch * static_cast<double>(context);
@@ -106,8 +106,8 @@ DecodeWorkload::DecodeWorkload(const WorkloadSpec& spec) : spec_(spec) {
     shape.max_batch = std::max(spec.batch, 1);
     shape.max_q_len = std::max(spec.max_s_q, 1);
     // The library's workspaces scale with it: a ragged mix states its own.
-    shape.max_q_tokens = spec.max_q_tokens > 0 ? spec.max_q_tokens
-                                               : static_cast<int64_t>(shape.max_batch) * shape.max_q_len;
+    shape.max_q_tokens =
+        spec.max_q_tokens > 0 ? spec.max_q_tokens : static_cast<int64_t>(shape.max_batch) * shape.max_q_len;
     gqla_config cfg = make_config(p, shape);
     check(gqla_session_create(&cfg, &session_), "gqla_session_create");
     try {
@@ -135,8 +135,7 @@ void DecodeWorkload::fill(const Preset& p, const SessionShape& shape, gqla_path 
     // One block of random tokens, appended (whole or a prefix) to every
     // sequence: the timing does not depend on the values, and generating
     // gigabytes of noise would.
-    const int64_t n = spec.lengths.empty() ? spec.context
-                                           : *std::max_element(spec.lengths.begin(), spec.lengths.end());
+    const int64_t n = spec.lengths.empty() ? spec.context : *std::max_element(spec.lengths.begin(), spec.lengths.end());
     const int64_t a_row = p.is_gqla() ? p.r : static_cast<int64_t>(p.G) * p.D;
     const int64_t b_row = p.is_gqla() ? p.d_r : static_cast<int64_t>(p.G) * p.Dv;
     const gqla_dtype io = shape.io_dtype;
@@ -179,8 +178,8 @@ void DecodeWorkload::call(int64_t first, const CallShape& c, bool timed) {
     const gqla_dtype io = spec_.shape.io_dtype;
     const int64_t rows = c.query_rows();
     if (rows * p.H * p.q_dim() * static_cast<int64_t>(dtype_size(io)) > static_cast<int64_t>(q_.size()))
-        throw GqlaError(GQLA_ERR_INVALID_ARGUMENT, "bench: a call of " + std::to_string(rows) +
-                                                       " query rows exceeds the workload's max_q_tokens");
+        throw GqlaError(GQLA_ERR_INVALID_ARGUMENT,
+                        "bench: a call of " + std::to_string(rows) + " query rows exceeds the workload's max_q_tokens");
     gqla_tensor tq = c.q_lens.empty() ? host_tensor(q_.data(), io, {c.batch, c.s_q, p.H, p.q_dim()})
                                       : host_tensor(q_.data(), io, {rows, p.H, p.q_dim()});
     gqla_tensor to = c.q_lens.empty() ? host_tensor(o_.data(), io, {c.batch, c.s_q, p.H, p.out_dim()})
@@ -216,8 +215,7 @@ double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_tota
     return time_calls(CallShape::decode(batch, s_q), reps, max_total_s, hot, min_total_s);
 }
 
-double DecodeWorkload::time_calls(const CallShape& shape, int reps, double max_total_s, bool hot,
-                                  double min_total_s) {
+double DecodeWorkload::time_calls(const CallShape& shape, int reps, double max_total_s, bool hot, double min_total_s) {
     const int batch = shape.batch;
     const int64_t groups = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(seqs_.size()) / batch);
     auto next = [&]() {

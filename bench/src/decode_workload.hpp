@@ -19,21 +19,21 @@ namespace gqla::bench {
 
 struct WorkloadSpec {
     const Preset* preset = nullptr;
-    SessionShape shape;        // device, path, cache dtype, threads, page size
+    SessionShape shape;  // device, path, cache dtype, threads, page size
     int batch = 1;
-    int64_t context = 1024;    // tokens per sequence (the mean when `lengths` is given)
+    int64_t context = 1024;        // tokens per sequence (the mean when `lengths` is given)
     std::vector<int64_t> lengths;  // if not empty: length of sequence i of every batch, i < batch
-    int max_s_q = 1;           // largest s_q (or q_lens entry) called on this workload
-    int64_t max_q_tokens = 0;  // most query rows of one call (config.max_q_tokens); 0: batch * max_s_q
-    int sets = 1;              // disjoint batches to rotate over
+    int max_s_q = 1;               // largest s_q (or q_lens entry) called on this workload
+    int64_t max_q_tokens = 0;      // most query rows of one call (config.max_q_tokens); 0: batch * max_s_q
+    int sets = 1;                  // disjoint batches to rotate over
 };
 
 // One call's shape: gqla_decode (uniform s_q, the session's path) or
 // gqla_attention (uniform s_q or ragged q_lens, `path` for this call).
 struct CallShape {
     int batch = 1;
-    int s_q = 1;                      // uniform calls
-    std::vector<int32_t> q_lens;      // ragged calls: queries of each sequence (size batch)
+    int s_q = 1;                  // uniform calls
+    std::vector<int32_t> q_lens;  // ragged calls: queries of each sequence (size batch)
     bool attention = false;
     gqla_path path = GQLA_PATH_AUTO;  // gqla_attention only
     int64_t query_rows() const;
@@ -45,8 +45,8 @@ struct CallShape {
 
 // How many disjoint batches make the rotation read >= cold_bytes of cache
 // before a batch comes round again (1 when hot).
-int sets_for_cold(const Preset& p, gqla_path path, gqla_dtype cache, int batch, int64_t context,
-                  double cold_bytes, bool hot);
+int sets_for_cold(const Preset& p, gqla_path path, gqla_dtype cache, int batch, int64_t context, double cold_bytes,
+                  bool hot);
 
 class DecodeWorkload {
 public:
@@ -106,7 +106,7 @@ private:
 
     WorkloadSpec spec_;
     gqla_session* session_ = nullptr;
-    std::vector<gqla_seq_id> seqs_;   // set-major: set s is seqs_[s*batch, (s+1)*batch)
+    std::vector<gqla_seq_id> seqs_;     // set-major: set s is seqs_[s*batch, (s+1)*batch)
     std::vector<unsigned char> q_, o_;  // in spec.shape.io_dtype
     std::unique_ptr<CudaIoBuffer> q_dev_, o_dev_;
     std::unique_ptr<CudaEventTimer> timer_;

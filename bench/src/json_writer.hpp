@@ -32,12 +32,15 @@ public:
     static std::string quote(const std::string& s) {
         std::string out = "\"";
         for (char c : s) {
-            if (c == '"' || c == '\\') { out += '\\'; out += c; }
-            else if (static_cast<unsigned char>(c) < 0x20) {
+            if (c == '"' || c == '\\') {
+                out += '\\';
+                out += c;
+            } else if (static_cast<unsigned char>(c) < 0x20) {
                 char buf[8];
                 std::snprintf(buf, sizeof buf, "\\u%04x", c);
                 out += buf;
-            } else out += c;
+            } else
+                out += c;
         }
         return out + "\"";
     }

@@ -37,7 +37,12 @@ __attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
 float sum_scalar(const float* p, size_t n) {
     float r0 = 0, r1 = 0, r2 = 0, r3 = 0;
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) { r0 += p[i]; r1 += p[i + 1]; r2 += p[i + 2]; r3 += p[i + 3]; }
+    for (; i + 4 <= n; i += 4) {
+        r0 += p[i];
+        r1 += p[i + 1];
+        r2 += p[i + 2];
+        r3 += p[i + 3];
+    }
     for (; i < n; ++i) r0 += p[i];
     return r0 + r1 + r2 + r3;
 }
@@ -47,7 +52,7 @@ double measure_read_gbps(int threads, bool avx2) {
     const size_t n = bytes / sizeof(float);
     float* buf = static_cast<float*>(std::aligned_alloc(64, bytes));
     if (!buf) return 0;
-    // First touch from the threads that read it, so pages land near them.
+        // First touch from the threads that read it, so pages land near them.
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (size_t i = 0; i < n; ++i) buf[i] = 1.0f;
     double best = 0;
@@ -183,10 +188,10 @@ MachineRoofline measure_cpu_roofline(int threads) {
     gqla_probe_info info;
     std::memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
-    m.kernels_use_bf16_dot = bf16_dot && gqla_probe(GQLA_DEVICE_CPU, 0, 0, &info) == GQLA_OK &&
-                             isa_has(info.isa_flags, kIsaBf16Dot);
-    m.source = "measured: streaming sum over 1 GiB, " + std::to_string(kChains) + " independent FMA chains (" +
-               m.isa + (bf16_dot ? "; and avx512bf16 dot chains" : "") + "), " + std::to_string(threads) + " threads";
+    m.kernels_use_bf16_dot =
+        bf16_dot && gqla_probe(GQLA_DEVICE_CPU, 0, 0, &info) == GQLA_OK && isa_has(info.isa_flags, kIsaBf16Dot);
+    m.source = "measured: streaming sum over 1 GiB, " + std::to_string(kChains) + " independent FMA chains (" + m.isa +
+               (bf16_dot ? "; and avx512bf16 dot chains" : "") + "), " + std::to_string(threads) + " threads";
     return m;
 }
 

@@ -11,7 +11,7 @@
 namespace gqla::bench {
 
 struct MachineRoofline {
-    double read_gbps = 0;     // GB/s (1e9), streaming read
+    double read_gbps = 0;         // GB/s (1e9), streaming read
     double peak_gflops = 0;       // f32 FMA peak, all threads
     double peak_bf16_gflops = 0;  // bf16 dot-product peak (CPU: AVX512-BF16; CUDA: tensor cores); 0 if none
     // Whether gqla's kernels on this device compute bf16 caches with bf16
@@ -25,8 +25,8 @@ struct MachineRoofline {
         const bool bf16_roof = kernels_use_bf16_dot && cache == GQLA_DTYPE_BF16 && peak_bf16_gflops > peak_gflops;
         return bf16_roof ? peak_bf16_gflops : peak_gflops;
     }
-    std::string source;       // how they were obtained
-    std::string isa;          // CPU: the SIMD width used for the FMA peak
+    std::string source;  // how they were obtained
+    std::string isa;     // CPU: the SIMD width used for the FMA peak
 };
 
 // CPU: multi-threaded streaming sum over >= 1 GiB and independent FMA chains

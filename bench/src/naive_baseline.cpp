@@ -14,16 +14,30 @@
 namespace gqla::bench {
 namespace {
 
-struct Bf16 { uint16_t bits; };
-struct F16 { uint16_t bits; };
+struct Bf16 {
+    uint16_t bits;
+};
+struct F16 {
+    uint16_t bits;
+};
 
 inline float to_f32(float x) { return x; }
 inline float to_f32(Bf16 x) { return gqla::bf16_to_f32(x.bits); }
 inline float to_f32(F16 x) { return gqla::f16_to_f32(x.bits); }
-template <class T> T from_f32(float x);
-template <> float from_f32<float>(float x) { return x; }
-template <> Bf16 from_f32<Bf16>(float x) { return {gqla::f32_to_bf16(x)}; }
-template <> F16 from_f32<F16>(float x) { return {gqla::f32_to_f16(x)}; }
+template <class T>
+T from_f32(float x);
+template <>
+float from_f32<float>(float x) {
+    return x;
+}
+template <>
+Bf16 from_f32<Bf16>(float x) {
+    return {gqla::f32_to_bf16(x)};
+}
+template <>
+F16 from_f32<F16>(float x) {
+    return {gqla::f32_to_f16(x)};
+}
 
 // One set of `batch` sequences: keys [B][heads][L][Dk], values [B][heads][L][Dv]
 // where heads = G for GQA (repeated at every step) and H for GQLA.
@@ -33,8 +47,8 @@ struct NaiveCache {
 };
 
 template <class T>
-void attend_head(const T* K, const T* V, int64_t L, int Dk, int Dv, int s_q, int q_stride, const float* q,
-                 float scale, float* o, int o_stride, std::vector<float>& scores) {
+void attend_head(const T* K, const T* V, int64_t L, int Dk, int Dv, int s_q, int q_stride, const float* q, float scale,
+                 float* o, int o_stride, std::vector<float>& scores) {
     scores.resize(static_cast<size_t>(L));
     for (int i = 0; i < s_q; ++i) {
         const int64_t visible = L - s_q + i + 1;
@@ -139,13 +153,14 @@ NaiveResult run(const Preset& p, int batch, int64_t L, int s_q, int threads, int
 
 }  // namespace
 
-NaiveResult time_naive_baseline(const Preset& p, gqla_dtype cache, int batch, int64_t context, int s_q,
-                                int threads, int reps, bool hot, double cold_bytes, uint64_t memory_cap) {
+NaiveResult time_naive_baseline(const Preset& p, gqla_dtype cache, int batch, int64_t context, int s_q, int threads,
+                                int reps, bool hot, double cold_bytes, uint64_t memory_cap) {
     if (threads <= 0) threads = omp_get_max_threads();
     const int heads = p.is_gqla() ? p.H : p.G;
     const double e = static_cast<double>(dtype_size(cache));
     const double set_bytes = e * batch * static_cast<double>(context) * heads * (p.q_dim() + p.out_dim());
-    const double repeat_bytes = p.is_gqla() ? 0.0 : e * batch * static_cast<double>(context) * p.H * (p.q_dim() + p.out_dim());
+    const double repeat_bytes =
+        p.is_gqla() ? 0.0 : e * batch * static_cast<double>(context) * p.H * (p.q_dim() + p.out_dim());
     const int sets = hot ? 1 : std::max(2, static_cast<int>(std::ceil(cold_bytes / set_bytes)));
     if (set_bytes * sets + repeat_bytes > static_cast<double>(memory_cap)) {
         const int fit = static_cast<int>((static_cast<double>(memory_cap) - repeat_bytes) / set_bytes);
@@ -155,15 +170,18 @@ NaiveResult time_naive_baseline(const Preset& p, gqla_dtype cache, int batch, in
                         " MB exceeds the memory cap";
             return r;
         }
-        return time_naive_baseline(p, cache, batch, context, s_q, threads, reps, fit == 1, set_bytes * fit,
-                                   memory_cap);
+        return time_naive_baseline(p, cache, batch, context, s_q, threads, reps, fit == 1, set_bytes * fit, memory_cap);
     }
     switch (cache) {
-        case GQLA_DTYPE_F32: return run<float>(p, batch, context, s_q, threads, reps, sets);
-        case GQLA_DTYPE_F16: return run<F16>(p, batch, context, s_q, threads, reps, sets);
-        case GQLA_DTYPE_BF16: return run<Bf16>(p, batch, context, s_q, threads, reps, sets);
+        case GQLA_DTYPE_F32:
+            return run<float>(p, batch, context, s_q, threads, reps, sets);
+        case GQLA_DTYPE_F16:
+            return run<F16>(p, batch, context, s_q, threads, reps, sets);
+        case GQLA_DTYPE_BF16:
+            return run<Bf16>(p, batch, context, s_q, threads, reps, sets);
         case GQLA_DTYPE_FP8_E4M3:
-        case GQLA_DTYPE_I32: break;
+        case GQLA_DTYPE_I32:
+            break;
     }
     return {};  // no naive loop for 8-bit caches: not run, nothing to report
 }

@@ -19,11 +19,11 @@ namespace gqla::bench {
 
 struct NaiveResult {
     bool ran = false;
-    double seconds = 0;      // median per decode call
-    std::string skipped;     // why it did not run
+    double seconds = 0;   // median per decode call
+    std::string skipped;  // why it did not run
 };
 
-NaiveResult time_naive_baseline(const Preset& p, gqla_dtype cache, int batch, int64_t context, int s_q,
-                                int threads, int reps, bool hot, double cold_bytes, uint64_t memory_cap);
+NaiveResult time_naive_baseline(const Preset& p, gqla_dtype cache, int batch, int64_t context, int s_q, int threads,
+                                int reps, bool hot, double cold_bytes, uint64_t memory_cap);
 
 }  // namespace gqla::bench

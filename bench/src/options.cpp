@@ -77,7 +77,10 @@ std::vector<std::string> split(const std::string& s) {
 int64_t parse_count(const std::string& flag, const std::string& s) {
     char* end = nullptr;
     long long v = std::strtoll(s.c_str(), &end, 10);
-    if (end && (*end == 'k' || *end == 'K')) { v *= 1024; ++end; }
+    if (end && (*end == 'k' || *end == 'K')) {
+        v *= 1024;
+        ++end;
+    }
     if (end == s.c_str() || (end && *end) || v < 1) fail(flag + ": expected a positive integer, got '" + s + "'");
     return v;
 }
@@ -94,7 +97,8 @@ gqla_dtype parse_dtype(const std::string& flag, const std::string& s) {
     if (s == "f16") return GQLA_DTYPE_F16;
     if (s == "f32") return GQLA_DTYPE_F32;
     if (s == "fp8_e4m3" && flag == "--dtype") return GQLA_DTYPE_FP8_E4M3;  // a cache dtype only
-    fail(flag + (flag == "--dtype" ? ": expected bf16, f16, f32 or fp8_e4m3, got '" : ": expected bf16, f16 or f32, got '") +
+    fail(flag +
+         (flag == "--dtype" ? ": expected bf16, f16, f32 or fp8_e4m3, got '" : ": expected bf16, f16 or f32, got '") +
          s + "'");
 }
 
@@ -123,8 +127,11 @@ Options parse_options(int argc, char** argv) {
             if (i + 1 >= argc) fail(a + ": missing value");
             return argv[++i];
         };
-        if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); std::exit(0); }
-        else if (a == "--device") o.device = parse_device(value());
+        if (a == "-h" || a == "--help") {
+            std::fputs(kUsage, stdout);
+            std::exit(0);
+        } else if (a == "--device")
+            o.device = parse_device(value());
         else if (a == "--preset") {
             o.presets.clear();
             for (const std::string& name : split(value())) {
@@ -149,16 +156,20 @@ Options parse_options(int argc, char** argv) {
         } else if (a == "--dtype") {
             o.dtypes.clear();
             for (const std::string& d : split(value())) o.dtypes.push_back(parse_dtype(a, d));
-        } else if (a == "--io") o.io_dtype = parse_dtype(a, value());
-        else if (a == "--batch") o.batches = parse_counts<int>(a, value());
-        else if (a == "--context") o.contexts = parse_counts<int64_t>(a, value());
+        } else if (a == "--io")
+            o.io_dtype = parse_dtype(a, value());
+        else if (a == "--batch")
+            o.batches = parse_counts<int>(a, value());
+        else if (a == "--context")
+            o.contexts = parse_counts<int64_t>(a, value());
         else if (a == "--mixed") {
             const std::string v = value();
             const size_t colon = v.find(':');
             if (colon == std::string::npos) fail("--mixed: expected MIN:MAX, got '" + v + "'");
             o.mixed_min = parse_count(a, v.substr(0, colon));
             o.mixed_max = parse_count(a, v.substr(colon + 1));
-            if (o.mixed_min < 1 || o.mixed_max < o.mixed_min) fail("--mixed: expected 1 <= MIN <= MAX, got '" + v + "'");
+            if (o.mixed_min < 1 || o.mixed_max < o.mixed_min)
+                fail("--mixed: expected 1 <= MIN <= MAX, got '" + v + "'");
         } else if (a == "--s-q") {
             o.s_qs = parse_counts<int>(a, value());
             for (int s_q : o.s_qs)
@@ -166,24 +177,36 @@ Options parse_options(int argc, char** argv) {
         } else if (a == "--q-lens") {
             std::string why;
             if (!parse_query_mix(value(), &o.mix, &why)) fail("--q-lens: " + why);
-        } else if (a == "--threads") o.threads = static_cast<int>(parse_count(a, value()));
-        else if (a == "--reps") o.reps = static_cast<int>(parse_count(a, value()));
-        else if (a == "--busy") o.busy = static_cast<int>(parse_count(a, value()));
-        else if (a == "--page-size") o.page_size = static_cast<int>(parse_count(a, value()));
-        else if (a == "--hot") o.hot = true;
-        else if (a == "--json") o.json = true;
-        else if (a == "--quiet") o.quiet = true;
-        else if (a == "--no-baseline") o.baseline = false;
-        else if (a == "--no-check") o.check_accuracy = false;
-        else if (a == "--topk") o.topk = static_cast<int>(parse_count(a, value()));
-        else if (a == "--shards") o.shards = static_cast<int>(parse_count(a, value()));
+        } else if (a == "--threads")
+            o.threads = static_cast<int>(parse_count(a, value()));
+        else if (a == "--reps")
+            o.reps = static_cast<int>(parse_count(a, value()));
+        else if (a == "--busy")
+            o.busy = static_cast<int>(parse_count(a, value()));
+        else if (a == "--page-size")
+            o.page_size = static_cast<int>(parse_count(a, value()));
+        else if (a == "--hot")
+            o.hot = true;
+        else if (a == "--json")
+            o.json = true;
+        else if (a == "--quiet")
+            o.quiet = true;
+        else if (a == "--no-baseline")
+            o.baseline = false;
+        else if (a == "--no-check")
+            o.check_accuracy = false;
+        else if (a == "--topk")
+            o.topk = static_cast<int>(parse_count(a, value()));
+        else if (a == "--shards")
+            o.shards = static_cast<int>(parse_count(a, value()));
         else if (a == "--keep-latent") {
             const std::string v = value();
             if (v != "0" && v != "1") fail("--keep-latent: expected 0 or 1, got '" + v + "'");
             o.shard_keep_latent = v == "1";
-        }
-        else if (a == "--validate-auto") o.validate_auto = true;
-        else fail("unknown option '" + a + "'");
+        } else if (a == "--validate-auto")
+            o.validate_auto = true;
+        else
+            fail("unknown option '" + a + "'");
     }
     if (!o.mix.empty() && o.mixed_max > 0) fail("--q-lens and --mixed do not combine: give one of them");
     return o;

@@ -18,7 +18,7 @@ struct Options {
     // GQLA_PATH_GQA_TRANSIENT exists only per gqla_attention call.
     std::vector<gqla_path> paths{GQLA_PATH_GQA, GQLA_PATH_ABSORB};
     std::vector<gqla_dtype> dtypes{GQLA_DTYPE_BF16};
-    gqla_dtype io_dtype = GQLA_DTYPE_F32;    // --io: q, o and the appended rows
+    gqla_dtype io_dtype = GQLA_DTYPE_F32;  // --io: q, o and the appended rows
     std::vector<int> batches{1, 16};
     std::vector<int64_t> contexts{1024, 4096, 16384};
     // --mixed MIN:MAX: the sequences of a batch hold lengths spread evenly
@@ -32,10 +32,10 @@ struct Options {
     QueryMix mix;
     int threads = 0;
     int reps = 20;
-    int busy = 0;                            // --busy: busy-looping threads during the timed calls
+    int busy = 0;  // --busy: busy-looping threads during the timed calls
     bool hot = false;
     bool json = false;
-    bool quiet = false;                      // --quiet: no progress lines on stderr
+    bool quiet = false;  // --quiet: no progress lines on stderr
     int page_size = 0;
     bool validate_auto = false;
     bool check_accuracy = true;

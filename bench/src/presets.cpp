@@ -10,12 +10,11 @@ namespace gqla::bench {
 const std::vector<Preset>& all_presets() {
     static const std::vector<Preset> presets = {
         {"llama3-8b", "LLaMA-3-8B GQA (H=32, G=8, D=128)", GQLA_KIND_GQA, 32, 8, 128, 128, 0, 0, 0, 0},
-        {"llama3-8b-gqla", "LLaMA-3-8B converted to GQLA (H=32, G=8, r=512, d_c=64, d_r=64, d_v=128)",
-         GQLA_KIND_GQLA, 32, 8, 0, 0, 512, 64, 64, 128},
-        {"deepseek-v3", "DeepSeek-V3 MLA (H=G=128, r=512, d_c=128, d_r=64, d_v=128)", GQLA_KIND_GQLA, 128, 128,
-         0, 0, 512, 128, 64, 128},
-        {"mla16", "DeepSeek-V3 MLA shape with 16 heads (H=G=16)", GQLA_KIND_GQLA, 16, 16, 0, 0, 512, 128, 64,
-         128},
+        {"llama3-8b-gqla", "LLaMA-3-8B converted to GQLA (H=32, G=8, r=512, d_c=64, d_r=64, d_v=128)", GQLA_KIND_GQLA,
+         32, 8, 0, 0, 512, 64, 64, 128},
+        {"deepseek-v3", "DeepSeek-V3 MLA (H=G=128, r=512, d_c=128, d_r=64, d_v=128)", GQLA_KIND_GQLA, 128, 128, 0, 0,
+         512, 128, 64, 128},
+        {"mla16", "DeepSeek-V3 MLA shape with 16 heads (H=G=16)", GQLA_KIND_GQLA, 16, 16, 0, 0, 512, 128, 64, 128},
     };
     return presets;
 }
@@ -87,30 +86,42 @@ double read_bytes_per_token(const Preset& p, gqla_path path, gqla_dtype cache) {
 
 const char* path_name(gqla_path p) {
     switch (p) {
-        case GQLA_PATH_AUTO: return "auto";
-        case GQLA_PATH_GQA: return "gqa";
-        case GQLA_PATH_ABSORB: return "absorb";
-        case GQLA_PATH_GQA_TRANSIENT: return "transient";
+        case GQLA_PATH_AUTO:
+            return "auto";
+        case GQLA_PATH_GQA:
+            return "gqa";
+        case GQLA_PATH_ABSORB:
+            return "absorb";
+        case GQLA_PATH_GQA_TRANSIENT:
+            return "transient";
     }
     return "?";
 }
 
 const char* device_name(gqla_device_type d) {
     switch (d) {
-        case GQLA_DEVICE_AUTO: return "auto";
-        case GQLA_DEVICE_CPU: return "cpu";
-        case GQLA_DEVICE_CUDA: return "cuda";
+        case GQLA_DEVICE_AUTO:
+            return "auto";
+        case GQLA_DEVICE_CPU:
+            return "cpu";
+        case GQLA_DEVICE_CUDA:
+            return "cuda";
     }
     return "?";
 }
 
 const char* dtype_label(gqla_dtype t) {
     switch (t) {
-        case GQLA_DTYPE_F32: return "f32";
-        case GQLA_DTYPE_F16: return "f16";
-        case GQLA_DTYPE_BF16: return "bf16";
-        case GQLA_DTYPE_FP8_E4M3: return "fp8_e4m3";
-        default: break;
+        case GQLA_DTYPE_F32:
+            return "f32";
+        case GQLA_DTYPE_F16:
+            return "f16";
+        case GQLA_DTYPE_BF16:
+            return "bf16";
+        case GQLA_DTYPE_FP8_E4M3:
+            return "fp8_e4m3";
+        default:
+            break;
     }
     return "?";
 }

@@ -15,8 +15,8 @@ struct Preset {
     const char* description;
     gqla_kind kind;
     int H, G;
-    int D, Dv;                 // GQA kind
-    int r, d_c, d_r, d_v;      // GQLA kind
+    int D, Dv;             // GQA kind
+    int r, d_c, d_r, d_v;  // GQLA kind
 
     bool is_gqla() const { return kind == GQLA_KIND_GQLA; }
     int q_dim() const { return is_gqla() ? d_c + d_r : D; }
@@ -34,7 +34,7 @@ struct SessionShape {
     gqla_dtype cache_dtype = GQLA_DTYPE_BF16;
     gqla_dtype io_dtype = GQLA_DTYPE_F32;  // q, o and the appended rows
     int threads = 0;
-    int page_size = 0;        // 0: library default
+    int page_size = 0;  // 0: library default
     int64_t max_tokens = 0;
     int max_sequences = 0;
     int max_batch = 0;

@@ -14,7 +14,10 @@ bool parse_positive(const std::string& s, long long max, long long* out) {
     if (s.empty()) return false;
     char* end = nullptr;
     long long v = std::strtoll(s.c_str(), &end, 10);
-    if (end && (*end == 'k' || *end == 'K')) { v *= 1024; ++end; }
+    if (end && (*end == 'k' || *end == 'K')) {
+        v *= 1024;
+        ++end;
+    }
     if (end == s.c_str() || *end != '\0' || v < 1 || v > max) return false;
     *out = v;
     return true;

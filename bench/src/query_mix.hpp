@@ -21,11 +21,11 @@ struct QueryMix {
     std::vector<QueryGroup> groups;
 
     bool empty() const { return groups.empty(); }
-    int batch() const;                       // sequences of the call
-    int64_t total_queries() const;           // rows of the packed q and o
+    int batch() const;              // sequences of the call
+    int64_t total_queries() const;  // rows of the packed q and o
     int32_t max_q_len() const;
-    std::vector<int32_t> q_lens() const;     // per sequence, in call order
-    std::string label() const;               // QLENxCOUNT,... as parsed
+    std::vector<int32_t> q_lens() const;  // per sequence, in call order
+    std::string label() const;            // QLENxCOUNT,... as parsed
     // The same kinds of sequences with at most `per_group` of each: what an
     // accuracy check needs of a mix (a row of 47 decoding sequences tests
     // nothing two of them do not).

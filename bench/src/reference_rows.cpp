@@ -22,9 +22,12 @@ void form_pool_keys(const CheckInputs& in, std::vector<double>* kc, std::vector<
             const float* c = in.pool.data() + i * p.r;
             for (int row = 0; row < p.d_c + p.d_v; ++row) {
                 double sum = 0.0;
-                for (int t = 0; t < p.r; ++t) sum += static_cast<double>(w_uk[static_cast<size_t>(row) * p.r + t]) * c[t];
-                if (row < p.d_c) (*kc)[(static_cast<size_t>(i) * p.G + g) * p.d_c + row] = sum;
-                else (*ve)[(static_cast<size_t>(i) * p.G + g) * p.d_v + row - p.d_c] = sum;
+                for (int t = 0; t < p.r; ++t)
+                    sum += static_cast<double>(w_uk[static_cast<size_t>(row) * p.r + t]) * c[t];
+                if (row < p.d_c)
+                    (*kc)[(static_cast<size_t>(i) * p.G + g) * p.d_c + row] = sum;
+                else
+                    (*ve)[(static_cast<size_t>(i) * p.G + g) * p.d_v + row - p.d_c] = sum;
             }
         }
     }

@@ -38,20 +38,20 @@ std::vector<RowBlock> checked_blocks(int32_t q_len);
 struct CheckInputs {
     const Preset* preset = nullptr;
     double scale = 0;
-    std::vector<int64_t> lengths;          // cached tokens
-    std::vector<int32_t> q_lens;           // queries (its last q_lens[b] tokens)
+    std::vector<int64_t> lengths;  // cached tokens
+    std::vector<int32_t> q_lens;   // queries (its last q_lens[b] tokens)
     // q rows packed in sequence order, [sum q_lens, H, Dq]: row n holds the
     // values of row n % q_period of `q` (a 16K-row chunk of distinct random
     // rows would cost gigabytes; a prime period lines up with no tile).
-    const float* q = nullptr;              // [q_period, H, Dq]
+    const float* q = nullptr;  // [q_period, H, Dq]
     int64_t q_period = 1;
     // GQA kind
     std::vector<std::vector<float>> k, v;  // [L, G, D], [L, G, Dv]
     // GQLA
-    const float* w = nullptr;              // [G * (d_c + d_v), r], kv_b_proj layout
-    std::vector<float> pool;               // [pool rows, r]: the latent rows tokens draw from
+    const float* w = nullptr;                    // [G * (d_c + d_v), r], kv_b_proj layout
+    std::vector<float> pool;                     // [pool rows, r]: the latent rows tokens draw from
     std::vector<std::vector<int32_t>> pool_row;  // [L]: the pool row of each token
-    std::vector<std::vector<float>> kr;    // [L, d_r]
+    std::vector<std::vector<float>> kr;          // [L, d_r]
 };
 
 // The pool row of token j of sequence b (a hash: no period a page table

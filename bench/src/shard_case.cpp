@@ -47,10 +47,14 @@ void sweep_caches() {
 // Bound of docs/numerics.md per cache dtype: shards against the full session.
 double bound_of(gqla_dtype cache) {
     switch (cache) {
-        case GQLA_DTYPE_F32: return 1e-5;
-        case GQLA_DTYPE_F16: return 2e-3;
-        case GQLA_DTYPE_BF16: return 1e-2;
-        default: return 6e-2;
+        case GQLA_DTYPE_F32:
+            return 1e-5;
+        case GQLA_DTYPE_F16:
+            return 2e-3;
+        case GQLA_DTYPE_BF16:
+            return 1e-2;
+        default:
+            return 6e-2;
     }
 }
 
@@ -183,8 +187,8 @@ CaseResult run_case(const Preset& p, const Options& opt, gqla_path path, gqla_dt
     RankSession full(p, shape, Groups{0, p.G}, 1, w, a, b, block, batch, T);
     std::vector<std::unique_ptr<RankSession>> ranks;
     for (int i = 0; i < N; ++i)
-        ranks.push_back(std::make_unique<RankSession>(p, shape, Groups{i * (p.G / N), p.G / N}, res.keep_latent, w,
-                                                      a, b, block, batch, T));
+        ranks.push_back(std::make_unique<RankSession>(p, shape, Groups{i * (p.G / N), p.G / N}, res.keep_latent, w, a,
+                                                      b, block, batch, T));
 
     const int64_t rows = int64_t(batch) * s_q;
     std::vector<float> q(size_t(rows * p.H * p.q_dim()));

@@ -50,8 +50,7 @@ double sweep_caches() {
 // random tokens (f32 io), with random weights.
 class SparseSession {
 public:
-    SparseSession(const Preset& p, gqla_path path, gqla_dtype cache, int threads, int batch, int64_t length,
-                  int max_q)
+    SparseSession(const Preset& p, gqla_path path, gqla_dtype cache, int threads, int batch, int64_t length, int max_q)
         : p_(p), batch_(batch), length_(length) {
         SessionShape s;
         s.device = GQLA_DEVICE_CPU;
@@ -98,8 +97,8 @@ public:
     // (may be empty: dense) [batch * s_q, topk].
     // *cpu_median: the median CPU time of the process over a call (all
     // threads), which a loaded machine inflates less than wall time.
-    double time(gqla_path path, int s_q, std::vector<int32_t>& idx, int topk, int reps, bool hot,
-                gqla_path* taken, double* cpu_median) {
+    double time(gqla_path path, int s_q, std::vector<int32_t>& idx, int topk, int reps, bool hot, gqla_path* taken,
+                double* cpu_median) {
         const int64_t rows = int64_t(batch_) * s_q;
         std::vector<float> q(size_t(rows * p_.H * p_.q_dim()), 0.1f), o(size_t(rows * p_.H * p_.out_dim()));
         gqla_tensor qt = f32_tensor(q, {batch_, s_q, p_.H, p_.q_dim()});
@@ -178,8 +177,8 @@ int run_sparse_bench(const Options& opt) {
     const int threads = opt.threads;
     const int K = opt.topk;
     if (!opt.json)
-        std::printf("%-16s %-10s %-5s %5s %7s %6s %4s  %12s  %12s  %6s  %8s %8s\n", "preset", "path", "cache",
-                    "batch", "T", "K", "s_q", "sparse ms", "dense ms", "ratio", "cpu ms", "cpu ms");
+        std::printf("%-16s %-10s %-5s %5s %7s %6s %4s  %12s  %12s  %6s  %8s %8s\n", "preset", "path", "cache", "batch",
+                    "T", "K", "s_q", "sparse ms", "dense ms", "ratio", "cpu ms", "cpu ms");
     for (const std::string& name : opt.presets) {
         const Preset* p = find_preset(name);
         if (p == nullptr) throw std::runtime_error("unknown preset " + name);
@@ -199,14 +198,15 @@ int run_sparse_bench(const Options& opt) {
                             const double t_sparse = sparse.time(path, s_q, idx, K, opt.reps, opt.hot, &ts, &c_sparse);
                             const double t_dense = dense.time(path, s_q, none, 0, opt.reps, opt.hot, &td, &c_dense);
                             if (opt.json)
-                                std::printf("{\"preset\": \"%s\", \"path\": \"%s\", \"dense_path\": \"%s\", "
-                                            "\"cache\": \"%s\", \"batch\": %d, \"context\": %lld, \"topk\": %d, "
-                                            "\"s_q\": %d, \"threads\": %d, \"hot\": %s, \"sparse_median_s\": %.6e, "
-                                            "\"dense_context\": %lld, \"dense_median_s\": %.6e, \"sparse_cpu_s\": %.6e, "
-                                            "\"dense_cpu_s\": %.6e}\n",
-                                            p->name, path_name(ts), path_name(td), dtype_label(cache), batch,
-                                            static_cast<long long>(T), K, s_q, threads, opt.hot ? "true" : "false",
-                                            t_sparse, static_cast<long long>(dense_len), t_dense, c_sparse, c_dense);
+                                std::printf(
+                                    "{\"preset\": \"%s\", \"path\": \"%s\", \"dense_path\": \"%s\", "
+                                    "\"cache\": \"%s\", \"batch\": %d, \"context\": %lld, \"topk\": %d, "
+                                    "\"s_q\": %d, \"threads\": %d, \"hot\": %s, \"sparse_median_s\": %.6e, "
+                                    "\"dense_context\": %lld, \"dense_median_s\": %.6e, \"sparse_cpu_s\": %.6e, "
+                                    "\"dense_cpu_s\": %.6e}\n",
+                                    p->name, path_name(ts), path_name(td), dtype_label(cache), batch,
+                                    static_cast<long long>(T), K, s_q, threads, opt.hot ? "true" : "false", t_sparse,
+                                    static_cast<long long>(dense_len), t_dense, c_sparse, c_dense);
                             else
                                 std::printf("%-16s %-10s %-5s %5d %7lld %6d %4d  %12.3f  %12.3f  %6.2f  %8.3f %8.3f\n",
                                             p->name, path_name(ts), dtype_label(cache), batch,

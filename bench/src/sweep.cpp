@@ -60,8 +60,8 @@ struct LengthCase {
 // (gqla_attention), uniform s_q or the ragged mix.
 struct RowGroup {
     bool attention = false;
-    std::vector<int> s_qs;   // uniform rows
-    bool ragged = false;     // one row: the --q-lens mix
+    std::vector<int> s_qs;  // uniform rows
+    bool ragged = false;    // one row: the --q-lens mix
 };
 
 std::vector<RowGroup> row_groups(const Options& opt, gqla_path path) {
@@ -79,9 +79,9 @@ std::vector<RowGroup> row_groups(const Options& opt, gqla_path path) {
 }
 
 // `runnable_s_q`: the largest s_q of the group the sequences can hold.
-WorkloadSpec workload_spec(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype dtype,
-                           gqla_path path, const RowGroup& group, int batch, const LengthCase& lc,
-                           int runnable_s_q, std::string* why_not) {
+WorkloadSpec workload_spec(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype dtype, gqla_path path,
+                           const RowGroup& group, int batch, const LengthCase& lc, int runnable_s_q,
+                           std::string* why_not) {
     const int64_t context = lc.context;
     WorkloadSpec spec;
     spec.lengths = lc.lengths;
@@ -114,8 +114,7 @@ WorkloadSpec workload_spec(const Preset& p, const Options& opt, const BenchEnv& 
     // Fit the rotation into memory; a batch that alone exceeds it cannot run.
     // A call that may take the transient form needs room for expanded rows
     // of the session's pages too (the CUDA backend keeps one layer of them).
-    const bool may_expand = spec.shape.path != GQLA_PATH_ABSORB ||
-                            (group.attention && path != GQLA_PATH_ABSORB);
+    const bool may_expand = spec.shape.path != GQLA_PATH_ABSORB || (group.attention && path != GQLA_PATH_ABSORB);
     const gqla_path stored_path = may_expand ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
     const double stored = stored_bytes_per_token(p, stored_path, dtype) * batch * static_cast<double>(context);
     spec.sets = std::min(spec.sets, static_cast<int>(static_cast<double>(env.memory_cap) / stored));
@@ -153,9 +152,9 @@ void account(CaseResult& r, DecodeWorkload& work, const BenchEnv& env, const std
     r.floor_s = std::max(r.bytes / bandwidth, r.flops / (r.peak_gflops * 1e9));
     if (r.mix.empty()) {  // the cost model prices uniform calls only
         const gqla_cost_report cost = work.predict(r.batch, r.s_q);
-        r.pred = r.active == GQLA_PATH_ABSORB              ? cost.absorb
-                 : r.active == GQLA_PATH_GQA_TRANSIENT     ? cost.transient
-                                                           : cost.gqa;
+        r.pred = r.active == GQLA_PATH_ABSORB          ? cost.absorb
+                 : r.active == GQLA_PATH_GQA_TRANSIENT ? cost.transient
+                                                       : cost.gqa;
         if (p.is_gqla()) r.call_chosen = cost.call_chosen;
     }
 }
@@ -242,8 +241,8 @@ std::vector<LengthCase> length_cases(const Options& opt, int batch) {
     LengthCase mixed;
     int64_t total = 0;
     for (int i = 0; i < batch; ++i) {
-        const int64_t len = batch == 1 ? opt.mixed_max
-                                       : opt.mixed_min + (opt.mixed_max - opt.mixed_min) * i / (batch - 1);
+        const int64_t len =
+            batch == 1 ? opt.mixed_max : opt.mixed_min + (opt.mixed_max - opt.mixed_min) * i / (batch - 1);
         mixed.lengths.push_back(len);
         total += len;
     }
@@ -336,9 +335,11 @@ int run_sweep(const Options& opt, const BenchEnv& env) {
                                             const double bound = error_bound(dtype, opt.io_dtype);
                                             if (!(err <= bound)) {
                                                 ++failures;
-                                                std::fprintf(stderr, "%s %s %s s_q=%d%s%s: rel_err %.3g exceeds the bound %.0e\n",
-                                                             p.name, path_name(r.active), dtype_label(dtype), r.s_q,
-                                                             r.mix.empty() ? "" : " q_lens ", r.mix.c_str(), err, bound);
+                                                std::fprintf(
+                                                    stderr,
+                                                    "%s %s %s s_q=%d%s%s: rel_err %.3g exceeds the bound %.0e\n",
+                                                    p.name, path_name(r.active), dtype_label(dtype), r.s_q,
+                                                    r.mix.empty() ? "" : " q_lens ", r.mix.c_str(), err, bound);
                                             }
                                         }
                                         r.rel_err = it->second;
@@ -348,23 +349,29 @@ int run_sweep(const Options& opt, const BenchEnv& env) {
                                     } else if (r.attention) {
                                         r.baseline_note = "decode rows only";
                                     } else if (env.device == GQLA_DEVICE_CUDA) {
-                                        r.baseline_note = "no in-process GPU baseline: see bench/cuda/torch_bench_presets.py";
+                                        r.baseline_note =
+                                            "no in-process GPU baseline: see bench/cuda/torch_bench_presets.py";
                                     } else {
                                         const auto key = std::make_tuple(std::string(p.name), static_cast<int>(dtype),
                                                                          batch, lc.context, r.s_q);
                                         auto it = baseline_cache.find(key);
                                         if (it == baseline_cache.end())
                                             it = baseline_cache
-                                                     .emplace(key, time_naive_baseline(p, dtype, batch, lc.context, r.s_q,
-                                                                                       env.threads, std::max(3, opt.reps / 4),
-                                                                                       opt.hot, kColdBytes, env.memory_cap))
+                                                     .emplace(key, time_naive_baseline(
+                                                                       p, dtype, batch, lc.context, r.s_q, env.threads,
+                                                                       std::max(3, opt.reps / 4), opt.hot, kColdBytes,
+                                                                       env.memory_cap))
                                                      .first;
-                                        if (it->second.ran) r.baseline_s = it->second.seconds;
-                                        else r.baseline_note = it->second.skipped;
+                                        if (it->second.ran)
+                                            r.baseline_s = it->second.seconds;
+                                        else
+                                            r.baseline_note = it->second.skipped;
                                     }
                                 }
-                                if (opt.json) print_json(r, env);
-                                else print_table_row(r);
+                                if (opt.json)
+                                    print_json(r, env);
+                                else
+                                    print_table_row(r);
                                 std::fflush(stdout);
                                 progress.done(progress_label(r));
                             }

@@ -35,7 +35,7 @@ struct Row {
     const Preset* preset;
     int batch, s_q;
     int64_t context;
-    double pred[2] = {0, 0};   // [0] GQA path, [1] absorb path (seconds)
+    double pred[2] = {0, 0};  // [0] GQA path, [1] absorb path (seconds)
     double meas[2] = {0, 0};
     gqla_path_cost cost[2] = {};  // what the prediction priced, for refitting the efficiencies
     gqla_path chosen = GQLA_PATH_AUTO;
@@ -66,9 +66,11 @@ std::vector<DecodeSession> plan_decode_grid(gqla_dtype dtype, double cell_budget
         for (int64_t context : kContexts) {
             int max_batch = 0;
             for (int b : kBatches) {
-                if (b * static_cast<double>(context) * per_token <= cell_budget) max_batch = b;
-                else dropped->push_back(std::string(p.name) + " batch " + std::to_string(b) + " context " +
-                                        std::to_string(context));
+                if (b * static_cast<double>(context) * per_token <= cell_budget)
+                    max_batch = b;
+                else
+                    dropped->push_back(std::string(p.name) + " batch " + std::to_string(b) + " context " +
+                                       std::to_string(context));
             }
             if (max_batch > 0) sessions.push_back({&p, context, max_batch});
         }
@@ -77,8 +79,8 @@ std::vector<DecodeSession> plan_decode_grid(gqla_dtype dtype, double cell_budget
 }
 
 std::string cell_label(const Row& r, const char* path) {
-    return std::string(r.preset->name) + " batch " + std::to_string(r.batch) + " context " +
-           std::to_string(r.context) + " s_q " + std::to_string(r.s_q) + " " + path;
+    return std::string(r.preset->name) + " batch " + std::to_string(r.batch) + " context " + std::to_string(r.context) +
+           " s_q " + std::to_string(r.s_q) + " " + path;
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ struct Cell {
     int batch, s_q;
     int64_t context;
     double meas[kFormCount] = {0, 0, 0};
-    gqla_path_cost cost[kFormCount] = {};   // the library's prediction
+    gqla_path_cost cost[kFormCount] = {};    // the library's prediction
     gqla_path call_chosen = GQLA_PATH_AUTO;  // gqla_session_predict_cost's pick, no expanded cache kept
     gqla_path auto_latent = GQLA_PATH_AUTO;  // the form an AUTO call took on the latent-only session
     gqla_path auto_kept = GQLA_PATH_AUTO;    // ... and with the expanded cache kept
@@ -94,14 +94,14 @@ double costliest_flops(const Preset& p, gqla_dtype dtype, gqla_dtype io, int bat
 // cache, and on CUDA the transient form's layer of expanded rows for every
 // page of the pool.
 double cached_bytes_per_token(const Preset& p, gqla_dtype dtype, bool on_cpu) {
-    const double expanded = stored_bytes_per_token(p, GQLA_PATH_GQA, dtype) -
-                            stored_bytes_per_token(p, GQLA_PATH_ABSORB, dtype);
+    const double expanded =
+        stored_bytes_per_token(p, GQLA_PATH_GQA, dtype) - stored_bytes_per_token(p, GQLA_PATH_ABSORB, dtype);
     return stored_bytes_per_token(p, GQLA_PATH_GQA, dtype) + (on_cpu ? 0.0 : expanded);
 }
 
 std::string cell_label(const Cell& c, gqla_path form) {
-    return std::string(c.preset->name) + " batch " + std::to_string(c.batch) + " context " +
-           std::to_string(c.context) + " s_q " + std::to_string(c.s_q) + " " + path_name(form);
+    return std::string(c.preset->name) + " batch " + std::to_string(c.batch) + " context " + std::to_string(c.context) +
+           " s_q " + std::to_string(c.s_q) + " " + path_name(form);
 }
 
 }  // namespace
@@ -170,7 +170,8 @@ std::string run_prefill_grid(const PrefillPlan& plan, const Options& opt, const 
         const int64_t context = session.context;
         const double per_token = cached_bytes_per_token(p, dtype, on_cpu);
         std::vector<Cell> kept;
-        for (const PrefillPlan::Shape& shape : session.shapes) kept.push_back(Cell{&p, shape.batch, shape.s_q, context});
+        for (const PrefillPlan::Shape& shape : session.shapes)
+            kept.push_back(Cell{&p, shape.batch, shape.s_q, context});
         WorkloadSpec spec = absorb_session_spec(p, opt, env, dtype, context);
         for (const Cell& c : kept) {
             spec.batch = std::max(spec.batch, c.batch);
@@ -191,8 +192,8 @@ std::string run_prefill_grid(const PrefillPlan& plan, const Options& opt, const 
                 c.cost[2] = r.gqa;
                 c.call_chosen = r.call_chosen;
                 for (int k = 0; k < 2; ++k) {
-                    c.meas[k] = work.time_calls(CallShape::uniform(c.batch, c.s_q, kForms[k]), reps, 1.0, opt.hot,
-                                                min_seconds);
+                    c.meas[k] =
+                        work.time_calls(CallShape::uniform(c.batch, c.s_q, kForms[k]), reps, 1.0, opt.hot, min_seconds);
                     ++timed;
                     progress.done(cell_label(c, kForms[k]));
                 }
@@ -201,8 +202,8 @@ std::string run_prefill_grid(const PrefillPlan& plan, const Options& opt, const 
             }
             work.select_path(GQLA_PATH_GQA);  // expand once, outside the timings
             for (Cell& c : kept) {
-                c.meas[2] = work.time_calls(CallShape::uniform(c.batch, c.s_q, GQLA_PATH_GQA), reps, 1.0, opt.hot,
-                                            min_seconds);
+                c.meas[2] =
+                    work.time_calls(CallShape::uniform(c.batch, c.s_q, GQLA_PATH_GQA), reps, 1.0, opt.hot, min_seconds);
                 if (work.last_path_taken() != GQLA_PATH_GQA)
                     throw GqlaError(GQLA_ERR_INTERNAL, std::string("path GQA over the kept cache ran on ") +
                                                            path_name(work.last_path_taken()));
@@ -213,8 +214,7 @@ std::string run_prefill_grid(const PrefillPlan& plan, const Options& opt, const 
             }
             cells.insert(cells.end(), kept.begin(), kept.end());
         } catch (const GqlaError& e) {
-            errors->push_back(std::string(p.name) + " context " + std::to_string(context) + " (prefill): " +
-                              e.what());
+            errors->push_back(std::string(p.name) + " context " + std::to_string(context) + " (prefill): " + e.what());
             progress.done(std::string(p.name) + " context " + std::to_string(context) + " (prefill) failed",
                           static_cast<long long>(kept.size()) * kFormCount - timed);
         }
@@ -229,10 +229,7 @@ std::string run_prefill_grid(const PrefillPlan& plan, const Options& opt, const 
         with_kept.add(c, c.auto_kept, kFormCount, &regret_kept);
         pick_as_predicted += c.auto_latent == c.call_chosen;
         JsonObject j;
-        j.str("preset", c.preset->name)
-            .integer("batch", c.batch)
-            .integer("context", c.context)
-            .integer("s_q", c.s_q);
+        j.str("preset", c.preset->name).integer("batch", c.batch).integer("context", c.context).integer("s_q", c.s_q);
         for (int k = 0; k < kFormCount; ++k) {
             const std::string form = path_name(kForms[k]);
             j.num(("meas_" + form + "_ms").c_str(), c.meas[k] * 1e3, 4)
@@ -257,8 +254,9 @@ std::string run_prefill_grid(const PrefillPlan& plan, const Options& opt, const 
     rows += "]";
 
     JsonObject out;
-    out.str("forms", "absorb, transient (GQA form over latent rows up-projected per call), gqa (over the kept "
-                     "expanded cache); measured with explicit per-call paths, AUTO's pick from an AUTO call's path_taken")
+    out.str("forms",
+            "absorb, transient (GQA form over latent rows up-projected per call), gqa (over the kept "
+            "expanded cache); measured with explicit per-call paths, AUTO's pick from an AUTO call's path_taken")
         .raw("s_q", "[64,512,2048]")
         .raw("latent_only", latent.json())
         .raw("kept_cache", with_kept.json())

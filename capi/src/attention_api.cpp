@@ -65,7 +65,8 @@ gqla_status gqla_attention(gqla_session* session, const gqla_attention_args* arg
         if (args->struct_size < kArgsV1Size)
             gqla::fail(GQLA_ERR_INVALID_ARGUMENT,
                        "args->struct_size: expected >= %zu (sizeof(gqla_attention_args); use "
-                       "gqla_attention_args_default), got %zu", kArgsV1Size, args->struct_size);
+                       "gqla_attention_args_default), got %zu",
+                       kArgsV1Size, args->struct_size);
         require_non_null(args->seqs, "args->seqs");
         require_non_null(args->q, "args->q");
         require_non_null(args->o, "args->o");

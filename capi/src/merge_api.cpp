@@ -8,9 +8,8 @@ extern "C" {
 
 gqla_status gqla_merge_attention_states(int32_t num_states, const gqla_tensor* outputs, const gqla_tensor* lses,
                                         gqla_tensor* out, gqla_tensor* out_lse) {
-    return gqla::capi::guarded("gqla_merge_attention_states", [&] {
-        gqla::merge_attention_states(num_states, outputs, lses, out, out_lse);
-    });
+    return gqla::capi::guarded("gqla_merge_attention_states",
+                               [&] { gqla::merge_attention_states(num_states, outputs, lses, out, out_lse); });
 }
 
 }  // extern "C"

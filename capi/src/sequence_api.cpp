@@ -29,8 +29,7 @@ gqla_status gqla_sequence_fork(gqla_session* session, gqla_seq_id parent, gqla_s
     });
 }
 
-gqla_status gqla_sequence_length(const gqla_session* session, gqla_seq_id seq, int32_t layer,
-                                 int64_t* out_length) {
+gqla_status gqla_sequence_length(const gqla_session* session, gqla_seq_id seq, int32_t layer, int64_t* out_length) {
     return guarded("gqla_sequence_length", [&] {
         const gqla::Session& s = session_of(session);
         require_non_null(out_length, "out_length");

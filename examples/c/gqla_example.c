@@ -13,14 +13,13 @@
 /* LLaMA-3-8B-GQLA-like head layout, shrunk: H query heads over G groups. */
 enum { H = 8, G = 2, R = 128, DC = 32, DR = 16, DV = 32, TOKENS = 300, SQ = 1 };
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        gqla_status st_ = (call);                                                          \
-        if (st_ != GQLA_OK) {                                                              \
-            fprintf(stderr, "%s failed: %s\n  %s\n", #call, gqla_status_string(st_),       \
-                    gqla_last_error_message());                                            \
-            exit(1);                                                                       \
-        }                                                                                  \
+#define CHECK(call)                                                                                              \
+    do {                                                                                                         \
+        gqla_status st_ = (call);                                                                                \
+        if (st_ != GQLA_OK) {                                                                                    \
+            fprintf(stderr, "%s failed: %s\n  %s\n", #call, gqla_status_string(st_), gqla_last_error_message()); \
+            exit(1);                                                                                             \
+        }                                                                                                        \
     } while (0)
 
 /* Uniform in [-1, 1): a tiny LCG keeps the example free of dependencies. */

@@ -59,12 +59,8 @@ std::vector<double> Fp8Session::random(size_t n, double stddev) {
     return v;
 }
 
-int64_t Fp8Session::a_cols() const {
-    return gqla() ? cfg_.latent_dim : int64_t(cfg_.num_kv_heads) * cfg_.head_dim;
-}
-int64_t Fp8Session::b_cols() const {
-    return gqla() ? cfg_.rope_dim : int64_t(cfg_.num_kv_heads) * cfg_.value_dim;
-}
+int64_t Fp8Session::a_cols() const { return gqla() ? cfg_.latent_dim : int64_t(cfg_.num_kv_heads) * cfg_.head_dim; }
+int64_t Fp8Session::b_cols() const { return gqla() ? cfg_.rope_dim : int64_t(cfg_.num_kv_heads) * cfg_.value_dim; }
 
 gqla_seq_id Fp8Session::add() {
     gqla_seq_id id = 0;
@@ -190,7 +186,8 @@ Errors Fp8Session::attend(const std::vector<gqla_seq_id>& seqs, const std::vecto
     REQUIRE(gqla_attention(s_, &args) == GQLA_OK);
     const gqla_path form = gqla() ? taken : GQLA_PATH_GQA;
 
-    std::vector<double> o(size_t(N * H * Dv)), ref_s(o.size()), ref_g(o.size()), lse_s(size_t(N * H)), lse_g(lse_s.size());
+    std::vector<double> o(size_t(N * H * Dv)), ref_s(o.size()), ref_g(o.size()), lse_s(size_t(N * H)),
+        lse_g(lse_s.size());
     for (size_t i = 0; i < o.size(); ++i) o[i] = gqla::load_as_f32(ob.data(), cfg_.io_dtype, i);
     int64_t row = 0;
     for (int i = 0; i < B; ++i) {

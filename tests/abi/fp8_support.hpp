@@ -67,8 +67,8 @@ public:
     void append(gqla_seq_id seq, int64_t n, double magnitude = 1.0);
     // One attention call over seqs with q_lens (ragged when `ragged`, else
     // all equal to q_lens[0]) on `path`; REQUIREs success.
-    Errors attend(const std::vector<gqla_seq_id>& seqs, const std::vector<int32_t>& q_lens, gqla_path path,
-                  bool ragged, int32_t layer = 0);
+    Errors attend(const std::vector<gqla_seq_id>& seqs, const std::vector<int32_t>& q_lens, gqla_path path, bool ragged,
+                  int32_t layer = 0);
 
 private:
     struct Rows {

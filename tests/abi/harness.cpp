@@ -79,10 +79,14 @@ namespace {
 
 double dtype_bound(gqla_dtype t) {
     switch (t) {
-        case GQLA_DTYPE_F32: return 1e-5;
-        case GQLA_DTYPE_F16: return 2e-3;
-        case GQLA_DTYPE_BF16: return 1e-2;
-        default: break;
+        case GQLA_DTYPE_F32:
+            return 1e-5;
+        case GQLA_DTYPE_F16:
+            return 2e-3;
+        case GQLA_DTYPE_BF16:
+            return 1e-2;
+        default:
+            break;
     }
     return 0.0;
 }
@@ -117,10 +121,14 @@ const char* dtype_label(gqla_dtype t) { return gqla::dtype_name(t); }
 
 const char* path_label(gqla_path p) {
     switch (p) {
-        case GQLA_PATH_AUTO: return "auto";
-        case GQLA_PATH_GQA: return "gqa";
-        case GQLA_PATH_ABSORB: return "absorb";
-        case GQLA_PATH_GQA_TRANSIENT: return "gqa_transient";
+        case GQLA_PATH_AUTO:
+            return "auto";
+        case GQLA_PATH_GQA:
+            return "gqa";
+        case GQLA_PATH_ABSORB:
+            return "absorb";
+        case GQLA_PATH_GQA_TRANSIENT:
+            return "gqa_transient";
     }
     return "?";
 }
@@ -300,8 +308,8 @@ gqla_status Harness::append_batch(int32_t layer, const std::vector<gqla_seq_id>&
     Buffer a = make_input(rng_, cfg_.io_dtype, static_cast<size_t>(total * a_cols()));
     Buffer b = make_input(rng_, cfg_.io_dtype, static_cast<size_t>(total * b_cols()));
     gqla_tensor ta = view(a, a_shape(total)), tb = view(b, b_shape(total));
-    const gqla_status st = gqla_append_batch(session_, layer, static_cast<int32_t>(seqs.size()), seqs.data(),
-                                             counts.data(), &ta, &tb);
+    const gqla_status st =
+        gqla_append_batch(session_, layer, static_cast<int32_t>(seqs.size()), seqs.data(), counts.data(), &ta, &tb);
     if (st != GQLA_OK) return st;
     auto av = values_of(a), bv = values_of(b);
     int64_t row = 0;
@@ -364,8 +372,8 @@ void Harness::reference(gqla_seq_id seq, int32_t layer, int32_t s_q, const doubl
     const int64_t L = mirrored_length(seq, layer);
     const int H = cfg_.num_heads, G = cfg_.num_kv_heads;
     if (is_gqla()) {
-        const double scale = cfg_.softmax_scale != 0.0f ? cfg_.softmax_scale
-                                                        : 1.0 / std::sqrt(double(cfg_.nope_dim + cfg_.rope_dim));
+        const double scale =
+            cfg_.softmax_scale != 0.0f ? cfg_.softmax_scale : 1.0 / std::sqrt(double(cfg_.nope_dim + cfg_.rope_dim));
         gqla::ref::gqla_decode(H, G, cfg_.latent_dim, cfg_.nope_dim, cfg_.rope_dim, cfg_.value_dim, L, s_q, scale, qv,
                                weights_.at(layer).data(), a.data(), b.data(), o, lse);
     } else {
@@ -380,13 +388,14 @@ DecodeResult Harness::decode(int32_t layer, const std::vector<gqla_seq_id>& seqs
     return decode_with(layer, seqs, s_q, q, layout, with_lse);
 }
 
-DecodeResult Harness::decode_with(int32_t layer, const std::vector<gqla_seq_id>& seqs, int32_t s_q,
-                                  Buffer& q_dense, Layout layout, bool with_lse) {
+DecodeResult Harness::decode_with(int32_t layer, const std::vector<gqla_seq_id>& seqs, int32_t s_q, Buffer& q_dense,
+                                  Layout layout, bool with_lse) {
     const int64_t B = static_cast<int64_t>(seqs.size()), H = cfg_.num_heads;
     const std::vector<int64_t> q_shape{B, s_q, H, q_dim()}, o_shape{B, s_q, H, out_dim()}, l_shape{B, s_q, H};
     const auto q_str = strides_for(q_shape, layout), o_str = strides_for(o_shape, layout),
                l_str = strides_for(l_shape, layout);
-    const auto q_off = offsets_of(q_shape, q_str), o_off = offsets_of(o_shape, o_str), l_off = offsets_of(l_shape, l_str);
+    const auto q_off = offsets_of(q_shape, q_str), o_off = offsets_of(o_shape, o_str),
+               l_off = offsets_of(l_shape, l_str);
 
     // q: gaps NaN (reading them would poison the result); o/lse: NaN where
     // written, a sentinel in the gaps.
@@ -421,8 +430,8 @@ DecodeResult Harness::decode_with(int32_t layer, const std::vector<gqla_seq_id>&
     res.o.resize(o_off.size());
     for (size_t i = 0; i < o_off.size(); ++i) res.o[i] = o.get(o_off[i]);
 
-    const size_t q_per_seq = static_cast<size_t>(s_q * H * q_dim()), o_per_seq = static_cast<size_t>(s_q * H * out_dim()),
-                 l_per_seq = static_cast<size_t>(s_q * H);
+    const size_t q_per_seq = static_cast<size_t>(s_q * H * q_dim()),
+                 o_per_seq = static_cast<size_t>(s_q * H * out_dim()), l_per_seq = static_cast<size_t>(s_q * H);
     // q_dense holds q as gqla reads it (rounded to the io dtype).
     for (int64_t b = 0; b < B; ++b) {
         std::vector<double> qv(q_per_seq), ref_o(o_per_seq), ref_l(l_per_seq), got_l(l_per_seq);

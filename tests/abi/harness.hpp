@@ -98,7 +98,7 @@ constexpr double kGapSentinel = 7.0;
 
 struct DecodeResult {
     gqla_status status = GQLA_ERR_INTERNAL;
-    uint64_t seed = 0;     // of the harness that drew the inputs
+    uint64_t seed = 0;  // of the harness that drew the inputs
     // Against the reference on the inputs as the cache stores them:
     double o_err = 0.0;    // worst rel-L2 over the batch's sequences
     double lse_err = 0.0;  // worst lse_error over the batch's sequences
@@ -131,9 +131,7 @@ public:
     int32_t out_dim() const;
     double tol() const { return tolerance(cfg_.cache_dtype, cfg_.io_dtype); }
     // False when the cache is f32 or has the io dtype: it stores what it is given.
-    bool cache_rounds_inputs() const {
-        return cfg_.cache_dtype != GQLA_DTYPE_F32 && cfg_.cache_dtype != cfg_.io_dtype;
-    }
+    bool cache_rounds_inputs() const { return cfg_.cache_dtype != GQLA_DTYPE_F32 && cfg_.cache_dtype != cfg_.io_dtype; }
 
     void set_weights(int32_t layer);  // fresh random W_UKV, REQUIREs success
     gqla_seq_id add();
@@ -154,8 +152,8 @@ public:
     DecodeResult decode(int32_t layer, const std::vector<gqla_seq_id>& seqs, int32_t s_q,
                         Layout layout = Layout::Contiguous, bool with_lse = true);
     // Same q for a given call of decode_with: lets tests compare two paths.
-    DecodeResult decode_with(int32_t layer, const std::vector<gqla_seq_id>& seqs, int32_t s_q, Buffer& q,
-                             Layout layout, bool with_lse);
+    DecodeResult decode_with(int32_t layer, const std::vector<gqla_seq_id>& seqs, int32_t s_q, Buffer& q, Layout layout,
+                             bool with_lse);
     Buffer random_q(int32_t batch, int32_t s_q);
 
     // Reference output of one sequence for queries qv [s_q, H, Dq], on the
@@ -203,17 +201,17 @@ gqla_path active_path(gqla_session* s, gqla_path* requested = nullptr);
 // matched the reference on the stored inputs within `tol` (and the one on the
 // given inputs within the looser bound). Result types: abi::DecodeResult,
 // attention::Result (same fields).
-#define CHECK_RESULT_MATCHES(call, result, tol)                  \
-    do {                                                         \
-        const auto& r_ = (result);                               \
-        INFO(call << ": " << gqla_last_error_message());         \
-        INFO(::abi::replay_hint(r_.seed));                       \
-        REQUIRE(r_.status == GQLA_OK);                           \
-        CHECK(r_.o_err <= (tol));                                \
-        CHECK(r_.lse_err <= (tol));                              \
-        CHECK(r_.o_err_given <= r_.given_tol);                   \
-        CHECK(r_.lse_err_given <= r_.given_tol);                 \
-        CHECK(r_.gaps_untouched);                                \
+#define CHECK_RESULT_MATCHES(call, result, tol)          \
+    do {                                                 \
+        const auto& r_ = (result);                       \
+        INFO(call << ": " << gqla_last_error_message()); \
+        INFO(::abi::replay_hint(r_.seed));               \
+        REQUIRE(r_.status == GQLA_OK);                   \
+        CHECK(r_.o_err <= (tol));                        \
+        CHECK(r_.lse_err <= (tol));                      \
+        CHECK(r_.o_err_given <= r_.given_tol);           \
+        CHECK(r_.lse_err_given <= r_.given_tol);         \
+        CHECK(r_.gaps_untouched);                        \
     } while (0)
 
 #define CHECK_DECODE_MATCHES(result, tol) CHECK_RESULT_MATCHES("gqla_decode", result, tol)

@@ -54,8 +54,10 @@ public:
         setenv("GQLA_MAX_ISA", cap, 1);
     }
     ~IsaScope() {
-        if (had_) setenv("GQLA_MAX_ISA", saved_.c_str(), 1);
-        else unsetenv("GQLA_MAX_ISA");
+        if (had_)
+            setenv("GQLA_MAX_ISA", saved_.c_str(), 1);
+        else
+            unsetenv("GQLA_MAX_ISA");
     }
     IsaScope(const IsaScope&) = delete;
     IsaScope& operator=(const IsaScope&) = delete;
@@ -84,9 +86,12 @@ enum class Kind { Gqa, GqlaGqaPath, GqlaAbsorbPath };
 
 inline const char* kind_label(Kind k) {
     switch (k) {
-        case Kind::Gqa: return "GQA";
-        case Kind::GqlaGqaPath: return "GQLA, GQA path";
-        case Kind::GqlaAbsorbPath: return "GQLA, absorb path";
+        case Kind::Gqa:
+            return "GQA";
+        case Kind::GqlaGqaPath:
+            return "GQLA, GQA path";
+        case Kind::GqlaAbsorbPath:
+            return "GQLA, absorb path";
     }
     return "?";
 }
@@ -97,20 +102,28 @@ const gqla_dtype kDtypes[] = {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16};
 // Pages of a few sizes, so block, page and vector-lane edges fall differently.
 inline int32_t page_size_for(gqla_dtype t) {
     switch (t) {
-        case GQLA_DTYPE_F32: return 64;
-        case GQLA_DTYPE_F16: return 16;
-        case GQLA_DTYPE_BF16: return 32;
-        default: break;
+        case GQLA_DTYPE_F32:
+            return 64;
+        case GQLA_DTYPE_F16:
+            return 16;
+        case GQLA_DTYPE_BF16:
+            return 32;
+        default:
+            break;
     }
     return 16;
 }
 
 inline double bound_for(gqla_dtype t) {
     switch (t) {
-        case GQLA_DTYPE_F32: return 1e-5;
-        case GQLA_DTYPE_F16: return 2e-3;
-        case GQLA_DTYPE_BF16: return 1e-2;
-        default: break;
+        case GQLA_DTYPE_F32:
+            return 1e-5;
+        case GQLA_DTYPE_F16:
+            return 2e-3;
+        case GQLA_DTYPE_BF16:
+            return 1e-2;
+        default:
+            break;
     }
     return 0.0;
 }
@@ -119,10 +132,14 @@ inline double bound_for(gqla_dtype t) {
 inline double as_stored(double x, gqla_dtype t) {
     const float f = static_cast<float>(x);
     switch (t) {
-        case GQLA_DTYPE_F32: return f;
-        case GQLA_DTYPE_F16: return gqla::f16_to_f32(gqla::f32_to_f16(f));
-        case GQLA_DTYPE_BF16: return gqla::bf16_to_f32(gqla::f32_to_bf16(f));
-        default: break;
+        case GQLA_DTYPE_F32:
+            return f;
+        case GQLA_DTYPE_F16:
+            return gqla::f16_to_f32(gqla::f32_to_f16(f));
+        case GQLA_DTYPE_BF16:
+            return gqla::bf16_to_f32(gqla::f32_to_bf16(f));
+        default:
+            break;
     }
     return f;
 }
@@ -263,7 +280,8 @@ public:
         const int64_t B = int64_t(seqs.size()), Hh = H();
         abi::Buffer q = abi::make_input(rng_, GQLA_DTYPE_F32, size_t(B * s_q * Hh * q_dim()));
         for (int64_t bi = 0; bi < B; ++bi)
-            for (const QueryNaN& n : q_nans) q.set(size_t(((bi * s_q + n.query) * Hh + n.head) * q_dim() + n.dim), kNaN);
+            for (const QueryNaN& n : q_nans)
+                q.set(size_t(((bi * s_q + n.query) * Hh + n.head) * q_dim() + n.dim), kNaN);
         abi::Buffer o = abi::make_poisoned(GQLA_DTYPE_F32, size_t(B * s_q * Hh * out_dim()));
         abi::Buffer lse = abi::make_poisoned(GQLA_DTYPE_F32, size_t(B * s_q * Hh));
         gqla_tensor tq = abi::view(q, {B, s_q, Hh, q_dim()}), to = abi::view(o, {B, s_q, Hh, out_dim()}),
@@ -382,7 +400,8 @@ private:
     }
 
     void check(const Mirror& m, int32_t s_q, const std::vector<QueryNaN>& q_nans, const std::vector<double>& o,
-               const std::vector<double>& lse, const std::vector<double>& ref_o, const std::vector<double>& ref_l) const {
+               const std::vector<double>& lse, const std::vector<double>& ref_o,
+               const std::vector<double>& ref_l) const {
         const std::vector<Expect> ex = expectations(m, s_q, q_nans);
         const int Hh = H(), dv = out_dim();
         size_t broken_rule = 0, reference_disagrees = 0, finite_elems = 0;
@@ -411,7 +430,8 @@ private:
         size_t lse_disagrees = 0;
         size_t lse_broken_rule = 0;
         for (size_t k = 0; k < lse.size(); ++k) {
-            if (std::isfinite(lse[k]) != std::isfinite(ref_l[k])) ++lse_disagrees;
+            if (std::isfinite(lse[k]) != std::isfinite(ref_l[k]))
+                ++lse_disagrees;
             else if (std::isfinite(lse[k]))
                 lse_err = std::max(lse_err, std::abs(lse[k] - ref_l[k]) / std::max(1.0, std::abs(ref_l[k])));
             // A head whose outputs must all be finite has a finite lse too.

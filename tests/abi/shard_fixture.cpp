@@ -172,7 +172,9 @@ void Fixture::append(int seq, int32_t layer, int64_t n) {
     std::vector<float> b = normal(rng_, static_cast<size_t>(n * b_cols));
     Mirror& m = seqs_[static_cast<size_t>(seq)];
     auto tensors = [&](const Shard* sh) {
-        if (gqla) return std::make_pair(strided(a.data(), {n, a_cols}, {a_cols, 1}), strided(b.data(), {n, b_cols}, {b_cols, 1}));
+        if (gqla)
+            return std::make_pair(strided(a.data(), {n, a_cols}, {a_cols, 1}),
+                                  strided(b.data(), {n, b_cols}, {b_cols, 1}));
         const int64_t D = cfg_.head_dim, Dv = cfg_.value_dim;
         const int64_t g0 = sh ? sh->begin : 0, gc = sh ? sh->count : G;
         return std::make_pair(strided(a.data() + g0 * D, {n, gc, D}, {G * D, D, 1}),
@@ -256,8 +258,8 @@ gqla_status Fixture::run_shards(int32_t layer, const std::vector<int>& seqs, int
     const int32_t n_rep = cfg_.num_heads / cfg_.num_kv_heads;
     for (size_t i = 0; i < ranks_.size(); ++i) {
         const Shard& sh = opt_.shards[i];
-        gqla_status st = run(ranks_[i], layer, ids_of(seqs, i + 1), s_q, q_lens, q.data(), out.o.data(),
-                             out.lse.data(), sh.begin * n_rep, sh.count * n_rep, path, &out.taken);
+        gqla_status st = run(ranks_[i], layer, ids_of(seqs, i + 1), s_q, q_lens, q.data(), out.o.data(), out.lse.data(),
+                             sh.begin * n_rep, sh.count * n_rep, path, &out.taken);
         if (st != GQLA_OK) return st;
     }
     return GQLA_OK;

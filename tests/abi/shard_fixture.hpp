@@ -34,7 +34,7 @@ struct Shard {
 // Options of a fixture beyond the layer's config.
 struct Options {
     std::vector<Shard> shards;
-    int32_t keep_latent = 1;       // of the shard sessions (the full one keeps it)
+    int32_t keep_latent = 1;          // of the shard sessions (the full one keeps it)
     bool shard_rows_weights = false;  // upload only the shard's rows of W_UKV
     uint64_t seed = 0;                // of the random data; 0 = fresh (GQLA_TEST_SEED replays)
 };
@@ -72,9 +72,8 @@ public:
     // (session path); else gqla_attention with `path` (ragged).
     gqla_status run_full(int32_t layer, const std::vector<int>& seqs, int32_t s_q, const std::vector<int32_t>& q_lens,
                          const std::vector<float>& q, gqla_path path, Output& out) const;
-    gqla_status run_shards(int32_t layer, const std::vector<int>& seqs, int32_t s_q,
-                           const std::vector<int32_t>& q_lens, const std::vector<float>& q, gqla_path path,
-                           Output& out) const;
+    gqla_status run_shards(int32_t layer, const std::vector<int>& seqs, int32_t s_q, const std::vector<int32_t>& q_lens,
+                           const std::vector<float>& q, gqla_path path, Output& out) const;
     // Float64 reference of the call (inputs as the cache stores them).
     void reference(int32_t layer, const std::vector<int>& seqs, const std::vector<int32_t>& q_lens,
                    const std::vector<float>& q, std::vector<double>& o, std::vector<double>& lse) const;

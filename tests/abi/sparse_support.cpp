@@ -14,10 +14,14 @@ namespace sparse_test {
 
 const char* form_label(Form f) {
     switch (f) {
-        case Form::Gqa: return "GQA kind";
-        case Form::Absorb: return "GQLA absorb";
-        case Form::GqlaGqaKept: return "GQLA GQA path, kept expanded cache";
-        case Form::Transient: return "GQLA GQA_TRANSIENT";
+        case Form::Gqa:
+            return "GQA kind";
+        case Form::Absorb:
+            return "GQLA absorb";
+        case Form::GqlaGqaKept:
+            return "GQLA GQA path, kept expanded cache";
+        case Form::Transient:
+            return "GQLA GQA_TRANSIENT";
     }
     return "?";
 }
@@ -36,8 +40,10 @@ std::vector<float> to_f32(const std::vector<double>& v) { return std::vector<flo
 }  // namespace
 
 Fixture::Fixture(const gqla_config& cfg, Form form) : cfg_(cfg), form_(form), pick_(rng_.seed() ^ 0x5eedu) {
-    if (form == Form::GqlaGqaKept) cfg_.path = GQLA_PATH_GQA;
-    else if (form != Form::Gqa) cfg_.path = GQLA_PATH_ABSORB;
+    if (form == Form::GqlaGqaKept)
+        cfg_.path = GQLA_PATH_GQA;
+    else if (form != Form::Gqa)
+        cfg_.path = GQLA_PATH_ABSORB;
     INFO("gqla_session_create: " << gqla_last_error_message());
     REQUIRE(gqla_session_create(&cfg_, &s_) == GQLA_OK);
     REQUIRE(gqla_session_get_config(s_, &cfg_) == GQLA_OK);
@@ -64,10 +70,14 @@ int32_t Fixture::q_dim() const { return cfg_.kind == GQLA_KIND_GQA ? cfg_.head_d
 
 gqla_path Fixture::request() const {
     switch (form_) {
-        case Form::Gqa: return GQLA_PATH_GQA;
-        case Form::Absorb: return GQLA_PATH_ABSORB;
-        case Form::GqlaGqaKept: return GQLA_PATH_GQA;
-        case Form::Transient: return GQLA_PATH_GQA_TRANSIENT;
+        case Form::Gqa:
+            return GQLA_PATH_GQA;
+        case Form::Absorb:
+            return GQLA_PATH_ABSORB;
+        case Form::GqlaGqaKept:
+            return GQLA_PATH_GQA;
+        case Form::Transient:
+            return GQLA_PATH_GQA_TRANSIENT;
     }
     return GQLA_PATH_AUTO;
 }
@@ -117,7 +127,8 @@ std::vector<int32_t> Fixture::lists(const Seq& s, int32_t n, int32_t topk, int32
                 // Only entries that must be skipped.
                 const int32_t skipped[4] = {-1, static_cast<int32_t>(L + below(50)), -7 - below(1000),
                                             std::numeric_limits<int32_t>::max()};
-                v = limit + 1 < L && below(1) ? static_cast<int32_t>(limit + 1 + below(L - limit - 2)) : skipped[below(3)];
+                v = limit + 1 < L && below(1) ? static_cast<int32_t>(limit + 1 + below(L - limit - 2))
+                                              : skipped[below(3)];
             } else if (kind <= 3) {
                 v = below(limit);  // visible
             } else if (kind == 4 && boundary <= limit) {

@@ -29,7 +29,7 @@ struct Seq {
 struct CallCheck {
     gqla_status status = GQLA_ERR_INTERNAL;
     double o_err = 0, lse_err = 0;
-    bool empty_rows_ok = true;   // rows without a visible entry: o == 0, lse == -inf
+    bool empty_rows_ok = true;  // rows without a visible entry: o == 0, lse == -inf
     int64_t empty_rows = 0;
     gqla_path taken = GQLA_PATH_AUTO;
 };

@@ -339,7 +339,7 @@ TEST_CASE("a prompt of more than 4096 tokens attended as one chunk") {
             CHECK(abi::lse_error(r.lse.data() + row0 * H, rl.data(), rl.size()) <= h.tol());
         };
         check_rows(other, 0, 1);
-        check_rows(twin, 1, static_cast<int32_t>(head));            // the chunk's first rows
-        check_rows(prompt, 1 + L - 50, 50);                         // its last rows
+        check_rows(twin, 1, static_cast<int32_t>(head));  // the chunk's first rows
+        check_rows(prompt, 1 + L - 50, 50);               // its last rows
     }
 }

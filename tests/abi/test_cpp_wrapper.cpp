@@ -43,8 +43,8 @@ TEST_CASE("gqla.hpp: a GQLA session on both paths matches the reference") {
 
     std::vector<double> ref(static_cast<size_t>(H) * dv), ref_lse(H);
     auto qd = to_f64(q), wd = to_f64(w), cd = to_f64(c), krd = to_f64(kr);
-    gqla::ref::gqla_decode(H, G, r, dc, dr, dv, n, 1, 1.0 / std::sqrt(double(dc + dr)), qd.data(), wd.data(),
-                           cd.data(), krd.data(), ref.data(), ref_lse.data());
+    gqla::ref::gqla_decode(H, G, r, dc, dr, dv, n, 1, 1.0 / std::sqrt(double(dc + dr)), qd.data(), wd.data(), cd.data(),
+                           krd.data(), ref.data(), ref_lse.data());
 
     for (gqla_path path : {GQLA_PATH_ABSORB, GQLA_PATH_GQA}) {
         session.select_path(path);
@@ -192,8 +192,8 @@ TEST_CASE("gqla.hpp: attend with ragged q_lens on every path matches the referen
     const std::vector<double> qd(q.begin(), q.end());
     for (size_t i = 0, row = 0; i < seqs.size(); row += q_lens[i], ++i) {
         gqla::ref::gqla_decode(H, G, r, dc, dr, dv, lengths[i], q_lens[i], 1.0 / std::sqrt(double(dq)),
-                               qd.data() + row * H * dq, w.data(), c[i].data(), kr[i].data(),
-                               ref.data() + row * H * dv, ref_lse.data() + row * H);
+                               qd.data() + row * H * dq, w.data(), c[i].data(), kr[i].data(), ref.data() + row * H * dv,
+                               ref_lse.data() + row * H);
     }
 
     const std::pair<gqla_path, gqla_path> asked_and_run[] = {
@@ -222,8 +222,8 @@ TEST_CASE("gqla.hpp: attend with ragged q_lens on every path matches the referen
     const std::vector<gqla_seq_id> pair = {seqs[0], seqs[2]};
     const std::vector<float> q2 = to_f32(rng.normal(2 * 2 * H * dq));
     std::vector<float> o_attend(2 * 2 * H * dv, NAN), o_decode(o_attend.size(), NAN);
-    s.attend(0, pair, {}, gqla::tensor(q2.data(), {2, 2, H, dq}), gqla::tensor(o_attend.data(), {2, 2, H, dv}),
-             nullptr, GQLA_PATH_ABSORB);
+    s.attend(0, pair, {}, gqla::tensor(q2.data(), {2, 2, H, dq}), gqla::tensor(o_attend.data(), {2, 2, H, dv}), nullptr,
+             GQLA_PATH_ABSORB);
     s.decode(0, pair, gqla::tensor(q2.data(), {2, 2, H, dq}), gqla::tensor(o_decode.data(), {2, 2, H, dv}));
     const std::vector<double> o_decode_d(o_decode.begin(), o_decode.end());
     CHECK(gqla::ref::rel_l2(o_attend.data(), o_decode_d.data(), o_attend.size()) <= 1e-6);

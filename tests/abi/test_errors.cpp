@@ -19,15 +19,15 @@ using abi::Harness;
 using abi::plant_marker_message;
 
 // EXPECT_GQLA_ERROR(call, expected status, {accepted argument names})
-#define EXPECT_GQLA_ERROR(call, expected, ...)                                               \
-    do {                                                                                     \
-        const std::string marker_ = plant_marker_message();                                  \
-        const gqla_status got_ = (call);                                                     \
-        const std::string msg_ = gqla_last_error_message();                                  \
+#define EXPECT_GQLA_ERROR(call, expected, ...)                                                     \
+    do {                                                                                           \
+        const std::string marker_ = plant_marker_message();                                        \
+        const gqla_status got_ = (call);                                                           \
+        const std::string msg_ = gqla_last_error_message();                                        \
         INFO(#call << "\n  -> " << gqla_status_string(got_) << "\n  message: \"" << msg_ << "\""); \
-        CHECK(got_ == (expected));                                                           \
-        CHECK(msg_ != marker_);                                                              \
-        CHECK(abi::names_argument(msg_, std::vector<std::string> __VA_ARGS__));              \
+        CHECK(got_ == (expected));                                                                 \
+        CHECK(msg_ != marker_);                                                                    \
+        CHECK(abi::names_argument(msg_, std::vector<std::string> __VA_ARGS__));                    \
     } while (0)
 
 namespace {
@@ -89,7 +89,8 @@ TEST_CASE("decode rejects bad inputs precisely and the session survives") {
         Inputs in(h, 1, 1, 2);
         const gqla_seq_id one[1] = {s};
 
-        EXPECT_GQLA_ERROR(gqla_decode(nullptr, 0, 1, one, &in.tq, &in.to, &in.tl), GQLA_ERR_INVALID_ARGUMENT, {"session"});
+        EXPECT_GQLA_ERROR(gqla_decode(nullptr, 0, 1, one, &in.tq, &in.to, &in.tl), GQLA_ERR_INVALID_ARGUMENT,
+                          {"session"});
         EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 1, nullptr, &in.tq, &in.to, &in.tl), GQLA_ERR_INVALID_ARGUMENT, {"seqs"});
         EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 1, one, nullptr, &in.to, &in.tl), GQLA_ERR_INVALID_ARGUMENT, {"q"});
         EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 1, one, &in.tq, nullptr, &in.tl), GQLA_ERR_INVALID_ARGUMENT, {"o"});
@@ -194,7 +195,8 @@ TEST_CASE("decode rejects bad inputs precisely and the session survives") {
                               {"batch", "max_batch"});
             Inputs b2(h, 2, 1, 1);
             const gqla_seq_id twice[2] = {t, t};
-            EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 2, twice, &b2.tq, &b2.to, &b2.tl), GQLA_ERR_INVALID_ARGUMENT, {"seqs"});
+            EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 2, twice, &b2.tq, &b2.to, &b2.tl), GQLA_ERR_INVALID_ARGUMENT,
+                              {"seqs"});
             const gqla_seq_id half_unknown[2] = {t, 55555};
             EXPECT_GQLA_ERROR(gqla_decode(ss, 0, 2, half_unknown, &b2.tq, &b2.to, &b2.tl), GQLA_ERR_NOT_FOUND,
                               {"seqs", "seq"});
@@ -341,7 +343,8 @@ TEST_CASE("weights, sequences, paths, stats and stream calls reject bad inputs")
         abi::Buffer w = abi::make_input(h.rng(), GQLA_DTYPE_F32, static_cast<size_t>(std::max<int64_t>(rows, 1) * 384));
         gqla_tensor tw = abi::view(w, {std::max<int64_t>(rows, 1), 384});
         if (kind == 0) {
-            EXPECT_GQLA_ERROR(gqla_set_weights(ss, 0, &tw), GQLA_ERR_INVALID_STATE, {"session", "kind", "GQA", "weights"});
+            EXPECT_GQLA_ERROR(gqla_set_weights(ss, 0, &tw), GQLA_ERR_INVALID_STATE,
+                              {"session", "kind", "GQA", "weights"});
         } else {
             EXPECT_GQLA_ERROR(gqla_set_weights(nullptr, 0, &tw), GQLA_ERR_INVALID_ARGUMENT, {"session"});
             EXPECT_GQLA_ERROR(gqla_set_weights(ss, 0, nullptr), GQLA_ERR_INVALID_ARGUMENT, {"w_ukv"});

@@ -121,7 +121,8 @@ TEST_CASE("fp8 GQLA: absorb, GQA path, GQA_TRANSIENT and path switches on every 
                 std::vector<gqla_seq_id> ids = sequences(s, {1, 16, 17, 90, 301});
                 check(s.attend(ids, {1}, GQLA_PATH_ABSORB, false), "absorb s_q 1");
                 check(s.attend({ids[3], ids[4]}, {4}, GQLA_PATH_ABSORB, false), "absorb s_q 4");
-                check(s.attend({ids[4], ids[0], ids[2]}, {20, 1, 3}, GQLA_PATH_GQA_TRANSIENT, true), "transient ragged");
+                check(s.attend({ids[4], ids[0], ids[2]}, {20, 1, 3}, GQLA_PATH_GQA_TRANSIENT, true),
+                      "transient ragged");
                 // Switch to the GQA path: the expanded cache is built from the
                 // stored latent and quantized per (token, group).
                 INFO("gqla_select_path: " << gqla_last_error_message());

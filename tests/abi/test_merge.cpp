@@ -73,7 +73,8 @@ Partials decode_partials(std::mt19937_64& rng, int64_t nx, int64_t ny) {
 
 // lse is a logarithm: absolute error, relative only beyond magnitude 1.
 void check_lse(const std::vector<float>& got, const std::vector<float>& ref, double tol) {
-    for (size_t i = 0; i < ref.size(); ++i) CHECK(std::fabs(got[i] - ref[i]) <= tol * std::max(1.0, std::fabs(double(ref[i]))));
+    for (size_t i = 0; i < ref.size(); ++i)
+        CHECK(std::fabs(got[i] - ref[i]) <= tol * std::max(1.0, std::fabs(double(ref[i]))));
 }
 
 }  // namespace

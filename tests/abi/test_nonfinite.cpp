@@ -13,9 +13,9 @@
 #include "nonfinite_support.hpp"
 
 using nonfinite::Injection;
+using nonfinite::Kind;
 using nonfinite::kInf;
 using nonfinite::kNaN;
-using nonfinite::Kind;
 using nonfinite::QueryNaN;
 using nonfinite::SequenceSpec;
 using nonfinite::Session;
@@ -52,8 +52,8 @@ void for_each_session_kind(F&& f) {
     nonfinite::for_each_isa([&](const char*) {
         for (Kind kind : nonfinite::kKinds)
             for (gqla_dtype dt : nonfinite::kDtypes) {
-                const std::string kind_and_dtype = std::string(nonfinite::kind_label(kind)) + ", " +
-                                                   gqla::dtype_name(dt) + " cache";
+                const std::string kind_and_dtype =
+                    std::string(nonfinite::kind_label(kind)) + ", " + gqla::dtype_name(dt) + " cache";
                 CAPTURE(kind_and_dtype);
                 f(kind, dt);
             }
@@ -79,7 +79,8 @@ TEST_CASE("non-finite values at positions a query may not see never reach it") {
                 // that see the row do not (values and latents).
                 std::vector<gqla_seq_id> seqs;
                 for (int64_t pos = L - s_q + 1; pos < L; ++pos)
-                    for (bool in_b : {false, true}) seqs.push_back(s.add(SequenceSpec{L, {Injection{in_b, pos, -1, value}}}));
+                    for (bool in_b : {false, true})
+                        seqs.push_back(s.add(SequenceSpec{L, {Injection{in_b, pos, -1, value}}}));
                 s.decode_and_check(seqs, s_q);
                 release_all(s, seqs);
             }

@@ -16,7 +16,6 @@ namespace {
 
 const gqla_dtype kDtypes[] = {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16};
 
-
 }  // namespace
 
 TEST_CASE("decode matches the reference for every cache dtype, kind and path") {

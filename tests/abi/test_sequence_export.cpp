@@ -57,8 +57,8 @@ gqla_session* make_session(const gqla_config& c, uint64_t weight_seed) {
     if (c.kind == GQLA_KIND_GQLA) {
         std::mt19937_64 wrng(weight_seed);
         for (int32_t l = 0; l < c.num_layers; ++l) {
-            std::vector<float> w = random_vector(wrng, static_cast<size_t>(c.num_kv_heads) *
-                                                           (c.nope_dim + c.value_dim) * c.latent_dim);
+            std::vector<float> w =
+                random_vector(wrng, static_cast<size_t>(c.num_kv_heads) * (c.nope_dim + c.value_dim) * c.latent_dim);
             gqla_tensor tw = host(w, {c.num_kv_heads * (c.nope_dim + c.value_dim), c.latent_dim});
             ok(gqla_set_weights(s, l, &tw));
         }
@@ -134,7 +134,8 @@ TEST_CASE("sequence export: round trips are bit-exact for every kind and cache d
             CHECK(export_all(b, imported) == bytes);
             const int32_t dq = kind == GQLA_KIND_GQA ? ca.head_dim : ca.nope_dim + ca.rope_dim;
             std::vector<float> q = random_vector(rng, static_cast<size_t>(ca.num_heads) * dq);
-            for (int32_t layer : {0, 1}) CHECK(decode_one(a, ca, seq, layer, q) == decode_one(b, ca, imported, layer, q));
+            for (int32_t layer : {0, 1})
+                CHECK(decode_one(a, ca, seq, layer, q) == decode_one(b, ca, imported, layer, q));
             int64_t len = -1;
             ok(gqla_sequence_length(b, imported, 1, &len));
             CHECK(len == 16);

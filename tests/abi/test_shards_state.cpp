@@ -69,8 +69,8 @@ TEST_CASE("shard accounting: LLaMA-3-8B-GQLA on 8 ranks keeps 256 elements per t
     };
     // Without the latent: kr (64) kept, the group's KC+VE (192) resident.
     // With it: the replica c+kr (576), plus 192 while on the GQA path.
-    for (const Case& k : {Case{0, GQLA_PATH_AUTO, 64, 192}, Case{1, GQLA_PATH_GQA, 576, 192},
-                          Case{1, GQLA_PATH_ABSORB, 576, 0}}) {
+    for (const Case& k :
+         {Case{0, GQLA_PATH_AUTO, 64, 192}, Case{1, GQLA_PATH_GQA, 576, 192}, Case{1, GQLA_PATH_ABSORB, 576, 0}}) {
         for (int32_t rank : {0, 5, 7}) {
             const gqla_config c = llama3_gqla(rank, 1, k.keep_latent, k.path);
             gqla_session* s = nullptr;
@@ -196,7 +196,8 @@ TEST_CASE("shard configs: out-of-range groups and latent-free GQA or absorb conf
         {GQLA_KIND_GQLA, 0, 2, 0, GQLA_PATH_ABSORB, "config.path"},
     };
     for (const Bad& b : cases) {
-        gqla_config c = b.kind == GQLA_KIND_GQLA ? shards::gqla_layer(GQLA_DTYPE_F32) : shards::gqa_layer(GQLA_DTYPE_F32);
+        gqla_config c =
+            b.kind == GQLA_KIND_GQLA ? shards::gqla_layer(GQLA_DTYPE_F32) : shards::gqa_layer(GQLA_DTYPE_F32);
         c.group_begin = b.begin;
         c.group_count = b.count;
         c.keep_latent = b.keep_latent;
@@ -227,8 +228,8 @@ TEST_CASE("shard configs: out-of-range groups and latent-free GQA or absorb conf
 
 TEST_CASE("shard sequences: exported with their groups, imported only into the same shard") {
     for (gqla_kind kind : {GQLA_KIND_GQLA, GQLA_KIND_GQA}) {
-        const gqla_config base = kind == GQLA_KIND_GQLA ? shards::gqla_layer(GQLA_DTYPE_BF16)
-                                                        : shards::gqa_layer(GQLA_DTYPE_BF16);
+        const gqla_config base =
+            kind == GQLA_KIND_GQLA ? shards::gqla_layer(GQLA_DTYPE_BF16) : shards::gqa_layer(GQLA_DTYPE_BF16);
         Options opt{{{0, 2}, {2, 2}}};
         Fixture f(base, opt);
         const int seq = f.add();

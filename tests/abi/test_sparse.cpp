@@ -30,23 +30,26 @@ gqla_config config_for(Form f, gqla_dtype cache) {
     return cfg;
 }
 
-#define CHECK_SPARSE(fx, res)                                                               \
-    do {                                                                                    \
-        const CallCheck& r_ = (res);                                                        \
-        INFO("gqla_attention: " << gqla_last_error_message());                              \
-        INFO(abi::replay_hint((fx).rng().seed()));                                          \
-        REQUIRE(r_.status == GQLA_OK);                                                      \
-        const double tol_ = abi::tolerance((fx).config().cache_dtype, GQLA_DTYPE_F32);     \
-        CHECK(r_.o_err <= tol_);                                                            \
-        CHECK(r_.lse_err <= tol_);                                                          \
-        CHECK(r_.empty_rows_ok);                                                            \
+#define CHECK_SPARSE(fx, res)                                                          \
+    do {                                                                               \
+        const CallCheck& r_ = (res);                                                   \
+        INFO("gqla_attention: " << gqla_last_error_message());                         \
+        INFO(abi::replay_hint((fx).rng().seed()));                                     \
+        REQUIRE(r_.status == GQLA_OK);                                                 \
+        const double tol_ = abi::tolerance((fx).config().cache_dtype, GQLA_DTYPE_F32); \
+        CHECK(r_.o_err <= tol_);                                                       \
+        CHECK(r_.lse_err <= tol_);                                                     \
+        CHECK(r_.empty_rows_ok);                                                       \
     } while (0)
 
 gqla_path expected_form(Form f) {
     switch (f) {
-        case Form::Absorb: return GQLA_PATH_ABSORB;
-        case Form::Transient: return GQLA_PATH_GQA_TRANSIENT;
-        default: return GQLA_PATH_GQA;
+        case Form::Absorb:
+            return GQLA_PATH_ABSORB;
+        case Form::Transient:
+            return GQLA_PATH_GQA_TRANSIENT;
+        default:
+            return GQLA_PATH_GQA;
     }
 }
 
@@ -62,7 +65,7 @@ void run_cases(Form form, gqla_dtype cache) {
         CAPTURE(s_q);
         std::vector<int> which;
         std::vector<int32_t> q_lens, idx;
-        const int32_t topk = 37;  // more than most of these sequences show a query
+        const int32_t topk = 37;           // more than most of these sequences show a query
         for (int i = last; i >= 0; --i) {  // not in creation order
             if (fx.seqs()[static_cast<size_t>(i)].length < s_q) continue;
             which.push_back(i);
@@ -82,7 +85,8 @@ void run_cases(Form form, gqla_dtype cache) {
     const int32_t topk = 400;
     const int32_t counts[] = {1, 8, 1, 3, 1, 1};
     for (int i = 0; i <= last; ++i) {
-        const int32_t n = static_cast<int32_t>(std::min<int64_t>(counts[i % 6], fx.seqs()[static_cast<size_t>(i)].length));
+        const int32_t n =
+            static_cast<int32_t>(std::min<int64_t>(counts[i % 6], fx.seqs()[static_cast<size_t>(i)].length));
         which.push_back(i);
         q_lens.push_back(n);
         const std::vector<int32_t> l = fx.lists(fx.seqs()[static_cast<size_t>(i)], n, topk, i == 2 ? 0 : -1);

@@ -102,7 +102,8 @@ public:
     gqla_status append(gqla_session* s, Stream& st, int64_t n, std::mt19937_64& gen) const {
         std::vector<float> a = normal(gen, static_cast<size_t>(n * a_cols()));
         std::vector<float> b = normal(gen, static_cast<size_t>(n * b_cols()));
-        gqla_tensor ta = gqla() ? host(a.data(), {n, c_.latent_dim}) : host(a.data(), {n, c_.num_kv_heads, c_.head_dim});
+        gqla_tensor ta =
+            gqla() ? host(a.data(), {n, c_.latent_dim}) : host(a.data(), {n, c_.num_kv_heads, c_.head_dim});
         gqla_tensor tb = gqla() ? host(b.data(), {n, c_.rope_dim}) : host(b.data(), {n, c_.num_kv_heads, c_.value_dim});
         gqla_status rc = gqla_append(s, 0, st.id, &ta, &tb);
         if (rc != GQLA_OK) return rc;
@@ -222,8 +223,7 @@ TEST_CASE("threads: one session shared, calls serialized by the caller") {
         std::mutex lock;
         std::vector<Outcome> outcomes(kThreads);
         std::vector<std::thread> threads;
-        for (int t = 0; t < kThreads; ++t)
-            threads.emplace_back([&, t] { work(s, m, 300 + t, &lock, outcomes[t]); });
+        for (int t = 0; t < kThreads; ++t) threads.emplace_back([&, t] { work(s, m, 300 + t, &lock, outcomes[t]); });
         for (auto& th : threads) th.join();
         check_outcomes(outcomes, 1e-5);
         gqla_stats st;
@@ -245,8 +245,7 @@ TEST_CASE("threads: one session shared without a caller lock (the session serial
         std::vector<Outcome> outcomes(kThreads);
         std::vector<std::thread> threads;
         std::atomic<bool> done{false};
-        for (int t = 0; t < kThreads; ++t)
-            threads.emplace_back([&, t] { work(s, m, 400 + t, nullptr, outcomes[t]); });
+        for (int t = 0; t < kThreads; ++t) threads.emplace_back([&, t] { work(s, m, 400 + t, nullptr, outcomes[t]); });
         // Meanwhile: path switches (GQLA: expand and free the expanded cache
         // under the workers' feet), weight re-uploads of the same values, stats
         // and cost predictions; none may change what a decode returns.

@@ -17,9 +17,9 @@ void partial_efficiency(const gqla_backend_desc*, gqla_backend_efficiency* inout
     inout->memory[1] = 0.5;
     inout->compute[1] = 0.25;
     inout->overhead_s[0] = 7e-6;
-    inout->compute[0] = 2.0;       // above 1: ignored
-    inout->memory[0] = 0.0;        // not positive: ignored
-    inout->overhead_s[1] = -1.0;   // negative: ignored
+    inout->compute[0] = 2.0;      // above 1: ignored
+    inout->memory[0] = 0.0;       // not positive: ignored
+    inout->overhead_s[1] = -1.0;  // negative: ignored
 }
 
 gqla_config tiny_gqla() {

@@ -51,8 +51,8 @@ struct Mirror {
 
 struct Dims {
     gqla_kind kind;
-    int H, G, D, Dv;        // GQA
-    int r, d_c, d_r, d_v;   // GQLA
+    int H, G, D, Dv;       // GQA
+    int r, d_c, d_r, d_v;  // GQLA
     int a_width() const { return kind == GQLA_KIND_GQA ? G * D : r; }
     int b_width() const { return kind == GQLA_KIND_GQA ? G * Dv : d_r; }
     int q_width() const { return kind == GQLA_KIND_GQA ? D : d_c + d_r; }
@@ -136,14 +136,15 @@ public:
         for (int64_t c : counts) n += c;
         std::vector<float> a = rng_.normal(size_t(n) * d_.a_width()), b = rng_.normal(size_t(n) * d_.b_width());
         gqla_tensor ta = tensor(a, d_.a_shape(n)), tb = tensor(b, d_.b_shape(n));
-        if (seqs.size() == 1) GQLA_OK_OR_FAIL(gqla_append(s_, layer, seqs[0], &ta, &tb));
+        if (seqs.size() == 1)
+            GQLA_OK_OR_FAIL(gqla_append(s_, layer, seqs[0], &ta, &tb));
         else
             GQLA_OK_OR_FAIL(gqla_append_batch(s_, layer, int32_t(seqs.size()), seqs.data(), counts.data(), &ta, &tb));
         int64_t row = 0;
         for (size_t i = 0; i < seqs.size(); ++i) {
             mirrors_[seqs[i]][size_t(layer)].add(a.data() + row * d_.a_width(), size_t(counts[i] * d_.a_width()),
-                                                  b.data() + row * d_.b_width(), size_t(counts[i] * d_.b_width()),
-                                                  counts[i]);
+                                                 b.data() + row * d_.b_width(), size_t(counts[i] * d_.b_width()),
+                                                 counts[i]);
             row += counts[i];
         }
     }
@@ -171,10 +172,10 @@ public:
                 gqla::ref::gqla_decode(H, d_.G, d_.r, d_.d_c, d_.d_r, d_.d_v, m.length, s_q, scale_, qd.data(),
                                        weights_[size_t(layer)].data(), m.a.data(), m.b.data(), ref_o.data(),
                                        ref_lse.data());
-            worst = std::max(worst, gqla::ref::rel_l2(o.data() + size_t(b) * s_q * H * d_.o_width(), ref_o.data(),
-                                                      ref_o.size()));
-            worst = std::max(worst, core_test::lse_error(lse.data() + size_t(b) * s_q * H, ref_lse.data(),
-                                                         ref_lse.size()));
+            worst = std::max(
+                worst, gqla::ref::rel_l2(o.data() + size_t(b) * s_q * H * d_.o_width(), ref_o.data(), ref_o.size()));
+            worst =
+                std::max(worst, core_test::lse_error(lse.data() + size_t(b) * s_q * H, ref_lse.data(), ref_lse.size()));
         }
         if (o_out) *o_out = o;
         return worst;
@@ -197,8 +198,8 @@ std::vector<gqla_seq_id> populate(Harness& h, int page) {
     h.append(0, {a, b, c}, {1, page - 1, page + 1});
     h.append(1, {a, b, c}, {3, page, 2});
     h.append(0, {c}, {2 * page + 3});
-    gqla_seq_id d = h.fork(c);   // shares c's pages, partial last page included
-    h.append(0, {d, c}, {2, 1}); // both write into the shared partial page
+    gqla_seq_id d = h.fork(c);    // shares c's pages, partial last page included
+    h.append(0, {d, c}, {2, 1});  // both write into the shared partial page
     h.append(1, {d}, {5});
     return {a, b, c, d};
 }

@@ -135,11 +135,28 @@ gqla_status decode(void* ctx, const gqla_decode_args* args) {
 }
 
 const gqla_backend_vtable kVtable = {
-    GQLA_BACKEND_ABI_VERSION, sizeof(gqla_backend_vtable), "fake", GQLA_DEVICE_CPU,
-    device_count, probe, create, destroy, error_message, memory_usage, set_weights, set_expanded,
-    append, expand, copy_pages, update_sequence, decode,
-    nullptr, nullptr, nullptr, nullptr,  // set_stream, synchronize, efficiency, read_rows
-    0u,                                  // features
+    GQLA_BACKEND_ABI_VERSION,
+    sizeof(gqla_backend_vtable),
+    "fake",
+    GQLA_DEVICE_CPU,
+    device_count,
+    probe,
+    create,
+    destroy,
+    error_message,
+    memory_usage,
+    set_weights,
+    set_expanded,
+    append,
+    expand,
+    copy_pages,
+    update_sequence,
+    decode,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,  // set_stream, synchronize, efficiency, read_rows
+    0u,       // features
 };
 
 }  // namespace

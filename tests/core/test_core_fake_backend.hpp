@@ -18,10 +18,10 @@ enum class Op { None, Create, SetWeights, SetExpanded, Append, Expand, CopyPages
 
 struct Backend {
     gqla_backend_desc desc{};
-    std::vector<float> rows;          // [layer][page][slot]: first element of each row
+    std::vector<float> rows;  // [layer][page][slot]: first element of each row
     bool expanded = false;
-    std::vector<int> weights_set;     // per layer
-    Op fail_next = Op::None;          // the next call of this op fails
+    std::vector<int> weights_set;  // per layer
+    Op fail_next = Op::None;       // the next call of this op fails
     int append_calls = 0, expand_calls = 0, copy_calls = 0, update_calls = 0, decode_calls = 0;
     int32_t copied_pages = 0;
     // Snapshot of the last decode call.

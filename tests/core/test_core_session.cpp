@@ -185,8 +185,8 @@ TEST_CASE("session: fork shares pages and copies the partial page on write") {
     Rows c1(1, 500);
     s.append(0, child, &c1.tc, &c1.tkr);
     std::vector<int32_t> ct = s.page_table(child);
-    CHECK(ct[0] == pt[0]);      // full page stays shared
-    CHECK(ct[1] != pt[1]);      // partial page was copied
+    CHECK(ct[0] == pt[0]);  // full page stays shared
+    CHECK(ct[1] != pt[1]);  // partial page was copied
     CHECK(s.page_refcount(pt[0]) == 2);
     CHECK(s.page_refcount(pt[1]) == 1);
     CHECK(s.page_refcount(ct[1]) == 1);
@@ -287,12 +287,10 @@ TEST_CASE("session: argument validation messages") {
     CHECK(status_of([&] { s.append_batch(0, 3, dup, counts, &r.tc, &r.tkr); }, &msg) == GQLA_ERR_INVALID_ARGUMENT);
     CHECK(msg.find("seqs[2]: sequence id") == 0);
     int64_t bad_counts[3] = {1, -1, 3};
-    CHECK(status_of([&] { s.append_batch(0, 3, ids, bad_counts, &r.tc, &r.tkr); }, &msg) ==
-          GQLA_ERR_INVALID_ARGUMENT);
+    CHECK(status_of([&] { s.append_batch(0, 3, ids, bad_counts, &r.tc, &r.tkr); }, &msg) == GQLA_ERR_INVALID_ARGUMENT);
     CHECK(msg == "counts[1]: expected >= 0, got -1");
     int64_t wrong_total[2] = {1, 1};
-    CHECK(status_of([&] { s.append_batch(0, 2, ids, wrong_total, &r.tc, &r.tkr); }, &msg) ==
-          GQLA_ERR_INVALID_ARGUMENT);
+    CHECK(status_of([&] { s.append_batch(0, 2, ids, wrong_total, &r.tc, &r.tkr); }, &msg) == GQLA_ERR_INVALID_ARGUMENT);
     CHECK(msg == "c: shape[0] (n) expected 2, got 3");
 
     // Counts of 0 are fine and leave the sequence alone.

@@ -369,8 +369,7 @@ TEST_CASE("path policy: expansion must be amortized before switching to GQA") {
     // but the ~32 steps left cannot pay for expanding a million tokens.
     const gqla_cost_report short_ctx = gqla::predict_cost(c, p, workload(8, 64, 2), e);
     REQUIRE(short_ctx.gqa.time_s * (1 + PathPolicy::kHysteresis) < short_ctx.absorb.time_s);
-    REQUIRE((short_ctx.absorb.time_s - short_ctx.gqa.time_s) * PathPolicy::expected_remaining_steps(64, 2) <
-            expand_s);
+    REQUIRE((short_ctx.absorb.time_s - short_ctx.gqa.time_s) * PathPolicy::expected_remaining_steps(64, 2) < expand_s);
     PathPolicy policy(c, p, e);
     for (int i = 0; i < 5; ++i) CHECK(policy.choose(8, 64, 2, GQLA_PATH_ABSORB, cached) == GQLA_PATH_ABSORB);
     CHECK(policy.choose(8, 64, 2, GQLA_PATH_AUTO, cached) == GQLA_PATH_ABSORB);
@@ -415,7 +414,8 @@ TEST_CASE("cost model: the largest workloads give finite, positive prices") {
         for (const gqla_config& c : {llama3_8b_gqla(), deepseek_v3_mla(), gqa}) {
             CAPTURE(w.batch);
             CAPTURE(c.kind);
-            const gqla_cost_report r = gqla::predict_cost(c, h100_like(), w, gqla::default_efficiency(GQLA_DEVICE_CUDA));
+            const gqla_cost_report r =
+                gqla::predict_cost(c, h100_like(), w, gqla::default_efficiency(GQLA_DEVICE_CUDA));
             const bool latent = c.kind == GQLA_KIND_GQLA;
             for (const gqla_path_cost* p : {&r.gqa, &r.absorb}) {
                 if (p == &r.absorb && !latent) continue;

@@ -54,7 +54,8 @@ TEST_CASE("cpu backend: GQA kind matches the reference for every dtype, group co
                     continue;
                 }
                 fill_sequences(drv);
-                INFO("isa=" << std::string(isa_label(isa)) << " cache=" << std::string(gqla::dtype_name(dt)) << " G=" << G);
+                INFO("isa=" << std::string(isa_label(isa)) << " cache=" << std::string(gqla::dtype_name(dt))
+                            << " G=" << G);
                 check_all_q_lens(drv, GQLA_PATH_GQA, tolerance(dt), "gqa");
             }
 }
@@ -69,7 +70,8 @@ TEST_CASE("cpu backend: GQLA absorb and GQA paths match the reference and each o
                     MESSAGE("host lacks " << isa_label(isa) << "; skipped");
                     continue;
                 }
-                INFO("isa=" << std::string(isa_label(isa)) << " cache=" << std::string(gqla::dtype_name(dt)) << " G=" << G);
+                INFO("isa=" << std::string(isa_label(isa)) << " cache=" << std::string(gqla::dtype_name(dt))
+                            << " G=" << G);
                 REQUIRE(!drv.set_random_weights(GQLA_DTYPE_BF16).empty());
                 fill_sequences(drv);
                 check_all_q_lens(drv, GQLA_PATH_ABSORB, tolerance(dt), "absorb");
@@ -173,7 +175,8 @@ TEST_CASE("cpu backend: memory accounting and failed weight uploads") {
     REQUIRE(!drv.set_random_weights(GQLA_DTYPE_F16).empty());
     REQUIRE(drv.vt()->set_expanded(drv.ctx(), 1) == GQLA_OK);
     drv.vt()->memory_usage(drv.ctx(), mem);
-    CHECK(mem[1] == int64_t(d.num_layers) * d.num_pages * d.page_size * d.num_kv_heads * (d.nope_dim + d.value_dim) * 2);
+    CHECK(mem[1] ==
+          int64_t(d.num_layers) * d.num_pages * d.page_size * d.num_kv_heads * (d.nope_dim + d.value_dim) * 2);
     CHECK(mem[2] > 0);
 
     // A wrong shape is rejected and the old weights still serve decode.

@@ -25,20 +25,28 @@ namespace cpu_backend_test {
 inline double round_to(double x, gqla_dtype t) {
     const float f = static_cast<float>(x);
     switch (t) {
-        case GQLA_DTYPE_F32: return f;
-        case GQLA_DTYPE_F16: return gqla::f16_to_f32(gqla::f32_to_f16(f));
-        case GQLA_DTYPE_BF16: return gqla::bf16_to_f32(gqla::f32_to_bf16(f));
-        default: break;
+        case GQLA_DTYPE_F32:
+            return f;
+        case GQLA_DTYPE_F16:
+            return gqla::f16_to_f32(gqla::f32_to_f16(f));
+        case GQLA_DTYPE_BF16:
+            return gqla::bf16_to_f32(gqla::f32_to_bf16(f));
+        default:
+            break;
     }
     return f;
 }
 
 inline double tolerance(gqla_dtype cache) {
     switch (cache) {
-        case GQLA_DTYPE_F32: return 1e-5;
-        case GQLA_DTYPE_F16: return 2e-3;
-        case GQLA_DTYPE_BF16: return 1e-2;
-        default: break;
+        case GQLA_DTYPE_F32:
+            return 1e-5;
+        case GQLA_DTYPE_F16:
+            return 2e-3;
+        case GQLA_DTYPE_BF16:
+            return 1e-2;
+        default:
+            break;
     }
     return 0.0;
 }
@@ -180,7 +188,7 @@ public:
             std::vector<double> va, vb;
             fill(ta, gqa, n, G, wa, va);
             fill(tb, gqa, n, G, wb, vb);
-            gqla_append_args args{layer, static_cast<int32_t>(items.size()), items.data(), ta.view, tb.view,
+            gqla_append_args args{layer,         static_cast<int32_t>(items.size()), items.data(), ta.view, tb.view,
                                   write_expanded};
             gqla_status st = vt_->append(ctx_, &args);
             if (st != GQLA_OK) return st;
@@ -218,7 +226,8 @@ public:
         const bool gqa = d.kind == GQLA_KIND_GQA;
         const int64_t B = static_cast<int64_t>(idx.size()), H = d.num_heads;
         const int64_t dq = gqa ? d.head_dim : d.nope_dim + d.rope_dim, dv = d.value_dim;
-        HostTensor q(d.io_dtype, {B, s_q, H, dq}, 5), o(d.io_dtype, {B, s_q, H, dv}, 2), lse(GQLA_DTYPE_F32, {B, s_q, H}, 1);
+        HostTensor q(d.io_dtype, {B, s_q, H, dq}, 5), o(d.io_dtype, {B, s_q, H, dv}, 2),
+            lse(GQLA_DTYPE_F32, {B, s_q, H}, 1);
         std::vector<double> qv(static_cast<size_t>(B * s_q * H * dq));
         for (int64_t b = 0; b < B; ++b)
             for (int64_t i = 0; i < s_q; ++i)
@@ -236,9 +245,19 @@ public:
             ds.push_back(gqla_decode_seq{s.pages.data(), static_cast<int32_t>(s.pages.size()), s.slot, s.length,
                                          static_cast<int32_t>(s_q), static_cast<int64_t>(ds.size()) * s_q});
         }
-        gqla_decode_args args{layer(), path, static_cast<int32_t>(B), s_q, ds.data(), q.view, o.view, lse.view,
-                              /*ragged=*/0, /*transient=*/0, static_cast<int64_t>(B) * s_q,
-                              /*indices=*/gqla_view{}, /*topk=*/0};
+        gqla_decode_args args{layer(),
+                              path,
+                              static_cast<int32_t>(B),
+                              s_q,
+                              ds.data(),
+                              q.view,
+                              o.view,
+                              lse.view,
+                              /*ragged=*/0,
+                              /*transient=*/0,
+                              static_cast<int64_t>(B) * s_q,
+                              /*indices=*/gqla_view{},
+                              /*topk=*/0};
         *st_out = vt_->decode(ctx_, &args);
         Errors e;
         if (*st_out != GQLA_OK) return e;
@@ -383,10 +402,14 @@ inline gqla_backend_desc gqla_desc(gqla_dtype cache, int G) {
 
 inline const char* isa_label(gqla::cpu::Isa isa) {
     switch (isa) {
-        case gqla::cpu::Isa::Scalar: return "scalar";
-        case gqla::cpu::Isa::Avx2: return "avx2";
-        case gqla::cpu::Isa::Avx512: return "avx512";
-        case gqla::cpu::Isa::Avx512Bf16: return "avx512-bf16";
+        case gqla::cpu::Isa::Scalar:
+            return "scalar";
+        case gqla::cpu::Isa::Avx2:
+            return "avx2";
+        case gqla::cpu::Isa::Avx512:
+            return "avx512";
+        case gqla::cpu::Isa::Avx512Bf16:
+            return "avx512-bf16";
     }
     return "?";
 }

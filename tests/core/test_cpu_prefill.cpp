@@ -29,9 +29,9 @@ struct Call {
 
 struct Outcome {
     gqla_status st = GQLA_ERR_INTERNAL;
-    double out = 0.0;                // rel L2 of o over the call
-    double lse = 0.0;                // lse error over the call
-    std::vector<double> o, ref_o;    // [query row][H][dv] in call order
+    double out = 0.0;              // rel L2 of o over the call
+    double lse = 0.0;              // lse error over the call
+    std::vector<double> o, ref_o;  // [query row][H][dv] in call order
 };
 
 // GQLA keys [L][G][d_c + d_r] and values [L][G][d_v] in float64, from the
@@ -111,8 +111,10 @@ Outcome run(Driver& drv, ExpandedReference& expanded, const Call& c, uint64_t q_
                 for (int64_t k = 0; k < dq; ++k) {
                     const double v = round_to(normal(rng), d.io_dtype);
                     qv[static_cast<size_t>((row * H + h) * dq + k)] = v;
-                    if (c.ragged) q.set({row, h, k}, v);
-                    else q.set({b, i, h, k}, v);
+                    if (c.ragged)
+                        q.set({row, h, k}, v);
+                    else
+                        q.set({b, i, h, k}, v);
                 }
     o.poison();
     lse.poison();
@@ -304,7 +306,8 @@ TEST_CASE("cpu prefill: calls cut into query ranges (small chunks) match the ref
         gqla::cpu::limit_chunk_rows(gqa.ctx(), 50);
         fill_five(gqa, 0);
         ExpandedReference none;
-        for (const Call& c : standard_calls(GQLA_PATH_GQA, false)) check(gqa, none, c, tolerance(dt), "gqa kind, small chunks");
+        for (const Call& c : standard_calls(GQLA_PATH_GQA, false))
+            check(gqa, none, c, tolerance(dt), "gqa kind, small chunks");
 
         Driver gqla(prefill_desc(gqla_desc(dt, 3), 5));
         REQUIRE(gqla.status() == GQLA_OK);
@@ -314,8 +317,10 @@ TEST_CASE("cpu prefill: calls cut into query ranges (small chunks) match the ref
         fill_five(gqla, 1);
         ExpandedReference expanded;
         for (gqla_path path : {GQLA_PATH_ABSORB, GQLA_PATH_GQA})
-            for (const Call& c : standard_calls(path, false)) check(gqla, expanded, c, tolerance(dt), "gqla, small chunks");
-        for (const Call& c : standard_calls(GQLA_PATH_GQA, true)) check(gqla, expanded, c, tolerance(dt), "gqla, small chunks");
+            for (const Call& c : standard_calls(path, false))
+                check(gqla, expanded, c, tolerance(dt), "gqla, small chunks");
+        for (const Call& c : standard_calls(GQLA_PATH_GQA, true))
+            check(gqla, expanded, c, tolerance(dt), "gqla, small chunks");
     }
 }
 
@@ -342,14 +347,18 @@ void append_poisoned(Driver& drv, Sequence& s, int64_t count, int64_t poison_fro
                 for (int64_t k = 0; k < wa; ++k) {
                     const double v = poisoned ? std::nan("") : round_to(drv.randn(), d.cache_dtype);
                     va.push_back(v);
-                    if (gqa) ta.set({i, g, k}, v);
-                    else ta.set({i, k}, v);
+                    if (gqa)
+                        ta.set({i, g, k}, v);
+                    else
+                        ta.set({i, k}, v);
                 }
                 for (int64_t k = 0; k < wb; ++k) {
                     const double v = poisoned && gqa ? HUGE_VAL : round_to(drv.randn(), d.cache_dtype);
                     vb.push_back(v);
-                    if (gqa) tb.set({i, g, k}, v);
-                    else tb.set({i, k}, v);
+                    if (gqa)
+                        tb.set({i, g, k}, v);
+                    else
+                        tb.set({i, k}, v);
                 }
             }
         }

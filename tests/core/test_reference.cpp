@@ -116,8 +116,10 @@ TEST_CASE("reference: query i ignores cache positions after L - s_q + i") {
             CAPTURE(i);
             for (int k = 0; k < H * Dv; ++k) {
                 const double a = base[i * H * Dv + k], b = changed[i * H * Dv + k];
-                if (visible) CHECK(a != b);
-                else CHECK(a == b);
+                if (visible)
+                    CHECK(a != b);
+                else
+                    CHECK(a == b);
             }
         }
     }
@@ -137,8 +139,8 @@ TEST_CASE("reference: GQLA equals GQA over keys expanded by hand and the absorb 
     auto KR = random_vector(rng, static_cast<size_t>(L) * d_r);
     const size_t n_out = static_cast<size_t>(s_q) * H * d_v;
     std::vector<double> o(n_out, std::nan("")), lse(s_q * H, std::nan(""));
-    gqla::ref::gqla_decode(H, G, r, d_c, d_r, d_v, L, s_q, scale, q.data(), W.data(), C.data(), KR.data(),
-                           o.data(), lse.data());
+    gqla::ref::gqla_decode(H, G, r, d_c, d_r, d_v, L, s_q, scale, q.data(), W.data(), C.data(), KR.data(), o.data(),
+                           lse.data());
 
     // Expanded keys/values: W viewed as [G, d_c + d_v, r].
     std::vector<double> K(static_cast<size_t>(L) * G * dq), V(static_cast<size_t>(L) * G * d_v);
@@ -148,8 +150,10 @@ TEST_CASE("reference: GQLA equals GQA over keys expanded by hand and the absorb 
             for (int row = 0; row < d_c + d_v; ++row) {
                 double s = 0.0;
                 for (int t = 0; t < r; ++t) s += w(g, row, t) * C[j * r + t];
-                if (row < d_c) K[(j * G + g) * dq + row] = s;
-                else V[(j * G + g) * d_v + row - d_c] = s;
+                if (row < d_c)
+                    K[(j * G + g) * dq + row] = s;
+                else
+                    V[(j * G + g) * d_v + row - d_c] = s;
             }
             for (int d = 0; d < d_r; ++d) K[(j * G + g) * dq + d_c + d] = KR[j * d_r + d];
         }

@@ -23,7 +23,7 @@ TEST_CASE("cgroup v1 cfs quota: -1 is no limit") {
     CHECK(q::from_cgroup_v1("-1\n", "100000\n") == 0.0);
     CHECK(q::from_cgroup_v1("300000", "100000") == doctest::Approx(3.0));
     CHECK(q::from_cgroup_v1("25000", "100000") == doctest::Approx(0.25));
-    CHECK(q::from_cgroup_v1("", "100000") == 0.0);      // file missing
+    CHECK(q::from_cgroup_v1("", "100000") == 0.0);  // file missing
     CHECK(q::from_cgroup_v1("100000", "") == 0.0);
     CHECK(q::from_cgroup_v1("100000", "0") == 0.0);
 }
@@ -60,11 +60,11 @@ TEST_CASE("/proc/self/cgroup: the v2 path and the v1 cpu controller's path") {
 }
 
 TEST_CASE("thread count: affinity capped by the quota, rounded up, at least 1") {
-    CHECK(q::thread_count(8, 0.0) == 8);    // no quota
+    CHECK(q::thread_count(8, 0.0) == 8);  // no quota
     CHECK(q::thread_count(8, 2.0) == 2);
-    CHECK(q::thread_count(8, 1.5) == 2);    // a partial CPU still runs a thread part of the time
+    CHECK(q::thread_count(8, 1.5) == 2);  // a partial CPU still runs a thread part of the time
     CHECK(q::thread_count(8, 0.25) == 1);
-    CHECK(q::thread_count(2, 16.0) == 2);   // the mask is the tighter limit
+    CHECK(q::thread_count(2, 16.0) == 2);  // the mask is the tighter limit
     CHECK(q::thread_count(0, 0.0) == 1);
     CHECK(q::thread_count(64, 2000000.0 / 1000000.0) == 2);
 }

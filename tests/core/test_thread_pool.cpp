@@ -71,7 +71,8 @@ std::vector<pid_t> worker_tids() {
 sem_t g_parked, g_release;
 void park_thread(int) {
     sem_post(&g_parked);
-    while (sem_wait(&g_release) != 0) {}
+    while (sem_wait(&g_release) != 0) {
+    }
 }
 
 }  // namespace
@@ -159,7 +160,8 @@ TEST_CASE("thread pool: concurrent callers on one pool and on their own pools") 
 TEST_CASE("thread pool: a call finishes while its workers cannot run") {
     REQUIRE(sem_init(&g_parked, 0, 0) == 0);
     REQUIRE(sem_init(&g_release, 0, 0) == 0);
-    struct sigaction sa {}, old {};
+    struct sigaction sa {
+    }, old{};
     sa.sa_handler = park_thread;
     sigemptyset(&sa.sa_mask);
     REQUIRE(sigaction(SIGUSR2, &sa, &old) == 0);
@@ -174,7 +176,8 @@ TEST_CASE("thread pool: a call finishes while its workers cannot run") {
         REQUIRE(tids.size() == 3);
         for (pid_t tid : tids) REQUIRE(syscall(SYS_tgkill, getpid(), tid, SIGUSR2) == 0);
         for (size_t i = 0; i < tids.size(); ++i)
-            while (sem_wait(&g_parked) != 0) {}
+            while (sem_wait(&g_parked) != 0) {
+            }
 
         // Every worker is parked: the caller alone runs the whole call.
         std::atomic<int> by_worker{0};
@@ -221,7 +224,8 @@ TEST_CASE("thread pool: a worker late from one call never takes a chunk of the n
     while (!finished && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (!finished) {
-        std::fprintf(stderr, "thread pool: a call never finished (the caller waits for a chunk count it cannot reach)\n");
+        std::fprintf(stderr,
+                     "thread pool: a call never finished (the caller waits for a chunk count it cannot reach)\n");
         std::_Exit(1);
     }
     runner.join();

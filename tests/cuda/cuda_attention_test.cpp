@@ -65,10 +65,14 @@ void cuda_check(cudaError_t e, const char* what) {
 
 const char* form_name(gqla_path p) {
     switch (p) {
-        case GQLA_PATH_AUTO: return "auto";
-        case GQLA_PATH_GQA: return "gqa";
-        case GQLA_PATH_ABSORB: return "absorb";
-        case GQLA_PATH_GQA_TRANSIENT: return "gqa_transient";
+        case GQLA_PATH_AUTO:
+            return "auto";
+        case GQLA_PATH_GQA:
+            return "gqa";
+        case GQLA_PATH_ABSORB:
+            return "absorb";
+        case GQLA_PATH_GQA_TRANSIENT:
+            return "gqa_transient";
     }
     return "?";
 }
@@ -101,7 +105,7 @@ struct Session {
     bool gqla = false;
     int H = 0, G = 0, dq = 0, dv = 0;
     int64_t a_cols = 0, b_cols = 0;
-    std::map<int32_t, std::vector<double>> w;                       // per layer
+    std::map<int32_t, std::vector<double>> w;                             // per layer
     std::map<std::pair<gqla_seq_id, int32_t>, std::vector<double>> a, b;  // per (sequence, layer), as stored
 
     Session(gqla_kind kind, gqla_dtype cache, int32_t page_size, gqla_path path, int32_t layers = 1) {
@@ -260,8 +264,8 @@ int64_t total_of(const std::vector<int32_t>& q_lens) {
     return n;
 }
 
-gqla_attention_args make_args(const std::vector<gqla_seq_id>& seqs, const std::vector<int32_t>& q_lens,
-                              gqla_path path, const gqla_tensor* q, gqla_tensor* o, gqla_tensor* l, gqla_path* taken,
+gqla_attention_args make_args(const std::vector<gqla_seq_id>& seqs, const std::vector<int32_t>& q_lens, gqla_path path,
+                              const gqla_tensor* q, gqla_tensor* o, gqla_tensor* l, gqla_path* taken,
                               int32_t layer = 0) {
     gqla_attention_args args;
     require(gqla_attention_args_default(&args), "gqla_attention_args_default");
@@ -394,8 +398,8 @@ void test_uniform_equals_decode(gqla_kind kind, gqla_path session_path, gqla_dty
     gqla_attention_args args = make_args(seqs, {}, ask, &tq, &to, &tl, &att.taken);
     require(gqla_attention(S.s, &args), "gqla_attention (uniform)");
     d.download(att.o, att.lse, nullptr);
-    const std::string name = std::string("uniform ") + (S.gqla ? "gqla " : "gqa ") + form_name(ask) + " " +
-                             gqla::dtype_name(cache);
+    const std::string name =
+        std::string("uniform ") + (S.gqla ? "gqla " : "gqa ") + form_name(ask) + " " + gqla::dtype_name(cache);
     expect(same_bits(att.o, dec.o) && same_bits(att.lse, dec.lse),
            name + ": o and lse equal gqla_decode's bit for bit");
     expect(att.taken == (S.gqla ? session_path : GQLA_PATH_GQA), name + ": path_taken " + form_name(att.taken));
@@ -465,8 +469,8 @@ void test_graph(gqla_kind kind, gqla_path form, gqla_dtype cache) {
     for (int64_t L : {40, 300, 7, 129}) seqs.push_back(S.add(L));
     const std::vector<int32_t> lens{1, 65, 7, 16};
     const int64_t N = total_of(lens);
-    const std::string name = std::string("graph ") + (gqla ? "gqla " : "gqa ") + form_name(form) + " " +
-                             gqla::dtype_name(cache);
+    const std::string name =
+        std::string("graph ") + (gqla ? "gqla " : "gqa ") + form_name(form) + " " + gqla::dtype_name(cache);
 
     cudaStream_t stream = nullptr;
     cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -34,9 +34,7 @@ std::vector<float> randn(size_t n, float scale = 1.f) {
     return v;
 }
 
-double tolerance(gqla_dtype cache) {
-    return cache == GQLA_DTYPE_F32 ? 1e-5 : cache == GQLA_DTYPE_F16 ? 2e-3 : 1e-2;
-}
+double tolerance(gqla_dtype cache) { return cache == GQLA_DTYPE_F32 ? 1e-5 : cache == GQLA_DTYPE_F16 ? 2e-3 : 1e-2; }
 
 void report(const std::string& name, double err, double tol) {
     bool ok = err <= tol;
@@ -138,9 +136,8 @@ void test_gqa(gqla_dtype cache, int H, int G, int D, int Dv, int page_size, cons
     // the last of 3 + 1 empty).
     for (int s_q : {1, 2, 3, 5, 8}) {
         if (s_q > min_len) continue;
-        std::snprintf(name, sizeof name, "gqa %s H=%d G=%d D=%d Dv=%d P=%d B=%zu s_q=%d",
-                      gqla::dtype_name(cache), H, G, D, Dv,
-                      page_size, lengths.size(), s_q);
+        std::snprintf(name, sizeof name, "gqa %s H=%d G=%d D=%d Dv=%d P=%d B=%zu s_q=%d", gqla::dtype_name(cache), H, G,
+                      D, Dv, page_size, lengths.size(), s_q);
         check_decode(h, name, 1, ids, s_q, GQLA_PATH_GQA);
     }
     // Fork: child shares the parent's pages; both then append different rows
@@ -204,7 +201,8 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
     const int64_t min_len = *std::min_element(lengths.begin(), lengths.end());
     for (int s_q : {1, 3}) {
         if (s_q > min_len || s_q > max_q_len) continue;
-        std::snprintf(name, sizeof name, "gqla absorb %s H=%d G=%d r=%d dc=%d dr=%d dv=%d s_q=%d", cn, H, G, r, dc, dr, dv, s_q);
+        std::snprintf(name, sizeof name, "gqla absorb %s H=%d G=%d r=%d dc=%d dr=%d dv=%d s_q=%d", cn, H, G, r, dc, dr,
+                      dv, s_q);
         check_decode(h, name, 1, ids, s_q, GQLA_PATH_ABSORB);
     }
     // Switch to the GQA path mid-sequence: enable + expand what is cached,
@@ -222,7 +220,8 @@ void test_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, in
     }
     for (int s_q : {1, 4}) {
         if (s_q > max_q_len) continue;
-        std::snprintf(name, sizeof name, "gqla gqa-path %s H=%d G=%d r=%d dc=%d dr=%d dv=%d s_q=%d", cn, H, G, r, dc, dr, dv, s_q);
+        std::snprintf(name, sizeof name, "gqla gqa-path %s H=%d G=%d r=%d dc=%d dr=%d dv=%d s_q=%d", cn, H, G, r, dc,
+                      dr, dv, s_q);
         check_decode(h, name, 1, ids, s_q, GQLA_PATH_GQA);
         std::snprintf(name, sizeof name, "gqla absorb after switch %s s_q=%d", cn, s_q);
         check_decode(h, name, 1, ids, s_q, GQLA_PATH_ABSORB);
@@ -270,13 +269,24 @@ void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, i
 
     auto seqs = h.decode_seqs(ids, 1, s_q);
     gqla_decode_args a{};
-    a.layer = 1; a.path = GQLA_PATH_ABSORB; a.batch = B; a.q_len = s_q; a.seqs = seqs.data();
+    a.layer = 1;
+    a.path = GQLA_PATH_ABSORB;
+    a.batch = B;
+    a.q_len = s_q;
+    a.seqs = seqs.data();
     a.q = host_view(dqp, io, {B, s_q, H, dq});
-    a.q.strides[0] = qsB; a.q.strides[1] = qsQ; a.q.strides[2] = qsH; a.q.on_device = 1;
+    a.q.strides[0] = qsB;
+    a.q.strides[1] = qsQ;
+    a.q.strides[2] = qsH;
+    a.q.on_device = 1;
     a.o = host_view(static_cast<unsigned char*>(dop) + o_first * es, io, {B, s_q, H, dv});
-    a.o.strides[0] = osB; a.o.strides[1] = osQ; a.o.strides[2] = osH; a.o.on_device = 1;
+    a.o.strides[0] = osB;
+    a.o.strides[1] = osQ;
+    a.o.strides[2] = osH;
+    a.o.on_device = 1;
     expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode");
-    if (cudaMemcpy(ho.data(), dop, ho.size(), cudaMemcpyDeviceToHost) != cudaSuccess) throw std::runtime_error("copy o");
+    if (cudaMemcpy(ho.data(), dop, ho.size(), cudaMemcpyDeviceToHost) != cudaSuccess)
+        throw std::runtime_error("copy o");
     cudaFree(dqp);
     cudaFree(dop);
 
@@ -287,8 +297,10 @@ void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, i
                       c = jq % osH;
         const bool inside = j >= 0 && qi < s_q && hh < H && c < dv;
         const float v = gqla::load_as_f32(ho.data(), io, size_t(i));
-        if (inside) o[((size_t(b) * s_q + qi) * H + hh) * dv + c] = v;
-        else padding_touched += v != poison;
+        if (inside)
+            o[((size_t(b) * s_q + qi) * H + hh) * dv + c] = v;
+        else
+            padding_touched += v != poison;
     }
     std::vector<double> ref(o.size());
     for (int b = 0; b < B; ++b) {
@@ -300,8 +312,8 @@ void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, i
                                Bv.data(), ref.data() + size_t(b) * s_q * H * dv, nullptr);
     }
     char name[160];
-    std::snprintf(name, sizeof name, "gqla absorb device io %s H=%d G=%d dc=%d dv=%d s_q=%d%s",
-                  gqla::dtype_name(io), H, G, dc, dv, s_q, even_tokens ? " even tokens" : "");
+    std::snprintf(name, sizeof name, "gqla absorb device io %s H=%d G=%d dc=%d dv=%d s_q=%d%s", gqla::dtype_name(io), H,
+                  G, dc, dv, s_q, even_tokens ? " even tokens" : "");
     report(std::string(name) + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(io));
     report(std::string(name) + " padding untouched", double(padding_touched), 0.0);
 }
@@ -326,7 +338,8 @@ void test_absorb_many_shapes(gqla_dtype cache) {
     for (size_t i = 0; i < shapes.size(); ++i) {
         const auto [b, s_q] = shapes[i];
         char name[160];
-        std::snprintf(name, sizeof name, "gqla absorb shape %zu of %zu %s B=%d s_q=%d", i + 1, shapes.size(), cn, b, s_q);
+        std::snprintf(name, sizeof name, "gqla absorb shape %zu of %zu %s B=%d s_q=%d", i + 1, shapes.size(), cn, b,
+                      s_q);
         check_decode(h, name, 1, std::vector<int>(ids.end() - b, ids.end()), s_q, GQLA_PATH_ABSORB);
     }
 }
@@ -342,7 +355,8 @@ struct CapturedDecode {
     CapturedDecode(Harness& harness, const gqla_decode_args& a) : h(harness) {
         cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
         expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream");
-        if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) throw std::runtime_error("capture");
+        if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess)
+            throw std::runtime_error("capture");
         expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &a), "decode (captured)");
         if (cudaStreamEndCapture(stream, &graph) != cudaSuccess) throw std::runtime_error("end capture");
         if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) throw std::runtime_error("instantiate");
@@ -375,15 +389,25 @@ struct DeviceDecodeTensors {
             cudaMalloc(&lse, lse_count() * sizeof(float)) != cudaSuccess)
             throw std::runtime_error("cudaMalloc of the decode tensors");
     }
-    ~DeviceDecodeTensors() { cudaFree(q); cudaFree(o); cudaFree(lse); }
+    ~DeviceDecodeTensors() {
+        cudaFree(q);
+        cudaFree(o);
+        cudaFree(lse);
+    }
     // Arguments of a decode of layer 1 of `seqs` (B of them) over these tensors.
     gqla_decode_args args(const std::vector<gqla_decode_seq>& seqs, gqla_path path) const {
         gqla_decode_args a{};
-        a.layer = 1; a.path = path; a.batch = static_cast<int32_t>(B); a.q_len = static_cast<int32_t>(s_q);
+        a.layer = 1;
+        a.path = path;
+        a.batch = static_cast<int32_t>(B);
+        a.q_len = static_cast<int32_t>(s_q);
         a.seqs = seqs.data();
-        a.q = host_view(q, io, {B, s_q, H, dq}); a.q.on_device = 1;
-        a.o = host_view(o, io, {B, s_q, H, dv}); a.o.on_device = 1;
-        a.lse = host_view(lse, GQLA_DTYPE_F32, {B, s_q, H}); a.lse.on_device = 1;
+        a.q = host_view(q, io, {B, s_q, H, dq});
+        a.q.on_device = 1;
+        a.o = host_view(o, io, {B, s_q, H, dv});
+        a.o.on_device = 1;
+        a.lse = host_view(lse, GQLA_DTYPE_F32, {B, s_q, H});
+        a.lse.on_device = 1;
         return a;
     }
 };
@@ -448,8 +472,9 @@ void test_graph_replay(gqla_dtype cache, const std::vector<int64_t>& lengths) {
         cudaMemcpyAsync(o.data(), dout, o.size() * 4, cudaMemcpyDeviceToHost, stream);
         cudaMemcpyAsync(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost, stream);
         if (cudaStreamSynchronize(stream) != cudaSuccess) throw std::runtime_error("graph replay failed");
-        report_gqa_8_2_d128(h, ids, s_q, q, o, lse,
-                            "graph replay T<=" + std::to_string(lengths.back()) + (round ? " after appends" : " as captured"));
+        report_gqa_8_2_d128(
+            h, ids, s_q, q, o, lse,
+            "graph replay T<=" + std::to_string(lengths.back()) + (round ? " after appends" : " as captured"));
     }
 }
 
@@ -486,7 +511,8 @@ void test_stream_switch(gqla_dtype cache) {
                 throw std::runtime_error("capture");
             expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream (capturing)");
             expect_ok(h.vt, h.ctx, h.vt->decode(h.ctx, &args), "decode (captured) after the switch");
-            if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+            if (cudaStreamEndCapture(stream, &graph) != cudaSuccess ||
+                cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
                 throw std::runtime_error("end capture / instantiate");
             cudaGraphLaunch(exec, stream);
         } else {
@@ -496,14 +522,16 @@ void test_stream_switch(gqla_dtype cache) {
         std::vector<float> o(size_t(H) * D), lse(H);
         cudaMemcpyAsync(o.data(), t.o, o.size() * 4, cudaMemcpyDeviceToHost, stream);
         cudaMemcpyAsync(lse.data(), t.lse, lse.size() * 4, cudaMemcpyDeviceToHost, stream);
-        if (cudaStreamSynchronize(stream) != cudaSuccess) throw std::runtime_error("decode after a stream switch failed");
+        if (cudaStreamSynchronize(stream) != cudaSuccess)
+            throw std::runtime_error("decode after a stream switch failed");
         expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, nullptr), "set_stream(NULL)");
         if (exec) cudaGraphExecDestroy(exec);
         if (graph) cudaGraphDestroy(graph);
         cudaStreamDestroy(stream);
 
-        report_gqa_8_2_d128(h, {id}, 1, q, o, lse,
-                            capture ? "decode captured right after a stream switch" : "decode right after a stream switch");
+        report_gqa_8_2_d128(
+            h, {id}, 1, q, o, lse,
+            capture ? "decode captured right after a stream switch" : "decode right after a stream switch");
     }
 }
 
@@ -551,12 +579,11 @@ void test_absorb_graph_replay(gqla_dtype io) {
             const auto& s = h.seqs[ids[size_t(b)]];
             std::vector<double> A(s.a_rows[1].begin(), s.a_rows[1].end()), Bv(s.b_rows[1].begin(), s.b_rows[1].end());
             gqla::ref::gqla_decode(H, d.num_kv_heads, d.latent_dim, d.nope_dim, d.rope_dim, dv, s.len[1], s_q,
-                                   d.softmax_scale,
-                                   qd.data() + size_t(b) * s_q * H * dq, W.data(), A.data(), Bv.data(),
+                                   d.softmax_scale, qd.data() + size_t(b) * s_q * H * dq, W.data(), A.data(), Bv.data(),
                                    ref.data() + size_t(b) * s_q * H * dv, ref_lse.data() + size_t(b) * s_q * H);
         }
-        const std::string name = std::string("absorb graph replay ") + gqla::dtype_name(io) +
-                                 (round ? " after appends" : " as captured");
+        const std::string name =
+            std::string("absorb graph replay ") + gqla::dtype_name(io) + (round ? " after appends" : " as captured");
         report(name + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(io));
         report(name + " lse", gqla::ref::rel_l2(lse.data(), ref_lse.data(), lse.size()), tolerance(io));
     }
@@ -566,7 +593,10 @@ void test_absorb_graph_replay(gqla_dtype io) {
 // exactly the first L - s_q + i + 1 tokens (and not its neighbours).
 void test_causal_rule() {
     gqla_backend_desc d = base_desc(GQLA_KIND_GQA, GQLA_DTYPE_F32, 1, 1, 64);
-    d.head_dim = 8; d.value_dim = 8; d.softmax_scale = 0.5f; d.num_pages = 8;
+    d.head_dim = 8;
+    d.value_dim = 8;
+    d.softmax_scale = 0.5f;
+    d.num_pages = 8;
     Harness h(d);
     int id = h.add();
     const int L = 6, s_q = 3, D = 8;
@@ -574,7 +604,11 @@ void test_causal_rule() {
     std::vector<float> q = randn(s_q * D), o(s_q * D, NAN), lse(s_q, NAN);
     auto seqs = h.decode_seqs({id}, 1, s_q);
     gqla_decode_args a{};
-    a.layer = 1; a.path = GQLA_PATH_GQA; a.batch = 1; a.q_len = s_q; a.seqs = seqs.data();
+    a.layer = 1;
+    a.path = GQLA_PATH_GQA;
+    a.batch = 1;
+    a.q_len = s_q;
+    a.seqs = seqs.data();
     a.q = host_view(q.data(), GQLA_DTYPE_F32, {1, s_q, 1, D});
     a.o = host_view(o.data(), GQLA_DTYPE_F32, {1, s_q, 1, D});
     a.lse = host_view(lse.data(), GQLA_DTYPE_F32, {1, s_q, 1});
@@ -588,9 +622,12 @@ void test_causal_rule() {
             gqla::ref::gqa_decode(1, 1, D, D, vis, 1, 0.5, qd.data(), K.data(), V.data(), ro.data(), rl.data());
             const double err = gqla::ref::rel_l2(o.data() + i * D, ro.data(), D);
             char name[96];
-            std::snprintf(name, sizeof name, "causal row %d vs prefix %d (%s)", i, vis, vis == expected ? "match" : "differ");
-            if (vis == expected) report(name, err, 1e-5);
-            else report(name, err > 1e-3 ? 0.0 : 1.0, 0.5);  // a neighbour prefix must not match
+            std::snprintf(name, sizeof name, "causal row %d vs prefix %d (%s)", i, vis,
+                          vis == expected ? "match" : "differ");
+            if (vis == expected)
+                report(name, err, 1e-5);
+            else
+                report(name, err > 1e-3 ? 0.0 : 1.0, 0.5);  // a neighbour prefix must not match
         }
     }
 }
@@ -644,8 +681,7 @@ CallOutput attention_call(Harness& h, int layer, const std::vector<int>& ids, co
     std::vector<float> hq(size_t(N * qt), 0.f), ho(size_t(N * ot), std::numeric_limits<float>::quiet_NaN()),
         hl(size_t(N * lt), std::numeric_limits<float>::quiet_NaN());
     for (int64_t t = 0; t < N; ++t)
-        for (int hh = 0; hh < H; ++hh)
-            std::copy_n(q.begin() + (t * H + hh) * dq, dq, hq.begin() + t * qt + hh * qh);
+        for (int hh = 0; hh < H; ++hh) std::copy_n(q.begin() + (t * H + hh) * dq, dq, hq.begin() + t * qt + hh * qh);
     void *pq = hq.data(), *po = ho.data(), *pl = hl.data();
     if (device_io) {
         if (cudaMalloc(&pq, hq.size() * 4) != cudaSuccess || cudaMalloc(&po, ho.size() * 4) != cudaSuccess ||
@@ -666,26 +702,35 @@ CallOutput attention_call(Harness& h, int layer, const std::vector<int>& ids, co
     a.total_q = N;
     if (ragged) {
         a.q = host_view(pq, GQLA_DTYPE_F32, {N, H, dq});
-        a.q.strides[0] = qt; a.q.strides[1] = qh;
+        a.q.strides[0] = qt;
+        a.q.strides[1] = qh;
         a.o = host_view(po, GQLA_DTYPE_F32, {N, H, dv});
-        a.o.strides[0] = ot; a.o.strides[1] = oh;
+        a.o.strides[0] = ot;
+        a.o.strides[1] = oh;
         a.lse = host_view(pl, GQLA_DTYPE_F32, {N, H});
         a.lse.strides[0] = lt;
     } else {
         const int64_t s_q = q_lens[0];
         a.q = host_view(pq, GQLA_DTYPE_F32, {B, s_q, H, dq});
-        a.q.strides[0] = s_q * qt; a.q.strides[1] = qt; a.q.strides[2] = qh;
+        a.q.strides[0] = s_q * qt;
+        a.q.strides[1] = qt;
+        a.q.strides[2] = qh;
         a.o = host_view(po, GQLA_DTYPE_F32, {B, s_q, H, dv});
-        a.o.strides[0] = s_q * ot; a.o.strides[1] = ot; a.o.strides[2] = oh;
+        a.o.strides[0] = s_q * ot;
+        a.o.strides[1] = ot;
+        a.o.strides[2] = oh;
         a.lse = host_view(pl, GQLA_DTYPE_F32, {B, s_q, H});
-        a.lse.strides[0] = s_q * lt; a.lse.strides[1] = lt;
+        a.lse.strides[0] = s_q * lt;
+        a.lse.strides[1] = lt;
     }
     a.q.on_device = a.o.on_device = a.lse.on_device = device_io ? 1 : 0;
     const gqla_status st = h.vt->decode(h.ctx, &a);
     if (device_io) {
         cudaMemcpy(ho.data(), po, ho.size() * 4, cudaMemcpyDeviceToHost);
         cudaMemcpy(hl.data(), pl, hl.size() * 4, cudaMemcpyDeviceToHost);
-        cudaFree(pq); cudaFree(po); cudaFree(pl);
+        cudaFree(pq);
+        cudaFree(po);
+        cudaFree(pl);
     }
     expect_ok(h.vt, h.ctx, st, ragged ? "decode (ragged)" : "decode (uniform)");
     CallOutput out;
@@ -802,7 +847,8 @@ void test_prefill_gqa(gqla_dtype cache, int page_size) {
 // GQLA: ragged calls on the absorb path, the transient GQA form (no kept
 // expanded cache) and the kept GQA path; the three forms agree.
 void test_ragged_gqla(gqla_dtype cache, int H, int G, int r, int dc, int dr, int dv, int page_size,
-                      const std::vector<int>& q_lens = kRaggedQLens, const std::vector<int64_t>& lengths = kRaggedLengths) {
+                      const std::vector<int>& q_lens = kRaggedQLens,
+                      const std::vector<int64_t>& lengths = kRaggedLengths) {
     gqla_backend_desc d = gqla_desc(cache, H, G, r, dc, dr, dv, page_size, lengths);
     d.max_q_len = *std::max_element(q_lens.begin(), q_lens.end());
     d.max_q_tokens = sum_of(q_lens);
@@ -859,8 +905,8 @@ void test_transient(gqla_dtype cache) {
     const int64_t es = int64_t(gqla::dtype_size(cache));
     // The expansion chunk as the session sizes it (backends/cuda/session.cpp):
     // 64 MiB of products in the cache dtype, at most the session's capacity.
-    const int64_t chunk = std::clamp<int64_t>(
-        std::min<int64_t>((int64_t(64) << 20) / (G * (dc + dv) * es), d.num_pages * P), 64, 8192);
+    const int64_t chunk =
+        std::clamp<int64_t>(std::min<int64_t>((int64_t(64) << 20) / (G * (dc + dv) * es), d.num_pages * P), 64, 8192);
     const int64_t pool = d.num_pages * P * G * (dc + dv) * es + chunk * 8;
     report("gqla transient pool in workspace bytes " + dt, std::fabs(double(after[3] - before[3] - pool)), 0.0);
     report("gqla transient no kept expanded cache " + dt, double(after[1]), 0.0);
@@ -885,11 +931,20 @@ void test_transient(gqla_dtype cache) {
     cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice);
     const auto seqs = h.ragged_seqs(ids, 1, q_lens);
     gqla_decode_args a{};
-    a.layer = 1; a.path = GQLA_PATH_GQA; a.batch = static_cast<int32_t>(ids.size()); a.q_len = 5;
-    a.seqs = seqs.data(); a.ragged = 1; a.transient = 1; a.total_q = N;
-    a.q = host_view(dq, GQLA_DTYPE_F32, {N, H, dc + dr}); a.q.on_device = 1;
-    a.o = host_view(dout, GQLA_DTYPE_F32, {N, H, dv}); a.o.on_device = 1;
-    a.lse = host_view(dlse, GQLA_DTYPE_F32, {N, H}); a.lse.on_device = 1;
+    a.layer = 1;
+    a.path = GQLA_PATH_GQA;
+    a.batch = static_cast<int32_t>(ids.size());
+    a.q_len = 5;
+    a.seqs = seqs.data();
+    a.ragged = 1;
+    a.transient = 1;
+    a.total_q = N;
+    a.q = host_view(dq, GQLA_DTYPE_F32, {N, H, dc + dr});
+    a.q.on_device = 1;
+    a.o = host_view(dout, GQLA_DTYPE_F32, {N, H, dv});
+    a.o.on_device = 1;
+    a.lse = host_view(dlse, GQLA_DTYPE_F32, {N, H});
+    a.lse.on_device = 1;
     {
         CapturedDecode captured(h, a);
         cudaMemsetAsync(dout, 0xff, size_t(N) * H * dv * 4, captured.stream);  // NaN poison
@@ -902,7 +957,9 @@ void test_transient(gqla_dtype cache) {
         if (cudaStreamSynchronize(captured.stream) != cudaSuccess) throw std::runtime_error("graph replay failed");
         check_agree("gqla transient graph replay " + dt, replay, first, 1e-6);
     }
-    cudaFree(dq); cudaFree(dout); cudaFree(dlse);
+    cudaFree(dq);
+    cudaFree(dout);
+    cudaFree(dlse);
 }
 
 // What the backend refuses: a transient call on a GQA-kind session, a call
@@ -919,13 +976,22 @@ void test_call_limits(gqla_dtype cache) {
     std::vector<float> o(q.size());
     const auto seqs = h.ragged_seqs({id}, 1, {5});
     gqla_decode_args a{};
-    a.layer = 1; a.path = GQLA_PATH_GQA; a.batch = 1; a.q_len = 5; a.seqs = seqs.data(); a.ragged = 1; a.total_q = 5;
+    a.layer = 1;
+    a.path = GQLA_PATH_GQA;
+    a.batch = 1;
+    a.q_len = 5;
+    a.seqs = seqs.data();
+    a.ragged = 1;
+    a.total_q = 5;
     a.q = host_view(q.data(), GQLA_DTYPE_F32, {5, 8, 128});
     a.o = host_view(o.data(), GQLA_DTYPE_F32, {5, 8, 128});
     report("refuses more query tokens than max_q_tokens " + dt,
            h.vt->decode(h.ctx, &a) == GQLA_ERR_INVALID_ARGUMENT ? 0.0 : 1.0, 0.0);
     const auto seqs1 = h.ragged_seqs({id}, 1, {1});
-    a.seqs = seqs1.data(); a.q_len = 1; a.total_q = 1; a.transient = 1;
+    a.seqs = seqs1.data();
+    a.q_len = 1;
+    a.total_q = 1;
+    a.transient = 1;
     a.q.shape[0] = a.o.shape[0] = 1;
     report("refuses GQA_TRANSIENT on a GQA-kind session " + dt,
            h.vt->decode(h.ctx, &a) == GQLA_ERR_INVALID_ARGUMENT ? 0.0 : 1.0, 0.0);

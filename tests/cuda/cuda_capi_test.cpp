@@ -23,19 +23,20 @@ std::vector<float> randn(size_t n, float scale = 1.f) {
     return v;
 }
 
-#define CHECK_OK(call)                                                                            \
-    do {                                                                                          \
-        gqla_status st_ = (call);                                                                 \
-        if (st_ != GQLA_OK) {                                                                     \
+#define CHECK_OK(call)                                                                                    \
+    do {                                                                                                  \
+        gqla_status st_ = (call);                                                                         \
+        if (st_ != GQLA_OK) {                                                                             \
             std::printf("FAIL %s: %s (%s)\n", #call, gqla_status_string(st_), gqla_last_error_message()); \
-            ++failures;                                                                           \
-            return;                                                                               \
-        }                                                                                         \
+            ++failures;                                                                                   \
+            return;                                                                                       \
+        }                                                                                                 \
     } while (0)
 
 gqla_tensor tensor(const std::vector<float>& v, std::vector<int64_t> shape) {
     gqla_tensor t;
-    gqla_tensor_init(&t, const_cast<float*>(v.data()), GQLA_DTYPE_F32, static_cast<int32_t>(shape.size()), shape.data());
+    gqla_tensor_init(&t, const_cast<float*>(v.data()), GQLA_DTYPE_F32, static_cast<int32_t>(shape.size()),
+                     shape.data());
     return t;
 }
 
@@ -67,8 +68,14 @@ void run_case(const Case& c) {
     cfg.max_batch = 8;
     cfg.max_q_len = 4;
     cfg.path = c.path;
-    if (gqla) { cfg.latent_dim = r; cfg.nope_dim = dc; cfg.rope_dim = dr; cfg.value_dim = dv; }
-    else { cfg.head_dim = D; }
+    if (gqla) {
+        cfg.latent_dim = r;
+        cfg.nope_dim = dc;
+        cfg.rope_dim = dr;
+        cfg.value_dim = dv;
+    } else {
+        cfg.head_dim = D;
+    }
 
     std::vector<float> w = randn(size_t(G) * (dc + dv) * r, 1.f / std::sqrt(float(r)));
     std::vector<std::vector<float>> A, Bv;
@@ -113,7 +120,8 @@ void run_case(const Case& c) {
             gqla::ref::gqla_decode(H, G, r, dc, dr, dv, L, s_q, 1.0 / std::sqrt(double(dc + dr)), qd.data(), wd.data(),
                                    a.data(), bb.data(), ro, nullptr);
         } else {
-            gqla::ref::gqa_decode(H, G, D, D, L, s_q, 1.0 / std::sqrt(double(D)), qd.data(), a.data(), bb.data(), ro, nullptr);
+            gqla::ref::gqa_decode(H, G, D, D, L, s_q, 1.0 / std::sqrt(double(D)), qd.data(), a.data(), bb.data(), ro,
+                                  nullptr);
         }
     }
     const double tol = c.cache == GQLA_DTYPE_F32 ? 1e-5 : c.cache == GQLA_DTYPE_F16 ? 2e-3 : 1e-2;

@@ -27,8 +27,8 @@ struct Shape {
     const char* name;
     gqla_kind kind;
     gqla_path path;
-    int H, G, D;            // GQA kind
-    int r, dc, dr, dv;      // GQLA kind
+    int H, G, D;        // GQA kind
+    int r, dc, dr, dv;  // GQLA kind
     int B;
     int64_t T;
 };
@@ -46,8 +46,8 @@ uint16_t* random_bf16_device(size_t n) {
 
 double run_shape(const Shape& s, int reps, double read_gbps) {
     const bool gqla = s.kind == GQLA_KIND_GQLA;
-    const int64_t per_token = gqla ? (s.path == GQLA_PATH_ABSORB ? s.r + s.dr : int64_t(s.G) * (s.dc + s.dv) + s.dr)
-                                   : int64_t(s.G) * 2 * s.D;
+    const int64_t per_token =
+        gqla ? (s.path == GQLA_PATH_ABSORB ? s.r + s.dr : int64_t(s.G) * (s.dc + s.dv) + s.dr) : int64_t(s.G) * 2 * s.D;
     const double layer_bytes = double(per_token) * 2 * s.B * s.T;
     const int layers = static_cast<int>(std::clamp(std::ceil(256e6 / layer_bytes), 1.0, 32.0));
 
@@ -88,7 +88,8 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
     for (int l = 0; l < layers; ++l)
         for (int id : ids)
             for (int64_t t = 0; t < s.T; t += chunk)
-                h.append(l, id, std::min(chunk, s.T - t), nullptr, nullptr, s.path == GQLA_PATH_GQA && gqla, rows_a, rows_b);
+                h.append(l, id, std::min(chunk, s.T - t), nullptr, nullptr, s.path == GQLA_PATH_GQA && gqla, rows_a,
+                         rows_b);
 
     const int dq = gqla ? s.dc + s.dr : s.D, dv = d.value_dim;
     uint16_t* q = random_bf16_device(size_t(s.B) * s.H * dq);
@@ -100,8 +101,10 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
     a.path = s.path;
     a.batch = s.B;
     a.q_len = 1;
-    a.q = host_view(q, GQLA_DTYPE_BF16, {s.B, 1, s.H, dq}); a.q.on_device = 1;
-    a.o = host_view(o, GQLA_DTYPE_BF16, {s.B, 1, s.H, dv}); a.o.on_device = 1;
+    a.q = host_view(q, GQLA_DTYPE_BF16, {s.B, 1, s.H, dq});
+    a.q.on_device = 1;
+    a.o = host_view(o, GQLA_DTYPE_BF16, {s.B, 1, s.H, dv});
+    a.o.on_device = 1;
     // Decode step i: layer i % layers, so consecutive steps read different caches.
     auto decode_step = [&](int i) {
         a.layer = i % layers;
@@ -133,7 +136,8 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
         constexpr int kCalls = 8;
         const auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < kCalls; ++i) expect_ok(h.vt, h.ctx, decode_step(i), "decode");
-        host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls);
+        host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+                       kCalls);
     }
     cudaDeviceSynchronize();
     std::sort(host.begin(), host.end());
@@ -175,14 +179,19 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
     expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, nullptr), "set_stream(NULL)");
     cudaStreamDestroy(stream);
 
-    std::printf("%-40s B=%-4d T=%-6lld %9.1f us %8.0f GB/s %5.1f%% of read BW  (min %.1f, p90 %.1f) graph %.1f us (%.0f GB/s) host %.1f us/call\n",
-                s.name, s.B, (long long)s.T, us, gbps, 100.0 * gbps / read_gbps, times.front(),
-                times[times.size() * 9 / 10], graph_us, graph_us > 0 ? layer_bytes / (graph_us * 1e-6) / 1e9 : 0.0,
-                host_us);
-    std::printf("JSON {\"name\":\"%s\",\"B\":%d,\"T\":%lld,\"median_us\":%.2f,\"gbps\":%.1f,\"graph_us\":%.2f,"
-                "\"host_us_per_call\":%.2f}\n",
-                s.name, s.B, (long long)s.T, us, gbps, graph_us, host_us);
-    cudaFree(rows_a); cudaFree(rows_b); cudaFree(q); cudaFree(o);
+    std::printf(
+        "%-40s B=%-4d T=%-6lld %9.1f us %8.0f GB/s %5.1f%% of read BW  (min %.1f, p90 %.1f) graph %.1f us (%.0f GB/s) "
+        "host %.1f us/call\n",
+        s.name, s.B, (long long)s.T, us, gbps, 100.0 * gbps / read_gbps, times.front(), times[times.size() * 9 / 10],
+        graph_us, graph_us > 0 ? layer_bytes / (graph_us * 1e-6) / 1e9 : 0.0, host_us);
+    std::printf(
+        "JSON {\"name\":\"%s\",\"B\":%d,\"T\":%lld,\"median_us\":%.2f,\"gbps\":%.1f,\"graph_us\":%.2f,"
+        "\"host_us_per_call\":%.2f}\n",
+        s.name, s.B, (long long)s.T, us, gbps, graph_us, host_us);
+    cudaFree(rows_a);
+    cudaFree(rows_b);
+    cudaFree(q);
+    cudaFree(o);
     return us;
 }
 
@@ -208,14 +217,20 @@ int main(int argc, char** argv) {
         {"gqa 32/8 D128", GQLA_KIND_GQA, GQLA_PATH_GQA, 32, 8, 128, 0, 0, 0, 0, 1, 32768},
         {"gqa 32/8 D128", GQLA_KIND_GQA, GQLA_PATH_GQA, 32, 8, 128, 0, 0, 0, 0, 1, 1024},
         {"gqa 32/8 D128", GQLA_KIND_GQA, GQLA_PATH_GQA, 32, 8, 128, 0, 0, 0, 0, 4, 16384},
-        {"absorb H32 G8 r512 dr64 (llama3-8b-gqla)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 32, 8, 0, 512, 64, 64, 128, 64, 16384},
-        {"absorb H128 G128 r512 dr64 (dsv3)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 128, 128, 0, 512, 128, 64, 128, 64, 16384},
+        {"absorb H32 G8 r512 dr64 (llama3-8b-gqla)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 32, 8, 0, 512, 64, 64, 128, 64,
+         16384},
+        {"absorb H128 G128 r512 dr64 (dsv3)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 128, 128, 0, 512, 128, 64, 128, 64,
+         16384},
         // DeepSeek-V3's heads on one GPU of 8-way tensor parallelism.
-        {"absorb H16 G16 r512 dr64 (dsv3 tp8)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 16, 16, 0, 512, 128, 64, 128, 64, 16384},
+        {"absorb H16 G16 r512 dr64 (dsv3 tp8)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 16, 16, 0, 512, 128, 64, 128, 64,
+         16384},
         // Small batches, where the absorb path's fixed costs weigh most.
-        {"absorb H32 G8 r512 dr64 (llama3-8b-gqla)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 32, 8, 0, 512, 64, 64, 128, 16, 4096},
-        {"absorb H128 G128 r512 dr64 (dsv3)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 128, 128, 0, 512, 128, 64, 128, 1, 4096},
-        {"absorb H128 G128 r512 dr64 (dsv3)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 128, 128, 0, 512, 128, 64, 128, 8, 4096},
+        {"absorb H32 G8 r512 dr64 (llama3-8b-gqla)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 32, 8, 0, 512, 64, 64, 128, 16,
+         4096},
+        {"absorb H128 G128 r512 dr64 (dsv3)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 128, 128, 0, 512, 128, 64, 128, 1,
+         4096},
+        {"absorb H128 G128 r512 dr64 (dsv3)", GQLA_KIND_GQLA, GQLA_PATH_ABSORB, 128, 128, 0, 512, 128, 64, 128, 8,
+         4096},
         {"gqa-path llama3-8b-gqla", GQLA_KIND_GQLA, GQLA_PATH_GQA, 32, 8, 0, 512, 64, 64, 128, 16, 4096},
         {"gqa-path llama3-8b-gqla", GQLA_KIND_GQLA, GQLA_PATH_GQA, 32, 8, 0, 512, 64, 64, 128, 64, 4096},
         // MLA's GQA path: 128 groups of one head, 192-wide keys (128 + the shared 64 rope).

@@ -59,8 +59,8 @@ struct Shape {
     const char* name;
     gqla_kind kind;
     int H, G;
-    int D, Dv;           // GQA
-    int r, dc, dr, dv;   // GQLA
+    int D, Dv;          // GQA
+    int r, dc, dr, dv;  // GQLA
     int page_size;
     int64_t long_length;  // one sequence, split KV
     int many;             // sequences of the batched case
@@ -136,10 +136,18 @@ enum class Part { Key, Value, Latent, RopeKey };
 void poke(const Shape& s, std::vector<float>& a, std::vector<float>& b, int64_t pos, Part part, int group, int col,
           float v) {
     switch (part) {
-        case Part::Key: a[(size_t(pos) * s.G + group % s.G) * s.D + col % s.D] = v; break;
-        case Part::Value: b[(size_t(pos) * s.G + group % s.G) * s.Dv + col % s.Dv] = v; break;
-        case Part::Latent: a[size_t(pos) * s.r + col % s.r] = v; break;
-        case Part::RopeKey: b[size_t(pos) * s.dr + col % s.dr] = v; break;
+        case Part::Key:
+            a[(size_t(pos) * s.G + group % s.G) * s.D + col % s.D] = v;
+            break;
+        case Part::Value:
+            b[(size_t(pos) * s.G + group % s.G) * s.Dv + col % s.Dv] = v;
+            break;
+        case Part::Latent:
+            a[size_t(pos) * s.r + col % s.r] = v;
+            break;
+        case Part::RopeKey:
+            b[size_t(pos) * s.dr + col % s.dr] = v;
+            break;
     }
 }
 
@@ -186,8 +194,10 @@ RefRows expand_reference_rows(const Session& s, int id) {
                 const float* w = &W[(size_t(g) * (sh.dc + sh.dv) + row) * sh.r];
                 double acc = 0.0;
                 for (int x = 0; x < sh.r; ++x) acc += double(w[x]) * c[x];
-                if (row < sh.dc) kr[row] = acc;
-                else vr[row - sh.dc] = acc;
+                if (row < sh.dc)
+                    kr[row] = acc;
+                else
+                    vr[row - sh.dc] = acc;
             }
             for (int x = 0; x < sh.dr; ++x) kr[sh.dc + x] = cached(b[size_t(j) * sh.dr + x], s.cache);
         }
@@ -319,7 +329,8 @@ int64_t check(const std::string& name, Session& s, const std::vector<int>& ids, 
                 }
                 const float lse = d.lse[row];
                 if (std::isfinite(rl[ref_row])) {
-                    if (!std::isfinite(lse)) flag(std::string(where) + ": non-finite lse, expected finite");
+                    if (!std::isfinite(lse))
+                        flag(std::string(where) + ": non-finite lse, expected finite");
                     else {
                         l_err += (lse - rl[ref_row]) * (lse - rl[ref_row]);
                         l_ref += rl[ref_row] * rl[ref_row];
@@ -408,7 +419,8 @@ void test_visible(const Shape& sh, gqla_dtype cache, const std::vector<int64_t>&
             if (i % 3 == 2) return;
             const int64_t edges[] = {63, 64, 15, 16, 0, sh.page_size - 1, sh.page_size, L / 2, L - s_q};
             const int64_t j = i % 3 == 1 ? L - 1 : std::min<int64_t>(edges[(i / 3) % 9], L - s_q);
-            Part part = is_gqla(sh) ? ((i / 3) % 2 ? Part::RopeKey : Part::Latent) : ((i / 3) % 2 ? Part::Key : Part::Value);
+            Part part =
+                is_gqla(sh) ? ((i / 3) % 2 ? Part::RopeKey : Part::Latent) : ((i / 3) % 2 ? Part::Key : Part::Value);
             poke(sh, a, b, j, part, k, 11 * k, kNaN);
         }));
     }

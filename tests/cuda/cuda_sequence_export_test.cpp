@@ -66,7 +66,8 @@ void run(gqla_kind kind, gqla_dtype dt, gqla_path path) {
     cpu_cfg.page_size = 16;
     gpu_cfg.device = GQLA_DEVICE_CUDA;
     gqla_session *cpu = nullptr, *gpu = nullptr;
-    if (!ok(gqla_session_create(&cpu_cfg, &cpu), "create cpu") || !ok(gqla_session_create(&gpu_cfg, &gpu), "create cuda"))
+    if (!ok(gqla_session_create(&cpu_cfg, &cpu), "create cpu") ||
+        !ok(gqla_session_create(&gpu_cfg, &gpu), "create cuda"))
         return;
     const bool gqa = kind == GQLA_KIND_GQA;
     if (!gqa) {

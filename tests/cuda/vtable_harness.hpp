@@ -52,7 +52,7 @@ struct Harness {
     struct Seq {
         int32_t slot;
         std::vector<int32_t> pages;
-        std::vector<int64_t> len;                    // per layer
+        std::vector<int64_t> len;                        // per layer
         std::vector<std::vector<float>> a_rows, b_rows;  // per layer, appended inputs (f32)
     };
     std::map<int, Seq> seqs;
@@ -71,13 +71,16 @@ struct Harness {
         for (int32_t s = d.max_sequences - 1; s >= 0; --s) free_slots.push_back(s);
         weights.resize(static_cast<size_t>(d.num_layers));
     }
-    ~Harness() { if (ctx) vt->destroy(ctx); }
+    ~Harness() {
+        if (ctx) vt->destroy(ctx);
+    }
 
     int a_width() const { return desc.kind == GQLA_KIND_GQA ? desc.num_kv_heads * desc.head_dim : desc.latent_dim; }
     int b_width() const { return desc.kind == GQLA_KIND_GQA ? desc.num_kv_heads * desc.value_dim : desc.rope_dim; }
 
     void sync_tables(Seq& s) {
-        expect_ok(vt, ctx, vt->update_sequence(ctx, s.slot, s.pages.data(), static_cast<int32_t>(s.pages.size()), s.len.data()),
+        expect_ok(vt, ctx,
+                  vt->update_sequence(ctx, s.slot, s.pages.data(), static_cast<int32_t>(s.pages.size()), s.len.data()),
                   "update_sequence");
     }
 
@@ -171,8 +174,12 @@ struct Harness {
             args.b = host_view(b, GQLA_DTYPE_F32, {n, desc.rope_dim});
         }
         if (dev_a) {
-            args.a.data = const_cast<void*>(dev_a); args.a.on_device = 1; args.a.dtype = desc.io_dtype;
-            args.b.data = const_cast<void*>(dev_b); args.b.on_device = 1; args.b.dtype = desc.io_dtype;
+            args.a.data = const_cast<void*>(dev_a);
+            args.a.on_device = 1;
+            args.a.dtype = desc.io_dtype;
+            args.b.data = const_cast<void*>(dev_b);
+            args.b.on_device = 1;
+            args.b.dtype = desc.io_dtype;
         } else {
             auto& ar = s.a_rows[static_cast<size_t>(layer)];
             auto& br = s.b_rows[static_cast<size_t>(layer)];

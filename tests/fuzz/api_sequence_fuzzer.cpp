@@ -33,12 +33,12 @@ using fuzz::TypedBuffer;
 
 struct Run {
     uint64_t seed = 0;
-    int64_t calls = 0;      // gqla calls made
+    int64_t calls = 0;  // gqla calls made
     int64_t sessions = 0;
     int64_t decodes_checked = 0;
-    int64_t refused = 0;    // calls that returned an error (as expected)
+    int64_t refused = 0;  // calls that returned an error (as expected)
     bool verbose = false;
-    const char* op = "";    // what is being exercised now
+    const char* op = "";  // what is being exercised now
 };
 Run run;
 
@@ -61,7 +61,9 @@ public:
     bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(gen_) < p; }
     double normal(double sd) { return std::normal_distribution<double>(0, sd)(gen_); }
     template <class T>
-    T pick(const std::vector<T>& v) { return v[static_cast<size_t>(range(0, static_cast<int64_t>(v.size()) - 1))]; }
+    T pick(const std::vector<T>& v) {
+        return v[static_cast<size_t>(range(0, static_cast<int64_t>(v.size()) - 1))];
+    }
     std::mt19937_64& gen() { return gen_; }
 
 private:
@@ -133,10 +135,10 @@ gqla_config random_config(Random& r) {
         c.max_tokens = r.range(1, 600);
     } else {  // capacity from a byte budget: a few pages' worth
         c.max_tokens = 0;
-        const int64_t per_token = (kind == GQLA_KIND_GQA
-                                       ? int64_t(c.num_kv_heads) * (c.head_dim + (c.value_dim ? c.value_dim : c.head_dim))
-                                       : int64_t(c.latent_dim) + c.rope_dim) *
-                                  (c.cache_dtype == GQLA_DTYPE_F32 ? 4 : 2) * c.num_layers;
+        const int64_t per_token =
+            (kind == GQLA_KIND_GQA ? int64_t(c.num_kv_heads) * (c.head_dim + (c.value_dim ? c.value_dim : c.head_dim))
+                                   : int64_t(c.latent_dim) + c.rope_dim) *
+            (c.cache_dtype == GQLA_DTYPE_F32 ? 4 : 2) * c.num_layers;
         c.memory_budget_bytes = per_token * c.page_size * r.range(1, 12) + r.range(0, per_token);
     }
     c.max_sequences = static_cast<int32_t>(r.range(1, 12));
@@ -154,23 +156,53 @@ gqla_config random_config(Random& r) {
 // One field pushed out of its range; every such config must be refused.
 void break_config(Random& r, gqla_config& c) {
     switch (r.range(0, 14)) {
-        case 0: c.num_heads = 0; break;
-        case 1: c.num_kv_heads = c.num_heads + 1; break;
-        case 2: c.kind = static_cast<gqla_kind>(7); break;
-        case 3: c.num_layers = 0; break;
-        case 4: c.cache_dtype = static_cast<gqla_dtype>(9); break;
-        case 5: c.io_dtype = static_cast<gqla_dtype>(0); break;
-        case 6: c.softmax_scale = -1.0f; break;
-        case 7: c.page_size = 0; break;
-        case 8: c.max_tokens = -5; break;
-        case 9: c.max_sequences = 0; break;
-        case 10: c.max_q_len = 0; break;
-        case 11: c.path = static_cast<gqla_path>(3); break;
-        case 12: c.num_threads = -1; break;
-        case 13: c.struct_size = 8; break;
+        case 0:
+            c.num_heads = 0;
+            break;
+        case 1:
+            c.num_kv_heads = c.num_heads + 1;
+            break;
+        case 2:
+            c.kind = static_cast<gqla_kind>(7);
+            break;
+        case 3:
+            c.num_layers = 0;
+            break;
+        case 4:
+            c.cache_dtype = static_cast<gqla_dtype>(9);
+            break;
+        case 5:
+            c.io_dtype = static_cast<gqla_dtype>(0);
+            break;
+        case 6:
+            c.softmax_scale = -1.0f;
+            break;
+        case 7:
+            c.page_size = 0;
+            break;
+        case 8:
+            c.max_tokens = -5;
+            break;
+        case 9:
+            c.max_sequences = 0;
+            break;
+        case 10:
+            c.max_q_len = 0;
+            break;
+        case 11:
+            c.path = static_cast<gqla_path>(3);
+            break;
+        case 12:
+            c.num_threads = -1;
+            break;
+        case 13:
+            c.struct_size = 8;
+            break;
         default:
-            if (c.kind == GQLA_KIND_GQA) c.head_dim = 0;
-            else c.latent_dim = -3;
+            if (c.kind == GQLA_KIND_GQA)
+                c.head_dim = 0;
+            else
+                c.latent_dim = -3;
             break;
     }
 }
@@ -190,8 +222,10 @@ public:
         Expect ok;
         check_status("gqla_get_path", gqla_get_path(s_, &active, &requested), ok);
         requested_ = requested;
-        if (cfg_.kind == GQLA_KIND_GQA) expected_path_ = GQLA_PATH_GQA;
-        else if (requested != GQLA_PATH_AUTO) expected_path_ = requested;
+        if (cfg_.kind == GQLA_KIND_GQA)
+            expected_path_ = GQLA_PATH_GQA;
+        else if (requested != GQLA_PATH_AUTO)
+            expected_path_ = requested;
         verify(true, nullptr);
     }
 
@@ -199,16 +233,26 @@ public:
         gqla_stats before = stats();
         bool accepted = false;
         const int64_t what = r_.range(0, 99);
-        if (what < 10) accepted = op_add();
-        else if (what < 15) accepted = op_release();
-        else if (what < 20) accepted = op_fork();
-        else if (what < 45) accepted = op_append();
-        else if (what < 55) accepted = op_append_batch();
-        else if (what < 80) accepted = op_decode();
-        else if (what < 84) accepted = op_select_path();
-        else if (what < 88) accepted = op_set_weights();
-        else if (what < 95) accepted = op_getters();
-        else accepted = op_bad_pointers();
+        if (what < 10)
+            accepted = op_add();
+        else if (what < 15)
+            accepted = op_release();
+        else if (what < 20)
+            accepted = op_fork();
+        else if (what < 45)
+            accepted = op_append();
+        else if (what < 55)
+            accepted = op_append_batch();
+        else if (what < 80)
+            accepted = op_decode();
+        else if (what < 84)
+            accepted = op_select_path();
+        else if (what < 88)
+            accepted = op_set_weights();
+        else if (what < 95)
+            accepted = op_getters();
+        else
+            accepted = op_bad_pointers();
         verify(accepted, &before);
     }
 
@@ -229,13 +273,15 @@ private:
         run.op = accepted ? "verify after an accepted call" : "verify after a refused call";
         gqla_stats st = stats();
         if (!accepted && before != nullptr && std::memcmp(&st, before, sizeof(st)) != 0)
-            fail("a refused call changed the session's stats (pages_used %lld -> %lld, sequences %lld -> %lld, "
-                 "tokens %lld -> %lld, path %d -> %d, expanded %lld -> %lld)",
-                 (long long)before->pages_used, (long long)st.pages_used, (long long)before->sequences,
-                 (long long)st.sequences, (long long)before->tokens_cached, (long long)st.tokens_cached,
-                 int(before->path), int(st.path), (long long)before->expanded_bytes, (long long)st.expanded_bytes);
+            fail(
+                "a refused call changed the session's stats (pages_used %lld -> %lld, sequences %lld -> %lld, "
+                "tokens %lld -> %lld, path %d -> %d, expanded %lld -> %lld)",
+                (long long)before->pages_used, (long long)st.pages_used, (long long)before->sequences,
+                (long long)st.sequences, (long long)before->tokens_cached, (long long)st.tokens_cached,
+                int(before->path), int(st.path), (long long)before->expanded_bytes, (long long)st.expanded_bytes);
         auto expect_eq = [](const char* field, int64_t got, int64_t want) {
-            if (got != want) fail("stats.%s is %lld, the shadow model says %lld", field, (long long)got, (long long)want);
+            if (got != want)
+                fail("stats.%s is %lld, the shadow model says %lld", field, (long long)got, (long long)want);
         };
         expect_eq("pages_total", st.pages_total, shadow_.pages_total());
         expect_eq("pages_used", st.pages_used, shadow_.pages_used());
@@ -255,7 +301,8 @@ private:
             for (int32_t l = 0; l < cfg_.num_layers; ++l) {
                 int64_t len = -1;
                 gqla_status rc = gqla_sequence_length(s_, id, l, &len);
-                if (rc != GQLA_OK) fail("gqla_sequence_length(%lld, %d): %s", (long long)id, l, gqla_last_error_message());
+                if (rc != GQLA_OK)
+                    fail("gqla_sequence_length(%lld, %d): %s", (long long)id, l, gqla_last_error_message());
                 if (len != shadow_.length(id, l))
                     fail("sequence %lld layer %d has length %lld, the shadow model says %lld", (long long)id, l,
                          (long long)len, (long long)shadow_.length(id, l));
@@ -357,21 +404,34 @@ private:
     bool apply_flaw(Flaw f, gqla_tensor& t, const gqla_tensor** ptr, gqla_dtype expected_dtype, bool any_dtype) {
         const int inner = t.ndim - 1;
         switch (f) {
-            case Flaw::None: return false;
+            case Flaw::None:
+                return false;
             case Flaw::Dtype:
                 if (any_dtype) return false;
                 t.dtype = expected_dtype == GQLA_DTYPE_F32 ? GQLA_DTYPE_BF16 : GQLA_DTYPE_F32;
                 return true;
-            case Flaw::Ndim: t.ndim = t.ndim == 2 ? 3 : 2; return true;
-            case Flaw::Extent: t.shape[inner] += 1; return true;
+            case Flaw::Ndim:
+                t.ndim = t.ndim == 2 ? 3 : 2;
+                return true;
+            case Flaw::Extent:
+                t.shape[inner] += 1;
+                return true;
             case Flaw::InnerStride:
                 if (t.shape[inner] <= 1) return false;
                 t.strides[inner] = 2;
                 return true;
-            case Flaw::Null: *ptr = nullptr; return true;
-            case Flaw::StructSize: t.struct_size = 4; return true;
-            case Flaw::Device: t.device = static_cast<gqla_device_type>(5); return true;
-            case Flaw::Negative: t.shape[0] = -1; return true;
+            case Flaw::Null:
+                *ptr = nullptr;
+                return true;
+            case Flaw::StructSize:
+                t.struct_size = 4;
+                return true;
+            case Flaw::Device:
+                t.device = static_cast<gqla_device_type>(5);
+                return true;
+            case Flaw::Negative:
+                t.shape[0] = -1;
+                return true;
             case Flaw::Overlap: {
                 // An outer dim (extent > 1) with a stride that revisits elements
                 // (a tensor without elements overlaps nothing).
@@ -437,13 +497,20 @@ private:
         const int64_t P = cfg_.page_size;
         const int64_t free_tokens = (shadow_.pages_total() - shadow_.pages_used()) * P;
         switch (r_.range(0, 9)) {
-            case 0: return r_.range(1, 3);
-            case 1: return std::max<int64_t>(1, P - 1);
-            case 2: return P;
-            case 3: return P + 1;
-            case 4: return free_tokens + r_.range(1, P);  // over what is left
-            case 5: return r_.range(1, 40);
-            default: return r_.range(1, std::max<int64_t>(2, std::min<int64_t>(2 * P, 24)));
+            case 0:
+                return r_.range(1, 3);
+            case 1:
+                return std::max<int64_t>(1, P - 1);
+            case 2:
+                return P;
+            case 3:
+                return P + 1;
+            case 4:
+                return free_tokens + r_.range(1, P);  // over what is left
+            case 5:
+                return r_.range(1, 40);
+            default:
+                return r_.range(1, std::max<int64_t>(2, std::min<int64_t>(2 * P, 24)));
         }
     }
 
@@ -514,8 +581,7 @@ private:
         if (valid_ids && layer_ok(layer, cfg_.num_layers) && counts[0] >= 0) {
             bool distinct = true;
             for (size_t i = 1; i < ids.size(); ++i) distinct = distinct && ids[i] != ids[0];
-            if (distinct &&
-                shadow_.pages_needed(layer, ids, counts) > shadow_.pages_total() - shadow_.pages_used())
+            if (distinct && shadow_.pages_needed(layer, ids, counts) > shadow_.pages_total() - shadow_.pages_used())
                 e.error(GQLA_ERR_CAPACITY);
         }
         const int64_t rows = std::max<int64_t>(total, 0);
@@ -567,10 +633,13 @@ private:
         std::vector<gqla_seq_id>& pool = (!filled.empty() && r_.chance(0.9)) ? filled : all;
         std::shuffle(pool.begin(), pool.end(), r_.gen());
         int64_t batch = pool.empty() ? 1 : r_.range(1, std::min<int64_t>(cfg_.max_batch, int64_t(pool.size())));
-        std::vector<gqla_seq_id> ids(pool.begin(), pool.begin() + static_cast<long>(std::min<size_t>(batch, pool.size())));
+        std::vector<gqla_seq_id> ids(pool.begin(),
+                                     pool.begin() + static_cast<long>(std::min<size_t>(batch, pool.size())));
         if (ids.empty() || r_.chance(0.02)) {
-            if (ids.empty()) ids.push_back(unknown_id());
-            else ids.back() = unknown_id();
+            if (ids.empty())
+                ids.push_back(unknown_id());
+            else
+                ids.back() = unknown_id();
             e.error(GQLA_ERR_NOT_FOUND);
         }
         if (ids.size() > 1 && r_.chance(0.02)) {
@@ -610,15 +679,15 @@ private:
             pids = nullptr;
             e.error(GQLA_ERR_INVALID_ARGUMENT);
         }
-        gqla_status st = gqla_decode(s_, layer, static_cast<int32_t>(batch), pids, pq,
-                                     const_cast<gqla_tensor*>(po), const_cast<gqla_tensor*>(pl));
+        gqla_status st = gqla_decode(s_, layer, static_cast<int32_t>(batch), pids, pq, const_cast<gqla_tensor*>(po),
+                                     const_cast<gqla_tensor*>(pl));
         if (!check_status("gqla_decode", st, e)) return false;
         check_decode(layer, ids, static_cast<int32_t>(s_q), q, o, o_before, with_lse ? &lse : nullptr, lse_before);
         return true;
     }
 
-    void check_decode(int32_t layer, const std::vector<gqla_seq_id>& ids, int32_t s_q, const Tensor& q,
-                      const Tensor& o, const std::vector<unsigned char>& o_before, const Tensor* lse,
+    void check_decode(int32_t layer, const std::vector<gqla_seq_id>& ids, int32_t s_q, const Tensor& q, const Tensor& o,
+                      const std::vector<unsigned char>& o_before, const Tensor* lse,
                       const std::vector<unsigned char>& lse_before) {
         auto gaps_untouched = [](const Tensor& x, const std::vector<unsigned char>& before) {
             const size_t esz = fuzz::dtype_bytes(x.buf.dtype);
@@ -653,9 +722,11 @@ private:
             const double floor = 0.5 * shadow_.value_rms(ids[b], layer) * std::sqrt(double(ref_o.size()));
             const double err = std::sqrt(diff) / std::max(std::sqrt(norm), floor);
             if (!(err <= tol))
-                fail("decode of sequence %lld (batch index %zu, layer %d, length %lld, s_q %d, path %d): o rel-L2 "
-                     "%.3g > %.3g", (long long)ids[b], b, layer, (long long)shadow_.length(ids[b], layer), s_q,
-                     int(stats().path), err, tol);
+                fail(
+                    "decode of sequence %lld (batch index %zu, layer %d, length %lld, s_q %d, path %d): o rel-L2 "
+                    "%.3g > %.3g",
+                    (long long)ids[b], b, layer, (long long)shadow_.length(ids[b], layer), s_q, int(stats().path), err,
+                    tol);
             // lse: absolute error, scaled by |lse| away from zero. Twice the o
             // bound: a 16-bit kernel may round q as well as the cached keys, and
             // both errors land in every score.
@@ -674,14 +745,16 @@ private:
         run.op = "select_path";
         Expect e;
         const int64_t pick = r_.range(0, 12);
-        const gqla_path p = pick == 12 ? static_cast<gqla_path>(r_.chance(0.5) ? -1 : 3)
-                                       : static_cast<gqla_path>(pick % 3);
+        const gqla_path p =
+            pick == 12 ? static_cast<gqla_path>(r_.chance(0.5) ? -1 : 3) : static_cast<gqla_path>(pick % 3);
         const bool known = p == GQLA_PATH_AUTO || p == GQLA_PATH_GQA || p == GQLA_PATH_ABSORB;
         if (!known || (cfg_.kind == GQLA_KIND_GQA && p == GQLA_PATH_ABSORB)) e.error(GQLA_ERR_INVALID_ARGUMENT);
         if (!check_status("gqla_select_path", gqla_select_path(s_, p), e)) return false;
         requested_ = p;
-        if (cfg_.kind == GQLA_KIND_GQA) expected_path_ = GQLA_PATH_GQA;
-        else expected_path_ = p;  // AUTO: either, checked as "unknown"
+        if (cfg_.kind == GQLA_KIND_GQA)
+            expected_path_ = GQLA_PATH_GQA;
+        else
+            expected_path_ = p;  // AUTO: either, checked as "unknown"
         gqla_path active = GQLA_PATH_AUTO, requested = GQLA_PATH_AUTO;
         Expect ok;
         check_status("gqla_get_path", gqla_get_path(s_, &active, &requested), ok);
@@ -698,8 +771,8 @@ private:
         if (!shadow_.is_gqla()) e.error(GQLA_ERR_INVALID_STATE);
         const int64_t rows = int64_t(cfg_.num_kv_heads) * (cfg_.nope_dim + cfg_.value_dim);
         const int64_t cols = shadow_.is_gqla() ? cfg_.latent_dim : 4;
-        Tensor w = make_tensor(r_.pick(kDtypes), {std::max<int64_t>(rows, 1), cols},
-                               1.0 / std::sqrt(double(cols)), true);
+        Tensor w =
+            make_tensor(r_.pick(kDtypes), {std::max<int64_t>(rows, 1), cols}, 1.0 / std::sqrt(double(cols)), true);
         const gqla_tensor* pw = &w.t;
         if (apply_flaw(maybe_flaw(0.1), w.t, &pw, w.t.dtype, true)) e.error(GQLA_ERR_INVALID_ARGUMENT);
         if (!check_status("gqla_set_weights", gqla_set_weights(s_, layer, pw), e)) return false;
@@ -736,18 +809,26 @@ private:
             if (w.q_len > w.context) e.error(GQLA_ERR_INVALID_ARGUMENT);  // queries are cached tokens
             if (r_.chance(0.2)) {
                 switch (r_.range(0, 3)) {
-                    case 0: w.batch = 0; break;
-                    case 1: w.context = -1; break;
-                    case 2: w.q_len = 0; break;
-                    default: w.struct_size = 3; break;
+                    case 0:
+                        w.batch = 0;
+                        break;
+                    case 1:
+                        w.context = -1;
+                        break;
+                    case 2:
+                        w.q_len = 0;
+                        break;
+                    default:
+                        w.struct_size = 3;
+                        break;
                 }
                 e.error(GQLA_ERR_INVALID_ARGUMENT);
             }
             gqla_cost_report rep;
             std::memset(&rep, 0, sizeof(rep));
             rep.struct_size = sizeof(rep);
-            gqla_status st = what == 2 ? gqla_session_predict_cost(s_, &w, &rep)
-                                       : gqla_predict_cost(&cfg_, nullptr, &w, &rep);
+            gqla_status st =
+                what == 2 ? gqla_session_predict_cost(s_, &w, &rep) : gqla_predict_cost(&cfg_, nullptr, &w, &rep);
             if (check_status(what == 2 ? "gqla_session_predict_cost" : "gqla_predict_cost", st, e)) {
                 for (const gqla_path_cost* c : {&rep.gqa, &rep.absorb})
                     if (!(std::isfinite(c->time_s) && c->time_s >= 0 && std::isfinite(c->bytes) && c->bytes >= 0 &&
@@ -776,9 +857,15 @@ private:
         gqla_stats st;
         st.struct_size = sizeof(st);
         switch (r_.range(0, 8)) {
-            case 0: check_status("gqla_sequence_add(out NULL)", gqla_sequence_add(s_, nullptr), bad); break;
-            case 1: check_status("gqla_session_stats(NULL)", gqla_session_stats(nullptr, &st), bad); break;
-            case 2: check_status("gqla_session_stats(out NULL)", gqla_session_stats(s_, nullptr), bad); break;
+            case 0:
+                check_status("gqla_sequence_add(out NULL)", gqla_sequence_add(s_, nullptr), bad);
+                break;
+            case 1:
+                check_status("gqla_session_stats(NULL)", gqla_session_stats(nullptr, &st), bad);
+                break;
+            case 2:
+                check_status("gqla_session_stats(out NULL)", gqla_session_stats(s_, nullptr), bad);
+                break;
             case 3: {
                 Expect e = bad;
                 e.error(GQLA_ERR_NOT_FOUND);
@@ -791,7 +878,9 @@ private:
                 check_status("gqla_sequence_length(out NULL)", gqla_sequence_length(s_, some_id(e), 0, nullptr), e);
                 break;
             }
-            case 5: check_status("gqla_select_path(NULL)", gqla_select_path(nullptr, GQLA_PATH_AUTO), bad); break;
+            case 5:
+                check_status("gqla_select_path(NULL)", gqla_select_path(nullptr, GQLA_PATH_AUTO), bad);
+                break;
             case 6: {
                 st.struct_size = 1;
                 check_status("gqla_session_stats(struct_size 1)", gqla_session_stats(s_, &st), bad);
@@ -805,7 +894,9 @@ private:
                 check_status("gqla_decode(q NULL)", gqla_decode(s_, 0, 1, &id, nullptr, nullptr, nullptr), e);
                 break;
             }
-            default: check_status("gqla_get_path(NULL)", gqla_get_path(nullptr, nullptr, nullptr), bad); break;
+            default:
+                check_status("gqla_get_path(NULL)", gqla_get_path(nullptr, nullptr, nullptr), bad);
+                break;
         }
         return false;
     }
@@ -813,7 +904,7 @@ private:
     Random& r_;
     gqla_session* s_;
     ShadowSession shadow_;
-    gqla_config cfg_;  // resolved
+    gqla_config cfg_;                           // resolved
     gqla_path expected_path_ = GQLA_PATH_AUTO;  // AUTO: not known (the cost model decides)
     gqla_path requested_ = GQLA_PATH_AUTO;
     gqla_seq_id next_unused_id_ = 1;
@@ -840,21 +931,25 @@ Options parse(int argc, char** argv) {
             }
             return argv[++i];
         };
-        if (a == "--seconds") o.seconds = std::atof(value().c_str());
-        else if (a == "--calls") o.calls = std::atoll(value().c_str());
+        if (a == "--seconds")
+            o.seconds = std::atof(value().c_str());
+        else if (a == "--calls")
+            o.calls = std::atoll(value().c_str());
         else if (a == "--seed") {
             std::string v = value();
-            if (v == "time") o.seed_from_time = true;
-            else o.seed = std::strtoull(v.c_str(), nullptr, 10);
-        } else if (a == "--verbose") o.verbose = true;
+            if (v == "time")
+                o.seed_from_time = true;
+            else
+                o.seed = std::strtoull(v.c_str(), nullptr, 10);
+        } else if (a == "--verbose")
+            o.verbose = true;
         else {
             std::fprintf(stderr, "usage: %s [--seconds N] [--calls N] [--seed S|time] [--verbose]\n", argv[0]);
             std::exit(2);
         }
     }
     if (o.seconds < 0 && o.calls < 0) o.seconds = 10;
-    if (o.seed_from_time)
-        o.seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+    if (o.seed_from_time) o.seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
     return o;
 }
 
@@ -903,13 +998,13 @@ int main(int argc, char** argv) {
         check_status("gqla_session_get_config", gqla_session_get_config(s, &resolved), ok);
         ++run.sessions;
         if (run.verbose)
-            std::printf("session %lld: kind %d H %d G %d dims %d/%d/%d/%d/%d layers %d cache %d io %d page %d "
-                        "tokens %lld seqs %d batch %d q %d\n", (long long)run.sessions, int(resolved.kind),
-                        resolved.num_heads, resolved.num_kv_heads, resolved.head_dim, resolved.value_dim,
-                        resolved.latent_dim, resolved.nope_dim, resolved.rope_dim, resolved.num_layers,
-                        int(resolved.cache_dtype), int(resolved.io_dtype), resolved.page_size,
-                        (long long)resolved.max_tokens, resolved.max_sequences, resolved.max_batch,
-                        resolved.max_q_len);
+            std::printf(
+                "session %lld: kind %d H %d G %d dims %d/%d/%d/%d/%d layers %d cache %d io %d page %d "
+                "tokens %lld seqs %d batch %d q %d\n",
+                (long long)run.sessions, int(resolved.kind), resolved.num_heads, resolved.num_kv_heads,
+                resolved.head_dim, resolved.value_dim, resolved.latent_dim, resolved.nope_dim, resolved.rope_dim,
+                resolved.num_layers, int(resolved.cache_dtype), int(resolved.io_dtype), resolved.page_size,
+                (long long)resolved.max_tokens, resolved.max_sequences, resolved.max_batch, resolved.max_q_len);
         {
             SessionFuzz f(r, s, resolved);
             const int64_t steps = r.range(20, 400);
@@ -918,9 +1013,10 @@ int main(int argc, char** argv) {
         gqla_session_destroy(s);
     }
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("api_sequence_fuzzer: seed %llu: %lld calls (%lld refused as expected), %lld sessions, "
-                "%lld decodes checked against the reference, %.1f s, no failure\n",
-                (unsigned long long)opt.seed, (long long)run.calls, (long long)run.refused, (long long)run.sessions,
-                (long long)run.decodes_checked, took);
+    std::printf(
+        "api_sequence_fuzzer: seed %llu: %lld calls (%lld refused as expected), %lld sessions, "
+        "%lld decodes checked against the reference, %.1f s, no failure\n",
+        (unsigned long long)opt.seed, (long long)run.calls, (long long)run.refused, (long long)run.sessions,
+        (long long)run.decodes_checked, took);
     return 0;
 }

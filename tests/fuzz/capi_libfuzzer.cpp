@@ -38,8 +38,10 @@ public:
     uint8_t u8() { return empty() ? 0 : *p_++; }
     uint16_t u16() { return static_cast<uint16_t>(u8() | (u8() << 8)); }
     int32_t i32() { return static_cast<int32_t>(u16() | (static_cast<uint32_t>(u16()) << 16)); }
-    int64_t i64() { return static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(i32())) |
-                                                (static_cast<uint64_t>(static_cast<uint32_t>(i32())) << 32)); }
+    int64_t i64() {
+        return static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(i32())) |
+                                    (static_cast<uint64_t>(static_cast<uint32_t>(i32())) << 32));
+    }
 
 private:
     const uint8_t* p_;
@@ -90,17 +92,35 @@ void build_tensor(Reader& in, InputTensor& x, gqla_dtype dtype, const std::vecto
         const uint8_t how = in.u8();
         const int dim = static_cast<int>(in.u8() % GQLA_MAX_DIMS);
         switch (how % 9) {
-            case 0: x.t.dtype = static_cast<gqla_dtype>(in.u8() % 5); break;
-            case 1: x.t.ndim = static_cast<int32_t>(static_cast<int8_t>(in.u8()) % 8); break;
-            case 2: x.t.shape[dim] += static_cast<int8_t>(in.u8()); break;
-            case 3: x.t.strides[dim] = static_cast<int8_t>(in.u8()); break;
+            case 0:
+                x.t.dtype = static_cast<gqla_dtype>(in.u8() % 5);
+                break;
+            case 1:
+                x.t.ndim = static_cast<int32_t>(static_cast<int8_t>(in.u8()) % 8);
+                break;
+            case 2:
+                x.t.shape[dim] += static_cast<int8_t>(in.u8());
+                break;
+            case 3:
+                x.t.strides[dim] = static_cast<int8_t>(in.u8());
+                break;
             // Large but valid strides: the buffer below must still cover them
             // (rows <= 2048, so the span stays under kMaxSpan).
-            case 4: x.t.strides[dim] = in.u16() % 1024; break;
-            case 5: x.t.struct_size = in.u8(); break;
-            case 6: x.t.device = static_cast<gqla_device_type>(in.u8() % 4); break;
-            case 7: null_data = true; break;
-            default: x.ptr = nullptr; break;
+            case 4:
+                x.t.strides[dim] = in.u16() % 1024;
+                break;
+            case 5:
+                x.t.struct_size = in.u8();
+                break;
+            case 6:
+                x.t.device = static_cast<gqla_device_type>(in.u8() % 4);
+                break;
+            case 7:
+                null_data = true;
+                break;
+            default:
+                x.ptr = nullptr;
+                break;
         }
     }
     // Elements the descriptor reaches with its first ndim dims (clamped to the real ones).
@@ -110,9 +130,15 @@ void build_tensor(Reader& in, InputTensor& x, gqla_dtype dtype, const std::vecto
     for (int d = 0; d < GQLA_MAX_DIMS && d < std::max(1, x.t.ndim); ++d) {
         if (x.t.shape[d] <= 0) continue;
         const int64_t stride = x.t.strides[d] < 0 ? 0 : x.t.strides[d];
-        if (x.t.shape[d] > kMaxSpan || stride > kMaxSpan) { fits = false; break; }
+        if (x.t.shape[d] > kMaxSpan || stride > kMaxSpan) {
+            fits = false;
+            break;
+        }
         last += (x.t.shape[d] - 1) * stride;
-        if (last > kMaxSpan) { fits = false; break; }
+        if (last > kMaxSpan) {
+            fits = false;
+            break;
+        }
     }
     // Sized for the widest dtype a broken descriptor may claim.
     const int64_t elems = fits ? last + 1 : 16;
@@ -242,14 +268,20 @@ private:
                 return true;
             }
             case 3:
-            case 4: return append();
-            case 5: return append_batch();
+            case 4:
+                return append();
+            case 5:
+                return append_batch();
             case 6:
-            case 7: return decode();
-            case 8: return checked(gqla_select_path(s_, static_cast<gqla_path>(static_cast<int8_t>(in_.u8()) % 4)),
-                                   "gqla_select_path") == GQLA_OK;
-            case 9: return set_weights();
-            default: return cost();
+            case 7:
+                return decode();
+            case 8:
+                return checked(gqla_select_path(s_, static_cast<gqla_path>(static_cast<int8_t>(in_.u8()) % 4)),
+                               "gqla_select_path") == GQLA_OK;
+            case 9:
+                return set_weights();
+            default:
+                return cost();
         }
     }
 
@@ -280,8 +312,8 @@ private:
         InputTensor a, b;
         build_tensor(in_, a, c_.io_dtype, a_shape(rows), broken());
         build_tensor(in_, b, c_.io_dtype, b_shape(rows), broken());
-        const gqla_status st = checked(gqla_append_batch(s_, layer, num, ids.data(), counts.data(), a.ptr, b.ptr),
-                                       "gqla_append_batch");
+        const gqla_status st =
+            checked(gqla_append_batch(s_, layer, num, ids.data(), counts.data(), a.ptr, b.ptr), "gqla_append_batch");
         if (st != GQLA_OK) return false;
         for (int32_t i = 0; i < num; ++i)
             lengths_.per_seq.at(ids[static_cast<size_t>(i)]).at(static_cast<size_t>(layer)) +=
@@ -356,7 +388,7 @@ private:
 
     Reader& in_;
     gqla_session* s_;
-    gqla_config c_;  // resolved
+    gqla_config c_;        // resolved
     bool finite_outputs_;  // finite inputs imply finite outputs (see f16_expansion_may_overflow)
     Lengths lengths_;
 };
@@ -404,18 +436,42 @@ gqla_config config_from(Reader& in) {
         switch (raw % 12) {
             // Values that would be valid but large are folded to negatives:
             // a valid huge pool is not what this input is about.
-            case 0: c.num_heads = small_or_negative(in.i32(), 4096); break;
-            case 1: c.num_kv_heads = small_or_negative(in.i32(), 4096); break;
-            case 2: c.head_dim = small_or_negative(in.i32(), 4096); break;
-            case 3: c.latent_dim = small_or_negative(in.i32(), 4096); break;
-            case 4: c.page_size = small_or_negative(in.i32(), 64); break;
-            case 5: c.max_tokens = small_or_negative<int64_t>(in.i64(), 4096); break;
-            case 6: c.memory_budget_bytes = small_or_negative<int64_t>(in.i64(), 1 << 20), c.max_tokens = 0; break;
-            case 7: c.max_sequences = small_or_negative(in.i32(), 64); break;
-            case 8: c.kind = static_cast<gqla_kind>(in.i32()); break;
-            case 9: c.cache_dtype = static_cast<gqla_dtype>(in.i32()); break;
-            case 10: c.struct_size = static_cast<size_t>(in.u16()); break;
-            default: c.max_q_len = in.i32(); break;
+            case 0:
+                c.num_heads = small_or_negative(in.i32(), 4096);
+                break;
+            case 1:
+                c.num_kv_heads = small_or_negative(in.i32(), 4096);
+                break;
+            case 2:
+                c.head_dim = small_or_negative(in.i32(), 4096);
+                break;
+            case 3:
+                c.latent_dim = small_or_negative(in.i32(), 4096);
+                break;
+            case 4:
+                c.page_size = small_or_negative(in.i32(), 64);
+                break;
+            case 5:
+                c.max_tokens = small_or_negative<int64_t>(in.i64(), 4096);
+                break;
+            case 6:
+                c.memory_budget_bytes = small_or_negative<int64_t>(in.i64(), 1 << 20), c.max_tokens = 0;
+                break;
+            case 7:
+                c.max_sequences = small_or_negative(in.i32(), 64);
+                break;
+            case 8:
+                c.kind = static_cast<gqla_kind>(in.i32());
+                break;
+            case 9:
+                c.cache_dtype = static_cast<gqla_dtype>(in.i32());
+                break;
+            case 10:
+                c.struct_size = static_cast<size_t>(in.u16());
+                break;
+            default:
+                c.max_q_len = in.i32();
+                break;
         }
     }
     return c;

@@ -11,7 +11,8 @@
 namespace fuzz {
 
 ShadowSession::ShadowSession(const gqla_config& resolved)
-    : cfg_(resolved), pages_total_(resolved.max_tokens / resolved.page_size),
+    : cfg_(resolved),
+      pages_total_(resolved.max_tokens / resolved.page_size),
       weights_(static_cast<size_t>(resolved.num_layers)) {}
 
 int64_t ShadowSession::a_cols() const {
@@ -123,8 +124,8 @@ int64_t ShadowSession::tokens_cached() const {
     return sum;
 }
 
-void ShadowSession::reference(gqla_seq_id id, int32_t layer, int32_t s_q, const double* q, double* o,
-                              double* lse, bool from_expanded) const {
+void ShadowSession::reference(gqla_seq_id id, int32_t layer, int32_t s_q, const double* q, double* o, double* lse,
+                              bool from_expanded) const {
     const Seq& s = seqs_.at(id);
     const size_t l = static_cast<size_t>(layer);
     const int64_t L = s.lengths[l];
@@ -141,8 +142,8 @@ void ShadowSession::reference(gqla_seq_id id, int32_t layer, int32_t s_q, const 
                 for (int i = 0; i < dc; ++i) kj[g * dq + i] = as_stored(kj[g * dq + i]);  // kr: stored already
             for (int64_t i = 0; i < int64_t(G) * dv; ++i) vj[i] = as_stored(vj[i]);
         }
-        gqla::ref::gqa_decode(cfg_.num_heads, G, dq, dv, L, s_q, cfg_.softmax_scale, q, keys.data(), vals.data(),
-                              o, lse);
+        gqla::ref::gqa_decode(cfg_.num_heads, G, dq, dv, L, s_q, cfg_.softmax_scale, q, keys.data(), vals.data(), o,
+                              lse);
     } else if (is_gqla())
         gqla::ref::gqla_decode(cfg_.num_heads, cfg_.num_kv_heads, cfg_.latent_dim, cfg_.nope_dim, cfg_.rope_dim,
                                cfg_.value_dim, L, s_q, cfg_.softmax_scale, q, weights_[l].data(), s.a[l].data(),

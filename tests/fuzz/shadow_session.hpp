@@ -20,8 +20,8 @@ public:
 
     const gqla_config& config() const { return cfg_; }
     bool is_gqla() const { return cfg_.kind == GQLA_KIND_GQLA; }
-    int64_t a_cols() const;   // values per token of k (GQA) or c (GQLA)
-    int64_t b_cols() const;   // values per token of v or kr
+    int64_t a_cols() const;  // values per token of k (GQA) or c (GQLA)
+    int64_t b_cols() const;  // values per token of v or kr
     int64_t q_dim() const;
     int64_t out_dim() const;
 
@@ -60,9 +60,9 @@ public:
 
 private:
     struct Seq {
-        std::vector<int64_t> pages;               // abstract page handles
-        std::vector<std::vector<double>> a, b;    // per layer, row-major
-        std::vector<int64_t> lengths;             // per layer
+        std::vector<int64_t> pages;             // abstract page handles
+        std::vector<std::vector<double>> a, b;  // per layer, row-major
+        std::vector<int64_t> lengths;           // per layer
     };
     void retain(int64_t page) { ++refcount_[page]; }
     void drop(int64_t page);

@@ -18,8 +18,8 @@ namespace {
 // cannot reach the result; inside it, IEEE arithmetic decides: a NaN score or
 // value makes the result NaN, a +inf score gives exp(inf - inf) = NaN, a -inf
 // score weighs exactly 0.
-void attend(const std::vector<double>& scores, int64_t visible, const std::vector<double>& values,
-            int dv, double* out, double* lse) {
+void attend(const std::vector<double>& scores, int64_t visible, const std::vector<double>& values, int dv, double* out,
+            double* lse) {
     // std::max(m, NaN) is m: a NaN score stays out of the maximum and turns
     // its weight, and so the result, into NaN below.
     double max_score = -std::numeric_limits<double>::infinity();
@@ -38,8 +38,8 @@ void attend(const std::vector<double>& scores, int64_t visible, const std::vecto
 
 }  // namespace
 
-void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale,
-                const double* q, const double* K, const double* V, double* o, double* lse) {
+void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale, const double* q, const double* K,
+                const double* V, double* o, double* lse) {
     const int n_rep = H / G;
     std::vector<double> scores(static_cast<size_t>(L));
     std::vector<double> values(static_cast<size_t>(L) * Dv);
@@ -85,9 +85,8 @@ void gqla_token_rows(int G, int r, int d_c, int d_r, int d_v, const double* W, c
     }
 }
 
-void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale,
-                 const double* q, const double* W, const double* C, const double* KR,
-                 double* o, double* lse) {
+void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale, const double* q,
+                 const double* W, const double* C, const double* KR, double* o, double* lse) {
     const int dq = d_c + d_r;
     // Form every group's key [W_UK[g] c[j] | kr[j]] and value W_UV[g] c[j]
     // explicitly, exactly as the definition reads.

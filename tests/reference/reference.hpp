@@ -21,8 +21,8 @@ namespace gqla::ref {
 //   q [s_q, H, D], K [L, G, D], V [L, G, Dv]  ->  o [s_q, H, Dv], lse [s_q, H]
 // Query i sits at position L - s_q + i and attends to j <= L - s_q + i.
 // lse may be nullptr.
-void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale,
-                const double* q, const double* K, const double* V, double* o, double* lse);
+void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale, const double* q, const double* K,
+                const double* V, double* o, double* lse);
 
 // GQLA decode of one sequence, straight from the definition (keys/values
 // formed per group from the latent; neither path's algebra).
@@ -33,9 +33,8 @@ void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale,
 void gqla_token_rows(int G, int r, int d_c, int d_r, int d_v, const double* W, const double* c, const double* kr,
                      double* keys, double* vals);
 
-void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale,
-                 const double* q, const double* W, const double* C, const double* KR,
-                 double* o, double* lse);
+void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale, const double* q,
+                 const double* W, const double* C, const double* KR, double* o, double* lse);
 
 // ||a - ref|| / ||ref|| (L2 over n elements); returns +inf if a has a NaN/inf.
 double rel_l2(const double* a, const double* ref, size_t n);

@@ -53,8 +53,8 @@ void attend_listed(const std::vector<int64_t>& pos, const double* qh, int dk, in
 
 }  // namespace
 
-void gqa_sparse_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale, const double* q,
-                       const double* K, const double* V, const int32_t* idx, int topk, double* o, double* lse) {
+void gqa_sparse_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale, const double* q, const double* K,
+                       const double* V, const int32_t* idx, int topk, double* o, double* lse) {
     const int n_rep = H / G;
     for (int i = 0; i < s_q; ++i) {
         const std::vector<int64_t> pos = visible_entries(idx + static_cast<size_t>(i) * topk, topk, L - s_q + i);

@@ -17,8 +17,8 @@ namespace gqla::ref {
 
 // GQA: q [s_q, H, D], K [L, G, D], V [L, G, Dv], idx [s_q, topk]
 //   -> o [s_q, H, Dv], lse [s_q, H] (lse may be nullptr).
-void gqa_sparse_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale, const double* q,
-                       const double* K, const double* V, const int32_t* idx, int topk, double* o, double* lse);
+void gqa_sparse_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale, const double* q, const double* K,
+                       const double* V, const int32_t* idx, int topk, double* o, double* lse);
 
 // GQLA, keys and values formed per group from the latent (neither path's
 // algebra): q [s_q, H, d_c + d_r], W [G*(d_c+d_v), r], C [L, r], KR [L, d_r],

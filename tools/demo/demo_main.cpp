@@ -122,9 +122,11 @@ double timed(const Preset& p, gqla_device_type device, gqla_path path, int64_t c
 
 void show_timings(const Preset& p, gqla_device_type device) {
     std::printf("\n4. One decode step of a %s layer, batch 1, s_q 1, bf16 cache\n", p.name);
-    std::printf("   (cold caches: calls rotate over >= 256 MiB of cache, so each reads lines the previous ones did not touch;\n    median of up to 15 calls)\n");
-    std::printf("  %8s | %12s %12s | %12s %12s | %-7s %-7s\n", "context", "gqa pred ms", "gqa meas ms",
-                "absorb pred", "absorb meas", "AUTO", "fastest");
+    std::printf(
+        "   (cold caches: calls rotate over >= 256 MiB of cache, so each reads lines the previous ones did not "
+        "touch;\n    median of up to 15 calls)\n");
+    std::printf("  %8s | %12s %12s | %12s %12s | %-7s %-7s\n", "context", "gqa pred ms", "gqa meas ms", "absorb pred",
+                "absorb meas", "AUTO", "fastest");
     for (int64_t context : {1024, 4096, 16384}) {
         gqla_path_cost pred_gqa, pred_absorb;
         gqla_path chosen = GQLA_PATH_AUTO;
@@ -149,8 +151,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "gqla-demo: %s\n", e.what());
         return 1;
     }
-    std::printf("gqla %s — decode attention for GQA and GQLA, on the %s\n", gqla_version_string(),
-                device_name(device));
+    std::printf("gqla %s — decode attention for GQA and GQLA, on the %s\n", gqla_version_string(), device_name(device));
     const double t0 = now_s();
     try {
         show_probe(device);

@@ -10,8 +10,7 @@ const char* bound_name(gqla_bound b) { return b == GQLA_BOUND_COMPUTE ? "compute
 
 void print_one(const char* name, const gqla_path_cost& c) {
     std::printf("    %-7s %9.2f MB %9.3f GFLOP  memory %8.3f ms  compute %8.3f ms  -> %8.3f ms (%s-bound)\n", name,
-                c.bytes / 1e6, c.flops / 1e9, c.memory_s * 1e3, c.compute_s * 1e3, c.time_s * 1e3,
-                bound_name(c.bound));
+                c.bytes / 1e6, c.flops / 1e9, c.memory_s * 1e3, c.compute_s * 1e3, c.time_s * 1e3, bound_name(c.bound));
 }
 
 }  // namespace

@@ -8,11 +8,21 @@ namespace gqla::demo {
 namespace {
 
 std::string isa_list(uint64_t flags) {
-    static const struct { uint64_t bit; const char* name; } kIsa[] = {
-        {GQLA_ISA_SSE42, "sse4.2"},       {GQLA_ISA_AVX, "avx"},           {GQLA_ISA_AVX2, "avx2"},
-        {GQLA_ISA_FMA, "fma"},            {GQLA_ISA_F16C, "f16c"},         {GQLA_ISA_AVX512F, "avx512f"},
-        {GQLA_ISA_AVX512BW, "avx512bw"},  {GQLA_ISA_AVX512VL, "avx512vl"}, {GQLA_ISA_AVX512BF16, "avx512bf16"},
-        {GQLA_ISA_AVX512FP16, "avx512fp16"}, {GQLA_ISA_AMX, "amx"},
+    static const struct {
+        uint64_t bit;
+        const char* name;
+    } kIsa[] = {
+        {GQLA_ISA_SSE42, "sse4.2"},
+        {GQLA_ISA_AVX, "avx"},
+        {GQLA_ISA_AVX2, "avx2"},
+        {GQLA_ISA_FMA, "fma"},
+        {GQLA_ISA_F16C, "f16c"},
+        {GQLA_ISA_AVX512F, "avx512f"},
+        {GQLA_ISA_AVX512BW, "avx512bw"},
+        {GQLA_ISA_AVX512VL, "avx512vl"},
+        {GQLA_ISA_AVX512BF16, "avx512bf16"},
+        {GQLA_ISA_AVX512FP16, "avx512fp16"},
+        {GQLA_ISA_AMX, "amx"},
     };
     std::string out;
     for (const auto& i : kIsa)
@@ -24,8 +34,8 @@ std::string isa_list(uint64_t flags) {
 
 void print_probe(const gqla_probe_info& info) {
     if (info.device == GQLA_DEVICE_CUDA) {
-        std::printf("  GPU %d       %s (%s), compute capability %d.%d, %d SMs, %.1f GB\n", info.device_index,
-                    info.name, info.vendor, info.cc_major, info.cc_minor, info.sm_count, info.mem_gb);
+        std::printf("  GPU %d       %s (%s), compute capability %d.%d, %d SMs, %.1f GB\n", info.device_index, info.name,
+                    info.vendor, info.cc_major, info.cc_minor, info.sm_count, info.mem_gb);
     } else {
         std::printf("  CPU         %s (%s)\n", info.name, info.vendor);
         std::printf("  cores       %d logical, %d physical, %d usable by this process\n", info.logical_cores,
@@ -34,8 +44,8 @@ void print_probe(const gqla_probe_info& info) {
         std::printf("  caches      L1d %d KiB, L2 %d KiB, L3 %d KiB\n", info.l1d_kb, info.l2_kb, info.l3_kb);
     }
     std::printf("  bandwidth   %.1f GB/s read (%s)\n", info.read_gbps, info.calibrated ? "measured" : "estimated");
-    std::printf("  peak        %.1f GFLOP/s f32, %.1f GFLOP/s bf16 (%s)\n", info.peak_gflops_f32,
-                info.peak_gflops_bf16, info.calibrated ? "measured" : "estimated");
+    std::printf("  peak        %.1f GFLOP/s f32, %.1f GFLOP/s bf16 (%s)\n", info.peak_gflops_f32, info.peak_gflops_bf16,
+                info.calibrated ? "measured" : "estimated");
     std::printf("  ridge       %.1f FLOP/byte: below it a kernel is memory-bound\n",
                 info.peak_gflops_f32 / info.read_gbps);
 }

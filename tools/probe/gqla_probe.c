@@ -25,11 +25,16 @@ static const struct {
     uint64_t bit;
     const char* name;
 } kIsaNames[] = {
-    {GQLA_ISA_SSE42, "sse4.2"},         {GQLA_ISA_AVX, "avx"},
-    {GQLA_ISA_AVX2, "avx2"},            {GQLA_ISA_FMA, "fma"},
-    {GQLA_ISA_F16C, "f16c"},            {GQLA_ISA_AVX512F, "avx512f"},
-    {GQLA_ISA_AVX512BW, "avx512bw"},    {GQLA_ISA_AVX512VL, "avx512vl"},
-    {GQLA_ISA_AVX512BF16, "avx512_bf16"}, {GQLA_ISA_AVX512FP16, "avx512_fp16"},
+    {GQLA_ISA_SSE42, "sse4.2"},
+    {GQLA_ISA_AVX, "avx"},
+    {GQLA_ISA_AVX2, "avx2"},
+    {GQLA_ISA_FMA, "fma"},
+    {GQLA_ISA_F16C, "f16c"},
+    {GQLA_ISA_AVX512F, "avx512f"},
+    {GQLA_ISA_AVX512BW, "avx512bw"},
+    {GQLA_ISA_AVX512VL, "avx512vl"},
+    {GQLA_ISA_AVX512BF16, "avx512_bf16"},
+    {GQLA_ISA_AVX512FP16, "avx512_fp16"},
     {GQLA_ISA_AMX, "amx"},
 };
 #define ISA_NAME_COUNT (sizeof kIsaNames / sizeof kIsaNames[0])
@@ -39,9 +44,12 @@ static void print_json_string(const char* s) {
     putchar('"');
     for (; *s; ++s) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
     }
     putchar('"');
 }
@@ -51,8 +59,9 @@ static int probe(gqla_device_type device, int32_t index, uint32_t flags, gqla_pr
     info->struct_size = sizeof *info;
     gqla_status st = gqla_probe(device, index, flags, info);
     if (st != GQLA_OK) {
-        fprintf(stderr, "gqla-probe: probing %s %d failed: %s (%s)\n", device == GQLA_DEVICE_CPU ? "CPU" : "CUDA device",
-                index, gqla_status_string(st), gqla_last_error_message());
+        fprintf(stderr, "gqla-probe: probing %s %d failed: %s (%s)\n",
+                device == GQLA_DEVICE_CPU ? "CPU" : "CUDA device", index, gqla_status_string(st),
+                gqla_last_error_message());
         return 0;
     }
     return 1;
@@ -115,18 +124,18 @@ static void print_cpu_json(const gqla_probe_info* c) {
     printf("], \"l1d_kb\": %d, \"l2_kb\": %d, \"l3_kb\": %d", c->l1d_kb, c->l2_kb, c->l3_kb);
     printf(", \"read_gbps\": %.3f, \"peak_gflops_f32\": %.3f, \"peak_gflops_bf16\": %.3f, \"calibrated\": %s",
            c->read_gbps, c->peak_gflops_f32, c->peak_gflops_bf16, json_bool(c->calibrated));
-    printf(", \"read_gbps_measured\": %s, \"peak_measured\": %s}",
-           json_bool(is_measured(c, GQLA_MEASURED_READ_GBPS)),
+    printf(", \"read_gbps_measured\": %s, \"peak_measured\": %s}", json_bool(is_measured(c, GQLA_MEASURED_READ_GBPS)),
            json_bool(is_measured(c, GQLA_MEASURED_PEAK)));
 }
 
 static void print_cuda_json(const gqla_probe_info* g) {
     printf("{\"index\": %d, \"name\": ", g->device_index);
     print_json_string(g->name);
-    printf(", \"cc\": \"%d.%d\", \"sms\": %d, \"mem_gb\": %.3f, \"bw_gbps\": %.3f, \"peak_tflops_bf16\": %.3f"
-           ", \"peak_tflops_f32\": %.3f, \"calibrated\": %s}",
-           g->cc_major, g->cc_minor, g->sm_count, g->mem_gb, g->read_gbps, g->peak_gflops_bf16 * 1e-3,
-           g->peak_gflops_f32 * 1e-3, g->calibrated ? "true" : "false");
+    printf(
+        ", \"cc\": \"%d.%d\", \"sms\": %d, \"mem_gb\": %.3f, \"bw_gbps\": %.3f, \"peak_tflops_bf16\": %.3f"
+        ", \"peak_tflops_f32\": %.3f, \"calibrated\": %s}",
+        g->cc_major, g->cc_minor, g->sm_count, g->mem_gb, g->read_gbps, g->peak_gflops_bf16 * 1e-3,
+        g->peak_gflops_f32 * 1e-3, g->calibrated ? "true" : "false");
 }
 
 int main(int argc, char** argv) {
@@ -136,9 +145,12 @@ int main(int argc, char** argv) {
     gqla_probe_info cpu, gpu;
 
     for (i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--json") == 0) json = 1;
-        else if (strcmp(argv[i], "--calibrate") == 0) flags |= GQLA_PROBE_CALIBRATE;
-        else if (strcmp(argv[i], "--no-calibrate") == 0) flags &= ~(uint32_t)GQLA_PROBE_CALIBRATE;
+        if (strcmp(argv[i], "--json") == 0)
+            json = 1;
+        else if (strcmp(argv[i], "--calibrate") == 0)
+            flags |= GQLA_PROBE_CALIBRATE;
+        else if (strcmp(argv[i], "--no-calibrate") == 0)
+            flags &= ~(uint32_t)GQLA_PROBE_CALIBRATE;
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;

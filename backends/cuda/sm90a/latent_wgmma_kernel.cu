@@ -74,7 +74,7 @@ namespace gqla::cuda {
 
 namespace {
 
-constexpr int kLatentDim = 512;                 // value width = latent width
+constexpr int kLatentDim = 512;                             // value width = latent width
 constexpr int kAtomBytes = kLatentRows * kSwizzleRowBytes;  // 64 rows x 64 columns
 constexpr int kRopeDim = 64;
 constexpr int kKeyAtoms = (kLatentDim + kRopeDim) / 64;  // 9: compile-time trip counts keep wgmma asynchronous
@@ -110,7 +110,8 @@ struct LatentSmem {
 constexpr int kStagedRowFloats = kLatentDim + 8;
 constexpr int kMergeScratchOff = kLatentRows * kStagedRowFloats * 4;
 constexpr int kMergeOffsetsOff = kMergeScratchOff + kLatentRows * kMaxLatentClusterSplits * 4;
-static_assert(kMergeOffsetsOff % 8 == 0 && kMergeOffsetsOff + kLatentRows * 8 <= kStages * kStageBytes, "merge scratch");
+static_assert(kMergeOffsetsOff % 8 == 0 && kMergeOffsetsOff + kLatentRows * 8 <= kStages * kStageBytes,
+              "merge scratch");
 static_assert(kLatentRows == 64 && kLatentTile == 64 && kLatentThreads == 3 * kWgThreads, "tiling constants");
 static_assert(kLatentRowsTransposed == 32, "the transposed products are m64n32");
 
@@ -120,9 +121,9 @@ constexpr int kBarPReady = 2;
 constexpr int kBarPFree = 3;
 constexpr int kBarKEmpty = 4;
 constexpr int kBarColumnMax = 5;  // WG0 (transposed): the warps' column maxima written
-constexpr int kBarEnd = 6;  // all: products done, row max / sum written
-constexpr int kBarMerge = 7;  // all: cluster merge weights written
-constexpr int kBarTailMask = 8;  // WG0 (64-row products): the warps' scrubbed-token masks written
+constexpr int kBarEnd = 6;        // all: products done, row max / sum written
+constexpr int kBarMerge = 7;      // all: cluster merge weights written
+constexpr int kBarTailMask = 8;   // WG0 (64-row products): the warps' scrubbed-token masks written
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
@@ -135,8 +136,8 @@ __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
 // returns (to every lane) a mask of those rows that had one (bit k: row
 // 16 wi + k).
 template <typename T>
-__device__ __forceinline__ uint32_t scrub_tail_rows(unsigned char* stage, int tile, int first_hidden, int length, int wi,
-                                                    int lane) {
+__device__ __forceinline__ uint32_t scrub_tail_rows(unsigned char* stage, int tile, int first_hidden, int length,
+                                                    int wi, int lane) {
     constexpr int kPiecesPerRow = kLatentDim / 8;  // 16-byte pieces of a latent row
     const int tile_first = tile * kLatentTile;
     const int r_begin = max(16 * wi, first_hidden - tile_first), r_end = min(16 * wi + 16, length - tile_first);
@@ -211,12 +212,17 @@ __device__ __forceinline__ void merge_split_rows(const AttentionParams& p, int r
         for (int sp = 0; sp < kMaxLatentClusterSplits; ++sp) {
             if (sp < splits) {
                 const float wgt = sW[k * kMaxLatentClusterSplits + sp];
-                const float4* src = reinterpret_cast<const float4*>(cluster.map_shared_rank(sO + m * kStagedRowFloats + c, sp));
+                const float4* src =
+                    reinterpret_cast<const float4*>(cluster.map_shared_rank(sO + m * kStagedRowFloats + c, sp));
                 const float4 lo = src[0], hi = src[1];
-                acc[0] = fmaf(wgt, lo.x, acc[0]); acc[1] = fmaf(wgt, lo.y, acc[1]);
-                acc[2] = fmaf(wgt, lo.z, acc[2]); acc[3] = fmaf(wgt, lo.w, acc[3]);
-                acc[4] = fmaf(wgt, hi.x, acc[4]); acc[5] = fmaf(wgt, hi.y, acc[5]);
-                acc[6] = fmaf(wgt, hi.z, acc[6]); acc[7] = fmaf(wgt, hi.w, acc[7]);
+                acc[0] = fmaf(wgt, lo.x, acc[0]);
+                acc[1] = fmaf(wgt, lo.y, acc[1]);
+                acc[2] = fmaf(wgt, lo.z, acc[2]);
+                acc[3] = fmaf(wgt, lo.w, acc[3]);
+                acc[4] = fmaf(wgt, hi.x, acc[4]);
+                acc[5] = fmaf(wgt, hi.y, acc[5]);
+                acc[6] = fmaf(wgt, hi.z, acc[6]);
+                acc[7] = fmaf(wgt, hi.w, acc[7]);
             }
         }
         store_elems8(p.o, p.o_dtype, sOff[k] + c, 8, acc);
@@ -270,7 +276,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     float* sMax = sScale + 64;
     float* sSum = sMax + 64;
     int* sLimit = reinterpret_cast<int*>(sSum + 64);
-    float* sColumnMax = reinterpret_cast<float*>(sLimit + 64);  // transposed: [2][4][32], then sums [4][32]
+    float* sColumnMax = reinterpret_cast<float*>(sLimit + 64);              // transposed: [2][4][32], then sums [4][32]
     uint32_t* sTailMask = reinterpret_cast<uint32_t*>(smem + L::kTailOff);  // [tile % 2][warp of WG0]
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::kBarOff);
 
@@ -334,7 +340,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             const int row = static_cast<int>((tbs >> 32) * p.page_size + (tbs & 0xffffffff));
             unsigned char* d = dst + segment * box_rows * kSwizzleRowBytes;
 #pragma unroll
-            for (int a = 0; a < kLatentDim / 64; ++a) tma_load_2d(d + a * kAtomBytes, &maps.latent, a * 64, row, bars + stage);
+            for (int a = 0; a < kLatentDim / 64; ++a)
+                tma_load_2d(d + a * kAtomBytes, &maps.latent, a * 64, row, bars + stage);
             tma_load_2d(d + (kLatentDim / 64) * kAtomBytes, &maps.rope, 0, row, bars + stage);
         }
     };
@@ -347,8 +354,10 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     };
     // WG0 before the scores of `tile`: its stage has landed.
     auto wait_tile = [&](int tile) {
-        if (by_tma(tile)) mbarrier_wait(bars + stage_of(tile), phase_of(tile));
-        else named_barrier_sync(kBarKFullCopy, 2 * kWgThreads);
+        if (by_tma(tile))
+            mbarrier_wait(bars + stage_of(tile), phase_of(tile));
+        else
+            named_barrier_sync(kBarKFullCopy, 2 * kWgThreads);
     };
     // The operand descriptor of `tile`'s stage, of the two built per stage.
     auto stage_desc = [&](int tile, uint64_t stage0, uint64_t stage1) { return stage_of(tile) ? stage1 : stage0; };
@@ -440,7 +449,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 #pragma unroll
                 for (int k = 0; k < kBatch; ++k) {
                     const int pc = sub + (k0 + k) * kThreadsPerRow;
-                    *reinterpret_cast<uint4*>(sQ + (pc >> 3) * L::kQAtomBytes + swizzled_offset(m, pc & 7)) = pack_eight<T>(v[k]);
+                    *reinterpret_cast<uint4*>(sQ + (pc >> 3) * L::kQAtomBytes + swizzled_offset(m, pc & 7)) =
+                        pack_eight<T>(v[k]);
                 }
             }
         }
@@ -517,8 +527,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 const bool tail = in_tail(tile);
                 bool bad0 = false, bad1 = false;
                 if (tail) {
-                    const uint32_t bad = scrub_tail_rows<T>(sK + stage_of(tile) * kStageBytes, tile, first_hidden,
-                                                            length, wi, lane);
+                    const uint32_t bad =
+                        scrub_tail_rows<T>(sK + stage_of(tile) * kStageBytes, tile, first_hidden, length, wi, lane);
                     bad0 = (bad >> (lane >> 2)) & 1;
                     bad1 = (bad >> ((lane >> 2) + 8)) & 1;
                 }
@@ -549,7 +559,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 if (lane < 4) {
 #pragma unroll
                     for (int j = 0; j < 4; ++j)
-                        *reinterpret_cast<float2*>(red + wi * 32 + 8 * j + c_lane) = make_float2(cm[2 * j], cm[2 * j + 1]);
+                        *reinterpret_cast<float2*>(red + wi * 32 + 8 * j + c_lane) =
+                            make_float2(cm[2 * j], cm[2 * j + 1]);
                 }
                 named_barrier_sync(kBarColumnMax, kWgThreads);
 #pragma unroll
@@ -592,7 +603,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 if (wi == 0 && lane < 4) {
 #pragma unroll
                     for (int j = 0; j < 4; ++j)
-                        *reinterpret_cast<float2*>(sScale + 8 * j + c_lane) = make_float2(alpha[2 * j], alpha[2 * j + 1]);
+                        *reinterpret_cast<float2*>(sScale + 8 * j + c_lane) =
+                            make_float2(alpha[2 * j], alpha[2 * j + 1]);
                 }
                 fence_proxy_async_smem();
                 named_barrier_arrive(kBarPReady, kLatentThreads);
@@ -605,7 +617,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             if (lane < 4) {
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
-                    *reinterpret_cast<float2*>(sColumnSum + wi * 32 + 8 * j + c_lane) = make_float2(l[2 * j], l[2 * j + 1]);
+                    *reinterpret_cast<float2*>(sColumnSum + wi * 32 + 8 * j + c_lane) =
+                        make_float2(l[2 * j], l[2 * j + 1]);
             }
             named_barrier_sync(kBarColumnMax, kWgThreads);
             if (wi == 0 && lane < 4) {
@@ -723,8 +736,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 const bool tail = in_tail(tile);
                 uint32_t bad_lo = 0, bad_hi = 0;  // tokens 0-31, 32-63 of the tile
                 if (tail) {
-                    const uint32_t bad = scrub_tail_rows<T>(sK + stage_of(tile) * kStageBytes, tile, first_hidden,
-                                                            length, wi, lane);
+                    const uint32_t bad =
+                        scrub_tail_rows<T>(sK + stage_of(tile) * kStageBytes, tile, first_hidden, length, wi, lane);
                     uint32_t* masks = sTailMask + (tile & 1) * 4;
                     if (lane == 0) masks[wi] = bad;
                     named_barrier_sync(kBarTailMask, kWgThreads);
@@ -793,7 +806,10 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                     *reinterpret_cast<uint32_t*>(sP + swizzled_offset(r0, c >> 3) + (c & 7) * 2) = pa[2 * j];
                     *reinterpret_cast<uint32_t*>(sP + swizzled_offset(r1, c >> 3) + (c & 7) * 2) = pa[2 * j + 1];
                 }
-                if ((lane & 3) == 0) { sScale[r0] = alpha0; sScale[r1] = alpha1; }
+                if ((lane & 3) == 0) {
+                    sScale[r0] = alpha0;
+                    sScale[r1] = alpha1;
+                }
                 fence_proxy_async_smem();
                 named_barrier_arrive(kBarPReady, kLatentThreads);
             }
@@ -804,8 +820,10 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 l1 += __shfl_xor_sync(0xffffffffu, l1, off);
             }
             if ((lane & 3) == 0) {
-                sMax[r0] = m0; sMax[r1] = m1;
-                sSum[r0] = l0; sSum[r1] = l1;
+                sMax[r0] = m0;
+                sMax[r1] = m1;
+                sSum[r0] = l0;
+                sSum[r1] = l1;
             }
             named_barrier_sync(kBarEnd, kLatentThreads);  // row max / sum visible
             if (p.cluster_merge) {
@@ -844,7 +862,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < kLatentTile / 16; ++kk) {
-                wgmma_m64n256k16_bt<T>(o, desc_advance(p_desc, kk * 32), desc_advance(v_desc, kk * 16 * kSwizzleRowBytes), 1);
+                wgmma_m64n256k16_bt<T>(o, desc_advance(p_desc, kk * 32),
+                                       desc_advance(v_desc, kk * 16 * kSwizzleRowBytes), 1);
             }
             wgmma_commit();
             wgmma_wait<0>();
@@ -870,12 +889,14 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                     float* dst = p.part_o + partial_row(p, split, b, r.qi, r.h) * p.v.dim + c0;
 #pragma unroll
                     for (int j = 0; j < 32; ++j)
-                        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+                        *reinterpret_cast<float2*>(dst + 8 * j) =
+                            make_float2(o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
                 } else {
                     const int64_t dst = row_offset(p.oa, b, r.qi, r.h) + c0;
 #pragma unroll
                     for (int j = 0; j < 32; ++j)
-                        store_pair(p.o, p.o_dtype, dst + 8 * j, o[4 * j + 2 * half] * inv, o[4 * j + 2 * half + 1] * inv);
+                        store_pair(p.o, p.o_dtype, dst + 8 * j, o[4 * j + 2 * half] * inv,
+                                   o[4 * j + 2 * half + 1] * inv);
                 }
             }
             return;
@@ -886,8 +907,10 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
             const int c = c0 + 8 * j;
-            *reinterpret_cast<float2*>(sO + r0 * kStagedRowFloats + c) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-            *reinterpret_cast<float2*>(sO + r1 * kStagedRowFloats + c) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+            *reinterpret_cast<float2*>(sO + r0 * kStagedRowFloats + c) =
+                make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            *reinterpret_cast<float2*>(sO + r1 * kStagedRowFloats + c) =
+                make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
         }
         merge_split_rows<kRows>(p, rb, g, b, sO, sMax, sSum, reinterpret_cast<float*>(sK + kMergeScratchOff),
                                 reinterpret_cast<int64_t*>(sK + kMergeOffsetsOff));
@@ -897,8 +920,9 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 
 const void* kernel_for(gqla_dtype cache, int rows_per_cta) {
     if (rows_per_cta == kLatentRowsTransposed)
-        return cache == GQLA_DTYPE_F16 ? reinterpret_cast<const void*>(&latent_wgmma_kernel<__half, kLatentRowsTransposed>)
-                                       : reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16, kLatentRowsTransposed>);
+        return cache == GQLA_DTYPE_F16
+                   ? reinterpret_cast<const void*>(&latent_wgmma_kernel<__half, kLatentRowsTransposed>)
+                   : reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16, kLatentRowsTransposed>);
     return cache == GQLA_DTYPE_F16 ? reinterpret_cast<const void*>(&latent_wgmma_kernel<__half, kLatentRows>)
                                    : reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16, kLatentRows>);
 }
@@ -924,7 +948,8 @@ bool latent_wgmma_fits(const AttentionParams& p) {
 }
 
 int latent_wgmma_smem_bytes(int rows_per_cta) {
-    return rows_per_cta == kLatentRowsTransposed ? LatentSmem<kLatentRowsTransposed>::kBytes : LatentSmem<kLatentRows>::kBytes;
+    return rows_per_cta == kLatentRowsTransposed ? LatentSmem<kLatentRowsTransposed>::kBytes
+                                                 : LatentSmem<kLatentRows>::kBytes;
 }
 
 void prepare_latent_wgmma_kernel() {
@@ -943,7 +968,8 @@ LatentTmaMaps latent_tma_maps(gqla_dtype cache, const PoolView& latent, const Po
                       rope.group_stride == 0 && latent.page_stride == int64_t(page_size) * latent.row_stride &&
                       rope.page_stride == int64_t(page_size) * rope.row_stride && pool_rows <= INT32_MAX;
     const int box_rows = fits ? tma_box_rows(page_size) : 0;
-    if (box_rows > 0 && encode_row_map(&maps.latent, cache, latent.base, latent.dim, pool_rows, latent.row_stride, box_rows) &&
+    if (box_rows > 0 &&
+        encode_row_map(&maps.latent, cache, latent.base, latent.dim, pool_rows, latent.row_stride, box_rows) &&
         encode_row_map(&maps.rope, cache, rope.base, rope.dim, pool_rows, rope.row_stride, box_rows))
         maps.box_rows = box_rows;
     return maps;

@@ -207,9 +207,7 @@ bool prefill_wgmma_fits(const AttentionParams& p) {
            p.heads_per_group > 0 && p.num_heads % p.heads_per_group == 0;
 }
 
-int prefill_wgmma_smem_bytes(int key_dim) {
-    return key_dim == 192 ? PrefillSmem<3>::kBytes : PrefillSmem<2>::kBytes;
-}
+int prefill_wgmma_smem_bytes(int key_dim) { return key_dim == 192 ? PrefillSmem<3>::kBytes : PrefillSmem<2>::kBytes; }
 
 void prepare_prefill_wgmma_kernels() {
     for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})

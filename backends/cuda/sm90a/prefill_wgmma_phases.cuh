@@ -224,7 +224,8 @@ __device__ __forceinline__ float2 softmax_tile(float (&s)[64], Rows& r, float sc
 
 // Scrubbed positions a row may see get probability NaN (after the sums, as
 // in the other kernels: the output carries the NaN).
-__device__ __forceinline__ void poison_scrubbed(float (&s)[64], const uint32_t* bad, int tile0, int lane, const Rows& r) {
+__device__ __forceinline__ void poison_scrubbed(float (&s)[64], const uint32_t* bad, int tile0, int lane,
+                                                const Rows& r) {
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll

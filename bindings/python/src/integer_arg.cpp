@@ -18,12 +18,12 @@ std::string range_text(int64_t lo, int64_t hi) {
 bool is_bool(py::handle value) {
     if (PyBool_Check(value.ptr())) return true;
     const std::string type = py::str(py::type::handle_of(value).attr("__name__"));
-    return type == "bool_" || (type == "bool" && py::type::handle_of(value).attr("__module__").cast<std::string>() == "numpy");
+    return type == "bool_" ||
+           (type == "bool" && py::type::handle_of(value).attr("__module__").cast<std::string>() == "numpy");
 }
 
 [[noreturn]] void refuse(py::handle value, const std::string& name, int64_t lo, int64_t hi, const char* why) {
-    invalid_argument(name + ": expected " + range_text(lo, hi) + ", got " + why +
-                     py::repr(value).cast<std::string>());
+    invalid_argument(name + ": expected " + range_text(lo, hi) + ", got " + why + py::repr(value).cast<std::string>());
 }
 
 }  // namespace

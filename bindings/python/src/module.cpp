@@ -39,8 +39,7 @@ py::dict probe(int device, int32_t index, bool calibrate) {
     info.struct_size = sizeof(info);
     {
         py::gil_scoped_release no_gil;  // calibration measures for up to a few hundred ms
-        check(gqla_probe(static_cast<gqla_device_type>(device), index,
-                         calibrate ? GQLA_PROBE_CALIBRATE : 0u, &info));
+        check(gqla_probe(static_cast<gqla_device_type>(device), index, calibrate ? GQLA_PROBE_CALIBRATE : 0u, &info));
     }
     return gqla_py::probe_to_dict(info);
 }
@@ -51,8 +50,8 @@ int32_t device_count(int device) {
     return count;
 }
 
-py::dict predict_cost(const py::dict& config_fields, py::object probe_fields, py::handle batch,
-                      py::handle context, py::handle s_q) {
+py::dict predict_cost(const py::dict& config_fields, py::object probe_fields, py::handle batch, py::handle context,
+                      py::handle s_q) {
     const gqla_config config = gqla_py::config_from_dict(config_fields);
     gqla_probe_info probe_info{};
     const bool have_probe = !probe_fields.is_none();
@@ -69,20 +68,20 @@ py::dict predict_cost(const py::dict& config_fields, py::object probe_fields, py
 }
 
 // gqla_merge_attention_states over lists of array objects (host memory).
-void merge_attention_states(const py::sequence& outputs, const py::sequence& lses, py::handle out,
-                            py::handle out_lse) {
+void merge_attention_states(const py::sequence& outputs, const py::sequence& lses, py::handle out, py::handle out_lse) {
     if (py::len(outputs) != py::len(lses))
         throw gqla_py::status_error(GQLA_ERR_INVALID_ARGUMENT,
                                     "merge_attention_states: outputs and lses differ in length (" +
-                                        std::to_string(py::len(outputs)) + " and " +
-                                        std::to_string(py::len(lses)) + ")");
+                                        std::to_string(py::len(outputs)) + " and " + std::to_string(py::len(lses)) +
+                                        ")");
     std::vector<std::unique_ptr<gqla_py::tensor_arg>> keep;
     std::vector<gqla_tensor> parts, part_lses;
     std::vector<std::string> names;
     names.reserve(2 * py::len(outputs));
     for (size_t i = 0; i < py::len(outputs); ++i) {
         names.push_back("outputs[" + std::to_string(i) + "]");
-        keep.push_back(std::make_unique<gqla_py::tensor_arg>(outputs[i], gqla_py::tensor_request{names.back().c_str()}));
+        keep.push_back(
+            std::make_unique<gqla_py::tensor_arg>(outputs[i], gqla_py::tensor_request{names.back().c_str()}));
         parts.push_back(*keep.back()->get());
         names.push_back("lses[" + std::to_string(i) + "]");
         keep.push_back(std::make_unique<gqla_py::tensor_arg>(lses[i], gqla_py::tensor_request{names.back().c_str()}));
@@ -108,15 +107,15 @@ PYBIND11_MODULE(_gqla, m) {
     m.attr("ABI_VERSION") = GQLA_VERSION;  // the header this module was compiled against
     m.def("version", &gqla_version, "Runtime library version, major*10000 + minor*100 + patch.");
     m.def("version_string", &gqla_version_string, "Runtime library version as 'major.minor.patch'.");
-    m.def("status_string", [](int status) { return gqla_status_string(static_cast<gqla_status>(status)); },
-          "Static English name of a status code.");
+    m.def(
+        "status_string", [](int status) { return gqla_status_string(static_cast<gqla_status>(status)); },
+        "Static English name of a status code.");
     m.def("config_defaults", &config_defaults, py::arg("kind"), "gqla_config_default(kind) as a dict.");
     m.def("validate_config", &validate_config, py::arg("config"), "gqla_config_validate on a config dict.");
-    m.def("probe", &probe, py::arg("device"), py::arg("index"), py::arg("calibrate"),
-          "gqla_probe as a dict.");
+    m.def("probe", &probe, py::arg("device"), py::arg("index"), py::arg("calibrate"), "gqla_probe as a dict.");
     m.def("device_count", &device_count, py::arg("device"), "gqla_device_count.");
-    m.def("predict_cost", &predict_cost, py::arg("config"), py::arg("probe"), py::arg("batch"),
-          py::arg("context"), py::arg("s_q"), "gqla_predict_cost for a config dict.");
+    m.def("predict_cost", &predict_cost, py::arg("config"), py::arg("probe"), py::arg("batch"), py::arg("context"),
+          py::arg("s_q"), "gqla_predict_cost for a config dict.");
     m.def("describe_tensor", &gqla_py::describe_tensor, py::arg("tensor"), py::arg("writable") = false,
           "The gqla_tensor descriptor the binding builds for an array object (no copy is made).");
 
@@ -134,10 +133,10 @@ PYBIND11_MODULE(_gqla, m) {
         .def("fork", &session_object::fork, py::arg("seq"))
         .def("length", &session_object::length, py::arg("seq"), py::arg("layer"))
         .def("append", &session_object::append, py::arg("layer"), py::arg("seq"), py::arg("a"), py::arg("b"))
-        .def("append_batch", &session_object::append_batch, py::arg("layer"), py::arg("seqs"),
-             py::arg("counts"), py::arg("a"), py::arg("b"))
-        .def("decode", &session_object::decode, py::arg("layer"), py::arg("seqs"), py::arg("q"),
-             py::arg("out"), py::arg("lse").none(true))
+        .def("append_batch", &session_object::append_batch, py::arg("layer"), py::arg("seqs"), py::arg("counts"),
+             py::arg("a"), py::arg("b"))
+        .def("decode", &session_object::decode, py::arg("layer"), py::arg("seqs"), py::arg("q"), py::arg("out"),
+             py::arg("lse").none(true))
         .def("attend", &session_object::attend, py::arg("layer"), py::arg("seqs"), py::arg("q"), py::arg("out"),
              py::arg("lse").none(true), py::arg("q_lens").none(true), py::arg("path"),
              py::arg("indices").none(true) = py::none())
@@ -145,8 +144,7 @@ PYBIND11_MODULE(_gqla, m) {
         .def("get_path", &session_object::get_path)
         .def("export_sequence", &session_object::export_sequence, py::arg("seq"))
         .def("import_sequence", &session_object::import_sequence, py::arg("data"))
-        .def("predict_cost", &session_object::predict_cost, py::arg("batch"), py::arg("context"),
-             py::arg("s_q"))
+        .def("predict_cost", &session_object::predict_cost, py::arg("batch"), py::arg("context"), py::arg("s_q"))
         .def("stats", &session_object::stats)
         .def("set_stream", &session_object::set_stream, py::arg("stream"))
         .def_property_readonly("stream", &session_object::stream)

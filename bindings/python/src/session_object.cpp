@@ -41,8 +41,8 @@ public:
         }
         for (py::handle item : object) {
             const std::string item_name = std::string(name) + "[" + std::to_string(copy_.size()) + "]";
-            copy_.push_back(static_cast<T>(integer_arg(item, item_name, std::numeric_limits<T>::min(),
-                                                       std::numeric_limits<T>::max())));
+            copy_.push_back(static_cast<T>(
+                integer_arg(item, item_name, std::numeric_limits<T>::min(), std::numeric_limits<T>::max())));
         }
         data_ = copy_.data();
         size_ = static_cast<int64_t>(copy_.size());
@@ -64,9 +64,7 @@ private:
 using int64_list = integer_list<int64_t>;
 using int32_list = integer_list<int32_t>;
 
-[[noreturn]] void throw_closed() {
-    throw status_error(GQLA_ERR_INVALID_STATE, "session: the session is closed");
-}
+[[noreturn]] void throw_closed() { throw status_error(GQLA_ERR_INVALID_STATE, "session: the session is closed"); }
 
 }  // namespace
 
@@ -97,9 +95,7 @@ session_object::session_object(const py::dict& config_fields) {
     device_index_ = resolved.device_index;
 }
 
-session_object::~session_object() {
-    gqla_session_destroy(handle_);
-}
+session_object::~session_object() { gqla_session_destroy(handle_); }
 
 void session_object::close() {
     py::gil_scoped_release no_gil;  // wait for calls in other threads without blocking them
@@ -170,8 +166,8 @@ void session_object::append_batch(py::handle layer_arg, py::handle seqs, py::han
     const bool latent = kind_ == GQLA_KIND_GQLA;
     int64_list ids(seqs, "seqs"), n(counts, "counts");
     if (ids.size() != n.size()) {
-        invalid_argument("counts: " + std::to_string(n.size()) + " entries for " +
-                         std::to_string(ids.size()) + " sequences");
+        invalid_argument("counts: " + std::to_string(n.size()) + " entries for " + std::to_string(ids.size()) +
+                         " sequences");
     }
     tensor_request ra{latent ? "c" : "k"}, rb{latent ? "kr" : "v"};
     ra.cuda_device_index = rb.cuda_device_index = device_index_;
@@ -183,8 +179,7 @@ void session_object::append_batch(py::handle layer_arg, py::handle seqs, py::han
     }));
 }
 
-void session_object::decode(py::handle layer_arg, py::handle seqs, py::handle q, py::handle o,
-                            py::handle lse) {
+void session_object::decode(py::handle layer_arg, py::handle seqs, py::handle q, py::handle o, py::handle lse) {
     const int32_t layer = int32_arg(layer_arg, "layer");
     int64_list ids(seqs, "seqs");
     tensor_request rq{"q"}, ro{"out"}, rl{"lse"};
@@ -213,8 +208,8 @@ int session_object::attend(py::handle layer_arg, py::handle seqs, py::handle q, 
         // The C call reads one entry per sequence; say so here rather than
         // let it read past a short list.
         if (lens->size() != ids.size()) {
-            invalid_argument("q_lens: " + std::to_string(lens->size()) + " entries for " +
-                             std::to_string(ids.size()) + " sequences");
+            invalid_argument("q_lens: " + std::to_string(lens->size()) + " entries for " + std::to_string(ids.size()) +
+                             " sequences");
         }
     }
     tensor_request rq{"q"}, ro{"out"}, rl{"lse"}, ri{"indices"};
@@ -252,9 +247,8 @@ py::bytes session_object::export_sequence(py::handle seq_arg) const {
     bytes.resize(needed);
     {
         py::gil_scoped_release no_gil;  // copies the whole cache of the sequence (a CUDA session waits)
-        check(locked([&](gqla_session* s) {
-            return gqla_sequence_export(s, seq, bytes.data(), bytes.size(), &needed);
-        }));
+        check(
+            locked([&](gqla_session* s) { return gqla_sequence_export(s, seq, bytes.data(), bytes.size(), &needed); }));
     }
     bytes.resize(needed);
     return py::bytes(bytes);
@@ -266,9 +260,7 @@ int64_t session_object::import_sequence(const py::bytes& data) {
     if (PyBytes_AsStringAndSize(data.ptr(), &buffer, &size) != 0) throw py::error_already_set();
     gqla_seq_id id = 0;
     py::gil_scoped_release no_gil;  // `data` stays referenced by the caller's frame
-    check(locked([&](gqla_session* s) {
-        return gqla_sequence_import(s, buffer, static_cast<size_t>(size), &id);
-    }));
+    check(locked([&](gqla_session* s) { return gqla_sequence_import(s, buffer, static_cast<size_t>(size), &id); }));
     return id;
 }
 

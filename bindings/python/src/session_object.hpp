@@ -33,8 +33,8 @@ public:
     int64_t fork(pybind11::handle parent);
     int64_t length(pybind11::handle seq, pybind11::handle layer) const;
     void append(pybind11::handle layer, pybind11::handle seq, pybind11::handle a, pybind11::handle b);
-    void append_batch(pybind11::handle layer, pybind11::handle seqs, pybind11::handle counts,
-                      pybind11::handle a, pybind11::handle b);
+    void append_batch(pybind11::handle layer, pybind11::handle seqs, pybind11::handle counts, pybind11::handle a,
+                      pybind11::handle b);
     void decode(pybind11::handle layer, pybind11::handle seqs, pybind11::handle q, pybind11::handle o,
                 pybind11::handle lse);
     // gqla_attention; q_lens None = uniform queries. Returns the path taken.

@@ -15,8 +15,7 @@ namespace gqla_py {
 // Thrown by the binding code; translated into gqla.<Subclass>(message, status).
 class status_error : public std::runtime_error {
 public:
-    status_error(gqla_status status, const std::string& message)
-        : std::runtime_error(message), status_(status) {}
+    status_error(gqla_status status, const std::string& message) : std::runtime_error(message), status_(status) {}
     gqla_status status() const { return status_; }
 
 private:

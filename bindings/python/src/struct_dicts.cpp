@@ -26,8 +26,7 @@ public:
         try {
             field = value.cast<T>();
         } catch (const py::cast_error&) {
-            invalid_argument(std::string(key) + ": expected a number, got " +
-                             py::repr(value).cast<std::string>());
+            invalid_argument(std::string(key) + ": expected a number, got " + py::repr(value).cast<std::string>());
         }
     }
 
@@ -65,9 +64,7 @@ py::dict path_cost_to_dict(const gqla_path_cost& cost) {
     return d;
 }
 
-std::string fixed_string(const char* chars, size_t capacity) {
-    return std::string(chars, strnlen(chars, capacity));
-}
+std::string fixed_string(const char* chars, size_t capacity) { return std::string(chars, strnlen(chars, capacity)); }
 
 void copy_fixed_string(char* dst, size_t capacity, const py::dict& fields, const char* key) {
     if (!fields.contains(key)) return;
@@ -112,12 +109,12 @@ gqla_config config_from_dict(const py::dict& fields) {
     r.read("group_begin", config.group_begin);
     r.read("group_count", config.group_count);
     r.read("keep_latent", config.keep_latent);
-    r.reject_unknown("config",
-                     {"kind", "num_heads", "num_kv_heads", "head_dim", "value_dim", "latent_dim",
-                      "nope_dim", "rope_dim", "num_layers", "cache_dtype", "io_dtype",
-                      "softmax_scale", "page_size", "max_tokens", "memory_budget_bytes",
-                      "max_sequences", "max_batch", "max_q_len", "device", "device_index", "path",
-                      "num_threads", "max_q_tokens", "group_begin", "group_count", "keep_latent"});
+    r.reject_unknown("config", {"kind",          "num_heads",     "num_kv_heads", "head_dim",    "value_dim",
+                                "latent_dim",    "nope_dim",      "rope_dim",     "num_layers",  "cache_dtype",
+                                "io_dtype",      "softmax_scale", "page_size",    "max_tokens",  "memory_budget_bytes",
+                                "max_sequences", "max_batch",     "max_q_len",    "device",      "device_index",
+                                "path",          "num_threads",   "max_q_tokens", "group_begin", "group_count",
+                                "keep_latent"});
     return config;
 }
 

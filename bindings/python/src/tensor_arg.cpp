@@ -45,10 +45,11 @@ void check_disjoint(const gqla_tensor& t, const char* name) {
     for (int k = 0; k < n; ++k) {
         const int i = order[k];
         if (t.strides[i] <= reach) {
-            invalid_argument(std::string(name) + ": strides overlap: dimension " + std::to_string(i) +
-                             " steps " + std::to_string(t.strides[i]) + " elements, within the " +
-                             std::to_string(reach + 1) + " the dimensions with smaller strides span, so two "
-                             "indices address one element (shape " + describe_shape(t.ndim, t.shape) +
+            invalid_argument(std::string(name) + ": strides overlap: dimension " + std::to_string(i) + " steps " +
+                             std::to_string(t.strides[i]) + " elements, within the " + std::to_string(reach + 1) +
+                             " the dimensions with smaller strides span, so two "
+                             "indices address one element (shape " +
+                             describe_shape(t.ndim, t.shape) +
                              "); expected non-overlapping strides (a contiguous array works)");
         }
         reach += (t.shape[i] - 1) * t.strides[i];
@@ -61,8 +62,8 @@ void check_disjoint(const gqla_tensor& t, const char* name) {
 // gives those all-zero strides).
 void finish_layout(gqla_tensor& t, const char* name) {
     if (t.ndim < 1 || t.ndim > GQLA_MAX_DIMS) {
-        invalid_argument(std::string(name) + ": " + std::to_string(t.ndim) +
-                         " dimensions; gqla takes 1.." + std::to_string(GQLA_MAX_DIMS));
+        invalid_argument(std::string(name) + ": " + std::to_string(t.ndim) + " dimensions; gqla takes 1.." +
+                         std::to_string(GQLA_MAX_DIMS));
     }
     for (int i = 0; i < t.ndim; ++i) {
         if (t.shape[i] == 0) {  // no element is addressed: any strides do
@@ -77,19 +78,19 @@ void finish_layout(gqla_tensor& t, const char* name) {
             continue;
         }
         if (i == t.ndim - 1 && t.strides[i] != 1 && t.shape[i] > 1) {
-            invalid_argument(std::string(name) + ": the innermost dimension must be contiguous "
-                             "(stride 1 element), got stride " + std::to_string(t.strides[i]) +
-                             " for shape " + describe_shape(t.ndim, t.shape) +
+            invalid_argument(std::string(name) +
+                             ": the innermost dimension must be contiguous "
+                             "(stride 1 element), got stride " +
+                             std::to_string(t.strides[i]) + " for shape " + describe_shape(t.ndim, t.shape) +
                              "; pass a view with unit inner stride or a contiguous copy");
         }
         if (t.strides[i] < 0) {
             invalid_argument(std::string(name) + ": negative stride " + std::to_string(t.strides[i]) +
-                             " in dimension " + std::to_string(i) +
-                             " is not supported; pass a contiguous copy");
+                             " in dimension " + std::to_string(i) + " is not supported; pass a contiguous copy");
         }
         if (t.strides[i] == 0 && t.shape[i] > 1) {
-            invalid_argument(std::string(name) + ": zero stride (broadcast) in dimension " +
-                             std::to_string(i) + " is not supported; materialize the array first");
+            invalid_argument(std::string(name) + ": zero stride (broadcast) in dimension " + std::to_string(i) +
+                             " is not supported; materialize the array first");
         }
         const int64_t extent = t.strides[i] * t.shape[i];
         if (extent > span) span = extent;
@@ -124,7 +125,8 @@ gqla_dtype numpy_dtype(const py::array& array, const char* name, bool index) {
     if (kind == 'f' && size == 2) return GQLA_DTYPE_F16;
     if (kind == 'u' && size == 2) return GQLA_DTYPE_BF16;
     if (size == 2 && py::str(dtype.attr("name")).cast<std::string>() == "bfloat16") return GQLA_DTYPE_BF16;
-    invalid_argument(std::string(name) + ": numpy dtype " + py::str(static_cast<const py::handle&>(dtype)).cast<std::string>() +
+    invalid_argument(std::string(name) + ": numpy dtype " +
+                     py::str(static_cast<const py::handle&>(dtype)).cast<std::string>() +
                      " is not supported; use float32, float16, or bfloat16 (as uint16 bits or "
                      "ml_dtypes.bfloat16)");
 }
@@ -139,8 +141,8 @@ gqla_dtype dlpack_dtype(DLDataType dtype, const char* name, bool index) {
     if (dtype.lanes == 1 && dtype.code == kDLFloat && dtype.bits == 32) return GQLA_DTYPE_F32;
     if (dtype.lanes == 1 && dtype.code == kDLFloat && dtype.bits == 16) return GQLA_DTYPE_F16;
     if (dtype.lanes == 1 && dtype.code == kDLBfloat && dtype.bits == 16) return GQLA_DTYPE_BF16;
-    invalid_argument(std::string(name) + ": DLPack dtype (code " + std::to_string(dtype.code) +
-                     ", bits " + std::to_string(dtype.bits) + ", lanes " + std::to_string(dtype.lanes) +
+    invalid_argument(std::string(name) + ": DLPack dtype (code " + std::to_string(dtype.code) + ", bits " +
+                     std::to_string(dtype.bits) + ", lanes " + std::to_string(dtype.lanes) +
                      ") is not supported; use float32, float16 or bfloat16");
 }
 
@@ -187,7 +189,8 @@ tensor_arg::tensor_arg(py::handle object, const tensor_request& request) {
         // A host buffer that numpy can view without copying.
         from_numpy(py::module_::import("numpy").attr("asarray")(object), request);
     } else {
-        invalid_argument(std::string(request.name) + ": expected a numpy array or an object with "
+        invalid_argument(std::string(request.name) +
+                         ": expected a numpy array or an object with "
                          "__dlpack__ or __cuda_array_interface__, got " +
                          py::str(py::type::handle_of(object).attr("__name__")).cast<std::string>());
     }
@@ -235,8 +238,8 @@ void tensor_arg::from_dlpack(py::handle object, const tensor_request& request) {
         const int type = device[0].cast<int>();
         pass_stream = type == kDLCUDA || type == kDLCUDAManaged;
     }
-    capsule = pass_stream ? object.attr("__dlpack__")(py::arg("stream") = request.cuda_stream)
-                          : object.attr("__dlpack__")();
+    capsule =
+        pass_stream ? object.attr("__dlpack__")(py::arg("stream") = request.cuda_stream) : object.attr("__dlpack__")();
 
     PyObject* raw = capsule.ptr();
     DLTensor* dl = nullptr;

@@ -18,9 +18,9 @@
 namespace gqla_py {
 
 struct tensor_request {
-    const char* name;           // argument name used in error messages
-    bool writable = false;      // outputs: read-only views are rejected
-    bool index = false;         // an index tensor (int32 only) instead of an io tensor
+    const char* name;               // argument name used in error messages
+    bool writable = false;          // outputs: read-only views are rejected
+    bool index = false;             // an index tensor (int32 only) instead of an io tensor
     int32_t cuda_device_index = 0;  // for __cuda_array_interface__ (it names no device)
     // CUDA stream the consumer will use, for __dlpack__(stream=...) of CUDA
     // tensors; 0 = the session has no stream set, so call __dlpack__() plainly.

@@ -47,16 +47,16 @@ extern "C" {
 #endif
 
 #if defined(_WIN32)
-#  define GQLA_API
+#define GQLA_API
 #elif defined(__GNUC__)
-#  define GQLA_API __attribute__((visibility("default")))
+#define GQLA_API __attribute__((visibility("default")))
 #else
-#  define GQLA_API
+#define GQLA_API
 #endif
 
 /* ---------------------------------------------------------------- version */
 
-#define GQLA_VERSION_MAJOR 1  /* ABI major: also the SONAME suffix (libgqla.so.1) */
+#define GQLA_VERSION_MAJOR 1 /* ABI major: also the SONAME suffix (libgqla.so.1) */
 #define GQLA_VERSION_MINOR 2
 #define GQLA_VERSION_PATCH 0
 /* Encoded as major * 10000 + minor * 100 + patch. */
@@ -91,8 +91,8 @@ GQLA_API const char* gqla_last_error_message(void);
 /* ------------------------------------------------------------------ enums */
 
 typedef enum gqla_kind {
-    GQLA_KIND_GQA = 1,  /* plain grouped-query attention: cache K [G,D], V [G,Dv] per token */
-    GQLA_KIND_GQLA = 2  /* group-query latent attention: cache c [r], kr [d_r] per token */
+    GQLA_KIND_GQA = 1, /* plain grouped-query attention: cache K [G,D], V [G,Dv] per token */
+    GQLA_KIND_GQLA = 2 /* group-query latent attention: cache c [r], kr [d_r] per token */
 } gqla_kind;
 
 typedef enum gqla_dtype {
@@ -118,8 +118,8 @@ typedef enum gqla_device_type {
 } gqla_device_type;
 
 typedef enum gqla_path {
-    GQLA_PATH_AUTO = 0,  /* chosen by the roofline cost model (GQLA); GQA kind: always GQA */
-    GQLA_PATH_GQA = 1,   /* per-group expanded cache (GQLA) / the only path (GQA kind) */
+    GQLA_PATH_AUTO = 0,   /* chosen by the roofline cost model (GQLA); GQA kind: always GQA */
+    GQLA_PATH_GQA = 1,    /* per-group expanded cache (GQLA) / the only path (GQA kind) */
     GQLA_PATH_ABSORB = 2, /* MQA over the latent cache (GQLA only) */
     /* gqla_attention only (GQLA): the GQA form over latent rows up-projected
      * for this call into the session's workspace, whether or not the
@@ -132,12 +132,12 @@ typedef enum gqla_path {
 #define GQLA_MAX_DIMS 6
 
 typedef struct gqla_tensor {
-    size_t struct_size;       /* sizeof(gqla_tensor) */
-    void* data;               /* first element; host or device memory per `device` */
+    size_t struct_size; /* sizeof(gqla_tensor) */
+    void* data;         /* first element; host or device memory per `device` */
     gqla_dtype dtype;
-    gqla_device_type device;  /* GQLA_DEVICE_CPU (host memory) or GQLA_DEVICE_CUDA */
-    int32_t device_index;     /* CUDA ordinal; ignored for CPU */
-    int32_t ndim;             /* 1..GQLA_MAX_DIMS */
+    gqla_device_type device; /* GQLA_DEVICE_CPU (host memory) or GQLA_DEVICE_CUDA */
+    int32_t device_index;    /* CUDA ordinal; ignored for CPU */
+    int32_t ndim;            /* 1..GQLA_MAX_DIMS */
     int64_t shape[GQLA_MAX_DIMS];
     int64_t strides[GQLA_MAX_DIMS]; /* in elements; innermost must be 1 */
 } gqla_tensor;
@@ -145,46 +145,45 @@ typedef struct gqla_tensor {
 /* Fill *t as a contiguous row-major host (GQLA_DEVICE_CPU) tensor.
  * Errors: INVALID_ARGUMENT (t or shape NULL, ndim outside 1..GQLA_MAX_DIMS,
  * a negative extent, unknown dtype). */
-GQLA_API gqla_status gqla_tensor_init(gqla_tensor* t, void* data, gqla_dtype dtype,
-                                      int32_t ndim, const int64_t* shape);
+GQLA_API gqla_status gqla_tensor_init(gqla_tensor* t, void* data, gqla_dtype dtype, int32_t ndim, const int64_t* shape);
 
 /* ----------------------------------------------------------------- config */
 
 typedef struct gqla_config {
-    size_t struct_size;      /* sizeof(gqla_config) */
+    size_t struct_size; /* sizeof(gqla_config) */
     gqla_kind kind;
 
     /* Heads. H % G == 0; query head h uses group h / (H / G). */
-    int32_t num_heads;       /* H */
-    int32_t num_kv_heads;    /* G: KV heads (GQA) or latent groups (GQLA) */
+    int32_t num_heads;    /* H */
+    int32_t num_kv_heads; /* G: KV heads (GQA) or latent groups (GQLA) */
 
     /* GQA kind dims */
-    int32_t head_dim;        /* D: query/key dim */
+    int32_t head_dim; /* D: query/key dim */
     /* value dim: GQA Dv (0 = head_dim); GQLA d_v (required) */
     int32_t value_dim;
 
     /* GQLA kind dims */
-    int32_t latent_dim;      /* r (kv_lora_rank) */
-    int32_t nope_dim;        /* d_c (qk_nope_head_dim) */
-    int32_t rope_dim;        /* d_r (qk_rope_head_dim) */
+    int32_t latent_dim; /* r (kv_lora_rank) */
+    int32_t nope_dim;   /* d_c (qk_nope_head_dim) */
+    int32_t rope_dim;   /* d_r (qk_rope_head_dim) */
 
-    int32_t num_layers;      /* >= 1 */
+    int32_t num_layers; /* >= 1 */
 
-    gqla_dtype cache_dtype;  /* storage of the KV cache (default BF16) */
-    gqla_dtype io_dtype;     /* dtype of k, v, c, kr, q and o tensors (default F32); lse is always F32 */
-    float softmax_scale;     /* 0 = default: 1/sqrt(D) (GQA), 1/sqrt(d_c + d_r) (GQLA) */
+    gqla_dtype cache_dtype; /* storage of the KV cache (default BF16) */
+    gqla_dtype io_dtype;    /* dtype of k, v, c, kr, q and o tensors (default F32); lse is always F32 */
+    float softmax_scale;    /* 0 = default: 1/sqrt(D) (GQA), 1/sqrt(d_c + d_r) (GQLA) */
 
-    int32_t page_size;       /* tokens per page (default 64) */
-    int64_t max_tokens;      /* token capacity of the page pool, summed over sequences
+    int32_t page_size;           /* tokens per page (default 64) */
+    int64_t max_tokens;          /* token capacity of the page pool, summed over sequences
                                 (0 = derive from memory_budget_bytes); the pool holds at
                                 most 2^24 pages, so at most 2^24 * page_size tokens */
     int64_t memory_budget_bytes; /* used only when max_tokens == 0: bytes for the always-kept
                                     cache (latent for GQLA, K/V for GQA; with keep_latent = 0:
                                     kr plus the expanded rows) over all layers; a
                                     budget of more than 2^24 pages is refused */
-    int32_t max_sequences;   /* live sequences at once (default 256) */
-    int32_t max_batch;       /* largest decode batch (default 256) */
-    int32_t max_q_len;       /* largest s_q / q_lens entry per call, up to 65536 (default 16) */
+    int32_t max_sequences;       /* live sequences at once (default 256) */
+    int32_t max_batch;           /* largest decode batch (default 256) */
+    int32_t max_q_len;           /* largest s_q / q_lens entry per call, up to 65536 (default 16) */
 
     gqla_device_type device; /* default AUTO */
     int32_t device_index;    /* CUDA ordinal (default 0) */
@@ -192,7 +191,7 @@ typedef struct gqla_config {
     int32_t num_threads;     /* CPU threads (0 = one per available core) */
 
     /* Appended in 1.1 (a caller built against 1.0 leaves it at its default). */
-    int64_t max_q_tokens;    /* largest number of query tokens in one call (the sum of
+    int64_t max_q_tokens; /* largest number of query tokens in one call (the sum of
                                 its q_lens; B * s_q for uniform calls), up to 2^22. 0 =
                                 max_batch * max_q_len (capped at 2^22). The workspaces scale with it (CUDA: about
                                 2 * max_q_tokens * H * (r + d_r + d_v) * 4 bytes for GQLA),
@@ -275,8 +274,8 @@ GQLA_API gqla_status gqla_sequence_release(gqla_session* session, gqla_seq_id se
 GQLA_API gqla_status gqla_sequence_fork(gqla_session* session, gqla_seq_id parent, gqla_seq_id* child);
 
 /* Cached tokens of `seq` in `layer`. Errors: NOT_FOUND, INVALID_ARGUMENT. */
-GQLA_API gqla_status gqla_sequence_length(const gqla_session* session, gqla_seq_id seq,
-                                          int32_t layer, int64_t* out_length);
+GQLA_API gqla_status gqla_sequence_length(const gqla_session* session, gqla_seq_id seq, int32_t layer,
+                                          int64_t* out_length);
 
 /* Serialize one sequence's cache so that it can be restored later, in this
  * or another session of the same kind, heads, dims, layer count and cache
@@ -294,8 +293,8 @@ GQLA_API gqla_status gqla_sequence_length(const gqla_session* session, gqla_seq_
  * the session's stream is being captured into a graph).
  * Errors: INVALID_ARGUMENT (needed NULL, buffer NULL with capacity > 0),
  * NOT_FOUND, CAPACITY, UNSUPPORTED, BACKEND. */
-GQLA_API gqla_status gqla_sequence_export(const gqla_session* session, gqla_seq_id seq, void* buffer,
-                                          size_t capacity, size_t* needed);
+GQLA_API gqla_status gqla_sequence_export(const gqla_session* session, gqla_seq_id seq, void* buffer, size_t capacity,
+                                          size_t* needed);
 
 /* Restore a sequence exported by gqla_sequence_export as a new sequence
  * (*out): its stored cache elements are identical to the exported ones, and
@@ -306,8 +305,7 @@ GQLA_API gqla_status gqla_sequence_export(const gqla_session* session, gqla_seq_
  * refused import leaves the session unchanged. All-or-nothing.
  * Errors: INVALID_ARGUMENT, INVALID_STATE (weights), CAPACITY (pages or
  * sequences), OUT_OF_MEMORY, BACKEND. */
-GQLA_API gqla_status gqla_sequence_import(gqla_session* session, const void* buffer, size_t size,
-                                          gqla_seq_id* out);
+GQLA_API gqla_status gqla_sequence_import(gqla_session* session, const void* buffer, size_t size, gqla_seq_id* out);
 
 /* ----------------------------------------------------------------- append */
 
@@ -318,16 +316,15 @@ GQLA_API gqla_status gqla_sequence_import(gqla_session* session, const void* buf
  * All-or-nothing. Errors: INVALID_ARGUMENT, NOT_FOUND, INVALID_STATE (GQLA
  * weights of the layer not set), CAPACITY (pool exhausted: nothing appended),
  * BACKEND. */
-GQLA_API gqla_status gqla_append(gqla_session* session, int32_t layer, gqla_seq_id seq,
-                                 const gqla_tensor* a, const gqla_tensor* b);
+GQLA_API gqla_status gqla_append(gqla_session* session, int32_t layer, gqla_seq_id seq, const gqla_tensor* a,
+                                 const gqla_tensor* b);
 
 /* Append to several sequences at once: sequence i receives counts[i] >= 0
  * consecutive rows of a/b (rows packed in the order of seqs; total rows =
  * sum(counts)). Shapes as gqla_append with n = sum(counts). A sequence id may
  * not repeat. All-or-nothing over the whole call. */
-GQLA_API gqla_status gqla_append_batch(gqla_session* session, int32_t layer, int32_t num_seqs,
-                                       const gqla_seq_id* seqs, const int64_t* counts,
-                                       const gqla_tensor* a, const gqla_tensor* b);
+GQLA_API gqla_status gqla_append_batch(gqla_session* session, int32_t layer, int32_t num_seqs, const gqla_seq_id* seqs,
+                                       const int64_t* counts, const gqla_tensor* a, const gqla_tensor* b);
 
 /* ----------------------------------------------------------------- decode */
 
@@ -344,19 +341,18 @@ GQLA_API gqla_status gqla_append_batch(gqla_session* session, int32_t layer, int
  * Errors: INVALID_ARGUMENT (shapes, dtypes, strides, batch > max_batch,
  * s_q > max_q_len, s_q > length of a sequence), NOT_FOUND, INVALID_STATE
  * (weights missing), BACKEND. */
-GQLA_API gqla_status gqla_decode(gqla_session* session, int32_t layer, int32_t batch,
-                                 const gqla_seq_id* seqs, const gqla_tensor* q,
-                                 gqla_tensor* o, gqla_tensor* lse);
+GQLA_API gqla_status gqla_decode(gqla_session* session, int32_t layer, int32_t batch, const gqla_seq_id* seqs,
+                                 const gqla_tensor* q, gqla_tensor* o, gqla_tensor* lse);
 
 /* ---------------------------------------------------- attention (general) */
 
 /* Arguments of gqla_attention. Initialize with gqla_attention_args_default;
  * later versions append fields (struct_size tells which are present). */
 typedef struct gqla_attention_args {
-    size_t struct_size;        /* sizeof(gqla_attention_args) */
+    size_t struct_size; /* sizeof(gqla_attention_args) */
     int32_t layer;
-    int32_t batch;             /* B sequences, 1..max_batch, each at most once */
-    const gqla_seq_id* seqs;   /* [B] */
+    int32_t batch;           /* B sequences, 1..max_batch, each at most once */
+    const gqla_seq_id* seqs; /* [B] */
     /* Query tokens per sequence (host memory, [B]): sequence i of length L
      * has q_lens[i] (1..min(L, max_q_len)) queries, its LAST q_lens[i]
      * tokens; query k attends to positions j <= L - q_lens[i] + k. NULL: every
@@ -457,36 +453,36 @@ GQLA_API gqla_status gqla_get_path(const gqla_session* session, gqla_path* activ
 /* ------------------------------------------------------------------ probe */
 
 /* ISA feature bits of gqla_probe_info.isa_flags */
-#define GQLA_ISA_SSE42      (1u << 0)
-#define GQLA_ISA_AVX        (1u << 1)
-#define GQLA_ISA_AVX2       (1u << 2)
-#define GQLA_ISA_FMA        (1u << 3)
-#define GQLA_ISA_F16C       (1u << 4)
-#define GQLA_ISA_AVX512F    (1u << 5)
-#define GQLA_ISA_AVX512BW   (1u << 6)
-#define GQLA_ISA_AVX512VL   (1u << 7)
+#define GQLA_ISA_SSE42 (1u << 0)
+#define GQLA_ISA_AVX (1u << 1)
+#define GQLA_ISA_AVX2 (1u << 2)
+#define GQLA_ISA_FMA (1u << 3)
+#define GQLA_ISA_F16C (1u << 4)
+#define GQLA_ISA_AVX512F (1u << 5)
+#define GQLA_ISA_AVX512BW (1u << 6)
+#define GQLA_ISA_AVX512VL (1u << 7)
 #define GQLA_ISA_AVX512BF16 (1u << 8)
 #define GQLA_ISA_AVX512FP16 (1u << 9)
-#define GQLA_ISA_AMX        (1u << 10)
+#define GQLA_ISA_AMX (1u << 10)
 
 /* Probe flags */
 #define GQLA_PROBE_CALIBRATE (1u << 0) /* measure bandwidth and peak (cached per process) */
 
 /* Bits of gqla_probe_info.measured: which roofline numbers were measured */
 #define GQLA_MEASURED_READ_GBPS (1u << 0) /* read_gbps */
-#define GQLA_MEASURED_PEAK      (1u << 1) /* peak_gflops_f32 (and the bf16 peak derived from it) */
+#define GQLA_MEASURED_PEAK (1u << 1)      /* peak_gflops_f32 (and the bf16 peak derived from it) */
 
 typedef struct gqla_probe_info {
-    size_t struct_size;          /* sizeof(gqla_probe_info) */
-    gqla_device_type device;     /* CPU or CUDA */
+    size_t struct_size;      /* sizeof(gqla_probe_info) */
+    gqla_device_type device; /* CPU or CUDA */
     int32_t device_index;
-    char vendor[64];             /* "AuthenticAMD", "NVIDIA", ... */
-    char name[128];              /* CPU model or GPU name */
+    char vendor[64]; /* "AuthenticAMD", "NVIDIA", ... */
+    char name[128];  /* CPU model or GPU name */
     /* CPU */
     int32_t logical_cores;
     int32_t physical_cores;
-    int32_t affinity_cores;      /* CPUs this process may run on */
-    uint64_t isa_flags;          /* GQLA_ISA_* (CPU) */
+    int32_t affinity_cores; /* CPUs this process may run on */
+    uint64_t isa_flags;     /* GQLA_ISA_* (CPU) */
     int32_t l1d_kb, l2_kb, l3_kb;
     /* CUDA */
     int32_t cc_major, cc_minor;
@@ -494,11 +490,11 @@ typedef struct gqla_probe_info {
     int32_t clock_mhz, mem_clock_mhz, bus_width_bits;
     double mem_gb;
     /* Roofline numbers used by the cost model */
-    double read_gbps;            /* memory read bandwidth, GB/s (1e9) */
-    double peak_gflops_f32;      /* FMA peak, all threads / SIMT f32 */
-    double peak_gflops_bf16;     /* tensor-core bf16 peak (CUDA); CPU: bf16 dot peak or f32 peak */
-    int32_t calibrated;          /* 1: read_gbps/peaks were measured, 0: estimated from specs */
-    int32_t measured;            /* GQLA_MEASURED_* bits: which numbers were measured, the others
+    double read_gbps;        /* memory read bandwidth, GB/s (1e9) */
+    double peak_gflops_f32;  /* FMA peak, all threads / SIMT f32 */
+    double peak_gflops_bf16; /* tensor-core bf16 peak (CUDA); CPU: bf16 dot peak or f32 peak */
+    int32_t calibrated;      /* 1: read_gbps/peaks were measured, 0: estimated from specs */
+    int32_t measured;        /* GQLA_MEASURED_* bits: which numbers were measured, the others
                                     are estimates (calibrated is 1 when all were). It fills what
                                     was tail padding, so sizeof is unchanged */
 } gqla_probe_info;
@@ -510,16 +506,15 @@ GQLA_API gqla_status gqla_device_count(gqla_device_type device, int32_t* out_cou
 /* Describe a device. Without GQLA_PROBE_CALIBRATE the numbers are estimated
  * from specs (fast); with it they are measured once per process (<= 200 ms
  * CPU, <= 300 ms CUDA) and cached. Errors: INVALID_ARGUMENT, UNSUPPORTED. */
-GQLA_API gqla_status gqla_probe(gqla_device_type device, int32_t device_index, uint32_t flags,
-                                gqla_probe_info* out);
+GQLA_API gqla_status gqla_probe(gqla_device_type device, int32_t device_index, uint32_t flags, gqla_probe_info* out);
 
 /* ------------------------------------------------------------------- cost */
 
 typedef struct gqla_workload {
-    size_t struct_size;   /* sizeof(gqla_workload) */
-    int32_t batch;        /* sequences per decode call */
-    int64_t context;      /* cached tokens per sequence (mean) */
-    int32_t q_len;        /* s_q */
+    size_t struct_size; /* sizeof(gqla_workload) */
+    int32_t batch;      /* sequences per decode call */
+    int64_t context;    /* cached tokens per sequence (mean) */
+    int32_t q_len;      /* s_q */
     /* Appended in 1.2: sparse (top-k) attention, the topk of
      * gqla_attention_args.indices; 0 = dense. A sparse step reads, per
      * query, its own min(topk, visible) positions (no sharing between the
@@ -527,36 +522,33 @@ typedef struct gqla_workload {
     int32_t topk;
 } gqla_workload;
 
-typedef enum gqla_bound {
-    GQLA_BOUND_MEMORY = 0,
-    GQLA_BOUND_COMPUTE = 1
-} gqla_bound;
+typedef enum gqla_bound { GQLA_BOUND_MEMORY = 0, GQLA_BOUND_COMPUTE = 1 } gqla_bound;
 
 typedef struct gqla_path_cost {
-    double bytes;          /* bytes read + written by one decode step */
+    double bytes; /* bytes read + written by one decode step */
     double flops;
-    double memory_s;       /* bytes / bandwidth */
-    double compute_s;      /* flops / peak */
-    double overhead_s;     /* fixed per-call overhead */
-    double time_s;         /* predicted: max(memory_s / memory efficiency,
+    double memory_s;   /* bytes / bandwidth */
+    double compute_s;  /* flops / peak */
+    double overhead_s; /* fixed per-call overhead */
+    double time_s;     /* predicted: max(memory_s / memory efficiency,
                               compute_s / compute efficiency) + overhead_s, the
                               efficiencies being the backend's measured ones */
-    gqla_bound bound;      /* the term that dominates time_s */
+    gqla_bound bound;  /* the term that dominates time_s */
 } gqla_path_cost;
 
 typedef struct gqla_cost_report {
-    size_t struct_size;        /* sizeof(gqla_cost_report) */
-    gqla_path_cost gqa;        /* GQA path (the only path of a GQA-kind config) */
-    gqla_path_cost absorb;     /* absorb path (zeros for GQA kind) */
-    gqla_path chosen;          /* what AUTO picks for this workload */
-    double expand_bytes;       /* one-time cost of building the expanded cache */
+    size_t struct_size;    /* sizeof(gqla_cost_report) */
+    gqla_path_cost gqa;    /* GQA path (the only path of a GQA-kind config) */
+    gqla_path_cost absorb; /* absorb path (zeros for GQA kind) */
+    gqla_path chosen;      /* what AUTO picks for this workload */
+    double expand_bytes;   /* one-time cost of building the expanded cache */
     double expand_flops;
     double expand_s;
     /* Appended in 1.1. */
-    gqla_path_cost transient;  /* GQLA: the GQA form over latent rows up-projected
+    gqla_path_cost transient; /* GQLA: the GQA form over latent rows up-projected
                                   per call (the expansion of the batch's
                                   context included); zeros for GQA kind */
-    gqla_path call_chosen;     /* what gqla_attention's AUTO picks for this
+    gqla_path call_chosen;    /* what gqla_attention's AUTO picks for this
                                   workload with no expanded cache kept:
                                   GQA (GQA kind), ABSORB or GQA_TRANSIENT */
 } gqla_cost_report;
@@ -564,8 +556,8 @@ typedef struct gqla_cost_report {
 /* Predict both paths' cost of one decode step of `layer`-sized attention for
  * workload w on `probe` (NULL: the probe of cfg->device). Pure: creates nothing.
  * Errors: INVALID_ARGUMENT, UNSUPPORTED. */
-GQLA_API gqla_status gqla_predict_cost(const gqla_config* cfg, const gqla_probe_info* probe,
-                                       const gqla_workload* w, gqla_cost_report* out);
+GQLA_API gqla_status gqla_predict_cost(const gqla_config* cfg, const gqla_probe_info* probe, const gqla_workload* w,
+                                       gqla_cost_report* out);
 
 /* The same for a live session, on its device's probe with its backend's
  * measured efficiency factors. */
@@ -575,20 +567,20 @@ GQLA_API gqla_status gqla_session_predict_cost(const gqla_session* session, cons
 /* ------------------------------------------------------------------ stats */
 
 typedef struct gqla_stats {
-    size_t struct_size;        /* sizeof(gqla_stats) */
-    gqla_device_type device;   /* device the session runs on */
-    gqla_path path;            /* active path */
+    size_t struct_size;      /* sizeof(gqla_stats) */
+    gqla_device_type device; /* device the session runs on */
+    gqla_path path;          /* active path */
     int32_t page_size;
     int64_t pages_total;
     int64_t pages_used;
     int64_t pages_free;
-    int64_t sequences;         /* live sequences */
-    int64_t tokens_cached;     /* sum over live sequences of their longest layer */
+    int64_t sequences;           /* live sequences */
+    int64_t tokens_cached;       /* sum over live sequences of their longest layer */
     int64_t token_capacity_left; /* pages_free * page_size */
-    int64_t latent_bytes;      /* bytes of the always-kept cache (K/V or latent + kr), all layers */
-    int64_t expanded_bytes;    /* bytes of the expanded cache now allocated (0 on absorb) */
-    int64_t weight_bytes;      /* bytes of stored weights */
-    int64_t workspace_bytes;   /* scratch owned by the session */
+    int64_t latent_bytes;        /* bytes of the always-kept cache (K/V or latent + kr), all layers */
+    int64_t expanded_bytes;      /* bytes of the expanded cache now allocated (0 on absorb) */
+    int64_t weight_bytes;        /* bytes of stored weights */
+    int64_t workspace_bytes;     /* scratch owned by the session */
     /* Appended in 1.2: bytes one token costs in one layer, scales included:
      * the always-kept cache (GQA: K and V; GQLA: latent c (when kept) and
      * kr) and the expanded cache of the GQLA GQA path (its size per token
@@ -636,8 +628,7 @@ GQLA_API gqla_status gqla_session_synchronize(gqla_session* session);
  * UNSUPPORTED). Errors: INVALID_ARGUMENT (shapes, dtypes, strides, NULL),
  * UNSUPPORTED. */
 GQLA_API gqla_status gqla_merge_attention_states(int32_t num_states, const gqla_tensor* outputs,
-                                                 const gqla_tensor* lses, gqla_tensor* out,
-                                                 gqla_tensor* out_lse);
+                                                 const gqla_tensor* lses, gqla_tensor* out, gqla_tensor* out_lse);
 
 #ifdef __cplusplus
 } /* extern "C" */

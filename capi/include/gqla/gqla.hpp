@@ -43,7 +43,8 @@ class Error : public std::runtime_error {
 public:
     Error(gqla_status status, const std::string& message)
         : std::runtime_error(std::string(gqla_status_string(status)) + ": " + message),
-          status_(status), message_(message) {}
+          status_(status),
+          message_(message) {}
     gqla_status status() const noexcept { return status_; }
     // The library's message alone, without the status name.
     const std::string& message() const noexcept { return message_; }
@@ -104,8 +105,8 @@ inline gqla_config default_config(gqla_kind kind) {
 }
 
 // GQA: H query heads over G KV heads of dim D (value dim Dv, 0 = D).
-inline ::gqla_config make_gqa_config(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
-                              int32_t value_dim = 0, int32_t num_layers = 1) {
+inline ::gqla_config make_gqa_config(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, int32_t value_dim = 0,
+                                     int32_t num_layers = 1) {
     gqla_config cfg = default_config(GQLA_KIND_GQA);
     cfg.num_heads = num_heads;
     cfg.num_kv_heads = num_kv_heads;
@@ -117,9 +118,8 @@ inline ::gqla_config make_gqa_config(int32_t num_heads, int32_t num_kv_heads, in
 
 // GQLA: H query heads over G latent groups; latent rank r, nope dim d_c,
 // rope dim d_r, value dim d_v (MLA when G == H).
-inline ::gqla_config make_gqla_config(int32_t num_heads, int32_t num_groups, int32_t latent_dim,
-                               int32_t nope_dim, int32_t rope_dim, int32_t value_dim,
-                               int32_t num_layers = 1) {
+inline ::gqla_config make_gqla_config(int32_t num_heads, int32_t num_groups, int32_t latent_dim, int32_t nope_dim,
+                                      int32_t rope_dim, int32_t value_dim, int32_t num_layers = 1) {
     ::gqla_config cfg = default_config(GQLA_KIND_GQLA);
     cfg.num_heads = num_heads;
     cfg.num_kv_heads = num_groups;
@@ -142,8 +142,7 @@ inline int32_t device_count(gqla_device_type device) {
     return n;
 }
 
-inline gqla_probe_info probe(gqla_device_type device = GQLA_DEVICE_CPU, int32_t index = 0,
-                             uint32_t flags = 0) {
+inline gqla_probe_info probe(gqla_device_type device = GQLA_DEVICE_CPU, int32_t index = 0, uint32_t flags = 0) {
     gqla_probe_info info;
     info.struct_size = sizeof info;
     check(gqla_probe(device, index, flags, &info));
@@ -176,8 +175,8 @@ inline void merge_attention_states(const std::vector<gqla_tensor>& outputs, cons
                                    gqla_tensor out, gqla_tensor* out_lse = nullptr) {
     if (outputs.size() != lses.size())
         throw Error(GQLA_ERR_INVALID_ARGUMENT, "merge_attention_states: outputs and lses differ in length");
-    check(gqla_merge_attention_states(static_cast<int32_t>(outputs.size()), outputs.data(), lses.data(), &out,
-                                      out_lse));
+    check(
+        gqla_merge_attention_states(static_cast<int32_t>(outputs.size()), outputs.data(), lses.data(), &out, out_lse));
 }
 
 // ------------------------------------------------------------------ session
@@ -258,8 +257,7 @@ public:
                       const gqla_tensor& a, const gqla_tensor& b) {
         if (seqs.size() != counts.size())
             throw Error(GQLA_ERR_INVALID_ARGUMENT, "append_batch: seqs and counts differ in length");
-        check(gqla_append_batch(handle_, layer, static_cast<int32_t>(seqs.size()), seqs.data(), counts.data(),
-                                &a, &b));
+        check(gqla_append_batch(handle_, layer, static_cast<int32_t>(seqs.size()), seqs.data(), counts.data(), &a, &b));
     }
 
     // q [B,s_q,H,Dq] -> o [B,s_q,H,Dv] (+ lse [B,s_q,H] f32 when given).
@@ -274,8 +272,7 @@ public:
     //   q_lens[i] queries of seqs[i]: rows packed in sequence order,
     //   q [N,H,Dq] -> o [N,H,Dv] (+ lse [N,H]), N = sum(q_lens).
     gqla_path attend(int32_t layer, const std::vector<gqla_seq_id>& seqs, const std::vector<int32_t>& q_lens,
-                     const gqla_tensor& q, gqla_tensor o, gqla_tensor* lse = nullptr,
-                     gqla_path path = GQLA_PATH_AUTO) {
+                     const gqla_tensor& q, gqla_tensor o, gqla_tensor* lse = nullptr, gqla_path path = GQLA_PATH_AUTO) {
         if (!q_lens.empty() && q_lens.size() != seqs.size())
             throw Error(GQLA_ERR_INVALID_ARGUMENT, "attend: q_lens has " + std::to_string(q_lens.size()) +
                                                        " entries for " + std::to_string(seqs.size()) + " sequences");
