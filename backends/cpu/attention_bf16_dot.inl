@@ -126,6 +126,17 @@ static inline void score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb
     GQLA_UNROLL
     for (int r = 0; r < RB; ++r) GQLA_UNROLL
     for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] * scale;
+    if constexpr (kSplit) {
+        // An inf in a key meets the low parts too, where a zero low part or
+        // one of the other sign turns +-inf into NaN: such a score is the
+        // high parts' alone, as an unsplit query's would be.
+        for (int r = 0; r < RB; ++r)
+            for (int t = 0; t < NT; ++t)
+                if (!__builtin_isfinite(sums[r * NT + t]))
+                    score_tile<1, 1, false>(qb + r * qb_ld, nullptr, qb_ld, scale, k1 + static_cast<int64_t>(t) * d1,
+                                            d1, k2 ? k2 + static_cast<int64_t>(t) * d2 : nullptr, d2, s + r * s_ld + t,
+                                            s_ld);
+    }
 }
 
 template <int RB, bool kSplit>

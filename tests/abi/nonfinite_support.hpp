@@ -144,7 +144,8 @@ inline double as_stored(double x, gqla_dtype t) {
     return f;
 }
 
-// Small odd sizes (vector tails everywhere) and s_q up to 4.
+// Small odd sizes (vector tails everywhere); s_q up to 4, or 40 for the
+// prefill-chunk case (the kernels for many query rows).
 inline gqla_config config_for(Kind kind, gqla_dtype dtype, int64_t max_tokens) {
     gqla_config cfg;
     REQUIRE(gqla_config_default(&cfg, kind == Kind::Gqa ? GQLA_KIND_GQA : GQLA_KIND_GQLA) == GQLA_OK);
@@ -169,7 +170,7 @@ inline gqla_config config_for(Kind kind, gqla_dtype dtype, int64_t max_tokens) {
     cfg.max_tokens = max_tokens;
     cfg.max_sequences = 48;
     cfg.max_batch = 48;
-    cfg.max_q_len = 4;
+    cfg.max_q_len = 40;
     cfg.num_threads = 2;  // long sequences are split over threads and merged
     return cfg;
 }

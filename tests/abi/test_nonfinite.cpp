@@ -6,6 +6,8 @@
 // lane, a register tile, a block or a page.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <set>
 #include <string>
@@ -127,6 +129,33 @@ TEST_CASE("a NaN or inf at a visible position reaches every output it feeds") {
                 s.decode_and_check(seqs, s_q);
                 release_all(s, seqs);
             }
+    });
+}
+
+// The same in a prefill chunk of 40 queries, which the CPU runs on its wide
+// kernels (rows in SIMD lanes; on AVX512-BF16 hosts f32 queries as two bf16
+// parts, whose low part must not turn an inf key's score into NaN).
+TEST_CASE("a NaN or inf at a visible position of a prefill chunk reaches every output it feeds") {
+    for_each_session_kind([](Kind kind, gqla_dtype dt) {
+        Session s(kind, dt);
+        const int32_t s_q = 40;
+        const int64_t L = std::max<int64_t>(length_for(s), 50);
+        for (double value : {kNaN, kInf, -kInf}) {
+            CAPTURE(value);
+            std::vector<gqla_seq_id> seqs;
+            int turn = 0;
+            // Seen by every query, by the later half, by the last one only.
+            for (int64_t pos : {int64_t(0), L - s_q / 2, L - 1})
+                for (bool in_b : {false, true}) {
+                    if (kind != Kind::Gqa && !in_b && !std::isnan(value)) continue;  // as above
+                    const int64_t cols = in_b ? s.b_cols() : s.a_cols();
+                    const int64_t elem = turn % 3 == 0 ? 0 : turn % 3 == 1 ? cols / 2 + 1 : cols - 1;
+                    ++turn;
+                    seqs.push_back(s.add(SequenceSpec{L, {Injection{in_b, pos, elem, value}}}));
+                }
+            s.decode_and_check(seqs, s_q);
+            release_all(s, seqs);
+        }
     });
 }
 
