@@ -62,6 +62,26 @@ void for_each_session_kind(F&& f) {
     });
 }
 
+// One sequence of length L per (position, tensor a or b) with `value` in one
+// element of that row. Elements rotate over the row (first, a middle one, the
+// last) so that they fall into vector bodies and scalar tails. An inf in the
+// latent is not tried: its key and value are the same numbers, where IEEE
+// leaves the order of the GQLA algebra to decide between NaN and inf.
+std::vector<gqla_seq_id> sequences_with_one_value(Session& s, Kind kind, int64_t L,
+                                                  const std::vector<int64_t>& positions, double value) {
+    std::vector<gqla_seq_id> seqs;
+    int turn = 0;
+    for (int64_t pos : positions)
+        for (bool in_b : {false, true}) {
+            if (kind != Kind::Gqa && !in_b && !std::isnan(value)) continue;
+            const int64_t cols = in_b ? s.b_cols() : s.a_cols();
+            const int64_t elem = turn % 3 == 0 ? 0 : turn % 3 == 1 ? cols / 2 + 1 : cols - 1;
+            ++turn;
+            seqs.push_back(s.add(SequenceSpec{L, {Injection{in_b, pos, elem, value}}}));
+        }
+    return seqs;
+}
+
 void release_all(Session& s, const std::vector<gqla_seq_id>& seqs) {
     for (gqla_seq_id id : seqs) s.release(id);
 }
@@ -108,24 +128,10 @@ TEST_CASE("a NaN or inf at a visible position reaches every output it feeds") {
                 if (!std::isnan(value) && s_q != 3) continue;
                 CAPTURE(value);
                 // One element per sequence: edges seen by query 0, then the
-                // causal tail (seen by later queries only). Elements rotate
-                // over the row (first, a middle one, the last) so that they
-                // fall into vector bodies and scalar tails. An inf in the
-                // latent is not tried at visible positions: its key and
-                // value are the same numbers, where IEEE leaves the order of
-                // the GQLA algebra to decide between NaN and inf.
+                // causal tail (seen by later queries only).
                 std::vector<int64_t> positions = edge_positions(s, L, s_q);
                 for (int64_t pos = L - s_q + 1; pos < L; ++pos) positions.push_back(pos);
-                std::vector<gqla_seq_id> seqs;
-                int turn = 0;
-                for (int64_t pos : positions)
-                    for (bool in_b : {false, true}) {
-                        if (kind != Kind::Gqa && !in_b && !std::isnan(value)) continue;
-                        const int64_t cols = in_b ? s.b_cols() : s.a_cols();
-                        const int64_t elem = turn % 3 == 0 ? 0 : turn % 3 == 1 ? cols / 2 + 1 : cols - 1;
-                        ++turn;
-                        seqs.push_back(s.add(SequenceSpec{L, {Injection{in_b, pos, elem, value}}}));
-                    }
+                const std::vector<gqla_seq_id> seqs = sequences_with_one_value(s, kind, L, positions, value);
                 s.decode_and_check(seqs, s_q);
                 release_all(s, seqs);
             }
@@ -142,17 +148,8 @@ TEST_CASE("a NaN or inf at a visible position of a prefill chunk reaches every o
         const int64_t L = std::max<int64_t>(length_for(s), 50);
         for (double value : {kNaN, kInf, -kInf}) {
             CAPTURE(value);
-            std::vector<gqla_seq_id> seqs;
-            int turn = 0;
             // Seen by every query, by the later half, by the last one only.
-            for (int64_t pos : {int64_t(0), L - s_q / 2, L - 1})
-                for (bool in_b : {false, true}) {
-                    if (kind != Kind::Gqa && !in_b && !std::isnan(value)) continue;  // as above
-                    const int64_t cols = in_b ? s.b_cols() : s.a_cols();
-                    const int64_t elem = turn % 3 == 0 ? 0 : turn % 3 == 1 ? cols / 2 + 1 : cols - 1;
-                    ++turn;
-                    seqs.push_back(s.add(SequenceSpec{L, {Injection{in_b, pos, elem, value}}}));
-                }
+            const std::vector<gqla_seq_id> seqs = sequences_with_one_value(s, kind, L, {0, L - s_q / 2, L - 1}, value);
             s.decode_and_check(seqs, s_q);
             release_all(s, seqs);
         }
