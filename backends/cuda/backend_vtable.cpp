@@ -132,8 +132,9 @@ gqla_status vt_synchronize(void* ctx) {
 //     ~20 us per call.
 //   Absorb path: the full probe bandwidth and 0.63 of the tensor peak (the
 //     sm_90a latent kernel: softmax and score products overlapped with the
-//     value products), ~48 us per call: five launches (reorder, cuBLAS q
-//     projection, attention + split combine, cuBLAS o projection, reorder)
+//     value products), ~48 us per call: three to six launches (cuBLAS q
+//     projection, attention, cuBLAS o projection; a q pack, a split combine
+//     and an o unpack where the call needs them)
 //     against one fused kernel on the GQA path. A memory factor of 1 with a
 //     large fixed cost is how the fit spreads a kernel near the bandwidth
 //     plus those launches; the product of the two is what is measured.
