@@ -41,6 +41,16 @@ static inline __m512i pair_order_second() {
     return _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
 }
 
+// The low part of x = hi + lo, hi = bf16(x) (round to nearest even): x - hi,
+// or 0 where that is below 2^-17 |x|, the noise that unscaling a bf16 value
+// leaves. *kept marks the lanes with a low part.
+static inline __m512 query_low_part(__m512 x, __mmask16* kept) {
+    const __m512 rest = _mm512_sub_ps(x, _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(x)));
+    *kept =
+        _mm512_cmp_ps_mask(_mm512_abs_ps(rest), _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0x1p-17f)), _CMP_GT_OQ);
+    return _mm512_maskz_mov_ps(*kept, rest);
+}
+
 // Queries of all rows as bf16, each key segment padded with zeros to 32,
 // unscaled (it.q carries softmax scale * log2 e; the scores take it back in
 // f32): q = hi + lo with hi = bf16(q) and lo = bf16(q - hi). A caller's bf16
@@ -55,7 +65,6 @@ static inline __m512i pair_order_second() {
 static inline bool round_queries(const GqaItem& it, float unscale_by, uint16_t* qb, uint16_t* ql, int64_t qb_ld) {
     const int p1 = (it.d1 + 31) / 32 * 32;
     const __m512 unscale = _mm512_set1_ps(unscale_by);
-    const __m512 tiny = _mm512_set1_ps(0x1p-17f);  // below this fraction of hi, lo is unscaling noise
     __mmask16 any_lo = 0;
     for (int r = 0; r < it.rows; ++r) {
         const float* q = it.q + static_cast<int64_t>(r) * it.q_ld;
@@ -72,15 +81,12 @@ static inline bool round_queries(const GqaItem& it, float unscale_by, uint16_t* 
                                     : n > 0 ? static_cast<__mmask16>((1u << n) - 1)
                                             : static_cast<__mmask16>(0);
                 const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + d), unscale);
-                const __m256bh hi = _mm512_cvtneps_pbh(v);
-                const __m512 rest = _mm512_sub_ps(v, _mm512_cvtpbh_ps(hi));
-                const __mmask16 keep =
-                    _mm512_cmp_ps_mask(_mm512_abs_ps(rest), _mm512_mul_ps(_mm512_abs_ps(v), tiny), _CMP_GT_OQ);
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + off + d), (__m256i)hi);
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + off + d), (__m256i)_mm512_cvtneps_pbh(v));
                 if (ql == nullptr) continue;
-                any_lo |= keep;
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst_lo + off + d),
-                                    (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_mov_ps(keep, rest)));
+                __mmask16 kept;
+                const __m512 lo = query_low_part(v, &kept);
+                any_lo |= kept;
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst_lo + off + d), (__m256i)_mm512_cvtneps_pbh(lo));
             }
         }
     }

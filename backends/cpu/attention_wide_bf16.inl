@@ -13,20 +13,13 @@
 
 // qp[kp][rows]: bf16 pairs of each row's query over its key dims; the k1 and
 // k2 segments (both even) pair separately, k2's pairs following k1's. As in
-// round_queries: the queries unscaled, high parts in qp and the low parts
-// that a bf16 query's unscaling noise does not explain in ql; returns
-// whether any low part is kept.
+// round_queries: the queries unscaled, high parts in qp and their low parts
+// (query_low_part) in ql; returns whether any low part is kept.
 static inline bool wide_pair_queries(const GqaItem& it, int R, uint32_t* qp, uint32_t* ql) {
     const int K = it.d1 + it.d2;
     const float unscale = it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f;
-    alignas(64) float even[16], odd[16], even_lo[16], odd_lo[16];
-    bool any_lo = false;
-    const auto split = [&](float x, float& lo) {
-        const float hi = gqla::bf16_to_f32(gqla::f32_to_bf16(x));  // round to nearest even, as vcvtneps2bf16
-        const float rest = x - hi;
-        lo = __builtin_fabsf(rest) > __builtin_fabsf(x) * 0x1p-17f ? rest : 0.0f;
-        any_lo = any_lo || lo != 0.0f;
-    };
+    alignas(64) float even[16], odd[16];
+    __mmask16 any_lo = 0;
     for (int kp = 0; kp < K / 2; ++kp)
         for (int i0 = 0; i0 < R; i0 += 16) {
             for (int i = 0; i < 16; ++i) {
@@ -34,13 +27,15 @@ static inline bool wide_pair_queries(const GqaItem& it, int R, uint32_t* qp, uin
                 const float* q = it.q + int64_t(row < it.rows ? row : 0) * it.q_ld + 2 * kp;
                 even[i] = row < it.rows ? q[0] * unscale : 0.0f;
                 odd[i] = row < it.rows ? q[1] * unscale : 0.0f;
-                split(even[i], even_lo[i]);
-                split(odd[i], odd_lo[i]);
             }
-            _mm512_storeu_si512(qp + kp * R + i0, pair_rows(_mm512_load_ps(even), _mm512_load_ps(odd)));
-            _mm512_storeu_si512(ql + kp * R + i0, pair_rows(_mm512_load_ps(even_lo), _mm512_load_ps(odd_lo)));
+            const __m512 e = _mm512_load_ps(even), o = _mm512_load_ps(odd);
+            __mmask16 kept_e, kept_o;
+            const __m512 e_lo = query_low_part(e, &kept_e), o_lo = query_low_part(o, &kept_o);
+            any_lo |= kept_e | kept_o;
+            _mm512_storeu_si512(qp + kp * R + i0, pair_rows(e, o));
+            _mm512_storeu_si512(ql + kp * R + i0, pair_rows(e_lo, o_lo));
         }
-    return any_lo;
+    return any_lo != 0;
 }
 
 template <int JT, int NV>

@@ -11,6 +11,7 @@
 
 #include "backends/cpu/aligned_buffer.hpp"
 #include "backends/cpu/kernel_table.hpp"
+#include "backends/cpu/softmax_constants.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "backends/cpu/workspace_layout.hpp"
 #include "core/backend_api.h"
@@ -98,6 +99,8 @@ struct CpuContext {
     ThreadPool& threads() { return *pool; }
 
     int n_rep() const { return desc.num_heads / desc.num_kv_heads; }
+    // The factor every kernel's queries carry: scores in the log2 domain.
+    float query_scale() const { return desc.softmax_scale * kLog2e; }
     // Width of one row of the expansion GEMM output: G * (d_c + d_v).
     int expanded_width() const { return desc.num_kv_heads * (desc.nope_dim + desc.value_dim); }
 

@@ -118,7 +118,7 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* a) {
     const int r = d.latent_dim, dc = d.nope_dim, dr = d.rope_dim, dv = d.value_dim, K = r + dr;
     const int64_t NW = ctx->expanded_width();
     const int RBmax = L.absorb_row_block;
-    const float q_scale = d.softmax_scale * kLog2e;
+    const float q_scale = ctx->query_scale();
     const AbsorbAttendFn attend = ctx->kernels->absorb_attend[d.cache_dtype - 1];
     const float* w = lw.w.as<float>();
     const float* wt = lw.wt.as<float>();

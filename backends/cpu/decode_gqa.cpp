@@ -106,7 +106,7 @@ gqla_status decode_gqa_form(CpuContext* ctx, const gqla_decode_args* a) {
                 it.rows = t.rows;
                 it.q = q32 + (u.row0 + t.row0) * dk;
                 it.q_ld = dk;
-                it.q_scale = d.softmax_scale * kLog2e;
+                it.q_scale = ctx->query_scale();
                 it.row_limit = area.limit;
                 it.page_table = seq.page_table;
                 it.page_size = d.page_size;

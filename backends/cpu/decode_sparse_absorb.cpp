@@ -253,7 +253,7 @@ void AbsorbSparse::finish(int64_t qi, const Query& q, const float* state, int64_
 // Phases 1-3: qc (scaled), q~ = qc W_UK[g], and the transposed query blocks.
 void AbsorbSparse::project_queries(int64_t q0, int64_t nq, const Query* queries) const {
     ThreadPool& pool = ctx_->threads();
-    const float scale = d_.softmax_scale * kLog2e;
+    const float scale = ctx_->query_scale();
     const gqla_dtype qd = a_->q.dtype;
     const int64_t M = M_;
     pool.parallel_for_spread(nq, [&](int64_t first, int64_t end, int) {

@@ -168,7 +168,7 @@ Area GqaSparse::area(float* base) const {
 }
 
 void GqaSparse::load_queries(const Query& q, float* q32) const {
-    const float scale = d_.softmax_scale * kLog2e;
+    const float scale = ctx_->query_scale();
     for (int h = 0; h < H_; ++h) load_row_f32(rows_.q(q.b, q.k, h), a_->q.dtype, dk_, scale, q32 + int64_t(h) * dk_);
 }
 
@@ -271,7 +271,7 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar,
             it.rows = n_rep_;
             it.q = ar.q + int64_t(g) * n_rep_ * dk_;
             it.q_ld = dk_;
-            it.q_scale = d_.softmax_scale * kLog2e;
+            it.q_scale = ctx_->query_scale();
             it.row_limit = ar.limit;
             it.page_table = kStagePage;
             it.page_size = kBlock;

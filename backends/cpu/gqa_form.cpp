@@ -73,7 +73,7 @@ GqaThreadArea gqa_thread_area(const CpuContext* ctx, int tid) {
 
 void load_chunk_queries(CpuContext* ctx, const CallRows& rows, const GqaChunk& c, int dk, float* q32) {
     const int n_rep = ctx->n_rep();
-    const float q_scale = ctx->desc.softmax_scale * kLog2e;
+    const float q_scale = ctx->query_scale();
     const gqla_dtype qt = rows.a->q.dtype;
     ctx->threads().parallel_for_spread(c.num_tiles, [&](int64_t first, int64_t end, int) {
         for (int64_t ti = first; ti < end; ++ti) {

@@ -241,7 +241,7 @@ gqla_status decode_gqa_transient(CpuContext* ctx, const gqla_decode_args* a) {
                         it.rows = t.rows;
                         it.q = q32 + (u.row0 + t.row0) * dk;
                         it.q_ld = dk;
-                        it.q_scale = d.softmax_scale * kLog2e;
+                        it.q_scale = ctx->query_scale();
                         it.row_limit = area.limit;
                         it.page_table = kSlotPage;
                         it.page_size = kPieceTokens;

@@ -20,7 +20,8 @@ constexpr int kAbsorbTokenBlock = 32;
 // GqaItem::scratch in floats, for `rows` query rows and keys of dk elements:
 // the score block and the per-row rescale, then room for the rows' queries
 // in bf16 twice (high and low parts) and their probabilities as bf16 pairs
-// (kernels with bf16 dot products; each key segment padded to 32 elements). Offsets are multiples of 16 floats.
+// (kernels with bf16 dot products; each key segment padded to 32 elements).
+// Offsets are multiples of 16 floats.
 // Workspace parts start at multiples of 16 floats (64 bytes).
 constexpr int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 constexpr int64_t gqa_scratch_scores_floats(int64_t rows) { return round16(rows * (kGqaTokenBlock + 1)); }

@@ -14,7 +14,6 @@
 #include <type_traits>  // std::integral_constant, used by attention_kernels.inl
 
 #include "backends/cpu/kernel_table.hpp"
-#include "core/dtype.hpp"
 #include "gqla/gqla.h"
 
 namespace gqla::cpu {

@@ -4,6 +4,7 @@
 #include "cache_kernels.hpp"
 
 #include <algorithm>
+#include "core/dtype.hpp"
 #include "cuda_status.hpp"
 #include "device_dtype.cuh"
 
@@ -97,10 +98,10 @@ __global__ void convert_2d_kernel(const void* src, int dtype, int64_t rows, int6
 
 void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream) {
     if (p.rows == 0) return;
-    const bool sized = p.src_dtype == GQLA_DTYPE_F32 || p.src_dtype == GQLA_DTYPE_F16 || p.src_dtype == GQLA_DTYPE_BF16;
-    const int64_t es = p.src_dtype == GQLA_DTYPE_F32 ? 4 : 2;
+    // Same dtype on both sides: a plain byte copy of each row.
+    const int64_t es = static_cast<int64_t>(dtype_size(static_cast<gqla_dtype>(p.src_dtype)));
     const auto aligned = [](int64_t bytes) { return bytes % 16 == 0; };
-    if (sized && p.src_dtype == p.dst_dtype && aligned(p.dim * es) && aligned(reinterpret_cast<uintptr_t>(p.src)) &&
+    if (es > 0 && p.src_dtype == p.dst_dtype && aligned(p.dim * es) && aligned(reinterpret_cast<uintptr_t>(p.src)) &&
         aligned(reinterpret_cast<uintptr_t>(p.dst)) && aligned(p.src_row_stride * es) &&
         aligned(p.src_group_stride * es) && aligned(p.dst_page_stride * es) && aligned(p.dst_group_stride * es) &&
         aligned(p.dst_row_stride * es)) {

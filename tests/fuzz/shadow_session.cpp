@@ -133,15 +133,12 @@ void ShadowSession::reference(gqla_seq_id id, int32_t layer, int32_t s_q, const 
         const int G = cfg_.num_kv_heads, r = cfg_.latent_dim, dc = cfg_.nope_dim, dr = cfg_.rope_dim,
                   dv = cfg_.value_dim, dq = dc + dr;
         std::vector<double> keys(static_cast<size_t>(L * G * dq)), vals(static_cast<size_t>(L * G * dv));
-        for (int64_t j = 0; j < L; ++j) {
-            double* kj = &keys[static_cast<size_t>(j * G * dq)];
-            double* vj = &vals[static_cast<size_t>(j * G * dv)];
-            gqla::ref::gqla_token_rows(G, r, dc, dr, dv, weights_[l].data(), s.a[l].data() + j * r,
-                                       s.b[l].data() + j * dr, kj, vj);
-            for (int g = 0; g < G; ++g)
-                for (int i = 0; i < dc; ++i) kj[g * dq + i] = as_stored(kj[g * dq + i]);  // kr: stored already
-            for (int64_t i = 0; i < int64_t(G) * dv; ++i) vj[i] = as_stored(vj[i]);
-        }
+        gqla::ref::gqla_expanded_rows(G, r, dc, dr, dv, L, weights_[l].data(), s.a[l].data(), s.b[l].data(),
+                                      keys.data(), vals.data());
+        for (int64_t row = 0; row < L * G; ++row)  // the nope parts; kr is stored already
+            for (int i = 0; i < dc; ++i)
+                keys[static_cast<size_t>(row * dq + i)] = as_stored(keys[static_cast<size_t>(row * dq + i)]);
+        for (double& v : vals) v = as_stored(v);
         gqla::ref::gqa_decode(cfg_.num_heads, G, dq, dv, L, s_q, cfg_.softmax_scale, q, keys.data(), vals.data(), o,
                               lse);
     } else if (is_gqla())

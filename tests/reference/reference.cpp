@@ -85,6 +85,14 @@ void gqla_token_rows(int G, int r, int d_c, int d_r, int d_v, const double* W, c
     }
 }
 
+void gqla_expanded_rows(int G, int r, int d_c, int d_r, int d_v, int64_t L, const double* W, const double* C,
+                        const double* KR, double* keys, double* vals) {
+    const size_t dq = static_cast<size_t>(d_c + d_r);
+    for (int64_t j = 0; j < L; ++j)
+        gqla_token_rows(G, r, d_c, d_r, d_v, W, C + static_cast<size_t>(j) * r, KR + static_cast<size_t>(j) * d_r,
+                        keys + static_cast<size_t>(j) * G * dq, vals + static_cast<size_t>(j) * G * d_v);
+}
+
 void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale, const double* q,
                  const double* W, const double* C, const double* KR, double* o, double* lse) {
     const int dq = d_c + d_r;
@@ -92,9 +100,7 @@ void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int 
     // explicitly, exactly as the definition reads.
     std::vector<double> keys(static_cast<size_t>(L) * G * dq);
     std::vector<double> vals(static_cast<size_t>(L) * G * d_v);
-    for (int64_t j = 0; j < L; ++j)
-        gqla_token_rows(G, r, d_c, d_r, d_v, W, C + static_cast<size_t>(j) * r, KR + static_cast<size_t>(j) * d_r,
-                        &keys[static_cast<size_t>(j) * G * dq], &vals[static_cast<size_t>(j) * G * d_v]);
+    gqla_expanded_rows(G, r, d_c, d_r, d_v, L, W, C, KR, keys.data(), vals.data());
     // With keys and values formed, the score is q[h]·key and the rest is GQA.
     gqa_decode(H, G, dq, d_v, L, s_q, scale, q, keys.data(), vals.data(), o, lse);
 }

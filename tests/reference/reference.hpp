@@ -33,6 +33,11 @@ void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale, c
 void gqla_token_rows(int G, int r, int d_c, int d_r, int d_v, const double* W, const double* c, const double* kr,
                      double* keys, double* vals);
 
+// The same for L tokens: keys [L, G, d_c + d_r], values [L, G, d_v], the
+// expanded rows the GQA path of a GQLA session attends over.
+void gqla_expanded_rows(int G, int r, int d_c, int d_r, int d_v, int64_t L, const double* W, const double* C,
+                        const double* KR, double* keys, double* vals);
+
 void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale, const double* q,
                  const double* W, const double* C, const double* KR, double* o, double* lse);
 
