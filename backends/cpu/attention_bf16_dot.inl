@@ -399,7 +399,8 @@ static void gqa_attend_bf16(const GqaItem& it) {
 
 // ---------------------------------------------------------------- absorb
 // Rows (heads x query tokens) sit in lanes as in absorb_attend. Scores pair
-// the key dim: q pairs (q[k], q[k+1]) per row, built once per item, against
+// the key dim: q pairs (q[k], q[k+1]) per row, built once per item as high
+// and low bf16 parts (two dot products per pair), against
 // (c[j][k], c[j][k+1]) broadcast straight from the cache. Values pair the
 // tokens: (c[j][k], c[j+1][k]) from a per-block interleave of two latent
 // rows against (p[j], p[j+1]) per row. The latent is never widened to f32.
@@ -416,15 +417,27 @@ static inline __m512i pair_rows(__m512 lo, __m512 hi) {
 }
 
 // qp[kp][rows] = (qt[2kp][rows], qt[2kp + 1][rows]); the c and kr segments
-// are paired separately (both even-sized).
-static inline void absorb_pair_queries(const AbsorbItem& it, uint32_t* qp) {
+// are paired separately (both even-sized). With ql, the pairs of the low
+// parts (query_low_part) go there, as round_queries splits GQA queries:
+// q~ = q_c W_UK is an f32 product, and rounding it to bf16 alone put score
+// errors of 2^-9 |s| into every score, enough with sharp softmaxes to take
+// outputs past the bf16 error bound (API-sequence fuzzer). Returns whether
+// some low part is kept.
+static inline bool absorb_pair_queries(const AbsorbItem& it, uint32_t* qp, uint32_t* ql) {
     const int K = it.r + it.d_r, R = it.rows_pad;
+    __mmask16 any_lo = 0;
     for (int kp = 0; kp < K / 2; ++kp)
         for (int i = 0; i < R; i += 16) {
             const __m512 a = _mm512_loadu_ps(it.qt + (2 * kp) * it.qt_ld + i);
             const __m512 b = _mm512_loadu_ps(it.qt + (2 * kp + 1) * it.qt_ld + i);
             _mm512_storeu_si512(qp + kp * R + i, pair_rows(a, b));
+            if (ql == nullptr) continue;
+            __mmask16 kept_a, kept_b;
+            const __m512 a_lo = query_low_part(a, &kept_a), b_lo = query_low_part(b, &kept_b);
+            any_lo |= kept_a | kept_b;
+            _mm512_storeu_si512(ql + kp * R + i, pair_rows(a_lo, b_lo));
         }
+    return any_lo != 0;
 }
 
 // st[j][rows] = sum over key pairs of (c[j] pair) . (q pair) for JT tokens x
@@ -455,25 +468,54 @@ static inline void absorb_score_tile_bf16(const uint16_t* key, int kw, int pairs
     for (int v = 0; v < NV; ++v) _mm512_storeu_ps(st + j * R + v * 16, acc[j * NV + v]);
 }
 
+// Scores of JT tokens x NV row vectors over two key segments (k1: d1 dims,
+// k2: d2, both even; k2's query pairs follow k1's in qp and ql): the high
+// parts' products, plus the low parts' when ql is given, except where the
+// high parts' score is not finite (an inf key): the low parts would turn
+// +-inf into NaN there (a zero low part, or one of the other sign), so those
+// stay as the high parts give them, as an unsplit query's would.
+template <int JT, int NV>
+static inline void split_score_tile_bf16(const uint16_t* k1, int d1, const uint16_t* k2, int d2, int R,
+                                         const uint32_t* qp, const uint32_t* ql, float* st) {
+    const int p1 = d1 / 2, p2 = d2 / 2;
+    absorb_score_tile_bf16<JT, NV>(k1, d1, p1, qp, R, st, false);
+    if (p2) absorb_score_tile_bf16<JT, NV>(k2, d2, p2, qp + p1 * R, R, st, true);
+    if (ql == nullptr) return;
+    alignas(64) float hi[JT * NV * 16];
+    for (int j = 0; j < JT; ++j)
+        for (int v = 0; v < NV; ++v) _mm512_store_ps(hi + (j * NV + v) * 16, _mm512_loadu_ps(st + j * R + v * 16));
+    absorb_score_tile_bf16<JT, NV>(k1, d1, p1, ql, R, st, true);
+    if (p2) absorb_score_tile_bf16<JT, NV>(k2, d2, p2, ql + p1 * R, R, st, true);
+    const __m512 inf = _mm512_set1_ps(__builtin_inff());
+    for (int j = 0; j < JT; ++j)
+        for (int v = 0; v < NV; ++v) {
+            const __m512 h = _mm512_load_ps(hi + (j * NV + v) * 16);
+            // |h| < inf is false for +-inf and NaN.
+            const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(h), inf, _CMP_LT_OQ);
+            float* out = st + j * R + v * 16;
+            _mm512_storeu_ps(out, _mm512_mask_blend_ps(finite, h, _mm512_loadu_ps(out)));
+        }
+}
+
+// Scores of the block's n tokens for the NV row vectors at column col (ql:
+// the low parts' pairs, or null).
 template <int NV>
 static inline void absorb_scores_cols_bf16(const AbsorbItem& it, int n, const uint16_t* c, const uint16_t* kr,
-                                           const uint32_t* qp, int col, PrefetchStream* pf) {
+                                           const uint32_t* qp, const uint32_t* ql, int col, PrefetchStream* pf) {
     constexpr int JT = kAbsorbTokens;
-    const int R = it.rows_pad, rp = it.r / 2, drp = it.d_r / 2;
-    const uint32_t* qr = qp + rp * R + col;  // rope pairs follow the latent pairs
+    const int R = it.rows_pad;
+    const uint32_t* q_lo = ql ? ql + col : nullptr;
     float* st = it.stile + col;
     int j = 0;
     for (; j + JT <= n; j += JT) {
         if (pf) pf->step();
-        absorb_score_tile_bf16<JT, NV>(c + static_cast<int64_t>(j) * it.r, it.r, rp, qp + col, R, st + j * R, false);
-        if (drp)
-            absorb_score_tile_bf16<JT, NV>(kr + static_cast<int64_t>(j) * it.d_r, it.d_r, drp, qr, R, st + j * R, true);
+        split_score_tile_bf16<JT, NV>(c + static_cast<int64_t>(j) * it.r, it.r, kr + static_cast<int64_t>(j) * it.d_r,
+                                      it.d_r, R, qp + col, q_lo, st + j * R);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        absorb_score_tile_bf16<1, NV>(c + static_cast<int64_t>(j) * it.r, it.r, rp, qp + col, R, st + j * R, false);
-        if (drp)
-            absorb_score_tile_bf16<1, NV>(kr + static_cast<int64_t>(j) * it.d_r, it.d_r, drp, qr, R, st + j * R, true);
+        split_score_tile_bf16<1, NV>(c + static_cast<int64_t>(j) * it.r, it.r, kr + static_cast<int64_t>(j) * it.d_r,
+                                     it.d_r, R, qp + col, q_lo, st + j * R);
     }
 }
 
@@ -571,7 +613,8 @@ static void absorb_attend_bf16(const AbsorbItem& it) {
     uint32_t* qp = it.pairs;
     uint32_t* cp = qp + round16(int64_t(K / 2) * R);
     uint32_t* pp = cp + round16(int64_t(kAbsorbTokenBlock / 2) * it.r);
-    absorb_pair_queries(it, qp);
+    uint32_t* ql = pp + round16(int64_t(kAbsorbTokenBlock / 2) * R);
+    if (!absorb_pair_queries(it, qp, ql)) ql = nullptr;
 
     // Latent and rope rows of the block of `n` tokens at position t.
     auto rows_at = [&](int64_t t, const uint16_t** c, const uint16_t** kr) {
@@ -596,8 +639,8 @@ static void absorb_attend_bf16(const AbsorbItem& it) {
         ahead.plan(n / kAbsorbTokens + n % kAbsorbTokens);
         PrefetchStream* pf = &ahead;
         int col = 0;
-        for (; col + 32 <= R; col += 32, pf = nullptr) absorb_scores_cols_bf16<2>(it, n, c, kr, qp, col, pf);
-        for (; col < R; col += 16, pf = nullptr) absorb_scores_cols_bf16<1>(it, n, c, kr, qp, col, pf);
+        for (; col + 32 <= R; col += 32, pf = nullptr) absorb_scores_cols_bf16<2>(it, n, c, kr, qp, ql, col, pf);
+        for (; col < R; col += 16, pf = nullptr) absorb_scores_cols_bf16<1>(it, n, c, kr, qp, ql, col, pf);
         absorb_softmax_block(it, t, n, min_limit, corr);
         if (t + n - 1 > min_limit) {
             // The causal diagonal: token pairs would put a token some lanes

@@ -356,7 +356,7 @@ static void absorb_attend_fp8_dot(const AbsorbItem& it) {
     uint32_t* qp = it.pairs;
     uint32_t* cp = qp + round16(int64_t(K / 2) * R);
     uint32_t* pp = cp + round16(int64_t(kAbsorbTokenBlock / 2) * it.r);
-    absorb_pair_queries(it, qp);
+    absorb_pair_queries(it, qp, nullptr);  // 8-bit latent: q~ rounded once
 
     struct Rows {
         const uint8_t* c;
@@ -386,8 +386,9 @@ static void absorb_attend_fp8_dot(const AbsorbItem& it) {
         const uint16_t* c = it.stage;
         PrefetchStream* pf = &ahead;
         int col = 0;
-        for (; col + 32 <= R; col += 32, pf = nullptr) absorb_scores_cols_bf16<2>(it, n, c, cur.kr, qp, col, pf);
-        for (; col < R; col += 16, pf = nullptr) absorb_scores_cols_bf16<1>(it, n, c, cur.kr, qp, col, pf);
+        for (; col + 32 <= R; col += 32, pf = nullptr)
+            absorb_scores_cols_bf16<2>(it, n, c, cur.kr, qp, nullptr, col, pf);
+        for (; col < R; col += 16, pf = nullptr) absorb_scores_cols_bf16<1>(it, n, c, cur.kr, qp, nullptr, col, pf);
         absorb_softmax_block(it, t, n, min_limit, corr);
         if (t + n - 1 > min_limit) {
             // The causal diagonal, lane by lane through the f32 tile.

@@ -38,33 +38,6 @@ static inline bool wide_pair_queries(const GqaItem& it, int R, uint32_t* qp, uin
     return any_lo != 0;
 }
 
-template <int JT, int NV>
-static inline void wide_score_tile_bf16(const GqaItem& it, int R, const uint16_t* k1, const uint16_t* k2,
-                                        const uint32_t* qp, const uint32_t* ql, float* st) {
-    const int p1 = it.d1 / 2, p2 = it.d2 / 2;
-    absorb_score_tile_bf16<JT, NV>(k1, it.d1, p1, qp, R, st, false);
-    if (p2) absorb_score_tile_bf16<JT, NV>(k2, it.d2, p2, qp + p1 * R, R, st, true);
-    if (ql == nullptr) return;
-    // The low parts added to the high parts' scores, except where those are
-    // not finite (an inf key): the low parts would turn +-inf into NaN there
-    // (a zero low part, or one of the other sign), so those stay as the high
-    // parts give them, as an unsplit query's would.
-    alignas(64) float hi[JT * NV * 16];
-    for (int j = 0; j < JT; ++j)
-        for (int v = 0; v < NV; ++v) _mm512_store_ps(hi + (j * NV + v) * 16, _mm512_loadu_ps(st + j * R + v * 16));
-    absorb_score_tile_bf16<JT, NV>(k1, it.d1, p1, ql, R, st, true);
-    if (p2) absorb_score_tile_bf16<JT, NV>(k2, it.d2, p2, ql + p1 * R, R, st, true);
-    const __m512 inf = _mm512_set1_ps(__builtin_inff());
-    for (int j = 0; j < JT; ++j)
-        for (int v = 0; v < NV; ++v) {
-            const __m512 h = _mm512_load_ps(hi + (j * NV + v) * 16);
-            // |h| < inf is false for +-inf and NaN.
-            const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(h), inf, _CMP_LT_OQ);
-            float* out = st + j * R + v * 16;
-            _mm512_storeu_ps(out, _mm512_mask_blend_ps(finite, h, _mm512_loadu_ps(out)));
-        }
-}
-
 // Scores of the block's n tokens for the NV row vectors at column col (ql:
 // the queries' low parts, or null).
 template <int NV>
@@ -74,13 +47,13 @@ static inline void wide_scores_cols_bf16(const GqaItem& it, int R, int n, const 
     int j = 0;
     for (; j + JT <= n; j += JT) {
         if (pf) pf->step();
-        wide_score_tile_bf16<JT, NV>(it, R, k1 + int64_t(j) * it.d1, k2 ? k2 + int64_t(j) * it.d2 : nullptr, qp, ql,
-                                     st + j * R);
+        split_score_tile_bf16<JT, NV>(k1 + int64_t(j) * it.d1, it.d1, k2 ? k2 + int64_t(j) * it.d2 : nullptr, it.d2, R,
+                                      qp, ql, st + j * R);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        wide_score_tile_bf16<1, NV>(it, R, k1 + int64_t(j) * it.d1, k2 ? k2 + int64_t(j) * it.d2 : nullptr, qp, ql,
-                                    st + j * R);
+        split_score_tile_bf16<1, NV>(k1 + int64_t(j) * it.d1, it.d1, k2 ? k2 + int64_t(j) * it.d2 : nullptr, it.d2, R,
+                                     qp, ql, st + j * R);
     }
 }
 

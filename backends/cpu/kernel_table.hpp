@@ -147,10 +147,11 @@ constexpr int64_t absorb_fp8_stage_floats(int64_t r) { return round16(kAbsorbTok
 
 // Scratch of the bf16-dot absorb kernel, in 4-byte words: the queries as
 // bf16 pairs over the key dim [(K + 1) / 2][rows], one block's latent as
-// pairs over tokens [kAbsorbTokenBlock / 2][r] and its probabilities as
-// pairs over tokens [kAbsorbTokenBlock / 2][rows]; each part 16-aligned.
+// pairs over tokens [kAbsorbTokenBlock / 2][r], its probabilities as pairs
+// over tokens [kAbsorbTokenBlock / 2][rows], and the queries' low parts as
+// pairs [(K + 1) / 2][rows]; each part 16-aligned.
 constexpr int64_t absorb_pair_scratch_floats(int64_t K, int64_t r, int64_t rows) {
-    return round16((K + 1) / 2 * rows) + round16(kAbsorbTokenBlock / 2 * r) + round16(kAbsorbTokenBlock / 2 * rows);
+    return 2 * round16((K + 1) / 2 * rows) + round16(kAbsorbTokenBlock / 2 * r) + round16(kAbsorbTokenBlock / 2 * rows);
 }
 
 // Up-projection of a block of latent rows for one group (the GQA_TRANSIENT
