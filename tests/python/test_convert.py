@@ -381,21 +381,49 @@ def test_llama_checkpoint_cli_and_deepseek_export(tmp_path, rng, capsys):
     fresh, _ = cv.convert_gqa_layer(src, 40, 8, 16, 16, calibration=x, deepseek_rope=True)
     assert rel(layers[1].output(x), fresh.output(x)) < 2e-2
     # DeepSeek-V3 export: per-head kv_b_proj rows from the group, interleaved rope, q scaled for
-    # DeepSeek's 1/sqrt(d_c+d_r); with the latent norm skipped it computes the GQLA layer.
+    # DeepSeek's 1/sqrt(d_c+d_r). Neutralized latent norm (default): one constant latent dim
+    # (r + 1 = 41) with a bias, so DeepSeek's own RMSNorm of the latent is a constant factor and
+    # the MLA layer, norm included, computes the GQLA layer on RMS-normalized inputs.
+    from gqla._convert_checkpoint import deepseek_layer as read_deepseek
     ds_config = json.load(open(ds_dir / "config.json"))
-    assert ds_config["model_type"] == "deepseek_v3" and ds_config["kv_lora_rank"] == 40
+    assert ds_config["model_type"] == "deepseek_v3" and ds_config["kv_lora_rank"] == 41
+    assert ds_config["attention_bias"] is True
     assert ds_config["num_attention_heads"] == 4 and ds_config["qk_rope_head_dim"] == 16
     ds = cv.Checkpoint(ds_dir)
     p = "model.layers.1.self_attn."
-    kv_b = ds.float(p + "kv_b_proj.weight").reshape(4, 24, 40)
+    kv_b = ds.float(p + "kv_b_proj.weight").reshape(4, 24, 41)
     np.testing.assert_array_equal(kv_b[0], kv_b[1])
     np.testing.assert_array_equal(kv_b[2], kv_b[3])
+    assert not kv_b[..., 40].any() and ds.float(p + "kv_a_layernorm.weight")[40] == 0
+    norm_w = ds.float("model.layers.1.input_layernorm.weight", np.float64)
+    normed = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + 1e-5) * norm_w
+    mla = read_deepseek(ds, ds_config, p)
+    assert mla.kv_a_proj_bias is not None and mla.kv_a_proj_bias[40] > 0
+    # The gap is the bf16 storage of the exported weights, not the norm (f32 export below).
+    assert rel(mla.output(normed), layers[1].output(normed)) < 2e-2
+    exact_dir, exact_ds = tmp_path / "gqla32", tmp_path / "ds32"
+    cv.convert_checkpoint(src_dir, exact_dir, latent_dim=40, nope_dim=8, rope_dim=16, calibration=x,
+                          dtype="f32", deepseek_v3_dir=exact_ds, log=None)
+    _, layers32 = cv.load_gqla_checkpoint(exact_dir)
+    mla32 = read_deepseek(cv.Checkpoint(exact_ds), json.load(open(exact_ds / "config.json")), p)
+    assert rel(mla32.output(normed), layers32[1].output(normed)) < 1e-5
+    # Without the norm neutralized ("ones"): the latent keeps r dims and no biases; the layer is
+    # the GQLA layer only where the runtime skips the norm.
+    ones_dir = tmp_path / "ds_ones"
+    assert cv.main([str(out_dir), str(ones_dir), "--to-deepseek-v3", "--deepseek-latent-norm", "ones"]) == 0
+    ones_config = json.load(open(ones_dir / "config.json"))
+    assert ones_config["kv_lora_rank"] == 40 and not ones_config.get("attention_bias")
+    ones = cv.Checkpoint(ones_dir)
+    assert p + "kv_a_proj_with_mqa.bias" not in ones
     equivalent = cv.GQLALayer(
         num_heads=4, num_groups=4, latent_dim=40, nope_dim=8, rope_dim=16, value_dim=16,
-        softmax_scale=1 / np.sqrt(8 + 16), kv_a_proj=ds.float(p + "kv_a_proj_with_mqa.weight"),
-        w_ukv=ds.float(p + "kv_b_proj.weight"), o_proj=ds.float(p + "o_proj.weight"),
-        rope=cv.RopeSpec(cv.llama_inv_freq(10000.0, 16), "interleaved"), q_proj=ds.float(p + "q_proj.weight"))
+        softmax_scale=1 / np.sqrt(8 + 16), kv_a_proj=ones.float(p + "kv_a_proj_with_mqa.weight"),
+        w_ukv=ones.float(p + "kv_b_proj.weight"), o_proj=ones.float(p + "o_proj.weight"),
+        rope=cv.RopeSpec(cv.llama_inv_freq(10000.0, 16), "interleaved"), q_proj=ones.float(p + "q_proj.weight"))
     assert rel(equivalent.output(x), layers[1].output(x)) < 2e-2
+    # The neutralized form cannot be read back as an MLA source (biases): a clear error.
+    with pytest.raises(cv.ConversionError, match="attention biases"):
+        cv.convert_mla_layer(mla, 2, 8, 16)
 
 
 def test_deepseek_checkpoint_to_fewer_groups(tmp_path, rng):

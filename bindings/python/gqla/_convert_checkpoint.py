@@ -138,6 +138,16 @@ def llama_layer(ckpt, config, prefix, dtype=np.float64):
     return layer
 
 
+def input_norm_max(ckpt, attention_prefix):
+    """max |weight| of the RMSNorm in front of the attention at
+    `attention_prefix` ('...layers.N.self_attn.'), 1 when the checkpoint has
+    none there (inputs are then taken as RMS-normalized with unit weight)."""
+    name = attention_prefix[:-len("self_attn.")] + "input_layernorm.weight"
+    if not attention_prefix.endswith("self_attn.") or name not in ckpt:
+        return 1.0
+    return float(np.max(np.abs(ckpt.float(name, np.float64))))
+
+
 def deepseek_layer(ckpt, config, prefix, dtype=np.float64):
     nope, rope_dim = _int_field(config, "qk_nope_head_dim"), _int_field(config, "qk_rope_head_dim")
     base, _ = rope_settings(config)
@@ -146,6 +156,8 @@ def deepseek_layer(ckpt, config, prefix, dtype=np.float64):
     layer = DeepseekAttention(
         kv_a_proj_with_mqa=get("kv_a_proj_with_mqa.weight"), kv_a_layernorm=get("kv_a_layernorm.weight"),
         kv_b_proj=get("kv_b_proj.weight"), o_proj=get("o_proj.weight"),
+        kv_a_proj_bias=get("kv_a_proj_with_mqa.bias") if prefix + "kv_a_proj_with_mqa.bias" in ckpt else None,
+        o_proj_bias=get("o_proj.bias") if prefix + "o_proj.bias" in ckpt else None,
         num_heads=_int_field(config, "num_attention_heads"), kv_lora_rank=_int_field(config, "kv_lora_rank"),
         qk_nope_head_dim=nope, qk_rope_head_dim=rope_dim, v_head_dim=_int_field(config, "v_head_dim"),
         # The rope part is carried over unchanged; a plain RoPE of the same

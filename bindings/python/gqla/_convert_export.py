@@ -8,6 +8,18 @@ is the same). DeepSeek pairs rope dims (2i, 2i+1) and computes the softmax
 scale as 1/sqrt(d_c+d_r) (times YaRN's mscale^2): the rope rows are
 permuted to that layout and the queries scaled so the product is the
 converted layer's scale.
+
+DeepSeek's runtime RMS-normalizes the latent (kv_a_layernorm), which a
+LLaMA-sourced latent never was. The "neutralized" export (the default)
+makes that norm a constant factor: the latent gets one more dim, fed by a
+bias s of kv_a_proj_with_mqa that dwarfs every |c| the layer can produce
+(its input is RMS-normalized, so |c| <= sigma_max(W_c) * max|w_norm| *
+sqrt(d)), with a norm weight of 0 so it never reaches kv_b_proj. The norm
+then divides c by s/sqrt(r+1) up to a relative 2^-17 * (|c|/bound)^2, and
+kv_b_proj is multiplied by s/sqrt(r+1). That needs attention_bias (the
+biases of kv_a_proj_with_mqa and o_proj), which transformers and
+DeepSeek's reference code build; "ones" writes the norm weight as ones
+instead, exact only in a runtime that skips the norm (gqla does).
 """
 
 import numpy as np
@@ -99,8 +111,21 @@ def check_deepseek_rope(inv_freq, layout, base):
             f"without llama3/linear RoPE scaling")
 
 
-def deepseek_tensors(layer, prefix, ds_scale):
-    """name -> float array of a converted layer in DeepSeek-V3's layout."""
+# The constant latent dim's bias is 2^NEUTRAL_MARGIN_BITS times the bound on |c|.
+NEUTRAL_MARGIN_BITS = 8
+LATENT_NORM_MODES = ("neutralize", "ones")
+
+
+def neutral_bias(kv_c, norm_max):
+    """The power of two s the constant latent dim carries: >= 2^8 times the
+    largest |c| = |W_c x| for an RMS-normalized x (|x| <= norm_max sqrt(d))."""
+    bound = np.linalg.norm(np.asarray(kv_c, np.float64), 2) * norm_max * np.sqrt(kv_c.shape[1])
+    return float(2.0 ** (np.ceil(np.log2(max(bound, 2.0 ** -60))) + NEUTRAL_MARGIN_BITS))
+
+
+def deepseek_tensors(layer, prefix, ds_scale, neutral_s=None):
+    """name -> float array of a converted layer in DeepSeek-V3's layout;
+    `neutral_s`: the constant latent dim's bias (neutralized norm), or None."""
     H, G, r, dc, dr, dv = (layer.num_heads, layer.num_groups, layer.latent_dim, layer.nope_dim, layer.rope_dim,
                            layer.value_dim)
     factor = layer.softmax_scale / ds_scale
@@ -118,11 +143,24 @@ def deepseek_tensors(layer, prefix, ds_scale):
     kv_a = np.asarray(layer.kv_a_proj, np.float64)
     if layer.rope.layout == "half":
         kv_a = np.concatenate([kv_a[:r], _to_interleaved(kv_a[r:], dr)])
-    out["kv_a_proj_with_mqa.weight"] = kv_a
-    out["kv_a_layernorm.weight"] = (np.ones(r) if layer.kv_a_layernorm is None
-                                    else np.asarray(layer.kv_a_layernorm))
     blocks = np.asarray(layer.w_ukv, np.float64).reshape(G, dc + dv, r)
-    out["kv_b_proj.weight"] = blocks[np.arange(H) // (H // G)].reshape(H * (dc + dv), r)
+    kv_b = blocks[np.arange(H) // (H // G)].reshape(H * (dc + dv), r)
+    if neutral_s is None:
+        out["kv_a_layernorm.weight"] = (np.ones(r) if layer.kv_a_layernorm is None
+                                        else np.asarray(layer.kv_a_layernorm))
+    else:
+        # Latent dim r is the constant: a zero weight row with bias s, and a
+        # zero norm weight and kv_b column; the norm's 1/rms ~ sqrt(r+1)/s
+        # is undone in kv_b.
+        kv_a = np.concatenate([kv_a[:r], np.zeros((1, kv_a.shape[1])), kv_a[r:]])
+        bias = np.zeros(kv_a.shape[0])
+        bias[r] = neutral_s
+        out["kv_a_proj_with_mqa.bias"] = bias
+        out["kv_a_layernorm.weight"] = np.concatenate([np.ones(r), [0.0]])
+        kv_b = np.concatenate([kv_b * (neutral_s / np.sqrt(r + 1)), np.zeros((kv_b.shape[0], 1))], axis=1)
+        out["o_proj.bias"] = np.zeros(np.shape(layer.o_proj)[0])
+    out["kv_a_proj_with_mqa.weight"] = kv_a
+    out["kv_b_proj.weight"] = kv_b
     out["o_proj.weight"] = layer.o_proj
     return {prefix + k: v for k, v in out.items()}
 
@@ -133,8 +171,9 @@ _CARRIED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers
             "hidden_act", "initializer_range", "torch_dtype", "rope_theta", "use_cache")
 
 
-def deepseek_config(config, section):
-    """A DeepSeek-V3 config.json for a GQLA checkpoint's config."""
+def deepseek_config(config, section, neutralized=False):
+    """A DeepSeek-V3 config.json for a GQLA checkpoint's config
+    (`neutralized`: the latent carries the constant dim, biases on)."""
     if section["source_kind"] == "mla":
         out = {k: v for k, v in config.items() if k not in ("gqla", "model_type", "architectures")}
         out.update(section.get("source_identity", {}))
@@ -143,10 +182,16 @@ def deepseek_config(config, section):
         out.update({"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
                     "q_lora_rank": None, "rope_scaling": None, "attention_bias": False,
                     "attention_dropout": 0.0, "first_k_dense_replace": config.get("num_hidden_layers", 0),
-                    "moe_layer_freq": 1, "n_routed_experts": None, "n_shared_experts": None,
-                    "num_experts_per_tok": None, "moe_intermediate_size": config.get("intermediate_size"),
+                    # Every layer dense; the MoE fields only need valid values
+                    # (transformers 5 rejects None for them).
+                    "moe_layer_freq": 1, "n_routed_experts": 1, "n_shared_experts": 1,
+                    "num_experts_per_tok": 1, "n_group": 1, "topk_group": 1,
+                    "moe_intermediate_size": config.get("intermediate_size"),
                     "rope_theta": section["rope_theta"]})
     out.update({"num_attention_heads": section["num_heads"], "num_key_value_heads": section["num_heads"],
-                "kv_lora_rank": section["latent_dim"], "qk_nope_head_dim": section["nope_dim"],
+                "kv_lora_rank": section["latent_dim"] + (1 if neutralized else 0),
+                "qk_nope_head_dim": section["nope_dim"],
                 "qk_rope_head_dim": section["rope_dim"], "v_head_dim": section["value_dim"]})
+    if neutralized:
+        out["attention_bias"] = True
     return out

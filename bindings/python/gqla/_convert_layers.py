@@ -138,10 +138,17 @@ class DeepseekAttention:
     q_a_layernorm: Optional[np.ndarray] = None  # [q_lora]
     q_b_proj: Optional[np.ndarray] = None      # [H*(d_c+d_r), q_lora]
     rms_norm_eps: float = 1e-6
+    kv_a_proj_bias: Optional[np.ndarray] = None  # [r + d_r] (attention_bias)
+    o_proj_bias: Optional[np.ndarray] = None     # [d]
 
     @property
     def hidden_size(self):
         return self.kv_a_proj_with_mqa.shape[1]
+
+    def kv_a(self, x):
+        """kv_a_proj_with_mqa's outputs [n, r + d_r] (with its bias)."""
+        out = _linear(x, self.kv_a_proj_with_mqa)
+        return out if self.kv_a_proj_bias is None else out + np.asarray(self.kv_a_proj_bias, np.float64)
 
     def check(self):
         H, r, dc, dr, dv = (self.num_heads, self.kv_lora_rank, self.qk_nope_head_dim,
@@ -156,6 +163,10 @@ class DeepseekAttention:
             raise ConversionError(f"kv_a_layernorm: expected shape [{r}], got {np.shape(self.kv_a_layernorm)}")
         _check_matrix("kv_b_proj", self.kv_b_proj, H * (dc + dv), r)
         _check_matrix("o_proj", self.o_proj, d, H * dv)
+        for name, bias, size in (("kv_a_proj_with_mqa.bias", self.kv_a_proj_bias, r + dr),
+                                 ("o_proj.bias", self.o_proj_bias, d)):
+            if bias is not None and np.shape(bias) != (size,):
+                raise ConversionError(f"{name}: expected shape [{size}], got {np.shape(bias)}")
         if self.q_proj is not None:
             _check_matrix("q_proj", self.q_proj, H * (dc + dr), d)
         elif self.q_a_proj is not None and self.q_b_proj is not None and self.q_a_layernorm is not None:
@@ -176,7 +187,7 @@ class DeepseekAttention:
 
     def latent(self, x):
         r = self.kv_lora_rank
-        return rms_norm(_linear(x, self.kv_a_proj_with_mqa[:r]), self.kv_a_layernorm, self.rms_norm_eps)
+        return rms_norm(self.kv_a(x)[:, :r], self.kv_a_layernorm, self.rms_norm_eps)
 
     def heads_output(self, x, positions=None, query_rows=None):
         x = np.asarray(x, np.float64)
@@ -187,7 +198,7 @@ class DeepseekAttention:
         q = np.concatenate([q[..., :dc], apply_rope(q[..., dc:], pos[rows], self.rope.inv_freq,
                                                     self.rope.layout)], axis=-1)
         c = self.latent(x)
-        kr = apply_rope(_linear(x, self.kv_a_proj_with_mqa[r:]), pos, self.rope.inv_freq, self.rope.layout)
+        kr = apply_rope(self.kv_a(x)[:, r:], pos, self.rope.inv_freq, self.rope.layout)
         w = np.asarray(self.kv_b_proj, np.float64).reshape(H, dc + dv, r)
         keys = np.concatenate([np.einsum("hdr,jr->hjd", w[:, :dc], c),
                                np.broadcast_to(kr, (H,) + kr.shape)], axis=-1)
@@ -196,7 +207,8 @@ class DeepseekAttention:
 
     def output(self, x, positions=None, query_rows=None):
         o = self.heads_output(x, positions, query_rows)
-        return o.reshape(o.shape[0], -1) @ np.asarray(self.o_proj, np.float64).T
+        out = o.reshape(o.shape[0], -1) @ np.asarray(self.o_proj, np.float64).T
+        return out if self.o_proj_bias is None else out + np.asarray(self.o_proj_bias, np.float64)
 
 
 @dataclass

@@ -73,6 +73,10 @@ def convert_mla_layer(src, num_groups, nope_dim, value_dim, calibration=None, *,
     if not isinstance(src, DeepseekAttention):
         raise ConversionError(f"src: expected a DeepseekAttention, got {type(src).__name__}")
     src.check()
+    if src.kv_a_proj_bias is not None or src.o_proj_bias is not None:
+        raise ConversionError("source: attention biases (kv_a_proj_with_mqa.bias, o_proj.bias) are not supported "
+                              "for an MLA source; a LLaMA-sourced DeepSeek-V3 export is converted from its GQLA "
+                              "checkpoint instead")
     groups, dc2, dv2 = check_mla_budget(src, num_groups, nope_dim, value_dim)
     eval_tokens = positive_int("eval_tokens", eval_tokens)
     bytes_per = dtype_bytes(cache_dtype)

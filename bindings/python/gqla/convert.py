@@ -30,14 +30,15 @@ import time
 import numpy as np
 
 from ._convert_checkpoint import (
-    attention_prefixes, calibration_for, copy_side_files, deepseek_layer, deepseek_softmax_scale, llama_dims,
+    attention_prefixes, calibration_for, copy_side_files, deepseek_layer, deepseek_softmax_scale, input_norm_max,
+    llama_dims,
     llama_layer, load_calibration, output_dtype, passthrough, read_config, rope_settings, shard_and_write,
     source_attention_names, source_kind, write_config,
 )
 from ._convert_errors import ConversionError
 from ._convert_export import (
-    check_deepseek_rope, deepseek_config, deepseek_tensors, gqla_layer_from, gqla_tensor_names,
-    gqla_tensor_shapes, gqla_tensors,
+    LATENT_NORM_MODES, check_deepseek_rope, deepseek_config, deepseek_tensors, gqla_layer_from, gqla_tensor_names,
+    gqla_tensor_shapes, gqla_tensors, neutral_bias,
 )
 from ._convert_gqa import check_gqa_budget, convert_gqa_layer
 from ._convert_layers import DeepseekAttention, GQLALayer, LlamaAttention
@@ -63,7 +64,7 @@ def _print(message):
 def convert_checkpoint(src_dir, out_dir, *, latent_dim=None, nope_dim=None, rope_dim=None, value_dim=None,
                        num_groups=None, calibration=None, dtype=None, deepseek_v3_dir=None, cache_dtype="bf16",
                        evaluate=True, fold="auto", context_length=4096, dropped_rope="nope", eval_tokens=32,
-                       holdout=0, log=_print):
+                       holdout=0, deepseek_latent_norm="neutralize", log=_print):
     """Convert every attention layer of the checkpoint in `src_dir` and write
     the GQLA checkpoint to `out_dir` (and a DeepSeek-V3-compatible one to
     `deepseek_v3_dir` when given). Returns the list of LayerReports.
@@ -75,7 +76,7 @@ def convert_checkpoint(src_dir, out_dir, *, latent_dim=None, nope_dim=None, rope
     ``calibration``: hidden states (array [n, d] or [layers, n, d], a dict
     layer -> [n, d], or a .npy/.safetensors path), None for weights only;
     the last ``holdout`` rows of each layer's are kept out of the fit and
-    measured on instead.
+    measured on instead. ``deepseek_latent_norm``: see :func:`to_deepseek_v3`.
     """
     log = log or (lambda message: None)
     config = read_config(src_dir)
@@ -177,7 +178,7 @@ def convert_checkpoint(src_dir, out_dir, *, latent_dim=None, nope_dim=None, rope
     write_config(out_dir, out_config)
     copy_side_files(src_dir, out_dir)
     if deepseek_v3_dir:
-        to_deepseek_v3(out_dir, deepseek_v3_dir)
+        to_deepseek_v3(out_dir, deepseek_v3_dir, deepseek_latent_norm)
     return reports
 
 
@@ -191,23 +192,33 @@ def load_gqla_checkpoint(directory, dtype=np.float64):
     return config, {i: gqla_layer_from(ckpt, section, p, dtype) for i, p in attention_prefixes(ckpt).items()}
 
 
-def to_deepseek_v3(gqla_dir, out_dir):
+def to_deepseek_v3(gqla_dir, out_dir, latent_norm="neutralize"):
     """Write the GQLA checkpoint in `gqla_dir` as a DeepSeek-V3-compatible
     checkpoint: every head's kv_b_proj rows repeated from its group, rope
     rows in DeepSeek's pairing, queries scaled for DeepSeek's softmax scale.
 
     A LLaMA-sourced layer has no latent norm, but DeepSeek's runtime applies
-    kv_a_layernorm (RMSNorm) to the latent: the exported layer computes the
-    converted function only in a runtime that skips that norm (gqla does;
-    the weight is written as ones).
+    kv_a_layernorm (RMSNorm) to the latent. ``latent_norm="neutralize"``
+    (default) adds one constant latent dim (kv_lora_rank = r + 1, with
+    attention_bias) that turns the norm into a constant factor, so the
+    exported model computes the converted function in any runtime that
+    builds DeepSeek's attention biases (transformers does); ``"ones"``
+    writes the norm weight as ones (kv_lora_rank = r, no biases), exact only
+    where the norm is skipped. An MLA-sourced layer keeps its own norm.
     """
+    if latent_norm not in LATENT_NORM_MODES:
+        raise ConversionError(f"latent_norm: expected one of {', '.join(LATENT_NORM_MODES)}, got {latent_norm!r}")
     config = read_config(gqla_dir)
     section = config.get("gqla")
     if not isinstance(section, dict):
         raise ConversionError(f"gqla_dir: {gqla_dir} is not a GQLA checkpoint (no 'gqla' section)")
     ckpt = Checkpoint(gqla_dir)
     prefixes = attention_prefixes(ckpt)
-    ds_config = deepseek_config(config, section)
+    neutral = latent_norm == "neutralize" and not section["latent_norm"]
+    if neutral and ckpt.dtype(next(iter(prefixes.values())) + "o_proj.weight") == "F16":
+        raise ConversionError("latent_norm: the neutralized latent norm scales kv_b_proj by the constant "
+                              "dim's bias, past f16's range; convert with dtype bf16/f32 or latent_norm='ones'")
+    ds_config = deepseek_config(config, section, neutralized=neutral)
     if section["source_kind"] == "mla":
         ds_scale = deepseek_softmax_scale(ds_config, section["nope_dim"], section["rope_dim"])
     else:
@@ -221,7 +232,10 @@ def to_deepseek_v3(gqla_dir, out_dir):
         if index not in cache:
             cache.clear()
             layer = gqla_layer_from(ckpt, section, prefixes[index], np.float64 if wide else np.float32)
-            cache[index] = deepseek_tensors(layer, prefixes[index], ds_scale)
+            s = None
+            if neutral:
+                s = neutral_bias(layer.kv_a_proj[:layer.latent_dim], input_norm_max(ckpt, prefixes[index]))
+            cache[index] = deepseek_tensors(layer, prefixes[index], ds_scale, s)
         return cache[index]
 
     H = section["num_heads"]
@@ -237,11 +251,19 @@ def to_deepseek_v3(gqla_dir, out_dir):
                 continue
             shape = ckpt.shape(name)
             if name.endswith("kv_b_proj.weight"):
-                shape = (H * (dc + dv), r)
+                shape = (H * (dc + dv), r + neutral)
+            elif name.endswith("kv_a_proj_with_mqa.weight"):
+                shape = (shape[0] + neutral, shape[1])
             tensors[name] = PendingTensor(weight_dtype, shape, lambda n=name, i=index: exported(i)[n])
+        extra = {}
         if not section["latent_norm"]:
-            name = prefix + "kv_a_layernorm.weight"
-            tensors[name] = PendingTensor(weight_dtype, (r,), lambda n=name, i=index: exported(i)[n])
+            extra["kv_a_layernorm.weight"] = (r + neutral,)
+        if neutral:
+            extra["kv_a_proj_with_mqa.bias"] = (r + 1 + section["rope_dim"],)
+            extra["o_proj.bias"] = (ckpt.shape(prefix + "o_proj.weight")[0],)
+        for suffix, shape in extra.items():
+            tensors[prefix + suffix] = PendingTensor(weight_dtype, shape,
+                                                     lambda n=prefix + suffix, i=index: exported(i)[n])
     rest, rest_dtypes = passthrough(ckpt, attention)
     tensors.update(rest)
     dtypes.update(rest_dtypes)
@@ -266,6 +288,10 @@ def _parser():
     p.add_argument("--calibration", help="hidden states at the attention input: .npy [n, d] or [layers, n, d], "
                                          "or .safetensors; default: weights only")
     p.add_argument("--deepseek-v3", metavar="DIR", help="also write a DeepSeek-V3-compatible checkpoint")
+    p.add_argument("--deepseek-latent-norm", default="neutralize", choices=LATENT_NORM_MODES,
+                   help="DeepSeek-V3 export of a LLaMA source: 'neutralize' (default; one constant latent dim "
+                        "and attention biases make kv_a_layernorm a constant factor) or 'ones' (norm weight "
+                        "ones; exact only where the runtime skips the norm)")
     p.add_argument("--to-deepseek-v3", action="store_true",
                    help="only export an existing GQLA checkpoint (SOURCE) as DeepSeek-V3 to OUTPUT")
     p.add_argument("--dtype", choices=["bf16", "f16", "f32", "f64"], help="dtype of the converted tensors "
@@ -288,7 +314,7 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     try:
         if args.to_deepseek_v3:
-            to_deepseek_v3(args.source, args.output)
+            to_deepseek_v3(args.source, args.output, args.deepseek_latent_norm)
             print(f"wrote a DeepSeek-V3-compatible checkpoint to {args.output}")
             return 0
         fold = args.fold if args.fold == "auto" else int(args.fold)
@@ -298,7 +324,7 @@ def main(argv=None):
             value_dim=args.value_dim, num_groups=args.groups, calibration=args.calibration, dtype=args.dtype,
             deepseek_v3_dir=args.deepseek_v3, cache_dtype=args.cache_dtype, evaluate=not args.no_eval,
             fold=fold, context_length=args.context_length, dropped_rope=args.dropped_rope,
-            eval_tokens=args.eval_tokens, holdout=args.holdout)
+            eval_tokens=args.eval_tokens, holdout=args.holdout, deepseek_latent_norm=args.deepseek_latent_norm)
     except ConversionError as e:
         print(f"gqla.convert: error: {e}", file=sys.stderr)
         return 2
