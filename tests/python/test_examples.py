@@ -4,7 +4,9 @@
 Each example checks its results against a float64 reference and prints the
 worst error; here they run as a user would start them (a fresh interpreter,
 the package found through PYTHONPATH) and must exit 0 within a time limit.
-torch_gpu.py needs torch and a GPU and is left to the GPU suite.
+torch_gpu.py needs torch and a GPU and is left to the GPU suite; the
+Hugging Face examples need torch and transformers (the GPU machine has
+them) and are skipped where either is missing.
 """
 
 import os
@@ -19,10 +21,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(gqla.__file__)))
 
 
-@pytest.mark.parametrize("script", ["decode_loop.py", "convert_llama.py"])
-def test_example_runs(script):
+def run_example(script, timeout):
     env = dict(os.environ, PYTHONPATH=PACKAGE_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.setdefault("GQLA_PROBE_CALIBRATE", "0")
     done = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", script)], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{script} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.parametrize("script", ["decode_loop.py", "convert_llama.py"])
+def test_example_runs(script):
+    run_example(script, 120)
+
+
+@pytest.mark.parametrize("script", ["hf_generate.py", "hf_convert_logits.py"])
+def test_hugging_face_example_runs(script):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    print(run_example(script, 900))
