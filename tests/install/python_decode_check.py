@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """python3 python_decode_check.py EXPECTED_DIR: run by an installed gqla's
-interpreter. Decodes one GQA step on the CPU, checks it against a float64
-NumPy computation, and checks that the gqla package and every libgqla the
-process mapped lie under EXPECTED_DIR (the install under test, not a build
-tree). Prints "OK ..." and exits 0, or says what is wrong and exits 1.
+interpreter. Decodes one GQA step on the CPU (and on the GPU when the
+install carries the CUDA module and a GPU is visible), checks it against a
+float64 NumPy computation, and checks that the gqla package and every
+libgqla the process mapped lie under EXPECTED_DIR (the install under test,
+not a build tree). Prints "OK ..." and exits 0, or says what is wrong and
+exits 1.
 """
 
 import os
@@ -29,12 +31,13 @@ def reference(q, k, v):
     return out
 
 
-def decode():
+def decode(device):
     rng = np.random.default_rng(7)
     k = rng.standard_normal((N, G, D), np.float32)
     v = rng.standard_normal((N, G, D), np.float32)
     q = rng.standard_normal((1, 1, H, D), np.float32)
-    cfg = gqla.Config.gqa(num_heads=H, num_kv_heads=G, head_dim=D, cache_dtype="f32", device="cpu",
+    # Host arrays serve a CUDA session too (copied to and from the device).
+    cfg = gqla.Config.gqa(num_heads=H, num_kv_heads=G, head_dim=D, cache_dtype="f32", device=device,
                           max_tokens=256)
     with gqla.Session(cfg) as s:
         seq = s.add_sequence()
@@ -53,10 +56,10 @@ def loaded_gqla_files():
 
 def main():
     expected = os.path.realpath(sys.argv[1])
-    err = decode()
-    problems = []
-    if not err < 1e-5:
-        problems.append(f"decode differs from the float64 reference: relative L2 error {err:.3g}")
+    devices = ["cpu"] + (["cuda"] if gqla.device_count("cuda") > 0 else [])
+    errors = {device: decode(device) for device in devices}
+    problems = [f"{device} decode differs from the float64 reference: relative L2 error {err:.3g}"
+                for device, err in errors.items() if not err < 1e-5]
     files = [os.path.realpath(gqla.__file__)] + loaded_gqla_files()
     outside = [f for f in files if not f.startswith(expected + os.sep)]
     if outside:
@@ -66,7 +69,8 @@ def main():
     if problems:
         print("\n".join(problems))
         return 1
-    print(f"OK gqla {gqla.__version__}: rel_err {err:.2e}; loaded {', '.join(files)}")
+    measured = ", ".join(f"{device} rel_err {err:.2e}" for device, err in errors.items())
+    print(f"OK gqla {gqla.__version__}: {measured}; loaded {', '.join(files)}")
     return 0
 
 

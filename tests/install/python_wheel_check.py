@@ -108,6 +108,13 @@ def main():
 
     os.makedirs(empty)
     site = run([venv_python, "-c", "import sysconfig; print(sysconfig.get_path('platlib'))"]).strip()
+    if subprocess.run([venv_python, "-c", "import numpy"], capture_output=True).returncode != 0:
+        # The interpreter's numpy lives in its own virtual environment (not
+        # in the system site the new venv sees): point the venv at it.
+        numpy_site = run([args.python, "-c", "import numpy, os; print(os.path.dirname(os.path.dirname("
+                                             "numpy.__file__)))"]).strip()
+        with open(os.path.join(site, "interpreter_numpy.pth"), "w") as f:
+            f.write(numpy_site + "\n")
     out = run([venv_python, os.path.join(HERE, "python_decode_check.py"), os.path.join(site, "gqla")], cwd=empty)
     print(f"wheel {os.path.basename(wheels[0])} ({files} files) installed into a fresh venv")
     print(out.strip())

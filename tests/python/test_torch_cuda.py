@@ -119,3 +119,16 @@ def test_decode_captured_in_a_torch_cuda_graph():
             expected = torch.softmax(qq @ kk.transpose(1, 2) / 8.0, -1) @ vv
             err = (out.float()[0].permute(1, 0, 2) - expected).norm() / expected.norm()
             assert err.item() <= 1e-2, (n, err.item())
+
+
+def test_merge_states_refuses_device_tensors_and_merges_their_host_copies():
+    # gqla_merge_attention_states takes host memory in this version: device
+    # tensors get Unsupported (naming the argument), never a crash or a read
+    # of device memory from the host; their host copies merge exactly.
+    o = torch.randn(2, 3, 16, device="cuda")
+    lse = torch.randn(2, 3, device="cuda")
+    with pytest.raises(gqla.Unsupported, match="outputs"):
+        gqla.merge_attention_states([o, o], [lse, lse])
+    merged, merged_lse = gqla.merge_attention_states([o.cpu().numpy()] * 2, [lse.cpu().numpy()] * 2)
+    np.testing.assert_allclose(merged, o.cpu().numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(merged_lse, lse.cpu().numpy() + np.log(2.0), rtol=1e-6, atol=1e-6)
