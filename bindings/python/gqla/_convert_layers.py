@@ -186,8 +186,10 @@ class DeepseekAttention:
         return q.reshape(q.shape[0], self.num_heads, -1)
 
     def latent(self, x):
-        r = self.kv_lora_rank
-        return rms_norm(self.kv_a(x)[:, :r], self.kv_a_layernorm, self.rms_norm_eps)
+        return self._normed_latent(self.kv_a(x))
+
+    def _normed_latent(self, kv_a_out):
+        return rms_norm(kv_a_out[:, :self.kv_lora_rank], self.kv_a_layernorm, self.rms_norm_eps)
 
     def heads_output(self, x, positions=None, query_rows=None):
         x = np.asarray(x, np.float64)
@@ -197,8 +199,9 @@ class DeepseekAttention:
         q = self.queries(x[rows])
         q = np.concatenate([q[..., :dc], apply_rope(q[..., dc:], pos[rows], self.rope.inv_freq,
                                                     self.rope.layout)], axis=-1)
-        c = self.latent(x)
-        kr = apply_rope(self.kv_a(x)[:, r:], pos, self.rope.inv_freq, self.rope.layout)
+        kv_a_out = self.kv_a(x)  # once for the latent and the rope key
+        c = self._normed_latent(kv_a_out)
+        kr = apply_rope(kv_a_out[:, r:], pos, self.rope.inv_freq, self.rope.layout)
         w = np.asarray(self.kv_b_proj, np.float64).reshape(H, dc + dv, r)
         keys = np.concatenate([np.einsum("hdr,jr->hjd", w[:, :dc], c),
                                np.broadcast_to(kr, (H,) + kr.shape)], axis=-1)
