@@ -195,7 +195,7 @@ const gqla_backend_vtable kVtable = {
     vt_synchronize,
     vt_efficiency,
     vt_read_rows,
-    0u,  // features: no 8-bit caches, sparse calls or latent-free shards on CUDA yet
+    GQLA_BACKEND_FEATURE_DROP_LATENT,  // features: no 8-bit caches or sparse calls on CUDA yet
 };
 
 }  // namespace

@@ -130,15 +130,8 @@ void set_weights(Session& s, int32_t layer, const gqla_view& w) {
     s.weights[static_cast<size_t>(layer)].swap(fresh);  // the old weights go with `fresh`
 }
 
-void set_expanded(Session& s, bool enable) {
+void allocate_expanded_pools(Session& s) {
     const gqla_backend_desc& d = s.desc;
-    if (!enable) {
-        check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(disable expanded)");
-        s.narrow_maps.clear();
-        s.pool_kc.reset();
-        s.pool_ve.reset();
-        return;
-    }
     if (s.pool_kc.get()) return;
     const size_t es = cache_elem_size(s);
     DeviceBuffer kc, ve;
@@ -148,6 +141,16 @@ void set_expanded(Session& s, bool enable) {
     s.pool_kc.swap(kc);
     s.pool_ve.swap(ve);
     s.narrow_maps.swap(maps);
+}
+
+void set_expanded(Session& s, bool enable) {
+    if (s.desc.kind == GQLA_KIND_GQLA && !s.desc.keep_latent)  // its expanded pools live as long as the session
+        throw BackendError(GQLA_ERR_INTERNAL, "CUDA set_expanded: the session keeps no latent");
+    if (enable) return allocate_expanded_pools(s);
+    check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(disable expanded)");
+    s.narrow_maps.clear();
+    s.pool_kc.reset();
+    s.pool_ve.reset();
 }
 
 void append(Session& s, const gqla_append_args& a) {
@@ -188,14 +191,26 @@ void append(Session& s, const gqla_append_args& a) {
     if (d.kind == GQLA_KIND_GQA) {
         scatter_into(s, va, va.strides[1], 0, s.pool_a, a.layer, d.num_kv_heads, d.head_dim, d_tokens, rows);
         scatter_into(s, vb, vb.strides[1], 0, s.pool_b, a.layer, d.num_kv_heads, d.value_dim, d_tokens, rows);
-    } else {
+    } else if (d.keep_latent) {
         scatter_into(s, va, 0, 0, s.pool_a, a.layer, 1, d.latent_dim, d_tokens, rows);
         scatter_into(s, vb, 0, 0, s.pool_b, a.layer, 1, d.rope_dim, d_tokens, rows);
         if (a.write_expanded) expand_kept(s, a.layer, d_tokens, n);
+    } else {
+        // No latent pool (backend_api.h, keep_latent = 0): the rows are
+        // expanded from the staged input into KC/VE and dropped. Weights are
+        // checked before anything is written, so a refused append writes
+        // nothing.
+        if (!s.weights[static_cast<size_t>(a.layer)].get())
+            throw BackendError(GQLA_ERR_INVALID_STATE,
+                               "CUDA append: weights of layer " + std::to_string(a.layer) + " not set");
+        scatter_into(s, vb, 0, 0, s.pool_b, a.layer, 1, d.rope_dim, d_tokens, rows);
+        const LatentRows given{va.data, va.dtype, va.strides[0]};
+        expand_latent_rows(s, a.layer, d_tokens, n, ExpandedPools{&s.pool_kc, &s.pool_ve, a.layer}, &given);
     }
 }
 
 void expand(Session& s, const gqla_expand_args& a) {
+    if (!s.pool_a.get()) throw BackendError(GQLA_ERR_INTERNAL, "CUDA expand: the session keeps no latent");
     int64_t n = 0;
     for (int i = 0; i < a.num_items; ++i) n += a.items[i].count;
     if (n == 0) return;
@@ -225,7 +240,7 @@ void copy_pages(Session& s, int32_t n, const int32_t* src, const int32_t* dst) {
         pools[n_pools++] = {&s.pool_a, d.num_kv_heads, d.head_dim};
         pools[n_pools++] = {&s.pool_b, d.num_kv_heads, d.value_dim};
     } else {
-        pools[n_pools++] = {&s.pool_a, 1, d.latent_dim};
+        if (s.pool_a.get()) pools[n_pools++] = {&s.pool_a, 1, d.latent_dim};
         pools[n_pools++] = {&s.pool_b, 1, d.rope_dim};
         if (s.pool_kc.get()) {
             pools[n_pools++] = {&s.pool_kc, d.num_kv_heads, d.nope_dim};

@@ -32,7 +32,8 @@ void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, in
     launch_scatter_rows(p, s.stream);
 }
 
-void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t rows, const ExpandedPools& dst) {
+void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t rows, const ExpandedPools& dst,
+                         const LatentRows* given) {
     const gqla_backend_desc& d = s.desc;
     const void* w = s.weights[static_cast<size_t>(layer)].get();
     if (!w)
@@ -42,14 +43,22 @@ void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t
     const int r = d.latent_dim, G = d.num_kv_heads, width = d.nope_dim + d.value_dim, N = G * width;
     // Group g's block of W: the g-th, or with per-head copies the first of its heads'.
     const int64_t copies = s.weight_copies(), group_stride = copies * width * r;
-    const PoolGeometry cg = pool_geometry(s, 1, r);
-    const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cache_elem_size(s);
     const float one = 1.f, zero = 0.f;
     // Latent rows in W's dtype (16-bit caches: as stored); products
     // accumulated in f32 and rounded once to that dtype, as the scatter into
     // the cache would round them.
-    launch_gather_rows(c_layer, d.cache_dtype, cg.page_stride, cg.row_stride, d.page_size, r, d_tokens, rows,
-                       s.expand_in.get(), projection_dtype(s), s.stream);
+    if (given) {
+        // The projection dtype is the cache dtype: this conversion rounds
+        // as storing the row in the latent pool would.
+        launch_convert_2d(given->data, given->dtype, rows, r, given->row_stride, s.expand_in.get(), projection_dtype(s),
+                          s.stream);
+    } else {
+        if (!s.pool_a.get()) throw BackendError(GQLA_ERR_INTERNAL, "CUDA expand: the session keeps no latent");
+        const PoolGeometry cg = pool_geometry(s, 1, r);
+        const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cache_elem_size(s);
+        launch_gather_rows(c_layer, d.cache_dtype, cg.page_stride, cg.row_stride, d.page_size, r, d_tokens, rows,
+                           s.expand_in.get(), projection_dtype(s), s.stream);
+    }
     const cudaDataType_t in_type = projection_cuda_type(s);
     if (copies == 1)
         check_cublas(
@@ -73,10 +82,17 @@ void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t
     scatter_into(s, e, width, d.nope_dim, *dst.ve, dst.layer, G, d.value_dim, d_tokens, rows);
 }
 
-void expand_latent_rows(Session& s, int layer, const int64_t* d_tokens, int64_t n, const ExpandedPools& dst) {
+void expand_latent_rows(Session& s, int layer, const int64_t* d_tokens, int64_t n, const ExpandedPools& dst,
+                        const LatentRows* given) {
     for (int64_t first = 0; first < n; first += s.expand_chunk) {
         const int32_t rows = static_cast<int32_t>(std::min<int64_t>(s.expand_chunk, n - first));
-        expand_latent_chunk(s, layer, d_tokens + first, rows, dst);
+        LatentRows chunk;
+        if (given) {
+            chunk = *given;
+            chunk.data = static_cast<const unsigned char*>(given->data) +
+                         first * given->row_stride * static_cast<int64_t>(dtype_size(given->dtype));
+        }
+        expand_latent_chunk(s, layer, d_tokens + first, rows, dst, given ? &chunk : nullptr);
     }
 }
 

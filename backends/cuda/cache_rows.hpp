@@ -30,15 +30,27 @@ struct ExpandedPools {
     int layer;
 };
 
+// Latent rows given as a device tensor instead of read from the latent pool:
+// row i at data + i * row_stride elements (a session without the latent
+// pool expands its appended rows from the staged input).
+struct LatentRows {
+    const void* data = nullptr;
+    gqla_dtype dtype = GQLA_DTYPE_F32;
+    int64_t row_stride = 0;
+};
+
 // Expanded rows of `layer` for `rows` tokens (device token indices, at most
 // s.expand_chunk of them): E [rows][G*(d_c+d_v)] = C [rows][r] . W_UKV^T with
 // the latent rows in the projection dtype (the cache dtype) and products
 // accumulated in f32, rounded once to that dtype, then scattered per group
-// into dst. Throws INVALID_STATE when
-// the layer has no weights.
-void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t rows, const ExpandedPools& dst);
+// into dst. The latent rows are the pool's at those tokens, or `given`'s
+// first `rows` rows, rounded to the cache dtype first so that both give the
+// same expanded rows. Throws INVALID_STATE when the layer has no weights.
+void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t rows, const ExpandedPools& dst,
+                         const LatentRows* given = nullptr);
 
 // The same for any number of tokens, in chunks of s.expand_chunk.
-void expand_latent_rows(Session& s, int layer, const int64_t* d_tokens, int64_t n, const ExpandedPools& dst);
+void expand_latent_rows(Session& s, int layer, const int64_t* d_tokens, int64_t n, const ExpandedPools& dst,
+                        const LatentRows* given = nullptr);
 
 }  // namespace gqla::cuda

@@ -131,6 +131,10 @@ void decode(Session& s, const gqla_decode_args& a) {
     if (a.transient && !(gqla && a.path == GQLA_PATH_GQA))
         throw BackendError(GQLA_ERR_INVALID_ARGUMENT,
                            "CUDA decode: GQA_TRANSIENT needs a GQLA session and the GQA path");
+    if (gqla && !d.keep_latent && (a.transient || a.path == GQLA_PATH_ABSORB))  // the core refuses these first
+        throw BackendError(GQLA_ERR_INVALID_STATE,
+                           "CUDA decode: the absorb path and GQA_TRANSIENT read the latent, which this session "
+                           "does not keep (keep_latent = 0)");
     // Staging and every run see the call as [B, s_q, H, .] rows: a ragged
     // call as one sequence of N queries (runs slice it afterwards).
     const int64_t stage_batch = ragged ? 1 : a.batch;

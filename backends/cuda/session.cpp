@@ -12,6 +12,7 @@
 #include "core/dtype.hpp"
 #include "latent_wgmma.hpp"
 #include "prefill_wgmma.hpp"
+#include "session_ops.hpp"
 #include "tuning.hpp"
 
 namespace gqla::cuda {
@@ -281,11 +282,14 @@ void init_session(Session* s, const gqla_backend_desc& d) {
         s->pool_b.allocate(bytes_of(L * pool_geometry(*s, G, d.value_dim).layer_stride, es), "V cache");
         s->narrow_maps = narrow_maps_for(*s, s->pool_a, s->pool_b);
     } else {
-        s->pool_a.allocate(bytes_of(L * pool_geometry(*s, 1, d.latent_dim).layer_stride, es), "latent cache");
+        // keep_latent = 0: no latent pool; the expanded pools exist from
+        // here on (allocated below) and every decode is on the GQA path.
+        if (d.keep_latent)
+            s->pool_a.allocate(bytes_of(L * pool_geometry(*s, 1, d.latent_dim).layer_stride, es), "latent cache");
         s->pool_b.allocate(bytes_of(L * pool_geometry(*s, 1, d.rope_dim).layer_stride, es), "rope-key cache");
         s->weights.resize(static_cast<size_t>(L));
         s->head_weights = H > G && t.head_weights;
-        if (s->use_latent_wgmma && t.latent_tma)
+        if (d.keep_latent && s->use_latent_wgmma && t.latent_tma)
             for (int layer = 0; layer < L; ++layer)
                 s->latent_maps.push_back(latent_tma_maps(d.cache_dtype,
                                                          pool_view(*s, s->pool_a, layer, 1, d.latent_dim, true),
@@ -319,6 +323,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
         s->expand_in.allocate(bytes_of(int64_t(s->expand_chunk) * d.latent_dim, work), "expansion input");
         s->expand_out.allocate(bytes_of(int64_t(s->expand_chunk) * n_exp, work), "expansion output");
         s->row_tokens.allocate(bytes_of(s->expand_chunk, 8), "row token indices");
+        if (!d.keep_latent) allocate_expanded_pools(*s);
     }
     check_cuda(cudaStreamSynchronize(s->stream), "cudaStreamSynchronize(create)");
 }

@@ -12,6 +12,8 @@ void decode(Session& s, const gqla_decode_args& a);
 
 void set_weights(Session& s, int32_t layer, const gqla_view& w);
 void set_expanded(Session& s, bool enable);
+// The expanded pools KC/VE (and their TMA maps); a no-op while they exist.
+void allocate_expanded_pools(Session& s);
 void append(Session& s, const gqla_append_args& a);
 void expand(Session& s, const gqla_expand_args& a);
 void copy_pages(Session& s, int32_t n, const int32_t* src, const int32_t* dst);

@@ -52,7 +52,12 @@ gqla_tensor strided(const float* data, std::vector<int64_t> shape, std::vector<i
     return t;
 }
 
+gqla_device_type g_device = GQLA_DEVICE_CPU;
+
 }  // namespace
+
+gqla_device_type test_device() { return g_device; }
+void use_device(gqla_device_type device) { g_device = device; }
 
 std::vector<Shard> even_shards(int32_t groups, int32_t n) {
     std::vector<Shard> out;
@@ -71,7 +76,7 @@ gqla_config gqla_layer(gqla_dtype cache, int32_t layers) {
     c.value_dim = 12;
     c.num_layers = layers;
     c.cache_dtype = cache;
-    c.device = GQLA_DEVICE_CPU;
+    c.device = test_device();
     c.num_threads = 2;
     c.page_size = 4;
     c.max_tokens = 1024;
@@ -87,7 +92,7 @@ gqla_config gqa_layer(gqla_dtype cache) {
     c.head_dim = 24;
     c.value_dim = 16;
     c.cache_dtype = cache;
-    c.device = GQLA_DEVICE_CPU;
+    c.device = test_device();
     c.num_threads = 2;
     c.page_size = 4;
     c.max_tokens = 1024;

@@ -112,6 +112,11 @@ private:
     std::vector<Mirror> seqs_;
 };
 
+// The device of the configs below (CPU unless a test program sets another:
+// tests/cuda runs these suites on the GPU).
+gqla_device_type test_device();
+void use_device(gqla_device_type device);
+
 // Even shards: `n` shards of G / n groups each.
 std::vector<Shard> even_shards(int32_t groups, int32_t n);
 gqla_config gqla_layer(gqla_dtype cache, int32_t layers = 1);  // H=8, G=4, r=40, d_c=16, d_r=8, d_v=12

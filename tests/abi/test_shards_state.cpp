@@ -47,7 +47,7 @@ gqla_config llama3_gqla(int32_t begin, int32_t count, int32_t keep_latent, gqla_
     c.nope_dim = 64;
     c.rope_dim = 64;
     c.value_dim = 128;
-    c.device = GQLA_DEVICE_CPU;
+    c.device = shards::test_device();
     c.num_threads = 1;
     c.max_tokens = 256;
     c.max_sequences = 4;
