@@ -9,22 +9,13 @@
 
 namespace gqla {
 
-// CPU probe: vendor/model (cpuid), logical/physical/affinity cores, ISA bits,
-// cache sizes (sysfs). Without GQLA_PROBE_CALIBRATE read_gbps and the peaks
-// are estimates; with it they are measured (~150 ms idle, ~250 ms at worst,
-// once per process, cached; persisted to the file named by GQLA_PROBE_CACHE
-// when set). Honors GQLA_MAX_ISA (e.g. "avx2", "sse42", "none") to cap
-// isa_flags; the measured peak then uses the capped ISA too. Thread-safe;
-// concurrent calibrations are serialized. A measurement that fails leaves
-// that number's estimate: `measured` says which numbers were measured,
-// calibrated = 1 only when all were. Estimates assume kAssumedClockGhz
-// (cpu_estimates.hpp) unless sysfs exposes the base clock.
-gqla_status probe_cpu(uint32_t flags, gqla_probe_info* out);
+// Writes `info` into the caller's struct, honouring a smaller struct_size
+// from an older header (0 means "current size", as internal callers pass);
+// INVALID_ARGUMENT when the struct cannot even hold `device`.
+gqla_status deliver_probe_info(const gqla_probe_info& info, gqla_probe_info* out);
 
-// ISA bits of the host after the GQLA_MAX_ISA cap (what kernels may use).
-uint64_t cpu_isa_flags();
-
-// Probe of any device: CPU directly, CUDA through the loaded module
+// Probe of any device through its backend: the CPU backend's probe
+// (backends/cpu/probe/cpu_probe.hpp), CUDA through the loaded module
 // (UNSUPPORTED when it is absent). AUTO resolves as sessions do
 // (backend_registry's resolve_device). Never throws; the overload with
 // `message` also says why a probe failed (module not found, bad index, ...).

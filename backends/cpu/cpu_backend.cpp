@@ -16,6 +16,7 @@
 #include "backends/cpu/io_rows.hpp"
 #include "core/backend_api.h"
 #include "core/dtype.hpp"
+#include "backends/cpu/probe/cpu_probe.hpp"
 #include "core/probe.hpp"
 
 namespace gqla::cpu {

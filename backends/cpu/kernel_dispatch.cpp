@@ -3,6 +3,7 @@
 // the GQLA_MAX_ISA cap, so a capped run exercises the narrower kernels).
 #include "backends/cpu/kernel_table.hpp"
 #include "core/cpu_features.hpp"
+#include "backends/cpu/probe/cpu_probe.hpp"
 #include "core/probe.hpp"
 
 namespace gqla::cpu {

@@ -9,12 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_calibration.hpp"
-#include "core/cpu_calibration_kernels.hpp"
-#include "core/cpu_calibration_stats.hpp"
-#include "core/cpu_estimates.hpp"
+#include "backends/cpu/probe/cpu_calibration.hpp"
+#include "backends/cpu/probe/cpu_calibration_kernels.hpp"
+#include "backends/cpu/probe/cpu_calibration_stats.hpp"
+#include "backends/cpu/probe/cpu_estimates.hpp"
 #include "core/cpu_features.hpp"
 #include "core/cpu_topology.hpp"
+#include "backends/cpu/probe/cpu_probe.hpp"
 #include "core/probe.hpp"
 
 namespace {

@@ -12,11 +12,12 @@
 
 #include <unistd.h>
 
-#include "core/cpu_calibration.hpp"
-#include "core/cpu_estimates.hpp"
+#include "backends/cpu/probe/cpu_calibration.hpp"
+#include "backends/cpu/probe/cpu_estimates.hpp"
 #include "core/cpu_features.hpp"
+#include "backends/cpu/probe/cpu_probe.hpp"
 #include "core/probe.hpp"
-#include "core/probe_cache_file.hpp"
+#include "backends/cpu/probe/probe_cache_file.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/cpu_calibration_threads.hpp"
+#include "backends/cpu/probe/cpu_calibration_threads.hpp"
 
 namespace gqla {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "core/cpu_calibration_stats.hpp"
+#include "backends/cpu/probe/cpu_calibration_stats.hpp"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "core/cpu_estimates.hpp"
+#include "backends/cpu/probe/cpu_estimates.hpp"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "core/probe_cache_file.hpp"
+#include "backends/cpu/probe/probe_cache_file.hpp"
 
 #include <cstdio>
 #include <cstdlib>

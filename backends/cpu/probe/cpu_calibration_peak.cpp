@@ -3,9 +3,9 @@
 #include <atomic>
 #include <chrono>
 
-#include "core/cpu_calibration_kernels.hpp"
-#include "core/cpu_calibration_measures.hpp"
-#include "core/cpu_calibration_stats.hpp"
+#include "backends/cpu/probe/cpu_calibration_kernels.hpp"
+#include "backends/cpu/probe/cpu_calibration_measures.hpp"
+#include "backends/cpu/probe/cpu_calibration_stats.hpp"
 
 namespace gqla {
 

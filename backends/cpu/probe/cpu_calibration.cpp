@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "core/cpu_calibration.hpp"
+#include "backends/cpu/probe/cpu_calibration.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
-#include "core/cpu_calibration_measures.hpp"
+#include "backends/cpu/probe/cpu_calibration_measures.hpp"
 
 namespace gqla {
 

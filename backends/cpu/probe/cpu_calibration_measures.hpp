@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/cpu_calibration_threads.hpp"
-#include "core/cpu_estimates.hpp"
+#include "backends/cpu/probe/cpu_calibration_threads.hpp"
+#include "backends/cpu/probe/cpu_estimates.hpp"
 
 namespace gqla {
 

@@ -9,9 +9,9 @@
 #include <sys/mman.h>
 #endif
 
-#include "core/cpu_calibration_kernels.hpp"
-#include "core/cpu_calibration_measures.hpp"
-#include "core/cpu_calibration_stats.hpp"
+#include "backends/cpu/probe/cpu_calibration_kernels.hpp"
+#include "backends/cpu/probe/cpu_calibration_measures.hpp"
+#include "backends/cpu/probe/cpu_calibration_stats.hpp"
 
 namespace gqla {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// gqla::probe_cpu, gqla::cpu_isa_flags and gqla::probe_device: the host CPU
-// described from cpuid and sysfs, with roofline numbers measured once per
-// process (and ISA cap) or estimated from specs.
+// gqla::probe_cpu and gqla::cpu_isa_flags: the host CPU described from
+// cpuid and sysfs, with roofline numbers measured once per process (and ISA
+// cap) or estimated from specs. The CPU backend's probe entry.
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -13,15 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "core/backend_registry.hpp"
-#include "core/cpu_calibration.hpp"
-#include "core/cpu_estimates.hpp"
+#include "backends/cpu/probe/cpu_probe.hpp"
+#include "backends/cpu/probe/cpu_calibration.hpp"
+#include "backends/cpu/probe/cpu_estimates.hpp"
 #include "core/cpu_features.hpp"
 #include "core/cpu_topology.hpp"
 #include "core/error.hpp"
 #include "core/probe.hpp"
-#include "core/probe_cache_file.hpp"
-#include "core/status_translation.hpp"
+#include "backends/cpu/probe/probe_cache_file.hpp"
 
 namespace gqla {
 
@@ -147,17 +146,6 @@ void copy_string(char* dst, size_t cap, const std::string& src) {
     dst[n] = '\0';
 }
 
-// Writes `info` into the caller's struct, honouring a smaller struct_size
-// from an older header (0 means "current size", as internal callers pass).
-gqla_status deliver(const gqla_probe_info& info, gqla_probe_info* out) {
-    size_t size = out->struct_size;
-    if (size == 0 || size > sizeof(gqla_probe_info)) size = sizeof(gqla_probe_info);
-    if (size < offsetof(gqla_probe_info, device) + sizeof(info.device)) return GQLA_ERR_INVALID_ARGUMENT;
-    std::memcpy(out, &info, size);
-    out->struct_size = size;
-    return GQLA_OK;
-}
-
 }  // namespace
 
 uint64_t cpu_isa_flags() {
@@ -198,46 +186,7 @@ gqla_status probe_cpu(uint32_t flags, gqla_probe_info* out) {
         info.measured = 0;
     }
     info.peak_gflops_bf16 = info.peak_gflops_f32 * bf16_to_f32_peak_ratio(isa);
-    return deliver(info, out);
-}
-
-gqla_status probe_device(gqla_device_type device, int32_t index, uint32_t flags, gqla_probe_info* out,
-                         std::string* message) {
-    if (out == nullptr) {
-        if (message) *message = "out: expected a gqla_probe_info to fill, got NULL";
-        return GQLA_ERR_INVALID_ARGUMENT;
-    }
-    gqla_status result = GQLA_OK;
-    auto probe = [&] {
-        const gqla_device_type resolved = resolve_device(device);
-        if (resolved == GQLA_DEVICE_CPU) {
-            if (index != 0) fail(GQLA_ERR_INVALID_ARGUMENT, "device_index: the CPU is device 0, got %d", index);
-            result = probe_cpu(flags, out);
-            return;
-        }
-        const gqla_backend_vtable* cuda = backend_for(GQLA_DEVICE_CUDA, index);
-        gqla_probe_info info{};
-        info.struct_size = sizeof(info);
-        gqla_status st = cuda->probe(index, flags, &info);
-        if (st != GQLA_OK) {
-            if (message) *message = std::string("CUDA backend probe of device ") + std::to_string(index) + " failed";
-            result = st;
-            return;
-        }
-        info.device = GQLA_DEVICE_CUDA;
-        info.device_index = index;
-        // The CUDA probe measures bandwidth and peak together.
-        if (info.calibrated && info.measured == 0) info.measured = GQLA_MEASURED_READ_GBPS | GQLA_MEASURED_PEAK;
-        result = deliver(info, out);
-    };
-    const gqla_status thrown = status_of(probe, [message](gqla_status, const char* what) {
-        if (message) *message = what;
-    });
-    return thrown != GQLA_OK ? thrown : result;
-}
-
-gqla_status probe_device(gqla_device_type device, int32_t index, uint32_t flags, gqla_probe_info* out) {
-    return probe_device(device, index, flags, out, nullptr);
+    return deliver_probe_info(info, out);
 }
 
 }  // namespace gqla
