@@ -37,6 +37,12 @@ constexpr int kWarpRows = 16;
 constexpr int kWarpTile = 64;
 constexpr int kWarpStagesMin = 2, kWarpStagesMax = 4;
 bool warp_kernel_fits(const AttentionParams& p);
+// Whether the per-warp kernel reads this launch's 8-bit (e4m3) cache: one
+// key part (GQA kind), key and value widths multiples of 8, values up to
+// 128 wide. It is the only kernel that reads such caches; any number of
+// rows per group (in 16-row blocks).
+bool warp_kernel_reads_fp8(const AttentionParams& p);
+constexpr int kWarpKernelMaxValueDim = 128;
 int warp_smem_bytes(const AttentionParams& p, int stages);
 void prepare_warp_kernels(int smem_optin);
 int warp_blocks_per_sm(gqla_dtype cache, int stages, int smem_bytes);

@@ -30,6 +30,9 @@ struct PoolView {
     int64_t group_stride;  // elements between groups inside a page (0: shared by groups)
     int32_t row_stride;    // elements between token slots
     int32_t dim;           // elements used per token
+    // 8-bit pools: bytes from a page's start to its f32 scales, one per
+    // (group, slot) at 4 * (g * page_size + slot) (docs/fp8-cache.md); 0 otherwise.
+    int64_t scale_offset;
 };
 
 struct AttentionParams {

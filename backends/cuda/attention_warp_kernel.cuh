@@ -15,9 +15,27 @@
 //
 // A chunk holding tokens some row of the CTA may not see (the causal tail)
 // has its value rows scrubbed before P V, see nonfinite.cuh.
+//
+// 8-bit caches (FP8 = true, GQA kind: K and V in e4m3 with one f32 scale per
+// token and head, docs/fp8-cache.md): the stages hold the stored bytes and
+// the chunk's scales, half the bytes of a bf16 chunk in flight; after its
+// copy lands, the warp widens the chunk into one f16 tile with one
+// cvt.f16x2.e4m3x2 per pair (exact: every e4m3 value, subnormals and NaN
+// included, is an f16 value; widening through f32 to bf16 took four
+// conversions a pair and ran at half the bf16 kernel's speed, bound by the
+// conversion unit), and the products run on f16. So that f16's range holds
+// any query, each query row is scaled by a power of two into [2^14, 2^15)
+// and its scores by the inverse. The key scales multiply each token's
+// scores; the value scales multiply its probabilities after their sum (the
+// softmax denominator), divided by a power of two at least the chunk's
+// largest value scale so that they stay <= 1, and the accumulated outputs
+// carry that power of two (rescaled from chunk to chunk like the softmax
+// maximum).
 #pragma once
 
 #include "attention_common.cuh"
+#include "attention_kernels.hpp"  // kWarpKernelMaxValueDim
+#include "fp8_e4m3.cuh"
 #include "mma_primitives.cuh"
 #include "nonfinite.cuh"
 #include "row_copies.cuh"
@@ -27,15 +45,19 @@ namespace gqla::cuda {
 constexpr int kWarpKernelWarps = 4;
 constexpr int kWarpKernelTile = 16 * kWarpKernelWarps;  // tokens per CTA step
 constexpr int kWarpKernelMaxDv = 128;
+static_assert(kWarpKernelMaxDv == kWarpKernelMaxValueDim, "attention_kernels.hpp says the same");
 constexpr int kWarpKernelMinStages = 2;
 constexpr int kWarpKernelMaxStages = 4;
 
 struct WarpLayout {
     int k_stride, v_stride, q_off, kv_off, warp_bytes, o_off, f_off, bytes;
+    // 8-bit caches: a warp's bf16 tile, then its stages of stored bytes
+    // (16 key rows of dk bytes, 16 value rows of dv bytes, 16 + 16 scales).
+    int tile_bytes, raw_stage_bytes;
 };
 
 __host__ __device__ inline int max_int(int a, int b) { return a > b ? a : b; }
-__host__ __device__ inline WarpLayout warp_layout(int dk, int dv, bool alias, int stages) {
+__host__ __device__ inline WarpLayout warp_layout(int dk, int dv, bool alias, int stages, bool fp8 = false) {
     WarpLayout L{};
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     L.k_stride = dk16 + 8;
@@ -44,21 +66,28 @@ __host__ __device__ inline WarpLayout warp_layout(int dk, int dv, bool alias, in
     L.q_off = 0;
     L.kv_off = (16 * L.k_stride * 2 + 127) / 128 * 128;
     L.warp_bytes = stages * stage_bytes;
+    if (fp8) {
+        L.tile_bytes = stage_bytes;
+        L.raw_stage_bytes = 16 * dk16 + 16 * dv16 + 2 * 16 * 4;
+        L.warp_bytes = L.tile_bytes + stages * L.raw_stage_bytes;
+    }
     // The merged O reuses the K/V stages: it is only written after every warp
     // has finished its tokens.
     L.o_off = L.kv_off;
     L.f_off = L.kv_off + max_int(kWarpKernelWarps * L.warp_bytes, 16 * dv16 * 4);
-    L.bytes = L.f_off + (2 * kWarpKernelWarps * 16 + 2 * 16) * 4;  // per-warp m, l; merged l, m
+    // per-warp m, l; merged l, m; the query rows' scales (8-bit caches)
+    L.bytes = L.f_off + (2 * kWarpKernelWarps * 16 + 3 * 16) * 4;
     return L;
 }
 
-template <typename T, int ST>
+template <typename T, int ST, bool FP8 = false>
 __global__ void __launch_bounds__(kWarpKernelWarps * 32)
     attention_warp_kernel(const __grid_constant__ AttentionParams p) {
     constexpr int NW = kWarpKernelWarps, NT = NW * 32, MAX_NT = kWarpKernelMaxDv / 8;
+    static_assert(!FP8 || std::is_same<T, __half>::value, "8-bit caches widen to f16");
     extern __shared__ __align__(128) unsigned char smem[];
     const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = dk1 + dk2, dv = p.v.dim;
-    const WarpLayout L = warp_layout(dk, dv, p.v_aliases_k1 != 0, ST);
+    const WarpLayout L = warp_layout(dk, dv, p.v_aliases_k1 != 0, ST, FP8);
     const int dk16 = (dk + 15) / 16 * 16, dv16 = (dv + 15) / 16 * 16;
     T* sQ = reinterpret_cast<T*>(smem + L.q_off);
     float* sO = reinterpret_cast<float*>(smem + L.o_off);
@@ -66,6 +95,7 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
     float* sWarpL = sWarpM + NW * 16;
     float* sRowL = sWarpL + NW * 16;
     float* sRowM = sRowL + 16;
+    float* sRowQ = sRowM + 16;  // 8-bit caches: the power of two each query row was divided by
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const CtaWork w = cta_work(p, 16, kWarpKernelTile);
@@ -73,19 +103,53 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
     const int32_t* table = w.table;
     const SplitRange range = w.range;
 
-    for (int i = tid; i < 16 * dk16; i += NT) {
-        int m = i / dk16, c = i - m * dk16, mg = rb * 16 + m;
-        float v = 0.f;
-        if (mg < p.rows && c < dk) {
+    if constexpr (FP8) {
+        // 8 threads a row: the row's largest finite magnitude, then the row
+        // divided by the power of two 2^e that puts it in [2^14, 2^15).
+        static_assert(NT == 16 * 8, "8 threads per query row");
+        const int m = tid >> 3, sub = tid & 7, mg = rb * 16 + m;
+        const bool real = mg < p.rows;
+        int64_t q0 = 0;
+        if (real) {
             const auto [qi, h] = query_head(p, g, mg);
-            v = load_elem(p.q, p.q_dtype, row_offset(p.qa, b, qi, h) + c);
+            q0 = row_offset(p.qa, b, qi, h);
         }
-        sQ[m * L.k_stride + c] = from_float<T>(v);
+        float amax = 0.f;
+        for (int c = sub; real && c < dk; c += 8) {
+            const float a = fabsf(load_elem(p.q, p.q_dtype, q0 + c));
+            if (a <= 3.40282347e38f) amax = fmaxf(amax, a);
+        }
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        int e = 0;
+        if (amax > 0.f) {
+            frexpf(amax, &e);  // amax < 2^e
+            e -= 15;
+        }
+        for (int c = sub; c < dk16; c += 8)
+            sQ[m * L.k_stride + c] =
+                from_float<T>(real && c < dk ? ldexpf(load_elem(p.q, p.q_dtype, q0 + c), -e) : 0.f);
+        if (sub == 0) sRowQ[m] = ldexpf(1.f, e);
+    } else {
+        for (int i = tid; i < 16 * dk16; i += NT) {
+            int m = i / dk16, c = i - m * dk16, mg = rb * 16 + m;
+            float v = 0.f;
+            if (mg < p.rows && c < dk) {
+                const auto [qi, h] = query_head(p, g, mg);
+                v = load_elem(p.q, p.q_dtype, row_offset(p.qa, b, qi, h) + c);
+            }
+            sQ[m * L.k_stride + c] = from_float<T>(v);
+        }
     }
     // Warp-private stages; pad columns stay zero (cp.async never writes them).
     T* wK = reinterpret_cast<T*>(smem + L.kv_off + warp * L.warp_bytes);
     const int stage_elems = 16 * L.k_stride + (p.v_aliases_k1 ? 0 : 16 * L.v_stride);
-    for (int s = 0; s < ST; ++s) {
+    // 8-bit caches: stage s's stored bytes (keys, values, key and value scales).
+    unsigned char* const wRaw = smem + L.kv_off + warp * L.warp_bytes + L.tile_bytes;
+    auto raw_k = [&](int stage) { return wRaw + stage * L.raw_stage_bytes; };
+    auto raw_v = [&](int stage) { return raw_k(stage) + 16 * dk16; };
+    auto raw_scales = [&](int stage) { return reinterpret_cast<float*>(raw_v(stage) + 16 * dv16); };
+    for (int s = 0; s < (FP8 ? 1 : ST); ++s) {
         T* k = wK + s * stage_elems;
         for (int i = lane; i < 16 * (dk16 - dk); i += 32)
             k[(i / (dk16 - dk)) * L.k_stride + dk + i % (dk16 - dk)] = from_float<T>(0.f);
@@ -120,6 +184,25 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
         return (my_half == 0 && c < chunks && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
     };
     auto issue = [&](int stage, int64_t tb) {
+        if constexpr (FP8) {
+            // Stored bytes and this row's two scales (GQA kind: k2 absent).
+            const bool valid = tb >= 0;
+            const int64_t base = valid ? tb : 0;
+            const int64_t page = base >> 32, slot = base & 0xffffffff;
+            const unsigned char* kb = static_cast<const unsigned char*>(p.k1.base);
+            const unsigned char* vbb = static_cast<const unsigned char*>(p.v.base);
+            copy_scattered_byte_rows16(raw_k(stage), dk16, valid ? kb + pool_offset(p.k1, base, g) : nullptr, dk1, kb,
+                                       lane);
+            copy_scattered_byte_rows16(raw_v(stage), dv16, valid ? vbb + pool_offset(p.v, base, g) : nullptr, dv, vbb,
+                                       lane);
+            if (my_half == 0) {
+                const int64_t scale_row = 4 * (int64_t(g) * p.page_size + slot);
+                float* sc = raw_scales(stage);
+                cp_async_4(sc + my_row, kb + page * p.k1.page_stride + p.k1.scale_offset + scale_row, valid);
+                cp_async_4(sc + 16 + my_row, vbb + page * p.v.page_stride + p.v.scale_offset + scale_row, valid);
+            }
+            return;
+        }
         T* k = wK + stage * stage_elems;
         T* v = k + 16 * L.k_stride;
         const bool valid = tb >= 0;
@@ -136,6 +219,14 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
 #pragma unroll
     for (int i = 0; i < MAX_NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     float run_m[2] = {-INFINITY, -INFINITY}, run_l[2] = {0.f, 0.f};  // l: this lane's partial sum
+    // 8-bit caches: this lane's two query rows' scales, and the power of two
+    // the accumulated outputs are divided by.
+    float row_q[2] = {1.f, 1.f};
+    int v_exp = 0, v_exp_max = -1000;
+    if constexpr (FP8) {
+        row_q[0] = sRowQ[lane >> 2];
+        row_q[1] = sRowQ[(lane >> 2) + 8];
+    }
 
     // Chunks 0..ST-2 in flight before the loop; page ids of the next two
     // chunks to issue are held in registers so their table loads (which can
@@ -154,9 +245,25 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
         base_b = fetch_base(c + ST + 1);
         cp_async_wait<ST - 1>();
         __syncwarp();
-        const T* tK = wK + stage * stage_elems;
+        const T* tK = wK + (FP8 ? 0 : stage * stage_elems);
         const T* tV = p.v_aliases_k1 ? tK : tK + 16 * L.k_stride;
         const int vstride = L.v_stride;
+        const float* scales = FP8 ? raw_scales(stage) : nullptr;  // [16] key scales, then [16] value scales
+        if constexpr (FP8) {
+            const unsigned char* rk = raw_k(stage);
+            const unsigned char* rv = raw_v(stage);
+            // 8-byte pieces (widths are multiples of 8); the tile's pad
+            // columns past the width stay zero.
+            for (int piece = lane; piece < 2 * dk1; piece += 32) {  // 16 rows x dk1 / 8 pieces
+                const int r = piece / (dk1 / 8), c = (piece - r * (dk1 / 8)) * 8;
+                widen8_e4m3_to_f16(rk + r * dk16 + c, const_cast<T*>(tK) + r * L.k_stride + c);
+            }
+            for (int piece = lane; piece < 2 * dv; piece += 32) {
+                const int r = piece / (dv / 8), c = (piece - r * (dv / 8)) * 8;
+                widen8_e4m3_to_f16(rv + r * dv16 + c, const_cast<T*>(tV) + r * vstride + c);
+            }
+            __syncwarp();
+        }
 
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
         const T* qrow = sQ + (lane & 15) * L.k_stride + (lane >> 4) * 8;
@@ -178,7 +285,9 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     int j = tok0 + n * 8 + (lane & 3) * 2 + e;
-                    float v = (j <= limit[hr]) ? s[n][hr * 2 + e] * p.scale_log2 : -INFINITY;
+                    float score = s[n][hr * 2 + e];
+                    if constexpr (FP8) score *= row_q[hr] * scales[n * 8 + (lane & 3) * 2 + e];
+                    float v = (j <= limit[hr]) ? score * p.scale_log2 : -INFINITY;
                     s[n][hr * 2 + e] = v;
                     mx = fmaxf(mx, v);
                 }
@@ -213,6 +322,29 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
                         if (((bad >> k) & 1) && tok0 + k <= limit[hr]) s[n][hr * 2 + e] = quiet_nan();
                     }
             __syncwarp();
+        }
+        if constexpr (FP8) {
+            // The chunk's power of two 2^ev > its largest value scale (at
+            // least 2^-64 of the largest so far, so that the outputs divided
+            // by it stay far inside f32's range); the outputs so far are
+            // rescaled from the previous chunk's power.
+            float vmax = scales[16 + (lane & 15)];
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
+            int ev = v_exp;  // a chunk of slots past the end (zero scales) keeps it
+            if (vmax > 0.f) {
+                frexpf(vmax, &ev);  // vmax < 2^ev
+                ev = max(ev, v_exp_max - 64);
+            }
+            v_exp_max = max(v_exp_max, ev);
+            const float rescale = ldexpf(1.f, v_exp - ev), inv = ldexpf(1.f, -ev);
+            alpha[0] *= rescale;
+            alpha[1] *= rescale;
+            v_exp = ev;
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[n][e] *= scales[16 + n * 8 + (lane & 3) * 2 + (e & 1)] * inv;
         }
         // S accumulators (m16n8 x2) are exactly the A fragment of P (m16k16).
         uint32_t pa[4];
@@ -259,7 +391,7 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
         const int r = (lane >> 2) + hr * 8;
         float M = -INFINITY;
         for (int w = 0; w < NW; ++w) M = fmaxf(M, sWarpM[w * 16 + r]);
-        scale[hr] = (run_m[hr] == -INFINITY) ? 0.f : exp2_ftz(run_m[hr] - M);
+        scale[hr] = (run_m[hr] == -INFINITY) ? 0.f : ldexpf(exp2_ftz(run_m[hr] - M), FP8 ? v_exp : 0);
         if (warp == 0 && (lane & 3) == 0) {
             float tot = 0.f;
             for (int w = 0; w < NW; ++w) tot += rescaled_sum(sWarpM[w * 16 + r], sWarpL[w * 16 + r], M);

@@ -7,6 +7,7 @@
 #include "core/dtype.hpp"
 #include "cuda_status.hpp"
 #include "device_dtype.cuh"
+#include "fp8_e4m3.cuh"
 
 namespace gqla::cuda {
 
@@ -43,6 +44,33 @@ __global__ void scatter_rows_vec16_kernel(const __grid_constant__ ScatterParams 
             (page * p.dst_page_stride + g * p.dst_group_stride + slot * p.dst_row_stride) * elem_bytes + v * 16;
         *reinterpret_cast<int4*>(dst + d) = *reinterpret_cast<const int4*>(src + s);
     }
+}
+
+// 8-bit pools: one warp per (row, group): the group's largest finite
+// magnitude (warp maximum) gives its scale, then each element is quantized
+// (fp8_e4m3.cuh) and lane 0 stores the scale after the page's rows.
+__global__ void scatter_rows_fp8_kernel(const __grid_constant__ ScatterParams p) {
+    const int warps = blockDim.x / 32, lane = threadIdx.x & 31;
+    const int64_t item = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
+    if (item >= int64_t(p.rows) * p.groups) return;
+    const int64_t row = item / p.groups;
+    const int g = static_cast<int>(item % p.groups);
+    const int64_t tok = p.row_token[row];
+    const int64_t page = tok / p.page_size, slot = tok % p.page_size;
+    const int64_t src = row * p.src_row_stride + g * p.src_group_stride;
+    float amax = 0.f;
+    for (int c = lane; c < p.dim; c += 32) {
+        const float a = fabsf(load_elem(p.src, p.src_dtype, src + c));
+        if (a <= 3.40282347e38f) amax = fmaxf(amax, a);  // finite elements only
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float scale = fp8_scale_for(amax);
+    unsigned char* page_base = static_cast<unsigned char*>(p.dst) + page * p.dst_page_stride;
+    unsigned char* dst = page_base + g * p.dst_group_stride + slot * p.dst_row_stride;
+    for (int c = lane; c < p.dim; c += 32) dst[c] = quantize_e4m3(load_elem(p.src, p.src_dtype, src + c), scale);
+    if (lane == 0)
+        *reinterpret_cast<float*>(page_base + p.dst_scale_offset + 4 * (int64_t(g) * p.page_size + slot)) = scale;
 }
 
 __global__ void gather_rows_kernel(const void* pool, int dtype, int64_t page_stride, int row_stride, int page_size,
@@ -98,6 +126,13 @@ __global__ void convert_2d_kernel(const void* src, int dtype, int64_t rows, int6
 
 void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream) {
     if (p.rows == 0) return;
+    if (p.dst_dtype == GQLA_DTYPE_FP8_E4M3) {
+        constexpr int kWarps = 4;
+        const int64_t items = int64_t(p.rows) * p.groups;
+        scatter_rows_fp8_kernel<<<static_cast<unsigned>((items + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(p);
+        check_launch("scatter_rows_fp8_kernel");
+        return;
+    }
     // Same dtype on both sides: a plain byte copy of each row.
     const int64_t es = static_cast<int64_t>(dtype_size(static_cast<gqla_dtype>(p.src_dtype)));
     const auto aligned = [](int64_t bytes) { return bytes % 16 == 0; };

@@ -22,6 +22,10 @@ struct ScatterParams {
     int32_t dst_row_stride;
     int32_t page_size, groups, dim, rows;
     const int64_t* row_token;  // global token index page * page_size + slot, per row
+    // dst_dtype FP8_E4M3: each (row, group) quantized with its own scale
+    // (docs/fp8-cache.md), stored at byte page * dst_page_stride +
+    // dst_scale_offset + 4 * (g * page_size + slot).
+    int64_t dst_scale_offset;
 };
 void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream);
 

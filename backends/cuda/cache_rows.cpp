@@ -29,6 +29,7 @@ void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, in
     p.dim = dim;
     p.rows = rows;
     p.row_token = tokens;
+    p.dst_scale_offset = g.scale_offset;
     launch_scatter_rows(p, s.stream);
 }
 

@@ -153,6 +153,18 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
     const gqla_dtype cache = s.desc.cache_dtype;
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
+    if (cache == GQLA_DTYPE_FP8_E4M3) {
+        // The per-warp kernel reads 8-bit caches (the session refused other
+        // shapes at create, session.cpp), in blocks of 16 rows per group.
+        if (!warp_kernel_reads_fp8(p) || !plan_streaming_kernel(
+                                             s, cache, kWarpSlot0, kWarpStagesMin, kWarpStagesMax,
+                                             [&](int st) { return warp_smem_bytes(p, st); }, &plan))
+            throw BackendError(GQLA_ERR_UNSUPPORTED, "CUDA decode: no kernel reads this fp8_e4m3 cache's shape");
+        plan.per_warp = true;
+        plan.rows_per_cta = kWarpRows;
+        plan.tile_tokens = kWarpTile;
+        return plan;
+    }
     if (plans_latent_kernel(s, p)) {
         plan.latent_wgmma = true;
         const bool transposed =

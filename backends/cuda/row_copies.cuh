@@ -60,4 +60,28 @@ __device__ __forceinline__ void copy_scattered_rows16(T* tile, SmemRows rows, in
     }
 }
 
+// 16 rows of `bytes` bytes (a multiple of 8; 8-bit cache rows) from the
+// per-lane sources of copy_scattered_rows16 into a byte tile whose rows are
+// `stride` bytes apart: 16-byte pieces where the rows allow, else 8-byte ones.
+__device__ __forceinline__ void copy_scattered_byte_rows16(unsigned char* tile, int stride,
+                                                           const unsigned char* row_src, int bytes,
+                                                           const unsigned char* any, int lane) {
+    const int piece = bytes % 16 == 0 ? 16 : 8;
+    const int per_row = bytes / piece;
+    const int total = 16 * per_row;
+    for (int idx = lane; idx - lane < total; idx += 32) {
+        const int row = idx < total ? idx / per_row : 0;  // every lane joins the shuffle
+        const unsigned char* src = reinterpret_cast<const unsigned char*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row_src), row));
+        if (idx < total) {
+            const int c = (idx - row * per_row) * piece;
+            unsigned char* dst = tile + row * stride + c;
+            if (piece == 16)
+                cp_async_16(dst, src ? src + c : any, src != nullptr);
+            else
+                cp_async_8(dst, src ? src + c : any, src != nullptr);
+        }
+    }
+}
+
 }  // namespace gqla::cuda

@@ -41,6 +41,11 @@ PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim) {
     g.row_stride = dim;
     g.group_stride = static_cast<int64_t>(s.desc.page_size) * dim;
     g.page_stride = groups * g.group_stride;
+    if (s.desc.cache_dtype == GQLA_DTYPE_FP8_E4M3) {
+        auto round64 = [](int64_t n) { return (n + 63) / 64 * 64; };
+        g.scale_offset = round64(g.page_stride);
+        g.page_stride = round64(g.scale_offset + 4 * groups * s.desc.page_size);
+    }
     g.layer_stride = s.desc.num_pages * g.page_stride;
     return g;
 }
@@ -54,6 +59,7 @@ PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_
     v.group_stride = shared_by_groups ? 0 : g.group_stride;
     v.row_stride = g.row_stride;
     v.dim = dim;
+    v.scale_offset = g.scale_offset;
     return v;
 }
 
@@ -220,7 +226,25 @@ void allocate_decode_workspace(Session* s) {
     }
 }
 
+// What the CUDA kernels read from an 8-bit (e4m3) cache today: the GQA
+// kind, through the per-warp kernel (warp_kernel_reads_fp8).
+void check_fp8_support(const gqla_backend_desc& d) {
+    if (d.cache_dtype != GQLA_DTYPE_FP8_E4M3) return;
+    if (d.kind != GQLA_KIND_GQA)
+        throw BackendError(GQLA_ERR_UNSUPPORTED,
+                           "config.cache_dtype: fp8_e4m3 on the CUDA backend serves GQA-kind sessions only; a GQLA "
+                           "session takes f32, f16 or bf16 there (or fp8_e4m3 on the CPU backend)");
+    const int32_t dv = d.value_dim > 0 ? d.value_dim : d.head_dim;
+    if (d.head_dim % 8 != 0 || dv % 8 != 0 || dv > kWarpKernelMaxValueDim)
+        throw BackendError(GQLA_ERR_UNSUPPORTED,
+                           "config.head_dim / value_dim: an fp8_e4m3 cache on the CUDA backend needs multiples of 8, "
+                           "value_dim at most " +
+                               std::to_string(kWarpKernelMaxValueDim) + "; got " + std::to_string(d.head_dim) + " / " +
+                               std::to_string(dv));
+}
+
 void init_session(Session* s, const gqla_backend_desc& d) {
+    check_fp8_support(d);
     s->desc = d;
     s->device = d.device_index;
     const Tuning t = read_tuning();
@@ -248,7 +272,9 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     prepare_narrow_kernels(s->smem_optin, cc_major >= 9);
     s->dependent_launch = cc_major >= 9 && t.pdl;
     s->use_cluster_merge = cc_major >= 9 && t.cluster_merge;
-    s->narrow_tma = cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && t.narrow_tma;
+    // 8-bit caches are read by the per-warp kernel alone (decode_plan.cpp).
+    s->narrow_tma =
+        cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && d.cache_dtype != GQLA_DTYPE_FP8_E4M3 && t.narrow_tma;
     s->use_narrow_fixed_dims = t.narrow_fixed_dims;
     s->use_latent_wgmma = t.latent_wgmma && latent_wgmma_available(cc_major, cc_minor) &&
                           s->smem_optin >= latent_wgmma_smem_bytes(kLatentRows) &&

@@ -164,9 +164,12 @@ struct Session {
 };
 
 // Elements per token row of each pool and the layer/page strides.
+// 8-bit pools (docs/fp8-cache.md): a page is its rows, 64-byte aligned, then
+// one f32 scale per (group, slot) at scale_offset, the page rounded up to 64.
 struct PoolGeometry {
     int64_t layer_stride, page_stride, group_stride;
     int32_t row_stride;
+    int64_t scale_offset = 0;
 };
 PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim);
 

@@ -65,7 +65,7 @@ def make_session(args, rank, world, shard):
     device = f"cuda:{rank}" if args.device == "cuda" else "cpu"
     cfg = gqla.Config.gqla(num_heads=H, num_groups=G, latent_dim=R, nope_dim=D_C, rope_dim=D_R, value_dim=D_V,
                            device=device, cache_dtype="bf16", io_dtype="bf16" if args.device == "cuda" else "f32",
-                           path="gqa", max_tokens=args.batch * (args.context + args.steps + 16),
+                           path="gqa", max_tokens=args.batch * (args.context + args.steps + 128),  # partial last pages
                            max_batch=args.batch)
     if args.device == "cpu":
         cfg.threads = max(1, (os.cpu_count() or 2) // world)

@@ -29,9 +29,16 @@ double bf16_of(double x) { return gqla::bf16_to_f32(gqla::f32_to_bf16(static_cas
 
 }  // namespace
 
+namespace {
+gqla_device_type g_device = GQLA_DEVICE_CPU;
+}  // namespace
+
+gqla_device_type test_device() { return g_device; }
+void use_device(gqla_device_type device) { g_device = device; }
+
 Fp8Session::Fp8Session(gqla_config cfg, uint64_t seed, bool outlier) : gen_(seed), outlier_(outlier) {
     cfg.cache_dtype = GQLA_DTYPE_FP8_E4M3;
-    cfg.device = GQLA_DEVICE_CPU;
+    cfg.device = g_device;
     if (cfg.num_threads == 0) cfg.num_threads = 2;
     INFO("gqla_session_create: " << gqla_last_error_message());
     REQUIRE(gqla_session_create(&cfg, &s_) == GQLA_OK);

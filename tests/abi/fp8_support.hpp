@@ -42,6 +42,11 @@ inline void fake_quantize_blocks(const double* src, int n, int block, double* ds
     for (int b = 0; b < n; b += block) fake_quantize(src + b, std::min(block, n - b), dst + b);
 }
 
+// The device of the sessions below (CPU unless a test program sets another:
+// tests/cuda runs the GQA-kind fp8 cases on the GPU).
+gqla_device_type test_device();
+void use_device(gqla_device_type device);
+
 struct Errors {
     double stored = 0.0;  // rel-L2 of o against the reference on the stored rows
     double given = 0.0;   // ... on the rows as given

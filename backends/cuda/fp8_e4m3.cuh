@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// e4m3 (8-bit float, docs/fp8-cache.md) on the device: the quantization of
+// appended rows (scale = amax / 448, round to nearest even, saturating) and
+// the exact widening of stored bytes into f16 for the tensor cores.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace gqla::cuda {
+
+constexpr float kE4m3Max = 448.0f;
+constexpr float kSmallestNormalF32 = 1.17549435e-38f;
+
+// Scale of a row group whose largest finite magnitude is amax (the rule of
+// backends/cpu/fp8_rows.hpp): amax / 448, 1 for a group with no finite
+// non-zero element, never below the smallest normal float.
+__device__ __forceinline__ float fp8_scale_for(float amax) {
+    if (!(amax > 0.0f)) return 1.0f;
+    return fmaxf(amax / kE4m3Max, kSmallestNormalF32);
+}
+
+// x / scale as e4m3 (IEEE division, as the host rule divides); a NaN or an
+// infinity is stored as NaN of its sign (e4m3 has no infinity).
+__device__ __forceinline__ uint8_t quantize_e4m3(float x, float scale) {
+    if (!isfinite(x)) return static_cast<uint8_t>((signbit(x) ? 0x80u : 0u) | 0x7fu);
+    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
+}
+
+// 8 stored bytes (8-byte aligned) -> 8 f16 (one 16-byte store, aligned),
+// one cvt.rn.f16x2.e4m3x2 per pair: exact, subnormals and NaN included.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t two) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+__device__ __forceinline__ void widen8_e4m3_to_f16(const unsigned char* src, __half* dst) {
+    const uint2 in = *reinterpret_cast<const uint2*>(src);
+    *reinterpret_cast<uint4*>(dst) = make_uint4(
+        e4m3x2_to_f16x2(static_cast<uint16_t>(in.x & 0xffffu)), e4m3x2_to_f16x2(static_cast<uint16_t>(in.x >> 16)),
+        e4m3x2_to_f16x2(static_cast<uint16_t>(in.y & 0xffffu)), e4m3x2_to_f16x2(static_cast<uint16_t>(in.y >> 16)));
+}
+
+}  // namespace gqla::cuda

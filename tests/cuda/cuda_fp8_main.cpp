@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+// 8-bit (e4m3) caches on CUDA sessions: the GQA-kind cases of
+// tests/abi/test_fp8_cache.cpp on the GPU (ctest passes the case names),
+// plus the GPU's own: LLaMA-3-8B shapes through 16-byte copies and several
+// 16-row blocks per group, and the refusals of what the CUDA kernels do not
+// read. Both bounds of docs/numerics.md: the bf16 bound against the float64
+// reference on the dequantized cache, 6e-2 against the inputs as given.
+// Exits 77 (skipped) where no GPU is visible.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gqla/gqla.h"
+#include "tests/abi/fp8_support.hpp"
+
+namespace {
+
+using fp8test::Errors;
+using fp8test::Fp8Session;
+
+void check(const Errors& e, const std::string& what) {
+    CAPTURE(what);
+    CHECK(e.stored <= fp8test::kStoredBound);
+    CHECK(e.lse <= fp8test::kStoredBound);
+    CHECK(e.given <= fp8test::kGivenBound);
+    MESSAGE(what << ": stored " << e.stored << ", given " << e.given << ", lse " << e.lse);
+}
+
+gqla_config llama3_8b() {
+    gqla_config c;
+    gqla_config_default(&c, GQLA_KIND_GQA);
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    c.max_tokens = 8192;
+    c.max_q_len = 8;
+    c.max_sequences = 8;
+    c.max_batch = 8;
+    c.io_dtype = GQLA_DTYPE_BF16;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("cuda fp8: LLaMA-3-8B shapes, s_q 1 to 8 (up to two 16-row blocks per group), forks") {
+    const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    CAPTURE(seed);
+    for (bool outlier : {false, true}) {
+        CAPTURE(outlier);
+        Fp8Session s(llama3_8b(), seed, outlier);
+        std::vector<gqla_seq_id> ids;
+        for (int64_t len : {1, 63, 64, 65, 1000, 3000}) {
+            ids.push_back(s.add());
+            s.append(ids.back(), len);
+        }
+        check(s.attend(ids, {1}, GQLA_PATH_AUTO, false), "s_q 1");
+        std::vector<gqla_seq_id> longer(ids.begin() + 4, ids.end());
+        for (int32_t s_q : {2, 5, 8}) check(s.attend(longer, {s_q}, GQLA_PATH_AUTO, false), "s_q " + std::to_string(s_q));
+        check(s.attend({ids[5], ids[1], ids[4]}, {8, 1, 3}, GQLA_PATH_AUTO, true), "ragged");
+        const gqla_seq_id child = s.fork(ids[4]);
+        s.append(child, 7);
+        s.append(ids[4], 1);
+        check(s.attend({ids[4], child}, {1}, GQLA_PATH_AUTO, false), "fork");
+    }
+}
+
+TEST_CASE("cuda fp8: GQLA sessions and shapes the kernels do not read are refused naming the field") {
+    gqla_config g;
+    gqla_config_default(&g, GQLA_KIND_GQLA);
+    g.num_heads = 16;
+    g.num_kv_heads = 1;
+    g.latent_dim = 512;
+    g.nope_dim = 128;
+    g.rope_dim = 64;
+    g.value_dim = 128;
+    g.max_tokens = 1024;
+    g.cache_dtype = GQLA_DTYPE_FP8_E4M3;
+    g.device = GQLA_DEVICE_CUDA;
+    gqla_session* s = nullptr;
+    CHECK(gqla_session_create(&g, &s) == GQLA_ERR_UNSUPPORTED);
+    CHECK(std::string(gqla_last_error_message()).find("cache_dtype") != std::string::npos);
+
+    gqla_config a = llama3_8b();
+    a.cache_dtype = GQLA_DTYPE_FP8_E4M3;
+    a.device = GQLA_DEVICE_CUDA;
+    a.head_dim = 100;  // not a multiple of 8
+    CHECK(gqla_session_create(&a, &s) == GQLA_ERR_UNSUPPORTED);
+    CHECK(std::string(gqla_last_error_message()).find("head_dim") != std::string::npos);
+    a.head_dim = 128;
+    a.value_dim = 256;  // wider than the kernel's 128
+    CHECK(gqla_session_create(&a, &s) == GQLA_ERR_UNSUPPORTED);
+    CHECK(std::string(gqla_last_error_message()).find("value_dim") != std::string::npos);
+}
+
+TEST_CASE("cuda fp8: a NaN reaches exactly the outputs that read it, and never an earlier query") {
+    // H 4, G 2, D = Dv = 16, one sequence of 70 tokens, s_q 2: query 0 may
+    // not see token 69, query 1 sees it. Token 69's value has NaN in column
+    // 3 of KV head 1 (its row's scale comes from the finite elements), token
+    // 10's in column 5 of KV head 0. docs/numerics.md: a visible NaN value
+    // element reaches its own column of every row that reads it; one in the
+    // causal tail (scrubbed for the queries that may not see it) reaches the
+    // whole rows of those that may.
+    gqla_config c;
+    gqla_config_default(&c, GQLA_KIND_GQA);
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 16;
+    c.max_tokens = 256;
+    c.cache_dtype = GQLA_DTYPE_FP8_E4M3;
+    c.device = GQLA_DEVICE_CUDA;
+    gqla_session* s = nullptr;
+    REQUIRE(gqla_session_create(&c, &s) == GQLA_OK);
+    gqla_seq_id seq = 0;
+    REQUIRE(gqla_sequence_add(s, &seq) == GQLA_OK);
+    const int64_t L = 70, G = 2, H = 4, D = 16;
+    std::mt19937 gen(7);
+    std::normal_distribution<float> dist(0.f, 1.f);
+    std::vector<float> k(L * G * D), v(L * G * D), q(2 * H * D), o(2 * H * D, -7.f);
+    for (float& x : k) x = dist(gen);
+    for (float& x : v) x = dist(gen);
+    for (float& x : q) x = dist(gen);
+    v[((L - 1) * G + 1) * D + 3] = std::numeric_limits<float>::quiet_NaN();
+    v[(10 * G + 0) * D + 5] = std::numeric_limits<float>::quiet_NaN();
+    const int64_t kv_shape[3] = {L, G, D}, q_shape[4] = {1, 2, H, D};
+    gqla_tensor tk, tv, tq, to;
+    REQUIRE(gqla_tensor_init(&tk, k.data(), GQLA_DTYPE_F32, 3, kv_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&tv, v.data(), GQLA_DTYPE_F32, 3, kv_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&tq, q.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&to, o.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
+    REQUIRE(gqla_append(s, 0, seq, &tk, &tv) == GQLA_OK);
+    REQUIRE(gqla_decode(s, 0, 1, &seq, &tq, &to, nullptr) == GQLA_OK);
+    REQUIRE(gqla_session_synchronize(s) == GQLA_OK);
+    for (int64_t qi = 0; qi < 2; ++qi)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t col = 0; col < D; ++col) {
+                const float x = o[(qi * H + h) * D + col];
+                CAPTURE(qi);
+                CAPTURE(h);
+                CAPTURE(col);
+                if (h / 2 == 0) {
+                    CHECK(std::isnan(x) == (col == 5));  // token 10: visible to every query
+                    if (col != 5) CHECK(std::isfinite(x));
+                } else if (qi == 0) {
+                    CHECK(std::isfinite(x));  // token 69 is hidden from query 0
+                } else if (col == 3) {
+                    CHECK(std::isnan(x));
+                }
+            }
+    gqla_session_destroy(s);
+}
+
+int main(int argc, char** argv) {
+    int32_t gpus = 0;
+    if (gqla_device_count(GQLA_DEVICE_CUDA, &gpus) != GQLA_OK || gpus == 0) {
+        std::puts("no CUDA device visible: skipped");
+        return 77;
+    }
+    fp8test::use_device(GQLA_DEVICE_CUDA);
+    doctest::Context context(argc, argv);
+    return context.run();
+}
