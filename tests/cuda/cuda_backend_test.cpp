@@ -48,6 +48,7 @@ gqla_backend_desc base_desc(gqla_kind kind, gqla_dtype cache, int H, int G, int 
     d.num_heads = H;
     d.num_kv_heads = G;
     d.num_layers = 2;
+    d.keep_latent = 1;  // GQLA: the latent pool exists (backend_api.h)
     d.cache_dtype = cache;
     d.io_dtype = GQLA_DTYPE_F32;
     d.page_size = page_size;

@@ -61,6 +61,7 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
     d.nope_dim = s.dc;
     d.rope_dim = s.dr;
     d.num_layers = layers;
+    d.keep_latent = 1;  // GQLA: the latent pool exists (backend_api.h)
     d.cache_dtype = GQLA_DTYPE_BF16;
     d.io_dtype = GQLA_DTYPE_BF16;
     d.softmax_scale = 1.f / std::sqrt(float(gqla ? s.dc + s.dr : s.D));

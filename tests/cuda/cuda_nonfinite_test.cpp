@@ -96,6 +96,7 @@ struct Session {
         d.nope_dim = s.dc;
         d.rope_dim = s.dr;
         d.num_layers = 1;
+        d.keep_latent = 1;  // GQLA: the latent pool exists (backend_api.h)
         d.cache_dtype = cache;
         d.io_dtype = GQLA_DTYPE_F32;
         d.softmax_scale = 1.f / std::sqrt(float(key_dim(s)));
