@@ -61,7 +61,8 @@ TEST_CASE("cuda fp8: LLaMA-3-8B shapes, s_q 1 to 8 (up to two 16-row blocks per 
         }
         check(s.attend(ids, {1}, GQLA_PATH_AUTO, false), "s_q 1");
         std::vector<gqla_seq_id> longer(ids.begin() + 4, ids.end());
-        for (int32_t s_q : {2, 5, 8}) check(s.attend(longer, {s_q}, GQLA_PATH_AUTO, false), "s_q " + std::to_string(s_q));
+        for (int32_t s_q : {2, 5, 8})
+            check(s.attend(longer, {s_q}, GQLA_PATH_AUTO, false), "s_q " + std::to_string(s_q));
         check(s.attend({ids[5], ids[1], ids[4]}, {8, 1, 3}, GQLA_PATH_AUTO, true), "ragged");
         const gqla_seq_id child = s.fork(ids[4]);
         s.append(child, 7);
