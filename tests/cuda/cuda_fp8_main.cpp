@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gqla/gqla.h"
+#include "tests/cuda/gpu_doctest_main.hpp"
 #include "tests/abi/fp8_support.hpp"
 
 namespace {
@@ -156,13 +157,4 @@ TEST_CASE("cuda fp8: a NaN reaches exactly the outputs that read it, and never a
     gqla_session_destroy(s);
 }
 
-int main(int argc, char** argv) {
-    int32_t gpus = 0;
-    if (gqla_device_count(GQLA_DEVICE_CUDA, &gpus) != GQLA_OK || gpus == 0) {
-        std::puts("no CUDA device visible: skipped");
-        return 77;
-    }
-    fp8test::use_device(GQLA_DEVICE_CUDA);
-    doctest::Context context(argc, argv);
-    return context.run();
-}
+int main(int argc, char** argv) { return gpu_doctest_main(argc, argv, fp8test::use_device); }

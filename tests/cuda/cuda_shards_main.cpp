@@ -6,18 +6,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <cstdio>
-
 #include "gqla/gqla.h"
+#include "tests/cuda/gpu_doctest_main.hpp"
 #include "tests/abi/shard_fixture.hpp"
 
-int main(int argc, char** argv) {
-    int32_t gpus = 0;
-    if (gqla_device_count(GQLA_DEVICE_CUDA, &gpus) != GQLA_OK || gpus == 0) {
-        std::puts("no CUDA device visible: skipped");
-        return 77;
-    }
-    shards::use_device(GQLA_DEVICE_CUDA);
-    doctest::Context context(argc, argv);
-    return context.run();
-}
+int main(int argc, char** argv) { return gpu_doctest_main(argc, argv, shards::use_device); }
