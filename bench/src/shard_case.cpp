@@ -263,6 +263,11 @@ void print_row(const Preset& p, const Options& opt, gqla_path path, gqla_dtype c
 }  // namespace
 
 int run_shard_bench(const Options& opt) {
+    // The rank sessions are CPU sessions with host tensors; on GPUs,
+    // examples/python/tp_decode.py times ranks with device tensors.
+    if (opt.device == GQLA_DEVICE_CUDA)
+        throw std::runtime_error(
+            "--shards runs CPU sessions only (--device cpu or auto); for GPUs see examples/python/tp_decode.py");
     if (!opt.json)
         std::printf("%-15s %-7s %-5s %4s %6s %3s %6s %4s  %6s %6s  %10s %10s %10s %10s %6s  %8s\n", "preset", "path",
                     "cache", "B", "T", "s_q", "shards", "keep", "el/tok", "full", "full ms", "full/N ms", "rank ms",
