@@ -115,7 +115,8 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int
                 kernel_name(plan), p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm, plan.stages,
                 (long long)max_len, p.cluster_merge ? " cluster-merge" : "", p.q_rope ? " q-in-place" : "");
         if (plan.prefill_wgmma)
-            launch_prefill_wgmma(s.desc.cache_dtype, p, grid, s.stream);
+            launch_prefill_wgmma(s.desc.cache_dtype, p, narrow_maps ? *narrow_maps : NarrowTmaMaps{}, s.prefill_turns,
+                                 grid, s.stream);
         else if (plan.latent_wgmma)
             launch_latent_wgmma(s.desc.cache_dtype, p,
                                 s.latent_maps.empty() ? LatentTmaMaps{} : s.latent_maps[static_cast<size_t>(a.layer)],

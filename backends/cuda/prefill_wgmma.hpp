@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include "attention_kernels.hpp"  // NarrowTmaMaps
 #include "attention_params.hpp"
 #include "gqla/gqla.h"
 
@@ -34,14 +35,18 @@ bool prefill_wgmma_fits(const AttentionParams& p);
 int prefill_wgmma_smem_bytes(int key_dim);
 // Raises the kernels' shared-memory limit (where available).
 void prepare_prefill_wgmma_kernels();
-// grid = (groups x row blocks of kPrefillRows, sequences, splits).
-void launch_prefill_wgmma(gqla_dtype cache, const AttentionParams& p, dim3 grid, cudaStream_t stream);
+// grid = (groups x row blocks of kPrefillRows, sequences, splits). maps:
+// the layer's TMA maps (the narrow kernel's, 16-row boxes), used for the
+// tiles every row of a block sees when valid; turns: the consumer
+// warpgroups take turns issuing their products.
+void launch_prefill_wgmma(gqla_dtype cache, const AttentionParams& p, const NarrowTmaMaps& maps, bool turns, dim3 grid,
+                          cudaStream_t stream);
 #else
 inline bool prefill_wgmma_available(int, int) { return false; }
 inline bool prefill_wgmma_fits(const AttentionParams&) { return false; }
 inline int prefill_wgmma_smem_bytes(int) { return 0; }
 inline void prepare_prefill_wgmma_kernels() {}
-inline void launch_prefill_wgmma(gqla_dtype, const AttentionParams&, dim3, cudaStream_t) {}
+inline void launch_prefill_wgmma(gqla_dtype, const AttentionParams&, const NarrowTmaMaps&, bool, dim3, cudaStream_t) {}
 #endif
 
 }  // namespace gqla::cuda

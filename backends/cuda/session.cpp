@@ -281,6 +281,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
                           s->smem_optin >= latent_wgmma_smem_bytes(kLatentRowsTransposed);
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
     s->use_prefill_wgmma = prefill_wgmma_serves(t, s->device);
+    s->prefill_turns = t.prefill_turns;
     if (s->use_prefill_wgmma) prepare_prefill_wgmma_kernels();
     s->latent_transposed = t.latent_transposed;
     s->use_query_in_place = t.query_in_place;

@@ -135,6 +135,7 @@ struct Session {
     // sm_90a prefill kernel for GQA-form launches of many query rows per
     // group (off: GQLA_CUDA_PREFILL_WGMMA=0).
     bool use_prefill_wgmma = false;
+    bool prefill_turns = true;  // the prefill kernel's consumers take turns (Tuning::prefill_turns)
     // Absorb with one head per weight block (MLA, or head_weights) and q in
     // the cache dtype, its tokens evenly spaced: the query projection and
     // the latent kernel read q where it lies, no pack pass (off:

@@ -25,6 +25,7 @@ struct Tuning {
     bool latent_tma = true;         // GQLA_CUDA_LATENT_TMA
     bool latent_pdl = true;         // GQLA_CUDA_LATENT_PDL
     bool prefill_wgmma = true;      // GQLA_CUDA_PREFILL_WGMMA
+    bool prefill_turns = true;      // GQLA_CUDA_PREFILL_TURNS
     bool pdl = true;                // GQLA_CUDA_PDL
     bool cluster_merge = true;      // GQLA_CUDA_CLUSTER_MERGE
     bool query_in_place = true;     // GQLA_CUDA_QUERY_IN_PLACE

@@ -18,12 +18,18 @@
 
 namespace gqla::cuda::prefill {
 
-constexpr int kThreads = 256;  // two warpgroups of 64 rows
+// Two consumer warpgroups of 64 rows each (the block's 128 rows), then one
+// producer warpgroup that only copies K/V tiles.
+constexpr int kConsumerThreads = 256;
+constexpr int kConsumerWarps = kConsumerThreads / 32;
+constexpr int kProducerThreads = 128;
+constexpr int kProducerWarps = kProducerThreads / 32;
+constexpr int kThreads = kConsumerThreads + kProducerThreads;
 constexpr int kValueDim = 128;
 constexpr int kValueAtoms = kValueDim / 64;
 constexpr int kAtomBytes = kPrefillTile * kSwizzleRowBytes;  // 64 columns x 128 rows (tokens or query rows)
 static_assert(kPrefillRows == kPrefillTile, "Q atoms and K/V atoms share one size");
-constexpr int kRowsPerLoadPass = kThreads / 8;  // 8 threads x 16 bytes per 64-column atom row
+constexpr int kRowsPerLoadPass = kProducerThreads / 8;  // 8 threads x 16 bytes per 64-column atom row
 constexpr int kLoadPasses = kPrefillTile / kRowsPerLoadPass;
 
 // Where one CTA's work lies: grid.x = groups x row blocks (heaviest row
@@ -88,18 +94,19 @@ __device__ __forceinline__ void load_queries(const AttentionParams& p, const Wor
 }
 
 // Copies of tile `tile`'s keys ([k1 | k2], KA atoms) into dK and values into
-// dV: 8 threads per 128-byte atom row, kLoadPasses rows each, through the
-// page table; slots past the sequence's end zero-filled.
+// dV by the producer warpgroup (ptid: its thread): 8 threads per 128-byte
+// atom row, kLoadPasses rows each, through the page table; slots past the
+// sequence's end zero-filled.
 template <typename T, int KA>
 __device__ __forceinline__ void copy_tile(const AttentionParams& p, const Work& w, int tile, unsigned char* dK,
-                                          unsigned char* dV, int tid) {
+                                          unsigned char* dV, int ptid) {
     const T* k1 = static_cast<const T*>(p.k1.base);
     const T* k2 = static_cast<const T*>(p.k2.base);
     const T* vb = static_cast<const T*>(p.v.base);
-    const int dk1 = p.k1.dim, piece = tid & 7;
+    const int dk1 = p.k1.dim, piece = ptid & 7;
 #pragma unroll
     for (int pass = 0; pass < kLoadPasses; ++pass) {
-        const int r = (tid >> 3) + pass * kRowsPerLoadPass;
+        const int r = (ptid >> 3) + pass * kRowsPerLoadPass;
         const int j = tile * kPrefillTile + r;
         const bool valid = j < w.length;
         const int64_t tb = valid ? token_base(w.table, j, p.page_size, p.page_shift) : 0;

@@ -60,6 +60,16 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Warp-specialized kernels hand registers from the producer warpgroup to the
+// consumers: every warp of a warpgroup executes the same one.
+template <int N>
+__device__ __forceinline__ void warpgroup_release_registers() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void warpgroup_claim_registers() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 // Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait.
 template <int N>
 __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
