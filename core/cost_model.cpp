@@ -66,10 +66,11 @@ Efficiency default_efficiency(gqla_device_type device) {
 namespace {
 
 // CPUs whose kernels run bf16 caches on AVX512-BF16 dot products (twice the
-// f32 FMA rate; AMX tiles are not used, so its peak does not count).
+// f32 FMA rate; AMX tiles are not used, so its peak does not count). The
+// probe reports a bf16 peak above the f32 one exactly where they do.
 bool cpu_bf16_dot(const gqla_config& cfg, const gqla_probe_info& probe) {
     return probe.device == GQLA_DEVICE_CPU && cfg.cache_dtype == GQLA_DTYPE_BF16 &&
-           isa_has(probe.isa_flags, kIsaBf16Dot);
+           isa_has(probe.isa_flags, kIsaBf16Dot) && probe.peak_gflops_bf16 > probe.peak_gflops_f32;
 }
 
 // Bytes of a cached row of n elements split into `groups` scale groups: an

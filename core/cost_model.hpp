@@ -55,7 +55,8 @@ gqla_dtype weight_storage_dtype(const gqla_config& cfg, gqla_device_type device)
 
 // Peak FLOP/s (1e9) the cost model prices compute with: CUDA uses the tensor
 // (bf16) peak for 16-bit caches and the f32 peak otherwise; CPU the f32 FMA
-// peak, doubled for bf16 caches on AVX512-BF16 hosts (bf16 dot kernels).
+// peak, doubled for bf16 caches on AVX512-BF16 hosts whose kernels take the
+// dot products (the probe's bf16 peak above its f32 one).
 double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe);
 
 // Bytes and FLOPs of one decode step for both paths and the one-time cost of

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Runtime choice of the kernel table from the probe's ISA bits (which honor
-// the GQLA_MAX_ISA cap, so a capped run exercises the narrower kernels).
+// the GQLA_MAX_ISA cap, so a capped run exercises the narrower kernels); the
+// bf16-dot table only where its dot products outrun the FMAs
+// (cpu_bf16_dot_check.hpp).
 #include "backends/cpu/kernel_table.hpp"
 #include "core/cpu_features.hpp"
+#include "backends/cpu/probe/cpu_bf16_dot_check.hpp"
 #include "backends/cpu/probe/cpu_probe.hpp"
 #include "core/probe.hpp"
 
@@ -43,7 +46,8 @@ const KernelTable* kernels_for(Isa isa) {
 }
 
 const KernelTable& best_kernels() {
-    if (const KernelTable* t = kernels_for(Isa::Avx512Bf16)) return *t;
+    if (bf16_dot_pays(cpu_isa_flags()))
+        if (const KernelTable* t = kernels_for(Isa::Avx512Bf16)) return *t;
     if (const KernelTable* t = kernels_for(Isa::Avx512)) return *t;
     if (const KernelTable* t = kernels_for(Isa::Avx2)) return *t;
     return scalar_kernels();

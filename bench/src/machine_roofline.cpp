@@ -184,12 +184,14 @@ MachineRoofline measure_cpu_roofline(int threads) {
     }
     const bool bf16_dot = __builtin_cpu_supports("avx512bf16");
     if (bf16_dot) m.peak_bf16_gflops = measure_bf16_dot_gflops(threads);
-    // The kernels follow the probe's ISA bits (GQLA_MAX_ISA applied).
+    // The kernels follow the probe's ISA bits (GQLA_MAX_ISA applied) and take
+    // the dot products only where they outrun the FMAs (a bf16 peak above
+    // the f32 one in the probe).
     gqla_probe_info info;
     std::memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
-    m.kernels_use_bf16_dot =
-        bf16_dot && gqla_probe(GQLA_DEVICE_CPU, 0, 0, &info) == GQLA_OK && isa_has(info.isa_flags, kIsaBf16Dot);
+    m.kernels_use_bf16_dot = bf16_dot && gqla_probe(GQLA_DEVICE_CPU, 0, 0, &info) == GQLA_OK &&
+                             isa_has(info.isa_flags, kIsaBf16Dot) && info.peak_gflops_bf16 > info.peak_gflops_f32;
     m.source = "measured: streaming sum over 1 GiB, " + std::to_string(kChains) + " independent FMA chains (" + m.isa +
                (bf16_dot ? "; and avx512bf16 dot chains" : "") + "), " + std::to_string(threads) + " threads";
     return m;

@@ -12,6 +12,8 @@
 
 #include <unistd.h>
 
+#include "backends/cpu/kernel_table.hpp"
+#include "backends/cpu/probe/cpu_bf16_dot_check.hpp"
 #include "backends/cpu/probe/cpu_calibration.hpp"
 #include "backends/cpu/probe/cpu_estimates.hpp"
 #include "core/cpu_features.hpp"
@@ -137,6 +139,41 @@ TEST_CASE("probe: GQLA_MAX_ISA caps the ISA flags") {
     }
     ScopedEnv no_cap("GQLA_MAX_ISA", nullptr);
     CHECK(gqla::cpu_isa_flags() == host);
+}
+
+// The bf16-dot kernel table, and the bf16 peak the probe reports, only
+// where the host has the instruction and (measured, or forced by
+// GQLA_CPU_BF16_DOT) it outruns the FMAs.
+TEST_CASE("probe: bf16 dot kernels only where they outrun the FMAs") {
+    ScopedEnv no_cap("GQLA_MAX_ISA", nullptr);
+    const uint64_t isa = gqla::cpu_isa_flags();
+    const bool has_dot = gqla::isa_has(isa, gqla::kIsaBf16Dot);
+    const uint64_t without_dot = isa & ~static_cast<uint64_t>(GQLA_ISA_AVX512BF16);
+    auto uses_dot_table = [] { return gqla::cpu::best_kernels().isa == gqla::cpu::Isa::Avx512Bf16; };
+    {
+        ScopedEnv force("GQLA_CPU_BF16_DOT", "1");
+        CHECK_FALSE(gqla::bf16_dot_pays(without_dot));  // never without the instruction
+        CHECK(gqla::bf16_dot_pays(isa) == has_dot);
+        CHECK(uses_dot_table() == has_dot);
+        const gqla_probe_info p = probe(0);
+        CHECK((p.peak_gflops_bf16 > p.peak_gflops_f32) == has_dot);
+    }
+    {
+        ScopedEnv force("GQLA_CPU_BF16_DOT", "0");
+        CHECK_FALSE(gqla::bf16_dot_pays(isa));
+        CHECK_FALSE(uses_dot_table());
+        const gqla_probe_info p = probe(0);
+        CHECK(p.peak_gflops_bf16 == p.peak_gflops_f32);
+    }
+    ScopedEnv measured("GQLA_CPU_BF16_DOT", nullptr);
+    const bool pays = gqla::bf16_dot_pays(isa);
+    CHECK(gqla::bf16_dot_pays(isa) == pays);  // measured once, then the same answer
+    CHECK((pays && !has_dot) == false);
+    CHECK(uses_dot_table() == pays);
+    const gqla_probe_info p = probe(0);
+    CHECK((p.peak_gflops_bf16 > p.peak_gflops_f32) == pays);
+    MESSAGE("bf16 dot products ",
+            has_dot ? (pays ? "outrun the FMAs here" : "do not outrun the FMAs here") : "absent here");
 }
 
 TEST_CASE("probe: ISA names follow the bits") {

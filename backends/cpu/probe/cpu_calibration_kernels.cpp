@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backends/cpu/probe/cpu_calibration_kernels.hpp"
 
+#include "core/cpu_features.hpp"
 #include "gqla/gqla.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -46,6 +47,22 @@ __attribute__((target("avx512f"))) double fma_loop_avx512(uint64_t iters, float*
     for (int k = 1; k < kChains; ++k) s = _mm512_add_ps(s, acc[k]);
     *sink += sum_lanes_avx512(s);
     return static_cast<double>(iters) * kChains * 16 * 2;
+}
+
+// bf16 dot products (vdpbf16ps): 16 lanes x 2 products each per
+// instruction, the instruction the bf16-dot kernel table runs bf16 caches on.
+__attribute__((target("avx512f,avx512bf16"))) double dot_bf16_loop_avx512(uint64_t iters, float* sink) {
+    __m512 acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_ps(1.0f + 0.01f * static_cast<float>(k));
+    const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80);  // bf16 1.0
+    const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3380);  // bf16 ~6e-8
+    for (uint64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 12
+        for (int k = 0; k < kChains; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
+    __m512 s = acc[0];
+    for (int k = 1; k < kChains; ++k) s = _mm512_add_ps(s, acc[k]);
+    *sink += sum_lanes_avx512(s);
+    return static_cast<double>(iters) * kChains * 32 * 2;
 }
 
 __attribute__((target("avx2,fma"))) double fma_loop_avx2(uint64_t iters, float* sink) {
@@ -186,6 +203,15 @@ FmaLoopFn pick_fma_loop(uint64_t isa_flags) {
     (void)isa_flags;
     return mul_add_loop_portable;
 #endif
+}
+
+FmaLoopFn pick_bf16_dot_loop(uint64_t isa_flags) {
+#ifdef GQLA_X86
+    if (isa_has(isa_flags, kIsaBf16Dot)) return dot_bf16_loop_avx512;
+#else
+    (void)isa_flags;
+#endif
+    return nullptr;
 }
 
 ReadLoopFn pick_read_loop(uint64_t isa_flags) {

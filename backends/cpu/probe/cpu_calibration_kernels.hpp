@@ -26,6 +26,9 @@ uint64_t dependent_adds(uint64_t rounds);
 
 // Widest loops the GQLA_ISA_* flags permit (portable fallbacks on other hosts).
 FmaLoopFn pick_fma_loop(uint64_t isa_flags);
+// Chains of AVX512-BF16 dot products (a product and its sum count 2 FLOPs),
+// or null where the flags lack them.
+FmaLoopFn pick_bf16_dot_loop(uint64_t isa_flags);
 ReadLoopFn pick_read_loop(uint64_t isa_flags);
 
 }  // namespace gqla

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/probe/cpu_bf16_dot_check.hpp"
 #include "backends/cpu/probe/cpu_probe.hpp"
 #include "backends/cpu/probe/cpu_calibration.hpp"
 #include "backends/cpu/probe/cpu_estimates.hpp"
@@ -185,7 +186,8 @@ gqla_status probe_cpu(uint32_t flags, gqla_probe_info* out) {
         info.calibrated = 0;
         info.measured = 0;
     }
-    info.peak_gflops_bf16 = info.peak_gflops_f32 * bf16_to_f32_peak_ratio(isa);
+    // bf16 runs at the f32 rate where the kernels do not take the dot products.
+    info.peak_gflops_bf16 = info.peak_gflops_f32 * (bf16_dot_pays(isa) ? bf16_to_f32_peak_ratio(isa) : 1.0);
     return deliver_probe_info(info, out);
 }
 
