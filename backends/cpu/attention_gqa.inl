@@ -1,0 +1,349 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GQA-form decode kernel (gqa_attend): scores, softmax, values.
+// Part of the kernel bodies every ISA unit includes through
+// attention_kernels.inl (its conventions and non-finite rules hold here).
+
+// ------------------------------------------------------------ GQA kernel
+// Scores of RB query rows against NT consecutive tokens: s[r][t] =
+// q[r] . [k1[t] | k2[t]]. Each key vector is loaded and converted once and
+// reused by all RB rows.
+template <int DT, int RB, int NT>
+static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<DT>::T* k1, int d1,
+                                  const typename Elem<DT>::T* k2, int d2, float* s, int s_ld) {
+    using V = Simd::V;
+    constexpr int W = Simd::W;
+    V acc[RB * NT];
+    GQLA_UNROLL
+    for (int i = 0; i < RB * NT; ++i) acc[i] = Simd::zero();
+    float tail[RB * NT];
+    GQLA_UNROLL
+    for (int i = 0; i < RB * NT; ++i) tail[i] = 0.0f;
+    // Two key segments, the second continuing the query row after d1.
+    for (int seg = 0; seg < 2; ++seg) {
+        const typename Elem<DT>::T* k = seg == 0 ? k1 : k2;
+        const int dk = seg == 0 ? d1 : d2;
+        const float* qs = seg == 0 ? q : q + d1;
+        if (dk == 0) continue;
+        int d = 0;
+        // Whole 2W blocks through load2 (queries in pair order), then W.
+        // With few vector registers (AVX2: 16) go token by token, one key
+        // pair live at a time; holding all NT pairs plus a row's two query
+        // vectors spilled there. With 32 (AVX-512), load each query vector
+        // once for all tokens instead.
+        constexpr bool kTokenOuter = RB * NT + 2 * NT + 4 >= Simd::kVectorRegisters;
+        for (; d + 2 * W <= dk; d += 2 * W) {
+            if constexpr (kTokenOuter) {
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t) {
+                    V ka, kb;
+                    Elem<DT>::load2(k + static_cast<int64_t>(t) * dk + d, ka, kb);
+                    GQLA_UNROLL
+                    for (int r = 0; r < RB; ++r) {
+                        const float* qr = qs + static_cast<int64_t>(r) * q_ld + d;
+                        acc[r * NT + t] = Simd::fma(Simd::load(qr), ka, acc[r * NT + t]);
+                        acc[r * NT + t] = Simd::fma(Simd::load(qr + W), kb, acc[r * NT + t]);
+                    }
+                }
+            } else {
+                V ka[NT], kb[NT];
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t) Elem<DT>::load2(k + static_cast<int64_t>(t) * dk + d, ka[t], kb[t]);
+                GQLA_UNROLL
+                for (int r = 0; r < RB; ++r) {
+                    const V qa = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d);
+                    const V qb = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d + W);
+                    GQLA_UNROLL
+                    for (int t = 0; t < NT; ++t) {
+                        acc[r * NT + t] = Simd::fma(qa, ka[t], acc[r * NT + t]);
+                        acc[r * NT + t] = Simd::fma(qb, kb[t], acc[r * NT + t]);
+                    }
+                }
+            }
+        }
+        for (; d + W <= dk; d += W) {
+            V kv[NT];
+            GQLA_UNROLL
+            for (int t = 0; t < NT; ++t) kv[t] = Elem<DT>::load(k + static_cast<int64_t>(t) * dk + d);
+            GQLA_UNROLL
+            for (int r = 0; r < RB; ++r) {
+                V qv = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d);
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t) acc[r * NT + t] = Simd::fma(qv, kv[t], acc[r * NT + t]);
+            }
+        }
+        for (; d < dk; ++d) GQLA_UNROLL
+        for (int t = 0; t < NT; ++t) {
+            float kf = Elem<DT>::scalar(k + static_cast<int64_t>(t) * dk + d);
+            GQLA_UNROLL
+            for (int r = 0; r < RB; ++r) tail[r * NT + t] += qs[static_cast<int64_t>(r) * q_ld + d] * kf;
+        }
+    }
+    float sums[RB * NT];
+    Simd::hsum_many(acc, RB * NT, sums);
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) GQLA_UNROLL
+    for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] + tail[r * NT + t];
+}
+
+// Steps of the score pass over n tokens (one per tile), for prefetch pacing.
+static inline int gqa_score_steps(int n) { return n / Simd::kScoreTokens + n % Simd::kScoreTokens; }
+
+template <int DT, int RB>
+static inline void gqa_scores_rows(const GqaItem& it, int r0, int n, const typename Elem<DT>::T* k1,
+                                   const typename Elem<DT>::T* k2, float* s, PrefetchStream* pf) {
+    constexpr int NT = Simd::kScoreTokens;
+    const float* q = it.q + static_cast<int64_t>(r0) * it.q_ld;
+    float* srow = s + r0 * kGqaTokenBlock;
+    int j = 0;
+    for (; j + NT <= n; j += NT) {
+        if (pf) pf->step();
+        gqa_score_tile<DT, RB, NT>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
+                                   k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                                   kGqaTokenBlock);
+    }
+    for (; j < n; ++j) {
+        if (pf) pf->step();
+        gqa_score_tile<DT, RB, 1>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
+                                  k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock);
+    }
+}
+
+// acc[r][d..] = acc * corr[r] + sum_j p[r][j] v[j][d..] for NC vectors of
+// the value dim; each value vector is converted once for all RB rows.
+// kMasked: row r takes only its first visible[r] tokens (n is their maximum).
+template <int DT, int RB, int NC, bool kMasked = false>
+static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T* v, int dv, int d, float* acc,
+                               const float* corr, PrefetchStream* pf, const int* visible = nullptr) {
+    using V = Simd::V;
+    constexpr int W = Simd::W;
+    V a[RB * NC];
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        V cr = Simd::set1(corr[r]);
+        GQLA_UNROLL
+        for (int c = 0; c < NC; ++c)
+            a[r * NC + c] = Simd::mul(Simd::load(acc + static_cast<int64_t>(r) * dv + d + c * W), cr);
+    }
+    for (int j = 0; j < n; ++j) {
+        if (pf) pf->step();
+        V vv[NC];
+        if constexpr (NC % 2 == 0) {
+            // Whole 2W blocks: the accumulators of this tile hold them in pair order.
+            GQLA_UNROLL
+            for (int c = 0; c < NC; c += 2)
+                Elem<DT>::load2(v + static_cast<int64_t>(j) * dv + d + c * W, vv[c], vv[c + 1]);
+        } else {
+            GQLA_UNROLL
+            for (int c = 0; c < NC; ++c) vv[c] = Elem<DT>::load(v + static_cast<int64_t>(j) * dv + d + c * W);
+        }
+        GQLA_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            if constexpr (kMasked)
+                if (j >= visible[r]) continue;
+            V pb = Simd::set1(p[r * kGqaTokenBlock + j]);
+            GQLA_UNROLL
+            for (int c = 0; c < NC; ++c) a[r * NC + c] = Simd::fma(pb, vv[c], a[r * NC + c]);
+        }
+    }
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) GQLA_UNROLL
+    for (int c = 0; c < NC; ++c) Simd::store(acc + static_cast<int64_t>(r) * dv + d + c * W, a[r * NC + c]);
+}
+
+// Rows r0..r0+RB of the block of n tokens at position t. kMasked (a block
+// past some row's causal limit): each row sums only the tokens it may see.
+template <int DT, int RB, bool kMasked>
+static inline void gqa_pv_rows(const GqaItem& it, int r0, int64_t t, int n, const typename Elem<DT>::T* v,
+                               const float* p, const float* corr, PrefetchStream* pf) {
+    constexpr int W = Simd::W;
+    constexpr int NC = Simd::kPvChunks;
+    const int dv = it.dv;
+    float* acc = it.acc + static_cast<int64_t>(r0) * dv;
+    const float* pr = p + r0 * kGqaTokenBlock;
+    const float* cr = corr + r0;
+    int visible[RB];
+    GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) visible[r] = kMasked ? visible_in_block(it.row_limit[r0 + r], t, n) : n;
+    if constexpr (kMasked) {
+        int widest = 0;
+        for (int r = 0; r < RB; ++r) widest = visible[r] > widest ? visible[r] : widest;
+        n = widest;
+    }
+    int d = 0;
+    // The first column chunk paces the prefetch (one step per token).
+    for (; d + NC * W <= dv; d += NC * W, pf = nullptr)
+        gqa_pv_tile<DT, RB, NC, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible);
+    for (; d + W <= dv; d += W, pf = nullptr) gqa_pv_tile<DT, RB, 1, kMasked>(pr, n, v, dv, d, acc, cr, pf, visible);
+    for (; d < dv; ++d) GQLA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        float s = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
+        for (int j = 0; j < visible[r]; ++j)
+            s += pr[r * kGqaTokenBlock + j] * Elem<DT>::scalar(v + static_cast<int64_t>(j) * dv + d);
+        acc[static_cast<int64_t>(r) * dv + d] = s;
+    }
+}
+
+// The value pass of one block over all rows, in register tiles of up to
+// kScoreRows rows.
+template <int DT, bool kMasked>
+static inline void gqa_pv_block(const GqaItem& it, int64_t t, int n, const typename Elem<DT>::T* v, const float* p,
+                                const float* corr, PrefetchStream* pf) {
+    constexpr int RBmax = Simd::kScoreRows;
+    int r0 = 0;
+    for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
+        gqa_pv_rows<DT, RBmax, kMasked>(it, r0, t, n, v, p, corr, pf);
+    switch (it.rows - r0) {
+        case 1:
+            gqa_pv_rows<DT, 1, kMasked>(it, r0, t, n, v, p, corr, pf);
+            break;
+        case 2:
+            gqa_pv_rows<DT, 2 < RBmax ? 2 : 1, kMasked>(it, r0, t, n, v, p, corr, pf);
+            break;
+        case 3:
+            gqa_pv_rows<DT, 3 < RBmax ? 3 : 1, kMasked>(it, r0, t, n, v, p, corr, pf);
+            break;
+        default:
+            break;
+    }
+}
+
+// The masked variant out of line: inlined next to the unmasked one it made
+// the item too large for GCC to inline the unmasked tiles as before (the
+// bf16 GQA decode ran ~1.5x slower).
+template <int DT>
+[[gnu::noinline]] static void gqa_pv_block_masked(const GqaItem& it, int64_t t, int n, const typename Elem<DT>::T* v,
+                                                  const float* p, const float* corr) {
+    gqa_pv_block<DT, true>(it, t, n, v, p, corr, nullptr);
+}
+
+// Online softmax over one block: masks causally, turns scores into
+// probabilities in place and returns the per-row rescale of the old state.
+static inline void gqa_softmax_block(const GqaItem& it, int64_t t, int n, float* s, float* corr) {
+    constexpr int W = Simd::W;
+    const int n_pad = (n + W - 1) / W * W;
+    for (int r = 0; r < it.rows; ++r) {
+        float* sr = s + r * kGqaTokenBlock;
+        // Scores the row may not see (whatever they hold) become -inf.
+        const int valid = visible_in_block(it.row_limit[r], t, n);
+        for (int j = valid; j < n_pad; ++j) sr[j] = kNegInf;
+        // Vector maximum: a scalar running max is one serial chain per token.
+        // NaN scores stay out of it (running max second) and reach l and acc
+        // through exp2 instead.
+        Simd::V mx = Simd::set1(kNegInf);
+        for (int j = 0; j < n_pad; j += W) mx = Simd::max(Simd::load(sr + j), mx);
+        const float mb = Simd::hmax(mx);
+        const float m_old = it.m[r];
+        const float m_new = mb > m_old ? mb : m_old;
+        Simd::V mv = Simd::set1(m_new), sum = Simd::zero();
+        for (int j = 0; j < n_pad; j += W) {
+            Simd::V p = Simd::exp2(Simd::sub(Simd::load(sr + j), mv));
+            Simd::store(sr + j, p);
+            sum = Simd::add(sum, p);
+        }
+        float c = Simd::exp2_scalar(m_old - m_new);
+        corr[r] = c;
+        it.l[r] = it.l[r] * c + Simd::hsum(sum);
+        it.m[r] = m_new;
+    }
+}
+
+// Cache rows of one block: `n` tokens from position t, all in one page.
+template <int DT>
+struct GqaBlock {
+    using T = typename Elem<DT>::T;
+    const T* k1;
+    const T* k2;
+    const T* v;
+    int n;
+
+    static inline GqaBlock at(const GqaItem& it, int64_t t) {
+        GqaBlock b;
+        b.n = block_tokens(t, it.t1, it.page_size, kGqaTokenBlock);
+        const int64_t page = it.page_table[t / it.page_size];
+        const int64_t slot = t % it.page_size;
+        b.k1 = static_cast<const T*>(it.k1) + page * it.k1_page_stride + slot * it.d1;
+        b.k2 = it.d2 ? static_cast<const T*>(it.k2) + page * it.k2_page_stride + slot * it.d2 : nullptr;
+        b.v = static_cast<const T*>(it.v) + page * it.v_page_stride + slot * it.dv;
+        return b;
+    }
+};
+
+template <int DT>
+static void gqa_attend(const GqaItem& item) {
+    using T = typename Elem<DT>::T;
+    constexpr int RBmax = Simd::kScoreRows;
+    constexpr int64_t es = sizeof(T);
+    static_assert(Simd::kPvChunks % 2 == 0, "value tiles must cover whole 2W blocks");
+    GqaItem it = item;
+    if constexpr (Elem<DT>::kPaired) {
+        // Queries in pair order, per key segment, to meet the keys' load2.
+        const int dk = it.d1 + it.d2;
+        float* qp = it.scratch + gqa_scratch_pair_query_offset(it.rows, dk);
+        for (int r = 0; r < it.rows; ++r) {
+            const float* src = item.q + static_cast<int64_t>(r) * item.q_ld;
+            to_pair_order(src, qp + static_cast<int64_t>(r) * dk, it.d1);
+            to_pair_order(src + it.d1, qp + static_cast<int64_t>(r) * dk + it.d1, it.d2);
+        }
+        it.q = qp;
+        it.q_ld = dk;
+    }
+    for (int r = 0; r < it.rows; ++r) {
+        it.m[r] = kMaxFloor;
+        it.l[r] = 0.0f;
+    }
+    for (int64_t i = 0; i < static_cast<int64_t>(it.rows) * it.dv; ++i) it.acc[i] = 0.0f;
+    float* s = it.scratch;
+    float* corr = it.scratch + it.rows * kGqaTokenBlock;
+    if (it.t0 >= it.t1) return;
+    const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
+    // Rows that can see nothing of [t0, t1) contribute nothing; the item is
+    // only called with at least one visible token for the last row.
+    GqaBlock<DT> cur = GqaBlock<DT>::at(it, it.t0);
+    for (int64_t t = it.t0; t < it.t1;) {
+        const int n = cur.n;
+        const bool has_next = t + n < it.t1;
+        const GqaBlock<DT> next = has_next ? GqaBlock<DT>::at(it, t + n) : cur;
+        // While the keys are scored, this block's values arrive; while the
+        // values are summed, the next block's keys arrive.
+        PrefetchStream values_ahead;
+        values_ahead.add(cur.v, n * it.dv * es);
+        PrefetchStream keys_ahead;
+        if (has_next) {
+            keys_ahead.add(next.k1, next.n * it.d1 * es);
+            keys_ahead.add(next.k2, next.n * it.d2 * es);
+        }
+        values_ahead.plan(gqa_score_steps(n));
+        keys_ahead.plan(n);
+
+        int r0 = 0;
+        PrefetchStream* pf = &values_ahead;  // paced by the first row group only
+        for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
+            gqa_scores_rows<DT, RBmax>(it, r0, n, cur.k1, cur.k2, s, pf);
+        switch (it.rows - r0) {
+            case 1:
+                gqa_scores_rows<DT, 1>(it, r0, n, cur.k1, cur.k2, s, pf);
+                break;
+            case 2:
+                gqa_scores_rows<DT, 2 < RBmax ? 2 : 1>(it, r0, n, cur.k1, cur.k2, s, pf);
+                break;
+            case 3:
+                gqa_scores_rows<DT, 3 < RBmax ? 3 : 1>(it, r0, n, cur.k1, cur.k2, s, pf);
+                break;
+            default:
+                break;
+        }
+        gqa_softmax_block(it, t, n, s, corr);
+        if (t + n - 1 > min_limit)
+            gqa_pv_block_masked<DT>(it, t, n, cur.v, s, corr);
+        else
+            gqa_pv_block<DT, false>(it, t, n, cur.v, s, corr, &keys_ahead);
+        t += n;
+        cur = next;
+    }
+    if constexpr (Elem<DT>::kPaired) {
+        // The value tiles of kPvChunks vectors kept their columns in pair order.
+        constexpr int tile = Simd::kPvChunks * Simd::W;
+        const int paired = it.dv / tile * tile;
+        for (int r = 0; r < it.rows; ++r) from_pair_order(it.acc + static_cast<int64_t>(r) * it.dv, paired);
+    }
+}
