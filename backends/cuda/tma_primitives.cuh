@@ -55,11 +55,6 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 __device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
     GQLA_HOPPER_ASM("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
-// The same arrival counted as one of the barrier's expected arrivals (no
-// pending-count increment): a cp.async producer's "this stage is loaded".
-__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
-    GQLA_HOPPER_ASM("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
 // Spins on a try_wait form until the phase with parity %1 of barrier %0 has completed.
 #define GQLA_MBARRIER_WAIT_LOOP(TRY_WAIT) \
     "{\n.reg .pred done;\nwait_%=:\n" TRY_WAIT " done, [%0], %1;\n@!done bra wait_%=;\n}\n"
