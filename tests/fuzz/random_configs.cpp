@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: Apache-2.0
+// The random valid and broken configs of random_configs.hpp.
+#include "tests/fuzz/random_configs.hpp"
+
+#include <cstdint>
+
+namespace fuzz {
+
+const std::vector<gqla_dtype> kDtypes = {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16};
+
+gqla_config random_config(Random& r) {
+    const gqla_kind kind = r.chance(0.5) ? GQLA_KIND_GQA : GQLA_KIND_GQLA;
+    gqla_config c;
+    if (gqla_config_default(&c, kind) != GQLA_OK) fail("gqla_config_default refused kind %d", int(kind));
+    const int32_t heads = static_cast<int32_t>(r.pick<int64_t>({1, 2, 3, 4, 6, 8}));
+    std::vector<int64_t> divisors;
+    for (int32_t g = 1; g <= heads; ++g)
+        if (heads % g == 0) divisors.push_back(g);
+    c.num_heads = heads;
+    c.num_kv_heads = static_cast<int32_t>(r.pick(divisors));
+    if (kind == GQLA_KIND_GQA) {
+        c.head_dim = static_cast<int32_t>(r.pick<int64_t>({1, 3, 8, 16, 31, 64, 72, 128}));
+        c.value_dim = static_cast<int32_t>(r.pick<int64_t>({0, 0, 5, 40, 64}));
+    } else if (r.chance(0.2)) {  // the odd sizes of real models' shape family
+        c.latent_dim = 384, c.nope_dim = 96, c.rope_dim = 32, c.value_dim = 80;
+    } else {
+        c.latent_dim = static_cast<int32_t>(r.pick<int64_t>({1, 7, 16, 64, 130}));
+        c.nope_dim = static_cast<int32_t>(r.pick<int64_t>({1, 8, 24, 33}));
+        c.rope_dim = static_cast<int32_t>(r.pick<int64_t>({1, 4, 16, 17}));
+        c.value_dim = static_cast<int32_t>(r.pick<int64_t>({1, 8, 20, 32}));
+    }
+    c.num_layers = static_cast<int32_t>(r.range(1, 3));
+    c.cache_dtype = r.pick(kDtypes);
+    c.io_dtype = r.pick(kDtypes);
+    c.softmax_scale = r.chance(0.7) ? 0.0f : static_cast<float>(r.range(5, 60)) / 100.0f;
+    c.page_size = static_cast<int32_t>(r.pick<int64_t>({1, 2, 3, 7, 15, 16, 17, 64}));
+    if (r.chance(0.85)) {
+        c.max_tokens = r.range(1, 600);
+    } else {  // capacity from a byte budget: a few pages' worth
+        c.max_tokens = 0;
+        const int64_t per_token =
+            (kind == GQLA_KIND_GQA ? int64_t(c.num_kv_heads) * (c.head_dim + (c.value_dim ? c.value_dim : c.head_dim))
+                                   : int64_t(c.latent_dim) + c.rope_dim) *
+            (c.cache_dtype == GQLA_DTYPE_F32 ? 4 : 2) * c.num_layers;
+        c.memory_budget_bytes = per_token * c.page_size * r.range(1, 12) + r.range(0, per_token);
+    }
+    c.max_sequences = static_cast<int32_t>(r.range(1, 12));
+    c.max_batch = static_cast<int32_t>(r.range(1, 8));
+    c.max_q_len = static_cast<int32_t>(r.range(1, 6));
+    c.device = r.chance(0.8) ? GQLA_DEVICE_CPU : GQLA_DEVICE_AUTO;
+    const std::vector<gqla_path> paths = kind == GQLA_KIND_GQA
+                                             ? std::vector<gqla_path>{GQLA_PATH_AUTO, GQLA_PATH_GQA}
+                                             : std::vector<gqla_path>{GQLA_PATH_AUTO, GQLA_PATH_GQA, GQLA_PATH_ABSORB};
+    c.path = r.pick(paths);
+    c.num_threads = static_cast<int32_t>(r.range(0, 3));
+    return c;
+}
+
+void break_config(Random& r, gqla_config& c) {
+    switch (r.range(0, 14)) {
+        case 0:
+            c.num_heads = 0;
+            break;
+        case 1:
+            c.num_kv_heads = c.num_heads + 1;
+            break;
+        case 2:
+            c.kind = static_cast<gqla_kind>(7);
+            break;
+        case 3:
+            c.num_layers = 0;
+            break;
+        case 4:
+            c.cache_dtype = static_cast<gqla_dtype>(9);
+            break;
+        case 5:
+            c.io_dtype = static_cast<gqla_dtype>(0);
+            break;
+        case 6:
+            c.softmax_scale = -1.0f;
+            break;
+        case 7:
+            c.page_size = 0;
+            break;
+        case 8:
+            c.max_tokens = -5;
+            break;
+        case 9:
+            c.max_sequences = 0;
+            break;
+        case 10:
+            c.max_q_len = 0;
+            break;
+        case 11:
+            c.path = static_cast<gqla_path>(3);
+            break;
+        case 12:
+            c.num_threads = -1;
+            break;
+        case 13:
+            c.struct_size = 8;
+            break;
+        default:
+            if (c.kind == GQLA_KIND_GQA)
+                c.head_dim = 0;
+            else
+                c.latent_dim = -3;
+            break;
+    }
+}
+
+}  // namespace fuzz

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// One fuzzed session: each step() makes a random call (valid or not) on a
+// live gqla session, keeps the shadow model in step with what gqla accepted,
+// and compares the session with it afterwards. The members are defined by
+// purpose in session_fuzz_*.cpp:
+//   checks     stepping, and comparing the session with the shadow model
+//   arguments  random ids, layers, tensors in random layouts, tensor flaws
+//   sequences  sequence_add, sequence_release, sequence_fork
+//   append     append and append_batch
+//   decode     decode, checked against the float64 reference
+//   settings   select_path and set_weights
+//   queries    getters, cost predictions and NULL-pointer calls
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gqla/gqla.h"
+#include "tests/fuzz/fuzz_inputs.hpp"
+#include "tests/fuzz/fuzz_run.hpp"
+#include "tests/fuzz/shadow_session.hpp"
+
+namespace fuzz {
+
+// Tensor mistakes a caller can make; each must be refused with INVALID_ARGUMENT.
+enum class Flaw { None, Dtype, Ndim, Extent, InnerStride, Null, StructSize, Device, Negative, Overlap, DataNull };
+
+class SessionFuzz {
+public:
+    // `resolved` is the session's config as gqla_session_get_config returns it.
+    SessionFuzz(Random& r, gqla_session* s, const gqla_config& resolved);
+
+    // One random call, then the comparison with the shadow model.
+    void step();
+
+private:
+    // ---- checks (session_fuzz_checks.cpp)
+
+    gqla_stats stats();
+    void verify(bool accepted, const gqla_stats* before);
+
+    // ---- choosing ids and layers (session_fuzz_arguments.cpp)
+
+    gqla_seq_id unknown_id();
+    gqla_seq_id some_id(Expect& e);  // a live id, or (rarely, or when none) an unknown one
+    int32_t some_layer(Expect& e);
+    static bool layer_ok(int32_t layer, int32_t layers) { return layer >= 0 && layer < layers; }
+
+    // ---- tensors (session_fuzz_arguments.cpp)
+
+    // A host tensor of `shape` in a random layout: the buffer is poisoned
+    // (NaN) everywhere, then the view's elements get `values` (row-major;
+    // empty = fresh normal numbers) rounded to the dtype, read back into *stored.
+    struct Tensor {
+        TypedBuffer buf;
+        gqla_tensor t;
+        std::vector<double> stored;  // row-major view values as the dtype holds them
+        std::vector<char> in_view;   // per buffer element
+    };
+
+    Tensor make_tensor(gqla_dtype dtype, const std::vector<int64_t>& shape, double sd, bool fill);
+    // Read the view back row-major.
+    static std::vector<double> read_view(const Tensor& x);
+    Flaw maybe_flaw(double p);
+    // Apply a flaw to a tensor descriptor (the pointer may become NULL).
+    // Returns false when the flaw cannot apply to this tensor (it stays valid).
+    bool apply_flaw(Flaw f, gqla_tensor& t, const gqla_tensor** ptr, gqla_dtype expected_dtype, bool any_dtype);
+
+    // ---- operations (each returns whether gqla accepted the call)
+
+    // session_fuzz_sequences.cpp
+    bool op_add();
+    bool op_release();
+    bool op_fork();
+
+    // session_fuzz_append.cpp
+    int64_t random_rows();
+    bool op_append();
+    bool op_append_batch();
+    std::vector<int64_t> a_shape(int64_t n) const;
+    std::vector<int64_t> b_shape(int64_t n) const;
+
+    // session_fuzz_decode.cpp
+    bool op_decode();
+    void check_decode(int32_t layer, const std::vector<gqla_seq_id>& ids, int32_t s_q, const Tensor& q, const Tensor& o,
+                      const std::vector<unsigned char>& o_before, const Tensor* lse,
+                      const std::vector<unsigned char>& lse_before);
+
+    // session_fuzz_settings.cpp
+    bool op_select_path();
+    bool op_set_weights();
+
+    // session_fuzz_queries.cpp
+    bool op_getters();
+    bool op_bad_pointers();
+
+    Random& r_;
+    gqla_session* s_;
+    ShadowSession shadow_;
+    gqla_config cfg_;                           // resolved
+    gqla_path expected_path_ = GQLA_PATH_AUTO;  // AUTO: not known (the cost model decides)
+    gqla_path requested_ = GQLA_PATH_AUTO;
+    gqla_seq_id next_unused_id_ = 1;
+};
+
+}  // namespace fuzz

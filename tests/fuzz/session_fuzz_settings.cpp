@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// SessionFuzz (session_fuzz.hpp): the calls that change how a session
+// decodes: gqla_select_path (checked with gqla_get_path) and
+// gqla_set_weights (GQLA sessions only).
+#include "tests/fuzz/session_fuzz.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tests/fuzz/random_configs.hpp"
+
+namespace fuzz {
+
+bool SessionFuzz::op_select_path() {
+    run.op = "select_path";
+    Expect e;
+    const int64_t pick = r_.range(0, 12);
+    const gqla_path p = pick == 12 ? static_cast<gqla_path>(r_.chance(0.5) ? -1 : 3) : static_cast<gqla_path>(pick % 3);
+    const bool known = p == GQLA_PATH_AUTO || p == GQLA_PATH_GQA || p == GQLA_PATH_ABSORB;
+    if (!known || (cfg_.kind == GQLA_KIND_GQA && p == GQLA_PATH_ABSORB)) e.error(GQLA_ERR_INVALID_ARGUMENT);
+    if (!check_status("gqla_select_path", gqla_select_path(s_, p), e)) return false;
+    requested_ = p;
+    if (cfg_.kind == GQLA_KIND_GQA)
+        expected_path_ = GQLA_PATH_GQA;
+    else
+        expected_path_ = p;  // AUTO: either, checked as "unknown"
+    gqla_path active = GQLA_PATH_AUTO, requested = GQLA_PATH_AUTO;
+    Expect ok;
+    check_status("gqla_get_path", gqla_get_path(s_, &active, &requested), ok);
+    if (requested != p) fail("get_path: requested %d after selecting %d", int(requested), int(p));
+    if (expected_path_ != GQLA_PATH_AUTO && active != expected_path_)
+        fail("get_path: active %d after selecting %d", int(active), int(p));
+    return true;
+}
+
+bool SessionFuzz::op_set_weights() {
+    run.op = "set_weights";
+    Expect e;
+    const int32_t layer = some_layer(e);
+    if (!shadow_.is_gqla()) e.error(GQLA_ERR_INVALID_STATE);
+    const int64_t rows = int64_t(cfg_.num_kv_heads) * (cfg_.nope_dim + cfg_.value_dim);
+    const int64_t cols = shadow_.is_gqla() ? cfg_.latent_dim : 4;
+    Tensor w = make_tensor(r_.pick(kDtypes), {std::max<int64_t>(rows, 1), cols}, 1.0 / std::sqrt(double(cols)), true);
+    const gqla_tensor* pw = &w.t;
+    if (apply_flaw(maybe_flaw(0.1), w.t, &pw, w.t.dtype, true)) e.error(GQLA_ERR_INVALID_ARGUMENT);
+    if (!check_status("gqla_set_weights", gqla_set_weights(s_, layer, pw), e)) return false;
+    shadow_.set_weights(layer, w.stored);
+    return true;
+}
+
+}  // namespace fuzz
