@@ -49,7 +49,17 @@ __device__ __forceinline__ QueryHead query_head(const AttentionParams& p, int g,
     return {qi, g * p.heads_per_group + (mg - qi * p.heads_per_group)};
 }
 
+// Launch sequence b, query qi -> the call's sequence and query (see
+// RowAddress::fold; sparse launches only).
+__device__ __forceinline__ void unfold_query(int fold, int& b, int& qi) {
+    if (fold > 1) {
+        qi += b % fold;
+        b /= fold;
+    }
+}
+
 __device__ __forceinline__ int64_t row_offset(const RowAddress& a, int b, int qi, int h) {
+    unfold_query(a.fold, b, qi);
     return b * a.sB + qi * a.sQ + (h / a.nrep) * a.sG + (h % a.nrep) * a.sHi;
 }
 
@@ -76,6 +86,7 @@ struct CtaWork {
     int split;
     int length;            // tokens of the sequence in this layer
     const int32_t* table;  // its page table
+    const int64_t* list;   // sparse launches: its tokens (page << 32 | slot); null: the table's
     SplitRange range;      // tiles this split owns
 };
 // Also lets the combine pass be scheduled (every attention kernel starts here).
@@ -88,8 +99,14 @@ __device__ __forceinline__ CtaWork cta_work(const AttentionParams& p, int rows_p
     const int bl = blockIdx.y, seq_slot = p.slots[bl];
     w.b = p.batch_offset + bl;
     w.split = blockIdx.z;
-    w.length = __ldg(p.lengths + seq_slot);
     w.table = p.page_tables + seq_slot * p.table_stride;
+    if (p.sparse_tokens) {  // one query row of a sparse call: its visible entries
+        w.length = __ldg(p.sparse_counts + w.b);
+        w.list = p.sparse_tokens + w.b * p.sparse_stride;
+    } else {
+        w.length = __ldg(p.lengths + seq_slot);
+        w.list = nullptr;
+    }
     w.range = split_tiles(w.length, tile, w.split, p.num_splits);
     return w;
 }
@@ -105,6 +122,11 @@ __device__ __forceinline__ int64_t token_base(const int32_t* table, int j, int p
         slot = j - page_idx * page_size;
     }
     return (static_cast<int64_t>(__ldg(table + page_idx)) << 32) | static_cast<uint32_t>(slot);
+}
+// Token j of a CTA's sequence (page << 32 | slot): the j-th position of its
+// page table, or for a sparse launch the j-th visible entry of its list.
+__device__ __forceinline__ int64_t cta_token(const AttentionParams& p, const CtaWork& w, int j) {
+    return w.list ? __ldg(w.list + j) : token_base(w.table, j, p.page_size, p.page_shift);
 }
 __device__ __forceinline__ int64_t pool_offset(const PoolView& pv, int64_t tb, int g) {
     int64_t page = tb >> 32;
@@ -130,6 +152,7 @@ __device__ __forceinline__ void write_output(const AttentionParams& p, int split
 
 // Element of the caller's lse for row (b, qi, h).
 __device__ __forceinline__ int64_t lse_index(const AttentionParams& p, int b, int qi, int h) {
+    unfold_query(p.oa.fold, b, qi);
     return b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH;
 }
 

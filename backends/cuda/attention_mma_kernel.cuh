@@ -50,7 +50,6 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const CtaWork w = cta_work(p, ROWS, BN);
     const int rb = w.rb, g = w.g, b = w.b, split = w.split, length = w.length;
-    const int32_t* table = w.table;
     const SplitRange range = w.range;
     const int dk1 = p.k1.dim, dk2 = p.k2.dim, dk = dk1 + dk2, dv = p.v.dim;
     const int vstride = L.v_stride;
@@ -90,7 +89,7 @@ __global__ void __launch_bounds__(NW * 32) attention_mma_kernel(const __grid_con
 #pragma unroll
         for (int i = 0; i < RPT; ++i) {
             int j = tile * BN + (tid >> 3) + i * ROW_STEP;
-            tb[i] = (tile < range.end && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
+            tb[i] = (tile < range.end && j < length) ? cta_token(p, w, j) : -1;
         }
     };
     auto issue_tile = [&](int stage, const int64_t tb[RPT]) {

@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps             ? 1
     const int32_t* table = w.table;
     const SplitRange range = w.range;
 
-    const bool aligned_pages = TMA || (p.page_size & 15) == 0;  // the host maps only such pages
+    // Sparse launches gather single rows (the host never gives them TMA maps).
+    const bool aligned_pages = TMA || ((p.page_size & 15) == 0 && !w.list);  // the host maps only such pages
     const int chunks = range.end - range.begin;
     // This warp's chunk c covers tokens (range.begin + c) * TILE + tw * 16 + [0, 16).
     auto chunk_first = [&](int c) { return (range.begin + c) * TILE + tw * 16; };
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps             ? 1
         if (c >= chunks || j0 >= length || !loads) return -1;
         if (aligned_pages) return __ldg(table + (p.page_shift >= 0 ? j0 >> p.page_shift : j0 / p.page_size));
         const int j = j0 + (lane & 15);
-        return (lane < 16 && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
+        return (lane < 16 && j < length) ? cta_token(p, w, j) : -1;
     };
     // The page ids of the first chunks: the first halves' copies wait for them.
     const int64_t first_ids[4] = {fetch(0), fetch(1), fetch(2), fetch(3)};

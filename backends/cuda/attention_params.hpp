@@ -22,6 +22,10 @@ constexpr int kMaxLaunchBatch = 256;  // sequences per launch; larger batches ar
 struct RowAddress {
     int64_t sB, sQ, sG, sHi;
     int32_t nrep;  // heads per addressing group
+    // Sparse launches run each query row as a launch sequence of one query:
+    // launch sequence b is query b % fold of the call's sequence b / fold.
+    // 0 or 1: launch sequences are the call's sequences.
+    int32_t fold;
 };
 
 struct PoolView {
@@ -78,6 +82,16 @@ struct AttentionParams {
     // memory, writing o/lse directly (narrow and latent kernels; no combine
     // pass, no partial rows).
     int32_t cluster_merge;
+
+    // Sparse (top-k) launches (docs/sparse-attention.md): launch sequence b
+    // is one query row; its tokens are the sparse_counts[b] entries at
+    // sparse_tokens + b * sparse_stride (page << 32 | slot, the visible
+    // positions of its list in list order) instead of the page table's first
+    // `length` positions. q_len is 1 and qa/oa/q_rope_a carry the fold.
+    // Null: dense.
+    const int64_t* sparse_tokens;
+    const int32_t* sparse_counts;
+    int64_t sparse_stride;
 
     float scale_log2;      // softmax scale * log2(e)
     int32_t batch;         // sequences in this launch

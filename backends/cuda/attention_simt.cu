@@ -59,7 +59,6 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const CtaWork w = cta_work(p, kSimtRows, kSimtTile);
     const int rb = w.rb, g = w.g, b = w.b, split = w.split, length = w.length;
-    const int32_t* table = w.table;
     const SplitRange range = w.range;
     const int cache_dtype = p.cache_dtype;
 
@@ -86,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
             int r = i / dk, c = i % dk, j = tile * kSimtTile + r;
             float v = 0.f;
             if (j < length) {
-                int64_t tb = token_base(table, j, p.page_size, p.page_shift);
+                int64_t tb = cta_token(p, w, j);
                 v = (c < dk1) ? load_elem(p.k1.base, cache_dtype, pool_offset(p.k1, tb, g) + c)
                               : load_elem(p.k2.base, cache_dtype, pool_offset(p.k2, tb, g) + c - dk1);
             }
@@ -97,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) attention_simt_kernel(const __grid_c
                 int r = i / dv, c = i % dv, j = tile * kSimtTile + r;
                 float v = 0.f;
                 if (j < length) {
-                    int64_t tb = token_base(table, j, p.page_size, p.page_shift);
+                    int64_t tb = cta_token(p, w, j);
                     v = load_elem(p.v.base, cache_dtype, pool_offset(p.v, tb, g) + c);
                 }
                 sV[r * L.v_stride + c] = v;

@@ -100,7 +100,6 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const CtaWork w = cta_work(p, 16, kWarpKernelTile);
     const int rb = w.rb, g = w.g, b = w.b, split = w.split, length = w.length;
-    const int32_t* table = w.table;
     const SplitRange range = w.range;
 
     if constexpr (FP8) {
@@ -181,7 +180,7 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
     auto chunk_token = [&](int c) { return (range.begin + c) * kWarpKernelTile + warp * 16 + my_row; };
     auto fetch_base = [&](int c) -> int64_t {
         int j = chunk_token(c);
-        return (my_half == 0 && c < chunks && j < length) ? token_base(table, j, p.page_size, p.page_shift) : -1;
+        return (my_half == 0 && c < chunks && j < length) ? cta_token(p, w, j) : -1;
     };
     auto issue = [&](int stage, int64_t tb) {
         if constexpr (FP8) {

@@ -195,8 +195,8 @@ const gqla_backend_vtable kVtable = {
     vt_synchronize,
     vt_efficiency,
     vt_read_rows,
-    // 8-bit caches: GQA kind only (session.cpp refuses the rest at create); no sparse calls yet.
-    GQLA_BACKEND_FEATURE_DROP_LATENT | GQLA_BACKEND_FEATURE_FP8_CACHE,
+    // 8-bit caches: GQA kind only (session.cpp refuses the rest at create).
+    GQLA_BACKEND_FEATURE_DROP_LATENT | GQLA_BACKEND_FEATURE_FP8_CACHE | GQLA_BACKEND_FEATURE_SPARSE,
 };
 
 }  // namespace

@@ -36,6 +36,12 @@ constexpr int kThreads = 256;
 // one column per thread.
 constexpr int64_t kMinVectorItems = 65536;
 
+// Offset of row (b, qi)'s lse entries (b, qi unfolded as row_offset does).
+__device__ __forceinline__ int64_t lse_row(const CombineParams& p, int b, int qi) {
+    unfold_query(p.oa.fold, b, qi);
+    return b * p.lse_sB + qi * p.lse_sQ;
+}
+
 template <int kVec>
 __device__ __forceinline__ void load_vec(const float* src, float (&v)[kVec]) {
     if constexpr (kVec == 4) {
@@ -99,8 +105,7 @@ __global__ void __launch_bounds__(kThreads, kVec == 4 ? 4 : 2) combine_kernel(co
     const int64_t out = row_offset(p.oa, b, qi, h) + c;
 #pragma unroll
     for (int e = 0; e < kVec; ++e) store_elem(p.o, p.o_dtype, out + e, acc[e] * inv);
-    if (c == 0 && p.lse)
-        p.lse[b * p.lse_sB + qi * p.lse_sQ + h * p.lse_sH] = sum == 0.f ? -INFINITY : (mx + log2f(sum)) * kLn2;
+    if (c == 0 && p.lse) p.lse[lse_row(p, b, qi) + h * p.lse_sH] = sum == 0.f ? -INFINITY : (mx + log2f(sum)) * kLn2;
 }
 
 template <int kVec, int kBatch>

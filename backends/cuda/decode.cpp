@@ -12,6 +12,7 @@
 #include "core/dtype.hpp"
 #include "decode_paths.hpp"
 #include "session_ops.hpp"
+#include "sparse_lists.hpp"
 #include "transient_pool.hpp"
 
 namespace gqla::cuda {
@@ -88,9 +89,12 @@ Rows3 run_rows(const Rows3& x, const QueryRun& r) {
     return y;
 }
 
-// One uniform batch on the call's path.
+// One uniform batch on the call's path (a sparse one after its lists are
+// compacted: before the absorb path's query projection, so that the latent
+// kernel, a programmatic dependent of that projection, reads finished lists).
 void run_path(Session& s, const gqla_decode_args& a, const Rows3& q, const Rows3& o, float* lse,
               const int64_t lse_s[3]) {
+    if (a.indices.data) compact_sparse_lists(s, a);
     if (a.path == GQLA_PATH_ABSORB) {
         if (s.desc.kind != GQLA_KIND_GQLA)
             throw BackendError(GQLA_ERR_INVALID_ARGUMENT, "CUDA decode: absorb path on a GQA-kind session");
@@ -113,6 +117,8 @@ void run_ragged(Session& s, const gqla_decode_args& a, const Rows3& q, const Row
         ra.seqs = a.seqs + r.first;
         ra.ragged = 0;
         ra.total_q = static_cast<int64_t>(r.count) * r.q_len;
+        if (a.indices.data)  // the run's index rows
+            ra.indices.data = static_cast<int32_t*>(a.indices.data) + r.q_row * a.indices.strides[0];
         const int64_t run_lse_s[3] = {r.q_len * lse_s[1], lse_s[1], lse_s[2]};
         run_path(s, ra, run_rows(q, r), run_rows(o, r), lse ? lse + r.q_row * lse_s[1] : nullptr, run_lse_s);
         first += r.count;
@@ -160,10 +166,32 @@ void decode(Session& s, const gqla_decode_args& a) {
     const size_t es = dtype_size(d.io_dtype);
     const bool host_q = !a.q.on_device, host_o = !a.o.on_device, host_lse = want_lse && !a.lse.on_device;
 
+    // Sparse calls: the compacted lists of every run at once (a ragged
+    // call's runs then never grow them between launches), and host index
+    // lists copied (rows packed) to the device.
+    gqla_decode_args call = a;
+    if (a.indices.data) {
+        s.sparse_tokens.ensure(static_cast<size_t>(a.total_q) * a.topk * sizeof(int64_t), "sparse token lists");
+        s.sparse_counts.ensure(static_cast<size_t>(a.total_q) * sizeof(int32_t), "sparse token counts");
+    }
+    const bool host_idx = a.indices.data && !a.indices.on_device;
+    const size_t idx_bytes = host_idx ? static_cast<size_t>(a.total_q) * a.topk * 4 : 0;
     unsigned char* pinned = nullptr;
     const size_t q_bytes = rows * dq * es, o_bytes = rows * dv * es, lse_bytes = rows * 4;
-    if (host_q || host_o || host_lse)
-        pinned = static_cast<unsigned char*>(acquire_pinned(s, q_bytes + o_bytes + lse_bytes));
+    if (host_q || host_o || host_lse || host_idx)
+        pinned = static_cast<unsigned char*>(acquire_pinned(s, q_bytes + o_bytes + lse_bytes + idx_bytes));
+    if (host_idx) {
+        s.sparse_indices.ensure(idx_bytes, "sparse index staging");
+        int32_t* packed = reinterpret_cast<int32_t*>(pinned + q_bytes + o_bytes + lse_bytes);
+        for (int64_t r = 0; r < a.total_q; ++r)
+            std::memcpy(packed + r * a.topk, static_cast<const int32_t*>(a.indices.data) + r * a.indices.strides[0],
+                        static_cast<size_t>(a.topk) * 4);
+        check_cuda(cudaMemcpyAsync(s.sparse_indices.get(), packed, idx_bytes, cudaMemcpyHostToDevice, s.stream),
+                   "cudaMemcpyAsync(indices)");
+        call.indices.data = s.sparse_indices.get();
+        call.indices.strides[0] = a.topk;
+        call.indices.on_device = 1;
+    }
 
     Rows3 q = view_rows(qv);
     if (host_q) {
@@ -190,9 +218,9 @@ void decode(Session& s, const gqla_decode_args& a) {
     }
 
     if (ragged)
-        run_ragged(s, a, q, o, lse, lse_s);
+        run_ragged(s, call, q, o, lse, lse_s);
     else
-        run_path(s, a, q, o, lse, lse_s);
+        run_path(s, call, q, o, lse, lse_s);
 
     if (host_o || host_lse) {
         if (host_o)

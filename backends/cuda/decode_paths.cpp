@@ -31,12 +31,12 @@ namespace gqla::cuda {
 namespace {
 
 RowAddress user_rows(const Rows3& r, int32_t n_rep) {
-    return RowAddress{r.s[0], r.s[1], n_rep * r.s[2], r.s[2], n_rep};
+    return RowAddress{r.s[0], r.s[1], n_rep * r.s[2], r.s[2], n_rep, 1};
 }
 // Absorb workspace in the projections' order: row ((g*B + b)*s_q + qi)*n_rep + hi,
 // `dim` apart, for weight blocks g of n_rep heads (1: one block per head).
 RowAddress group_major_rows(int64_t batch, int64_t q_len, int32_t n_rep, int64_t dim) {
-    return RowAddress{q_len * n_rep * dim, n_rep * dim, batch * q_len * n_rep * dim, dim, n_rep};
+    return RowAddress{q_len * n_rep * dim, n_rep * dim, batch * q_len * n_rep * dim, dim, n_rep, 1};
 }
 
 // The absorb projections see block g's column c = (b*s_q + qi)*n_rep + hi
@@ -69,10 +69,49 @@ bool query_in_place(const Session& s, const AttentionParams& p, const Rows3& q, 
            aligned(q.s[2] * es) && (q_len == 1 || aligned(q.s[1] * es));
 }
 
+// A sparse call as the kernels run it: every query row its own launch
+// sequence of one query over its compacted list (compact_sparse_lists ran
+// before), the rows' addresses unfolded back to (sequence, query) by
+// RowAddress::fold. The kernels' page-table paths then serve sparse rows
+// unchanged; only gathering single rows (no TMA boxes) differs.
+struct SparseLaunch {
+    std::vector<gqla_decode_seq> rows;
+    gqla_decode_args args;
+};
+void unfold_sparse_rows(const Session& s, const gqla_decode_args& a, AttentionParams* p, SparseLaunch* out) {
+    out->rows.clear();
+    out->rows.reserve(static_cast<size_t>(a.batch) * a.q_len);
+    for (int b = 0; b < a.batch; ++b)
+        for (int qi = 0; qi < a.q_len; ++qi) {
+            gqla_decode_seq r = a.seqs[b];
+            // What the planner sizes splits by: at most topk tokens, nor more than the query sees.
+            r.length = std::min<int64_t>(a.topk, a.seqs[b].length - a.q_len + qi + 1);
+            r.q_len = 1;
+            r.q_row = static_cast<int64_t>(b) * a.q_len + qi;
+            out->rows.push_back(r);
+        }
+    out->args = a;
+    out->args.batch = a.batch * a.q_len;
+    out->args.q_len = 1;
+    out->args.seqs = out->rows.data();
+    p->qa.fold = p->oa.fold = p->q_rope_a.fold = a.q_len;
+    p->q_len = 1;
+    p->rows = p->heads_per_group;
+    p->sparse_tokens = s.sparse_tokens.get<int64_t>();
+    p->sparse_counts = s.sparse_counts.get<int32_t>();
+    p->sparse_stride = a.topk;
+}
+
 // Launches attention (+ combine) over the whole batch in chunks of kMaxLaunchBatch.
 // narrow_maps: TMA maps of the layer's pools for the narrow kernel, or null.
-void run_attention(Session& s, AttentionParams p, const gqla_decode_args& a, int groups,
+void run_attention(Session& s, AttentionParams p, const gqla_decode_args& call, int groups,
                    const NarrowTmaMaps* narrow_maps = nullptr) {
+    SparseLaunch sparse;
+    if (call.indices.data) {
+        unfold_sparse_rows(s, call, &p, &sparse);
+        narrow_maps = nullptr;  // gathered rows, not page boxes
+    }
+    const gqla_decode_args& a = call.indices.data ? sparse.args : call;
     int64_t call_max_len = 0;
     for (int i = 0; i < a.batch; ++i) call_max_len = std::max<int64_t>(call_max_len, a.seqs[i].length);
     const AttentionPlan base_plan =

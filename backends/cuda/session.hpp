@@ -97,6 +97,12 @@ struct Session {
     // pool's single layer, the rope part from that layer's KR.
     std::vector<NarrowTmaMaps> transient_maps;
 
+    // Sparse calls (sparse_lists.hpp; grow with the largest call seen):
+    // host index lists staged, then each query row's visible tokens.
+    DeviceBuffer sparse_indices;  // int32 [total_q][topk]
+    DeviceBuffer sparse_tokens;   // int64 [total_q][topk]: page << 32 | slot
+    DeviceBuffer sparse_counts;   // int32 [total_q]
+
     // Append staging (grows with the largest append seen).
     DeviceBuffer row_tokens, staged_a, staged_b;
     PinnedBuffer pinned;

@@ -9,13 +9,16 @@
 # The Python extension is built for the `python3` on PATH (the one with torch).
 # Without `test` only gqla-bench and the CUDA module are built.
 # Logs go to $OUT (or ./gpu-out); a short table is printed last.
-# Usage: bench/cuda/run_on_gpu.sh [test] [bench] [peer] [auto] [prefill]   (default: all)
+# Usage: bench/cuda/run_on_gpu.sh [test] [bench] [peer] [auto] [prefill] [sparse]   (default: all)
 #   prefill: gqla-bench on prefill chunks (GQA 32/8 s_q 128/512/2048; DeepSeek-V3 and
 #   LLaMA-3-8B-GQLA s_q 2048 with AUTO per call, absorb and transient; a ragged
 #   1x47,2048x1 call and its two parts), the torch peer's prefill rows, and one
 #   side-by-side table (prefill_table.py).
+#   sparse: gqla-bench --topk 2048 of T=65536 at B=64 (DeepSeek-V3 absorb s_q 1,
+#   LLaMA-3-8B-GQLA GQA path s_q 4) beside dense T=2048, and the torch
+#   gather + attention peer on the same shapes (peer_sparse.py, sparse_table.py).
 set -uo pipefail
-what=${*:-test bench auto peer prefill}
+what=${*:-test bench auto peer prefill sparse}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 build=${GQLA_GPU_BUILD:-build-gpu}
@@ -70,6 +73,15 @@ for w in $what; do
       timeout 240 python3 bench/cuda/peer_torch.py --rows prefill --reps 20 --json "$out/peer_prefill.json" \
         >"$out/peer_prefill.log" 2>&1 || status=1
       ;;
+    sparse)
+      on_gpu=(--device cuda --io bf16 --topk 2048 --batch 64 --context 65536 --json)
+      {
+        timeout 200 "$bench" "${on_gpu[@]}" --preset deepseek-v3 --path absorb --s-q 1 || status=1
+        timeout 200 "$bench" "${on_gpu[@]}" --preset llama3-8b-gqla --path gqa --s-q 4 || status=1
+      } >"$out/sparse.jsonl" 2>"$out/sparse.err"
+      timeout 240 python3 bench/cuda/peer_sparse.py --reps 20 --json "$out/peer_sparse.json" \
+        >"$out/peer_sparse.log" 2>&1 || status=1
+      ;;
   esac
 done
 
@@ -103,4 +115,5 @@ if [ -s "$out/prefill.jsonl" ]; then
   [ -s "$out/prefill.err" ] && grep -v "^$" "$out/prefill.err" | head -10
   python3 bench/cuda/prefill_table.py "$out/prefill.jsonl" "$out/peer_prefill.json" | tee "$out/prefill_table.txt"
 fi
+[ -s "$out/sparse.jsonl" ] && python3 bench/cuda/sparse_table.py "$out/sparse.jsonl" "$out/peer_sparse.json" | tee "$out/sparse_table.txt"
 exit $status

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <ctime>
 #include <cmath>
 #include <cstdio>
@@ -13,23 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.hpp"
+#include "cuda_runtime.hpp"
 #include "presets.hpp"
+#include "support.hpp"
 
 namespace gqla::bench {
 
 namespace {
-
-void check(gqla_status st, const char* what) {
-    if (st != GQLA_OK)
-        throw std::runtime_error(std::string(what) + ": " + gqla_status_string(st) + ": " + gqla_last_error_message());
-}
-
-gqla_tensor f32_tensor(std::vector<float>& v, std::vector<int64_t> shape) {
-    gqla_tensor t;
-    check(gqla_tensor_init(&t, v.data(), GQLA_DTYPE_F32, static_cast<int32_t>(shape.size()), shape.data()),
-          "gqla_tensor_init");
-    return t;
-}
 
 double process_cpu_seconds() {
     timespec ts;
@@ -47,44 +39,51 @@ double sweep_caches() {
 }
 
 // A session of `preset` on `path` holding `batch` sequences of `length`
-// random tokens (f32 io), with random weights.
+// random tokens (rows in the io dtype), with random weights. On a CUDA
+// session q, o and the index lists live in GPU memory (as an engine keeps
+// them) and calls are timed by CUDA events around them.
 class SparseSession {
 public:
-    SparseSession(const Preset& p, gqla_path path, gqla_dtype cache, int threads, int batch, int64_t length, int max_q)
-        : p_(p), batch_(batch), length_(length) {
+    SparseSession(const Preset& p, gqla_path path, gqla_dtype cache, const Options& opt, int batch, int64_t length,
+                  int max_q)
+        : p_(p), io_(opt.io_dtype), batch_(batch), length_(length) {
         SessionShape s;
-        s.device = GQLA_DEVICE_CPU;
+        s.device = opt.device == GQLA_DEVICE_CUDA ? GQLA_DEVICE_CUDA : GQLA_DEVICE_CPU;
         s.path = path == GQLA_PATH_GQA ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
         s.cache_dtype = cache;
-        s.threads = threads;
-        s.max_tokens = (int64_t(batch) * length + 4096) * 1;
+        s.io_dtype = io_;
+        s.threads = opt.threads;
+        s.page_size = opt.page_size;
+        s.max_tokens = int64_t(batch) * length + 4096;
         s.max_sequences = batch;
         s.max_batch = batch;
         s.max_q_len = max_q;
+        s.max_q_tokens = int64_t(batch) * max_q;
         gqla_config cfg = make_config(p, s);
         check(gqla_session_create(&cfg, &s_), "gqla_session_create");
-        std::mt19937 rng(1234);
-        std::normal_distribution<float> normal(0.0f, 1.0f);
+        on_gpu_ = s.device == GQLA_DEVICE_CUDA;
         if (p.is_gqla()) {
-            std::vector<float> w(size_t(p.G) * (p.d_c + p.d_v) * p.r);
-            for (float& x : w) x = normal(rng) / std::sqrt(float(p.r));
-            gqla_tensor wt = f32_tensor(w, {int64_t(p.G) * (p.d_c + p.d_v), p.r});
+            std::vector<float> w = random_vector(size_t(p.G) * (p.d_c + p.d_v) * p.r, 7, 1.0f / std::sqrt(float(p.r)));
+            gqla_tensor wt = host_tensor(w.data(), {int64_t(p.G) * (p.d_c + p.d_v), p.r});
             check(gqla_set_weights(s_, 0, &wt), "gqla_set_weights");
         }
+        // One block of random rows appended chunk by chunk: the timing does
+        // not depend on the values.
         const int64_t a_cols = p.is_gqla() ? p.r : int64_t(p.G) * p.D;
         const int64_t b_cols = p.is_gqla() ? p.d_r : int64_t(p.G) * p.Dv;
-        const int64_t chunk = 4096;
-        std::vector<float> a(size_t(chunk * a_cols)), b(size_t(chunk * b_cols));
-        for (float& x : a) x = normal(rng);
-        for (float& x : b) x = normal(rng);
+        const int64_t chunk = std::min<int64_t>(4096, length);
+        std::vector<unsigned char> a = to_dtype(random_vector(size_t(chunk * a_cols), 11), io_);
+        std::vector<unsigned char> b = to_dtype(random_vector(size_t(chunk * b_cols), 13), io_);
         for (int i = 0; i < batch; ++i) {
             gqla_seq_id id = 0;
             check(gqla_sequence_add(s_, &id), "gqla_sequence_add");
             ids_.push_back(id);
             for (int64_t done = 0; done < length; done += chunk) {
                 const int64_t n = std::min(chunk, length - done);
-                gqla_tensor at = p.is_gqla() ? f32_tensor(a, {n, p.r}) : f32_tensor(a, {n, p.G, p.D});
-                gqla_tensor bt = p.is_gqla() ? f32_tensor(b, {n, p.d_r}) : f32_tensor(b, {n, p.G, p.Dv});
+                gqla_tensor at =
+                    p.is_gqla() ? host_tensor(a.data(), io_, {n, p.r}) : host_tensor(a.data(), io_, {n, p.G, p.D});
+                gqla_tensor bt =
+                    p.is_gqla() ? host_tensor(b.data(), io_, {n, p.d_r}) : host_tensor(b.data(), io_, {n, p.G, p.Dv});
                 check(gqla_append(s_, 0, id, &at, &bt), "gqla_append");
             }
         }
@@ -96,17 +95,36 @@ public:
     // Median seconds of `reps` calls with s_q queries per sequence; indices
     // (may be empty: dense) [batch * s_q, topk].
     // *cpu_median: the median CPU time of the process over a call (all
-    // threads), which a loaded machine inflates less than wall time.
+    // threads), which a loaded machine inflates less than wall time. On the
+    // GPU the median is of device time between CUDA events around each call.
     double time(gqla_path path, int s_q, std::vector<int32_t>& idx, int topk, int reps, bool hot, gqla_path* taken,
                 double* cpu_median) {
         const int64_t rows = int64_t(batch_) * s_q;
-        std::vector<float> q(size_t(rows * p_.H * p_.q_dim()), 0.1f), o(size_t(rows * p_.H * p_.out_dim()));
-        gqla_tensor qt = f32_tensor(q, {batch_, s_q, p_.H, p_.q_dim()});
-        gqla_tensor ot = f32_tensor(o, {batch_, s_q, p_.H, p_.out_dim()});
+        std::vector<unsigned char> q = to_dtype(random_vector(size_t(rows * p_.H * p_.q_dim()), 17, 0.1f), io_);
+        std::vector<unsigned char> o(size_t(rows * p_.H * p_.out_dim()) * dtype_size(io_));
+        gqla_tensor qt = host_tensor(q.data(), io_, {batch_, s_q, p_.H, p_.q_dim()});
+        gqla_tensor ot = host_tensor(o.data(), io_, {batch_, s_q, p_.H, p_.out_dim()});
         gqla_tensor it;
         if (topk > 0) {
             const int64_t shape[2] = {rows, topk};
             check(gqla_tensor_init(&it, idx.data(), GQLA_DTYPE_I32, 2, shape), "gqla_tensor_init");
+        }
+        std::unique_ptr<CudaIoBuffer> q_dev, o_dev, i_dev;
+        std::unique_ptr<CudaEventTimer> timer;
+        if (on_gpu_) {
+            q_dev = std::make_unique<CudaIoBuffer>(q.data(), q.size());
+            o_dev = std::make_unique<CudaIoBuffer>(o.data(), o.size());
+            if (topk > 0) i_dev = std::make_unique<CudaIoBuffer>(idx.data(), idx.size() * sizeof(int32_t));
+            timer = std::make_unique<CudaEventTimer>();
+            if (!q_dev->valid() || !o_dev->valid() || (i_dev && !i_dev->valid()) || !timer->valid())
+                throw std::runtime_error("bench: the CUDA runtime could not hold the call's tensors");
+            qt.data = q_dev->data();
+            ot.data = o_dev->data();
+            qt.device = ot.device = GQLA_DEVICE_CUDA;
+            if (i_dev) {
+                it.data = i_dev->data();
+                it.device = GQLA_DEVICE_CUDA;
+            }
         }
         gqla_attention_args args;
         check(gqla_attention_args_default(&args), "gqla_attention_args_default");
@@ -119,14 +137,17 @@ public:
         args.indices = topk > 0 ? &it : nullptr;
         std::vector<double> times, cpu;
         for (int r = -2; r < reps; ++r) {  // two untimed warm-up calls
-            if (!hot) sweep_caches();
+            if (!hot && !on_gpu_) sweep_caches();
             const double c0 = process_cpu_seconds();
             const auto t0 = std::chrono::steady_clock::now();
+            if (timer) timer->start();
             check(gqla_attention(s_, &args), "gqla_attention");
+            if (timer) timer->stop();
+            const double device_s = timer ? timer->seconds() : 0.0;
             const auto t1 = std::chrono::steady_clock::now();
             const double c1 = process_cpu_seconds();
             if (r >= 0) {
-                times.push_back(std::chrono::duration<double>(t1 - t0).count());
+                times.push_back(timer ? device_s : std::chrono::duration<double>(t1 - t0).count());
                 cpu.push_back(c1 - c0);
             }
         }
@@ -140,7 +161,9 @@ public:
 
 private:
     const Preset& p_;
+    gqla_dtype io_;
     gqla_session* s_ = nullptr;
+    bool on_gpu_ = false;
     int batch_;
     int64_t length_;
     std::vector<gqla_seq_id> ids_;
@@ -188,9 +211,9 @@ int run_sparse_bench(const Options& opt) {
                 for (int batch : opt.batches)
                     for (int64_t T : opt.contexts)
                         for (int s_q : opt.s_qs) {
-                            SparseSession sparse(*p, path, cache, threads, batch, T, s_q);
+                            SparseSession sparse(*p, path, cache, opt, batch, T, s_q);
                             const int64_t dense_len = std::min<int64_t>(K, T);
-                            SparseSession dense(*p, path, cache, threads, batch, dense_len, s_q);
+                            SparseSession dense(*p, path, cache, opt, batch, dense_len, s_q);
                             std::vector<int32_t> idx = indexer_lists(batch, s_q, T, K, 42);
                             std::vector<int32_t> none;
                             gqla_path ts = GQLA_PATH_AUTO, td = GQLA_PATH_AUTO;
@@ -199,14 +222,16 @@ int run_sparse_bench(const Options& opt) {
                             const double t_dense = dense.time(path, s_q, none, 0, opt.reps, opt.hot, &td, &c_dense);
                             if (opt.json)
                                 std::printf(
-                                    "{\"preset\": \"%s\", \"path\": \"%s\", \"dense_path\": \"%s\", "
+                                    "{\"device\": \"%s\", \"preset\": \"%s\", \"path\": \"%s\", \"dense_path\": "
+                                    "\"%s\", "
                                     "\"cache\": \"%s\", \"batch\": %d, \"context\": %lld, \"topk\": %d, "
                                     "\"s_q\": %d, \"threads\": %d, \"hot\": %s, \"sparse_median_s\": %.6e, "
                                     "\"dense_context\": %lld, \"dense_median_s\": %.6e, \"sparse_cpu_s\": %.6e, "
                                     "\"dense_cpu_s\": %.6e}\n",
-                                    p->name, path_name(ts), path_name(td), dtype_label(cache), batch,
-                                    static_cast<long long>(T), K, s_q, threads, opt.hot ? "true" : "false", t_sparse,
-                                    static_cast<long long>(dense_len), t_dense, c_sparse, c_dense);
+                                    opt.device == GQLA_DEVICE_CUDA ? "cuda" : "cpu", p->name, path_name(ts),
+                                    path_name(td), dtype_label(cache), batch, static_cast<long long>(T), K, s_q,
+                                    threads, opt.hot ? "true" : "false", t_sparse, static_cast<long long>(dense_len),
+                                    t_dense, c_sparse, c_dense);
                             else
                                 std::printf("%-16s %-10s %-5s %5d %7lld %6d %4d  %12.3f  %12.3f  %6.2f  %8.3f %8.3f\n",
                                             p->name, path_name(ts), dtype_label(cache), batch,

@@ -37,9 +37,14 @@ gqla_tensor f32_tensor(std::vector<float>& data, std::vector<int64_t> shape) {
 
 std::vector<float> to_f32(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
 
+gqla_device_type g_device = GQLA_DEVICE_CPU;
+
 }  // namespace
 
+void use_device(gqla_device_type device) { g_device = device; }
+
 Fixture::Fixture(const gqla_config& cfg, Form form) : cfg_(cfg), form_(form), pick_(rng_.seed() ^ 0x5eedu) {
+    cfg_.device = g_device;
     if (form == Form::GqlaGqaKept)
         cfg_.path = GQLA_PATH_GQA;
     else if (form != Form::Gqa)
@@ -192,7 +197,7 @@ CallCheck Fixture::call(const std::vector<int>& which, const std::vector<int32_t
     args.path = request();
     args.path_taken = &res.taken;
     args.indices = &it;
-    res.status = gqla_attention(s_, &args);
+    res.status = runner_ ? runner_(s_, args) : gqla_attention(s_, &args);
     if (res.status != GQLA_OK) return res;
 
     // The reference per sequence, on the rows as stored.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -13,6 +14,9 @@
 #include "harness.hpp"
 
 namespace sparse_test {
+
+// Device every Fixture's session is created on (GPU suites: CUDA; default CPU).
+void use_device(gqla_device_type device);
 
 // Which form a call runs on.
 enum class Form { Gqa, Absorb, GqlaGqaKept, Transient };
@@ -43,6 +47,11 @@ public:
     Fixture& operator=(const Fixture&) = delete;
 
     gqla_session* session() const { return s_; }
+    // How call() runs its gqla_attention: directly (default), or through
+    // `runner` (GPU suites: device copies of the tensors, a CUDA graph
+    // replay), which must leave o and lse in args' host tensors.
+    using Runner = std::function<gqla_status(gqla_session*, gqla_attention_args&)>;
+    void set_runner(Runner runner) { runner_ = std::move(runner); }
     const gqla_config& config() const { return cfg_; }
     abi::Rng& rng() { return rng_; }
     // A sequence of `length` tokens appended in uneven chunks.
@@ -74,6 +83,7 @@ private:
     std::mt19937_64 pick_;
     std::vector<double> w_;  // W_UKV as given (f32 io)
     std::vector<Seq> seqs_;
+    Runner runner_;
 };
 
 }  // namespace sparse_test

@@ -121,6 +121,38 @@ def test_decode_captured_in_a_torch_cuda_graph():
             assert err.item() <= 1e-2, (n, err.item())
 
 
+def test_sparse_attend_with_device_index_lists():
+    """Top-k attention with torch int32 index lists on the GPU (docs/sparse-
+    attention.md): -1 padding, a causal-tail position and a repeat in the
+    lists; each query row against torch over exactly its visible entries."""
+    config = gqla.Config.gqa(num_heads=8, num_kv_heads=2, head_dim=64, device="cuda",
+                             io_dtype="bf16", cache_dtype="bf16", page_size=16)
+    with gqla.Session(config) as s:
+        seq = s.add_sequence()
+        n_tok, s_q, topk = 300, 3, 40
+        k = torch.randn(n_tok, 2, 64, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(n_tok, 2, 64, device="cuda", dtype=torch.bfloat16)
+        s.append(0, seq, k, v)
+        gen = torch.Generator().manual_seed(5)
+        idx = torch.randint(0, n_tok, (s_q, topk), generator=gen, dtype=torch.int32)
+        idx[:, 0] = -1                       # padding
+        idx[0, 1] = n_tok - 1                # invisible to query 0 (causal tail)
+        idx[:, 2] = idx[:, 3]                # a repeat counts twice
+        q = torch.randn(1, s_q, 8, 64, device="cuda", dtype=torch.bfloat16)
+        o = s.attend(0, [seq], q, indices=idx.to("cuda"))
+        torch.cuda.synchronize()
+        for i in range(s_q):
+            limit = n_tok - s_q + i
+            keep = [int(j) for j in idx[i] if 0 <= int(j) <= limit]
+            sel = torch.tensor(keep, device="cuda")
+            kk = k[sel].float().permute(1, 0, 2).repeat_interleave(4, 0)
+            vv = v[sel].float().permute(1, 0, 2).repeat_interleave(4, 0)
+            qq = q.float()[0, i][:, None, :]
+            expected = (torch.softmax(qq @ kk.transpose(1, 2) / 8.0, -1) @ vv)[:, 0, :]
+            err = (o.float()[0, i] - expected).norm() / expected.norm()
+            assert err.item() <= 1e-2, (i, err.item())
+
+
 def test_merge_states_refuses_device_tensors_and_merges_their_host_copies():
     # gqla_merge_attention_states takes host memory in this version: device
     # tensors get Unsupported (naming the argument), never a crash or a read

@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i) {
             const int j = tile * kLatentTile + row0 + 16 * i;
-            tb[i] = j < length ? token_base(table, j, p.page_size, p.page_shift) : -1;
+            tb[i] = j < length ? cta_token(p, w, j) : -1;
         }
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i) {
@@ -320,7 +320,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     // TMA serves whole tiles when pages split a tile into whole boxes; the
     // n-th tile of a stage completes phase n % 2 of that stage's barrier.
     const int box_rows = maps.box_rows;
-    auto by_tma = [&](int tile) { return box_rows > 0 && (tile + 1) * kLatentTile <= length; };
+    // (Sparse launches gather single rows: always copied.)
+    auto by_tma = [&](int tile) { return box_rows > 0 && !w.list && (tile + 1) * kLatentTile <= length; };
     // Called by all of WG1 (and at most once per tile).
     auto issue_tile = [&](int tile) {
         if (tile >= range.end) return;

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sparse (top-k) calls, docs/sparse-attention.md: before the attention
+// launches, one pass turns each query row's list of positions into the
+// tokens the kernels gather, so that the kernels see a sparse row as a
+// dense sequence of `count` tokens and keep every dense code path.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend_api.h"
+#include "session.hpp"
+
+namespace gqla::cuda {
+
+// For every query row of the uniform batch `a` (row b * q_len + qi of
+// a.indices, device memory): the visible entries of its list
+// (0 <= j <= length - q_len + qi; -1 padding, invisible and out-of-range
+// positions dropped, repeats kept), in list order, as page << 32 | slot at
+// s.sparse_tokens + row * a.topk, and their number at s.sparse_counts + row.
+// Grows the two buffers first when the call needs more (so a captured call
+// must follow one of at least its size); allocates and synchronizes nothing
+// else.
+void compact_sparse_lists(Session& s, const gqla_decode_args& a);
+
+}  // namespace gqla::cuda
