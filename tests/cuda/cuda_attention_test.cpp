@@ -5,8 +5,13 @@
 // through each of its three forms, on f32 and bf16 caches; the transient
 // form's workspace; the uniform call against gqla_decode; host tensors; and
 // ragged calls captured in a CUDA graph (after one uncaptured call, which
-// allocates the transient workspace) and replayed. Exit 77 when no GPU is
-// usable. GQLA_TEST_SEED=<n> replays the random inputs of a run.
+// allocates the transient workspace) and replayed. One doctest case per
+// family and cache dtype, the ragged family's per kind and page size too.
+// Exit 77 when no GPU is usable. A run draws one random seed, which every
+// case starts from; GQLA_TEST_SEED=<n> replays the inputs of a run.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,19 +21,21 @@
 #include <cstring>
 #include <map>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/dtype.hpp"
 #include "tests/reference/reference.hpp"
 #include "gqla/gqla.h"
+#include "tests/cuda/cuda_suite_main.hpp"
 
 namespace {
 
-int failures = 0;
+// The run's seed; the engine is reset to it before every case
+// (cuda_suite_main.hpp).
 uint64_t seed = 0;
 std::mt19937_64 rng;
+void reseed_rng() { rng.seed(seed); }
 
 // path_taken is preset to AUTO, which gqla_attention never reports.
 const gqla_path kUnwritten = GQLA_PATH_AUTO;
@@ -42,25 +49,24 @@ std::vector<float> randn(size_t n, float scale = 1.f) {
 
 double tolerance(gqla_dtype cache) { return cache == GQLA_DTYPE_F32 ? 1e-5 : cache == GQLA_DTYPE_F16 ? 2e-3 : 1e-2; }
 
-void report(const std::string& name, double err, double tol) {
-    const bool ok = err <= tol;
-    if (!ok) ++failures;
-    std::printf("%-4s %-78s err %.3e (tol %.0e)\n", ok ? "ok" : "FAIL", name.c_str(), err, tol);
+// CHECKs err <= tol, naming what was measured.
+void check_error(const std::string& what, double err, double tol) {
+    INFO(what);
+    CHECK(err <= tol);
 }
 
-void expect(bool cond, const std::string& name) {
-    if (!cond) ++failures;
-    std::printf("%-4s %s\n", cond ? "ok" : "FAIL", name.c_str());
-}
-
+// A C ABI call returned GQLA_OK (else the case stops, showing `what` and the
+// library's message).
 void require(gqla_status st, const char* what) {
-    if (st != GQLA_OK)
-        throw std::runtime_error(std::string(what) + ": " + gqla_status_string(st) + " (" + gqla_last_error_message() +
-                                 ")");
+    const std::string detail =
+        st == GQLA_OK ? std::string() : std::string(gqla_status_string(st)) + " (" + gqla_last_error_message() + ")";
+    INFO(what << ": " << detail);
+    REQUIRE(st == GQLA_OK);
 }
 
 void cuda_check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+    INFO(what << ": " << cudaGetErrorString(e));
+    REQUIRE(e == cudaSuccess);
 }
 
 const char* form_name(gqla_path p) {
@@ -309,8 +315,8 @@ void check_rows(const Session& S, const std::vector<gqla_seq_id>& seqs, const st
         row += n;
     }
     const double tol = tolerance(S.cfg.cache_dtype);
-    report(name + " o", o_err, tol);
-    report(name + " lse", l_err, tol);
+    check_error(name + " o", o_err, tol);
+    check_error(name + " lse", l_err, tol);
 }
 
 // ------------------------------------------------------------------ cases
@@ -351,32 +357,31 @@ void test_ragged(gqla_kind kind, gqla_dtype cache, int32_t P) {
         const std::string name = std::string(base) + " " + form_name(f.ask);
         const Output m = attend_device(S, mix, mix_lens, f.ask, q_mix);
         check_rows(S, mix, mix_lens, q_mix, m, name + " {1,7,1,65}");
-        expect(m.taken == f.expect, name + ": path_taken " + form_name(m.taken));
+        CHECK_MESSAGE(m.taken == f.expect, name << ": path_taken " << form_name(m.taken));
         const Output e = attend_device(S, edge_seqs, edge_lens, f.ask, q_edges);
         check_rows(S, edge_seqs, edge_lens, q_edges, e, name + " page edges");
-        expect(e.taken == f.expect, name + " page edges: path_taken " + form_name(e.taken));
+        CHECK_MESSAGE(e.taken == f.expect, name << " page edges: path_taken " << form_name(e.taken));
         mix_outputs.push_back(m);
         const gqla_stats after = S.stats();
         if (f.ask == GQLA_PATH_GQA_TRANSIENT) {
-            expect(after.expanded_bytes == 0, name + ": no expanded cache kept");
+            CHECK_MESSAGE(after.expanded_bytes == 0, name << ": no expanded cache kept");
             // One layer of expanded pages in the cache dtype (gqla.h), allocated on first use.
             const int64_t transient = after.pages_total * S.cfg.page_size * S.G * (S.cfg.nope_dim + S.cfg.value_dim) *
                                       int64_t(gqla::dtype_size(cache));
-            expect(after.workspace_bytes >= before.workspace_bytes + transient,
-                   name + ": workspace_bytes " + std::to_string(before.workspace_bytes) + " -> " +
-                       std::to_string(after.workspace_bytes) + " holds the transient pages (" +
-                       std::to_string(transient) + " bytes)");
+            CHECK_MESSAGE(after.workspace_bytes >= before.workspace_bytes + transient,
+                          name << ": workspace_bytes " << before.workspace_bytes << " -> " << after.workspace_bytes
+                               << " holds the transient pages (" << transient << " bytes)");
         }
         if (gqla) {
             gqla_path active = GQLA_PATH_AUTO;
             require(gqla_get_path(S.s, &active, nullptr), "gqla_get_path");
-            expect(active == f.select, name + ": session path unchanged");
+            CHECK_MESSAGE(active == f.select, name << ": session path unchanged");
         }
     }
     if (gqla && cache == GQLA_DTYPE_F32)
         for (size_t i = 0; i + 1 < mix_outputs.size(); ++i)
-            report(std::string(base) + " " + form_name(forms[i].ask) + " vs gqa",
-                   rel_l2(mix_outputs[i].o, mix_outputs.back().o), 1e-5);
+            check_error(std::string(base) + " " + form_name(forms[i].ask) + " vs gqa",
+                        rel_l2(mix_outputs[i].o, mix_outputs.back().o), 1e-5);
 }
 
 // gqla_decode is gqla_attention with uniform queries on the session's path:
@@ -400,9 +405,10 @@ void test_uniform_equals_decode(gqla_kind kind, gqla_path session_path, gqla_dty
     d.download(att.o, att.lse, nullptr);
     const std::string name =
         std::string("uniform ") + (S.gqla ? "gqla " : "gqa ") + form_name(ask) + " " + gqla::dtype_name(cache);
-    expect(same_bits(att.o, dec.o) && same_bits(att.lse, dec.lse),
-           name + ": o and lse equal gqla_decode's bit for bit");
-    expect(att.taken == (S.gqla ? session_path : GQLA_PATH_GQA), name + ": path_taken " + form_name(att.taken));
+    CHECK_MESSAGE((same_bits(att.o, dec.o) && same_bits(att.lse, dec.lse)),
+                  name << ": o and lse equal gqla_decode's bit for bit");
+    CHECK_MESSAGE(att.taken == (S.gqla ? session_path : GQLA_PATH_GQA),
+                  name << ": path_taken " << form_name(att.taken));
     const std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(s_q));
     check_rows(S, seqs, lens, q, att, name);
 }
@@ -428,7 +434,7 @@ void test_host_tensors(gqla_dtype cache) {
         require(gqla_attention(S.s, &args), "gqla_attention (host tensors)");
         const std::string name = std::string("host tensors gqla ") + form_name(p) + " " + gqla::dtype_name(cache);
         check_rows(S, seqs, lens, q, out, name);
-        expect(out.taken == p, name + ": path_taken " + form_name(out.taken));
+        CHECK_MESSAGE(out.taken == p, name << ": path_taken " << form_name(out.taken));
     }
 }
 
@@ -493,7 +499,8 @@ void test_graph(gqla_kind kind, gqla_path form, gqla_dtype cache) {
         require(st, "gqla_attention (captured)");
         cuda_check(end, "cudaStreamEndCapture");
         cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-        expect(taken == (gqla ? form : GQLA_PATH_GQA), name + ": captured call's path_taken " + form_name(taken));
+        CHECK_MESSAGE(taken == (gqla ? form : GQLA_PATH_GQA),
+                      name << ": captured call's path_taken " << form_name(taken));
 
         for (int round = 0; round < 2; ++round) {
             const std::vector<float> q = randn(size_t(N) * S.H * S.dq);
@@ -504,8 +511,8 @@ void test_graph(gqla_kind kind, gqla_path form, gqla_dtype cache) {
             const std::string r = name + " replay " + std::to_string(round + 1);
             check_rows(S, seqs, lens, q, replay, r);
             const Output direct = attend_device(S, seqs, lens, form, q, stream);
-            expect(same_bits(replay.o, direct.o) && same_bits(replay.lse, direct.lse),
-                   r + ": equals the uncaptured call bit for bit");
+            CHECK_MESSAGE((same_bits(replay.o, direct.o) && same_bits(replay.lse, direct.lse)),
+                          r << ": equals the uncaptured call bit for bit");
         }
         require(gqla_session_set_stream(S.s, nullptr), "gqla_session_set_stream(NULL)");
     } catch (...) {
@@ -520,59 +527,56 @@ void test_graph(gqla_kind kind, gqla_path form, gqla_dtype cache) {
     cudaStreamDestroy(stream);
 }
 
-int cases_run = 0;
-void run(const std::string& name, void (*f)(gqla_kind, gqla_dtype, int32_t), gqla_kind k, gqla_dtype t, int32_t p) {
-    ++cases_run;
-    try {
-        f(k, t, p);
-    } catch (const std::exception& e) {
-        ++failures;
-        std::printf("FAIL %s: %s\n", name.c_str(), e.what());
-    }
+void uniform(gqla_dtype t) {
+    test_uniform_equals_decode(GQLA_KIND_GQA, GQLA_PATH_AUTO, t);
+    test_uniform_equals_decode(GQLA_KIND_GQLA, GQLA_PATH_ABSORB, t);
+    test_uniform_equals_decode(GQLA_KIND_GQLA, GQLA_PATH_GQA, t);
 }
-template <class F>
-void run(const std::string& name, F f) {
-    ++cases_run;
-    try {
-        f();
-    } catch (const std::exception& e) {
-        ++failures;
-        std::printf("FAIL %s: %s\n", name.c_str(), e.what());
-    }
+
+void graph(gqla_dtype t) {
+    test_graph(GQLA_KIND_GQA, GQLA_PATH_GQA, t);
+    test_graph(GQLA_KIND_GQLA, GQLA_PATH_ABSORB, t);
+    test_graph(GQLA_KIND_GQLA, GQLA_PATH_GQA_TRANSIENT, t);
 }
 
 }  // namespace
 
-int main() {
+TEST_CASE("ragged gqa f32 P=1") { test_ragged(GQLA_KIND_GQA, GQLA_DTYPE_F32, 1); }
+TEST_CASE("ragged gqla f32 P=1") { test_ragged(GQLA_KIND_GQLA, GQLA_DTYPE_F32, 1); }
+TEST_CASE("ragged gqa f32 P=5") { test_ragged(GQLA_KIND_GQA, GQLA_DTYPE_F32, 5); }
+TEST_CASE("ragged gqla f32 P=5") { test_ragged(GQLA_KIND_GQLA, GQLA_DTYPE_F32, 5); }
+TEST_CASE("ragged gqa f32 P=16") { test_ragged(GQLA_KIND_GQA, GQLA_DTYPE_F32, 16); }
+TEST_CASE("ragged gqla f32 P=16") { test_ragged(GQLA_KIND_GQLA, GQLA_DTYPE_F32, 16); }
+TEST_CASE("ragged gqa f32 P=64") { test_ragged(GQLA_KIND_GQA, GQLA_DTYPE_F32, 64); }
+TEST_CASE("ragged gqla f32 P=64") { test_ragged(GQLA_KIND_GQLA, GQLA_DTYPE_F32, 64); }
+TEST_CASE("uniform f32") { uniform(GQLA_DTYPE_F32); }
+TEST_CASE("host tensors f32") { test_host_tensors(GQLA_DTYPE_F32); }
+TEST_CASE("between calls f32") { test_between_calls(GQLA_DTYPE_F32); }
+TEST_CASE("graph f32") { graph(GQLA_DTYPE_F32); }
+
+TEST_CASE("ragged gqa bf16 P=1") { test_ragged(GQLA_KIND_GQA, GQLA_DTYPE_BF16, 1); }
+TEST_CASE("ragged gqla bf16 P=1") { test_ragged(GQLA_KIND_GQLA, GQLA_DTYPE_BF16, 1); }
+TEST_CASE("ragged gqa bf16 P=5") { test_ragged(GQLA_KIND_GQA, GQLA_DTYPE_BF16, 5); }
+TEST_CASE("ragged gqla bf16 P=5") { test_ragged(GQLA_KIND_GQLA, GQLA_DTYPE_BF16, 5); }
+TEST_CASE("ragged gqa bf16 P=16") { test_ragged(GQLA_KIND_GQA, GQLA_DTYPE_BF16, 16); }
+TEST_CASE("ragged gqla bf16 P=16") { test_ragged(GQLA_KIND_GQLA, GQLA_DTYPE_BF16, 16); }
+TEST_CASE("ragged gqa bf16 P=64") { test_ragged(GQLA_KIND_GQA, GQLA_DTYPE_BF16, 64); }
+TEST_CASE("ragged gqla bf16 P=64") { test_ragged(GQLA_KIND_GQLA, GQLA_DTYPE_BF16, 64); }
+TEST_CASE("uniform bf16") { uniform(GQLA_DTYPE_BF16); }
+TEST_CASE("host tensors bf16") { test_host_tensors(GQLA_DTYPE_BF16); }
+TEST_CASE("between calls bf16") { test_between_calls(GQLA_DTYPE_BF16); }
+TEST_CASE("graph bf16") { graph(GQLA_DTYPE_BF16); }
+
+int main(int argc, char** argv) {
     int32_t n = 0;
-    if (gqla_device_count(GQLA_DEVICE_CUDA, &n) != GQLA_OK || n == 0) {
-        std::printf("no CUDA device (or CUDA module) visible: skipping\n");
-        return 77;
-    }
+    const bool gpu = gqla_device_count(GQLA_DEVICE_CUDA, &n) == GQLA_OK && n > 0;
     if (const char* replay = std::getenv("GQLA_TEST_SEED"))
         seed = std::strtoull(replay, nullptr, 10);
     else
         seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-    rng.seed(seed);
-    std::printf("random seed %llu (replay with GQLA_TEST_SEED=%llu)\n", (unsigned long long)seed,
-                (unsigned long long)seed);
-
-    for (gqla_dtype t : {GQLA_DTYPE_F32, GQLA_DTYPE_BF16}) {
-        for (int32_t P : {1, 5, 16, 64})
-            for (gqla_kind k : {GQLA_KIND_GQA, GQLA_KIND_GQLA}) run("ragged", test_ragged, k, t, P);
-        run("uniform", [&] {
-            test_uniform_equals_decode(GQLA_KIND_GQA, GQLA_PATH_AUTO, t);
-            test_uniform_equals_decode(GQLA_KIND_GQLA, GQLA_PATH_ABSORB, t);
-            test_uniform_equals_decode(GQLA_KIND_GQLA, GQLA_PATH_GQA, t);
-        });
-        run("host tensors", [&] { test_host_tensors(t); });
-        run("between calls", [&] { test_between_calls(t); });
-        run("graph", [&] {
-            test_graph(GQLA_KIND_GQA, GQLA_PATH_GQA, t);
-            test_graph(GQLA_KIND_GQLA, GQLA_PATH_ABSORB, t);
-            test_graph(GQLA_KIND_GQLA, GQLA_PATH_GQA_TRANSIENT, t);
-        });
-    }
-    std::printf("%s: %d failure(s) in %d case(s)\n", failures ? "FAILED" : "PASSED", failures, cases_run);
-    return failures ? 1 : 0;
+    if (gpu && !gqla::test::doctest_query_only(argc, argv))
+        std::printf("random seed %llu (replay with GQLA_TEST_SEED=%llu)\n", (unsigned long long)seed,
+                    (unsigned long long)seed);
+    return gqla::test::cuda_suite_main(argc, argv, gpu, "no CUDA device (or CUDA module) visible: skipping",
+                                       reseed_rng);
 }

@@ -17,7 +17,12 @@
 // combine pass or in a cluster) and many short ones. The knobs of
 // tests/cuda/CMakeLists.txt steer the planner to the other kernels.
 // The float64 reference here takes each query's visible rows only.
-// Exit 77 (ctest SKIP_RETURN_CODE) when no GPU is visible.
+// One doctest case per shape and cache dtype, "<shape> <dtype>" (the names
+// the ctest entries filter on). Exit 77 (ctest SKIP_RETURN_CODE) when no GPU
+// is visible.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,7 +36,8 @@
 #include <string>
 #include <vector>
 
-#include "vtable_harness.hpp"
+#include "cuda_suite_main.hpp"
+#include "vtable_doctest.hpp"
 
 using namespace gqla::test;
 
@@ -41,8 +47,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kPoison = -777.f;  // outputs before a run: finite, far from any result
 
+// Reset to its seed before every case (cuda_suite_main.hpp).
 std::mt19937 rng(20260601);
-int failures = 0;
+void reseed_rng() { rng.seed(20260601); }
 
 const char* dtype_name(gqla_dtype t) { return t == GQLA_DTYPE_F32 ? "f32" : t == GQLA_DTYPE_F16 ? "f16" : "bf16"; }
 
@@ -114,7 +121,7 @@ struct Session {
         : shape(s), cache(c), h(desc_of(s, c, tokens, sequences)) {
         if (is_gqla(s)) {
             h.set_weights(0, randn(size_t(s.G) * (s.dc + s.dv) * s.r, 1.f / std::sqrt(float(s.r))));
-            expect_ok(h.vt, h.ctx, h.vt->set_expanded(h.ctx, 1), "set_expanded");
+            require_ok(h, h.vt->set_expanded(h.ctx, 1), "set_expanded");
         }
     }
 
@@ -273,7 +280,7 @@ Decoded decode(Session& s, const std::vector<int>& ids, int s_q, gqla_path path,
     a.q = host_view(r.q.data(), GQLA_DTYPE_F32, {B, s_q, H, dq});
     a.o = host_view(r.o.data(), GQLA_DTYPE_F32, {B, s_q, H, dv});
     a.lse = host_view(r.lse.data(), GQLA_DTYPE_F32, {B, s_q, H});
-    expect_ok(s.h.vt, s.h.ctx, s.h.vt->decode(s.h.ctx, &a), "decode");
+    require_ok(s.h, s.h.vt->decode(s.h.ctx, &a), "decode");
     return r;
 }
 
@@ -343,10 +350,11 @@ int64_t check(const std::string& name, Session& s, const std::vector<int>& ids, 
     }
     const double tol = tolerance(s.cache);
     const double oe = o_ref > 0 ? std::sqrt(o_err / o_ref) : 0.0, le = l_ref > 0 ? std::sqrt(l_err / l_ref) : 0.0;
-    const bool ok = wrong == 0 && oe <= tol && le <= tol;
-    if (!ok) ++failures;
-    std::printf("%-4s %-78s o %.2e lse %.2e (tol %.0e), %lld non-finite rows%s%s\n", ok ? "ok" : "FAIL", name.c_str(),
-                oe, le, tol, (long long)nonfinite_rows, wrong ? ", first wrong: " : "", first_wrong.c_str());
+    INFO(name << ", " << nonfinite_rows << " non-finite rows");
+    INFO("first wrong row: " << first_wrong);
+    CHECK(wrong == 0);
+    CHECK(oe <= tol);  // o's relative L2 over the finite reference rows
+    CHECK(le <= tol);  // the lse's
     return nonfinite_rows;
 }
 
@@ -355,12 +363,6 @@ std::string case_name(const char* what, const Session& s, size_t batch, int s_q,
     std::snprintf(name, sizeof name, "%s %s %s B=%zu s_q=%d %s", what, s.shape.name, dtype_name(s.cache), batch, s_q,
                   path == GQLA_PATH_ABSORB ? "absorb" : "gqa-path");
     return name;
-}
-
-void expect(bool condition, const std::string& what) {
-    if (condition) return;
-    ++failures;
-    std::printf("FAIL %s\n", what.c_str());
 }
 
 // Lengths of the batched case: ends on and next to 16-token boundaries.
@@ -403,7 +405,7 @@ void test_hidden(const Shape& sh, gqla_dtype cache, const std::vector<int64_t>& 
         const Decoded d = decode(s, ids, s_q, path);
         const int64_t bad = check(case_name("hidden", s, ids.size(), s_q, path), s, ids, s_q, d, false);
         // The queries after the first see the tail: some rows must read it.
-        expect(bad > 0, case_name("hidden (later queries read the tail)", s, ids.size(), s_q, path));
+        CHECK_MESSAGE(bad > 0, case_name("hidden (later queries read the tail)", s, ids.size(), s_q, path));
     }
 }
 
@@ -430,7 +432,7 @@ void test_visible(const Shape& sh, gqla_dtype cache, const std::vector<int64_t>&
             if (ids.size() > 2) q[(size_t(2) * s_q * sh.H + std::min(1, sh.H - 1)) * key_dim(sh) + 3] = kNaN;
         });
         const int64_t bad = check(case_name("visible", s, ids.size(), s_q, path), s, ids, s_q, d, true);
-        expect(bad > 0, case_name("visible (some rows read a NaN)", s, ids.size(), s_q, path));
+        CHECK_MESSAGE(bad > 0, case_name("visible (some rows read a NaN)", s, ids.size(), s_q, path));
     }
 }
 
@@ -449,8 +451,8 @@ void test_recycled(const Shape& sh, gqla_dtype cache, int64_t old_length, int64_
     const std::vector<int32_t>& pages = s.h.seqs.at(id).pages;
     int reused = 0;
     for (int32_t p : pages) reused += std::count(old_pages.begin(), old_pages.end(), p) > 0;
-    expect(new_length % sh.page_size != 0 && reused == static_cast<int>(pages.size()),
-           case_name("recycled (the new sequence ends mid-page in reused pages)", s, 1, 1, GQLA_PATH_GQA));
+    CHECK_MESSAGE((new_length % sh.page_size != 0 && reused == static_cast<int>(pages.size())),
+                  case_name("recycled (the new sequence ends mid-page in reused pages)", s, 1, 1, GQLA_PATH_GQA));
     for (int s_q : {1, 2, 4})
         for (gqla_path path : paths_of(sh)) {
             const Decoded d = decode(s, {id}, s_q, path);
@@ -481,67 +483,42 @@ void test_shape(const Shape& sh, gqla_dtype cache) {
     }
 }
 
-// argv[1]: run only the cases whose name ("<shape> <dtype>") contains one of
-// its comma-separated parts.
-std::vector<std::string> only;
+// GQA 32/8 (head dim 128: the narrow kernel's TMA boxes on Hopper); odd
+// GQA dims with padded rows and pages of 63 (row-by-row copies); GQLA
+// with MLA's latent (the sm_90a latent kernel on the absorb path, keys
+// 192 wide on the GQA path); odd GQLA dims (the generic tensor-core
+// kernel on the absorb path).
+const Shape kGqa32_8 = {"gqa 32/8", GQLA_KIND_GQA, 32, 8, 128, 128, 0, 0, 0, 0, 64, 2562, 48};
+const Shape kGqaOdd = {"gqa odd", GQLA_KIND_GQA, 6, 2, 40, 72, 0, 0, 0, 0, 63, 2017, 40};
+const Shape kGqlaMla = {"gqla mla", GQLA_KIND_GQLA, 16, 2, 0, 0, 512, 128, 64, 128, 64, 1282, 20};
+const Shape kGqlaOdd = {"gqla odd", GQLA_KIND_GQLA, 6, 3, 0, 0, 96, 48, 16, 40, 16, 1201, 30};
+// Prefill chunks of 40 queries x 4 heads per group (160 rows: the
+// sm_90a prefill kernel on Hopper, its causal tail spanning tiles),
+// keys 128 (GQA) and 128 + 64 wide (the GQLA GQA path).
+const Shape kGqaPrefill = {"gqa prefill", GQLA_KIND_GQA, 8, 2, 128, 128, 0, 0, 0, 0, 48, 1500, 6, 40};
+const Shape kGqlaPrefill = {"gqla prefill", GQLA_KIND_GQLA, 8, 2, 0, 0, 256, 128, 64, 128, 64, 900, 6, 40};
 
-bool selected(const std::string& name) {
-    if (only.empty()) return true;
-    for (const std::string& part : only)
-        if (name.find(part) != std::string::npos) return true;
-    return false;
-}
+void gqa_32_8(gqla_dtype t) { test_shape(kGqa32_8, t); }
+void gqa_odd(gqla_dtype t) { test_shape(kGqaOdd, t); }
+void gqla_mla(gqla_dtype t) { test_shape(kGqlaMla, t); }
+void gqla_odd(gqla_dtype t) { test_shape(kGqlaOdd, t); }
+void gqa_prefill(gqla_dtype t) { test_shape(kGqaPrefill, t); }
+void gqla_prefill(gqla_dtype t) { test_shape(kGqlaPrefill, t); }
 
 }  // namespace
 
+GQLA_CASES_PER_CACHE_DTYPE("gqa 32/8", gqa_32_8)
+GQLA_CASES_PER_CACHE_DTYPE("gqa odd", gqa_odd)
+GQLA_CASES_PER_CACHE_DTYPE("gqla mla", gqla_mla)
+GQLA_CASES_PER_CACHE_DTYPE("gqla odd", gqla_odd)
+GQLA_CASES_PER_CACHE_DTYPE("gqa prefill", gqa_prefill)
+GQLA_CASES_PER_CACHE_DTYPE("gqla prefill", gqla_prefill)
+
 int main(int argc, char** argv) {
-    if (argc > 1) {
-        const std::string parts = argv[1];
-        for (size_t at = 0; at <= parts.size();) {
-            const size_t end = std::min(parts.find(',', at), parts.size());
-            if (end > at) only.push_back(parts.substr(at, end - at));
-            at = end + 1;
-        }
-    }
+    // The backend's own device count: this executable links the CUDA
+    // module, not libgqla (no gqla_device_count).
     const gqla_backend_vtable* vt = gqla_cuda_backend_get(GQLA_BACKEND_ABI_VERSION);
     int32_t n = 0;
-    if (!vt || vt->device_count(&n) != GQLA_OK || n == 0) {
-        std::printf("no CUDA device visible: skipping\n");
-        return 77;
-    }
-    // GQA 32/8 (head dim 128: the narrow kernel's TMA boxes on Hopper); odd
-    // GQA dims with padded rows and pages of 63 (row-by-row copies); GQLA
-    // with MLA's latent (the sm_90a latent kernel on the absorb path, keys
-    // 192 wide on the GQA path); odd GQLA dims (the generic tensor-core
-    // kernel on the absorb path).
-    const Shape shapes[] = {
-        {"gqa 32/8", GQLA_KIND_GQA, 32, 8, 128, 128, 0, 0, 0, 0, 64, 2562, 48},
-        {"gqa odd", GQLA_KIND_GQA, 6, 2, 40, 72, 0, 0, 0, 0, 63, 2017, 40},
-        {"gqla mla", GQLA_KIND_GQLA, 16, 2, 0, 0, 512, 128, 64, 128, 64, 1282, 20},
-        {"gqla odd", GQLA_KIND_GQLA, 6, 3, 0, 0, 96, 48, 16, 40, 16, 1201, 30},
-        // Prefill chunks of 40 queries x 4 heads per group (160 rows: the
-        // sm_90a prefill kernel on Hopper, its causal tail spanning tiles),
-        // keys 128 (GQA) and 128 + 64 wide (the GQLA GQA path).
-        {"gqa prefill", GQLA_KIND_GQA, 8, 2, 128, 128, 0, 0, 0, 0, 48, 1500, 6, 40},
-        {"gqla prefill", GQLA_KIND_GQLA, 8, 2, 0, 0, 256, 128, 64, 128, 64, 900, 6, 40},
-    };
-    int cases = 0;
-    for (const Shape& sh : shapes)
-        for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16, GQLA_DTYPE_F32}) {
-            const std::string name = std::string(sh.name) + " " + dtype_name(t);
-            if (!selected(name)) continue;
-            ++cases;
-            try {
-                test_shape(sh, t);
-            } catch (const std::exception& e) {
-                ++failures;
-                std::printf("FAIL %s: %s\n", name.c_str(), e.what());
-            }
-        }
-    if (cases == 0) {
-        std::printf("no case matches the filter\n");
-        return 1;
-    }
-    std::printf("%d failure(s)\n", failures);
-    return failures ? 1 : 0;
+    const bool gpu = vt && vt->device_count(&n) == GQLA_OK && n > 0;
+    return cuda_suite_main(argc, argv, gpu, "no CUDA device visible: skipping", reseed_rng);
 }
