@@ -17,7 +17,15 @@
 
 namespace gqla::cuda {
 
-constexpr int kMaxLaunchBatch = 256;  // sequences per launch; larger batches are chunked
+constexpr int kMaxLaunchBatch = 256;
+
+// log2(page_size) when it is a power of two (the kernels then shift and mask
+// instead of dividing), else -1.
+inline int page_shift_of(int page_size) {
+    for (int sh = 0; sh < 31; ++sh)
+        if ((1 << sh) == page_size) return sh;
+    return -1;
+}  // sequences per launch; larger batches are chunked
 
 struct RowAddress {
     int64_t sB, sQ, sG, sHi;

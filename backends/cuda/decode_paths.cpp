@@ -74,13 +74,9 @@ bool query_in_place(const Session& s, const AttentionParams& p, const Rows3& q, 
 // before), the rows' addresses unfolded back to (sequence, query) by
 // RowAddress::fold. The kernels' page-table paths then serve sparse rows
 // unchanged; only gathering single rows (no TMA boxes) differs.
-struct SparseLaunch {
-    std::vector<gqla_decode_seq> rows;
-    gqla_decode_args args;
-};
-void unfold_sparse_rows(const Session& s, const gqla_decode_args& a, AttentionParams* p, SparseLaunch* out) {
-    out->rows.clear();
-    out->rows.reserve(static_cast<size_t>(a.batch) * a.q_len);
+gqla_decode_args unfold_sparse_rows(Session& s, const gqla_decode_args& a, AttentionParams* p) {
+    std::vector<gqla_decode_seq>& rows = s.sparse_rows;  // reused: no allocation once grown
+    rows.clear();
     for (int b = 0; b < a.batch; ++b)
         for (int qi = 0; qi < a.q_len; ++qi) {
             gqla_decode_seq r = a.seqs[b];
@@ -88,30 +84,28 @@ void unfold_sparse_rows(const Session& s, const gqla_decode_args& a, AttentionPa
             r.length = std::min<int64_t>(a.topk, a.seqs[b].length - a.q_len + qi + 1);
             r.q_len = 1;
             r.q_row = static_cast<int64_t>(b) * a.q_len + qi;
-            out->rows.push_back(r);
+            rows.push_back(r);
         }
-    out->args = a;
-    out->args.batch = a.batch * a.q_len;
-    out->args.q_len = 1;
-    out->args.seqs = out->rows.data();
+    gqla_decode_args v = a;
+    v.batch = a.batch * a.q_len;
+    v.q_len = 1;
+    v.seqs = rows.data();
     p->qa.fold = p->oa.fold = p->q_rope_a.fold = a.q_len;
     p->q_len = 1;
     p->rows = p->heads_per_group;
     p->sparse_tokens = s.sparse_tokens.get<int64_t>();
     p->sparse_counts = s.sparse_counts.get<int32_t>();
     p->sparse_stride = a.topk;
+    return v;
 }
 
 // Launches attention (+ combine) over the whole batch in chunks of kMaxLaunchBatch.
 // narrow_maps: TMA maps of the layer's pools for the narrow kernel, or null.
 void run_attention(Session& s, AttentionParams p, const gqla_decode_args& call, int groups,
                    const NarrowTmaMaps* narrow_maps = nullptr) {
-    SparseLaunch sparse;
-    if (call.indices.data) {
-        unfold_sparse_rows(s, call, &p, &sparse);
-        narrow_maps = nullptr;  // gathered rows, not page boxes
-    }
-    const gqla_decode_args& a = call.indices.data ? sparse.args : call;
+    const bool sparse = call.indices.data != nullptr;
+    const gqla_decode_args a = sparse ? unfold_sparse_rows(s, call, &p) : call;
+    if (sparse) narrow_maps = nullptr;  // gathered rows, not page boxes
     int64_t call_max_len = 0;
     for (int i = 0; i < a.batch; ++i) call_max_len = std::max<int64_t>(call_max_len, a.seqs[i].length);
     const AttentionPlan base_plan =
@@ -197,9 +191,7 @@ AttentionParams common_params(Session& s, const gqla_decode_args& a) {
     AttentionParams p{};
     p.cache_dtype = s.desc.cache_dtype;
     p.page_size = s.desc.page_size;
-    p.page_shift = -1;
-    for (int sh = 0; sh < 31; ++sh)
-        if ((1 << sh) == s.desc.page_size) p.page_shift = sh;
+    p.page_shift = page_shift_of(s.desc.page_size);
     p.page_tables = s.page_tables.get<int32_t>();
     p.table_stride = s.table_stride;
     p.lengths = s.lengths.get<int32_t>() + static_cast<int64_t>(a.layer) * s.desc.max_sequences;

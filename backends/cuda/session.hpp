@@ -99,9 +99,10 @@ struct Session {
 
     // Sparse calls (sparse_lists.hpp; grow with the largest call seen):
     // host index lists staged, then each query row's visible tokens.
-    DeviceBuffer sparse_indices;  // int32 [total_q][topk]
-    DeviceBuffer sparse_tokens;   // int64 [total_q][topk]: page << 32 | slot
-    DeviceBuffer sparse_counts;   // int32 [total_q]
+    DeviceBuffer sparse_indices;               // int32 [total_q][topk]
+    DeviceBuffer sparse_tokens;                // int64 [total_q][topk]: page << 32 | slot
+    DeviceBuffer sparse_counts;                // int32 [total_q]
+    std::vector<gqla_decode_seq> sparse_rows;  // host: one launch sequence per query row (decode_paths.cpp)
 
     // Append staging (grows with the largest append seen).
     DeviceBuffer row_tokens, staged_a, staged_b;

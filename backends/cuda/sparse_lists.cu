@@ -63,9 +63,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }  // namespace
 
 void compact_sparse_lists(Session& s, const gqla_decode_args& a) {
-    const int64_t rows = static_cast<int64_t>(a.batch) * a.q_len;
-    s.sparse_tokens.ensure(static_cast<size_t>(rows * a.topk) * sizeof(int64_t), "sparse token lists");
-    s.sparse_counts.ensure(static_cast<size_t>(rows) * sizeof(int32_t), "sparse token counts");
     SparseListParams p{};
     p.indices = static_cast<const int32_t*>(a.indices.data);
     p.row_stride = a.indices.strides[0];
@@ -75,9 +72,7 @@ void compact_sparse_lists(Session& s, const gqla_decode_args& a) {
     p.page_tables = s.page_tables.get<int32_t>();
     p.table_stride = s.table_stride;
     p.page_size = s.desc.page_size;
-    p.page_shift = -1;
-    for (int sh = 0; sh < 31; ++sh)
-        if ((1 << sh) == s.desc.page_size) p.page_shift = sh;
+    p.page_shift = page_shift_of(s.desc.page_size);
     p.tokens = s.sparse_tokens.get<int64_t>();
     p.counts = s.sparse_counts.get<int32_t>();
     for (int first = 0; first < a.batch; first += kMaxLaunchBatch) {

@@ -17,9 +17,9 @@ namespace gqla::cuda {
 // (0 <= j <= length - q_len + qi; -1 padding, invisible and out-of-range
 // positions dropped, repeats kept), in list order, as page << 32 | slot at
 // s.sparse_tokens + row * a.topk, and their number at s.sparse_counts + row.
-// Grows the two buffers first when the call needs more (so a captured call
-// must follow one of at least its size); allocates and synchronizes nothing
-// else.
+// decode() sized both buffers for the whole call (growing them only when a
+// call needs more, so a captured call must follow one of at least its size);
+// this allocates and synchronizes nothing.
 void compact_sparse_lists(Session& s, const gqla_decode_args& a);
 
 }  // namespace gqla::cuda
