@@ -9,8 +9,15 @@ foreach(var LIBRARY HEADER)
   endif()
 endforeach()
 
-# Declared: "GQLA_API <return type> <name>(" — possibly over several lines.
-file(READ "${HEADER}" header_text)
+# Declared: "GQLA_API <return type> <name>(" — possibly over several lines,
+# in HEADER and the C headers beside it that it includes (gqla_probe.h).
+get_filename_component(header_dir "${HEADER}" DIRECTORY)
+file(GLOB c_headers "${header_dir}/*.h")
+set(header_text "")
+foreach(h IN LISTS c_headers)
+  file(READ "${h}" one_header)
+  string(APPEND header_text "${one_header}\n")
+endforeach()
 string(REGEX REPLACE "/\\*([^*]|\\*+[^*/])*\\*+/" "" header_text "${header_text}")  # drop comments
 string(REGEX REPLACE "\n[ \t]*#[^\n]*" "\n" header_text "${header_text}")                   # and preprocessor lines
 string(REGEX MATCHALL "GQLA_API[^;(]*\\(" declarations "${header_text}")

@@ -1152,6 +1152,341 @@ extern "C" {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct gqla_stats {
+    pub struct_size: usize,
+    pub device: gqla_device_type,
+    pub path: gqla_path,
+    pub page_size: i32,
+    pub pages_total: i64,
+    pub pages_used: i64,
+    pub pages_free: i64,
+    pub sequences: i64,
+    pub tokens_cached: i64,
+    pub token_capacity_left: i64,
+    pub latent_bytes: i64,
+    pub expanded_bytes: i64,
+    pub weight_bytes: i64,
+    pub workspace_bytes: i64,
+    pub kept_bytes_per_token: i64,
+    pub expanded_bytes_per_token: i64,
+}
+#[test]
+fn bindgen_test_layout_gqla_stats() {
+    assert_eq!(
+        ::std::mem::size_of::<gqla_stats>(),
+        120usize,
+        concat!("Size of: ", stringify!(gqla_stats))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<gqla_stats>(),
+        8usize,
+        concat!("Alignment of ", stringify!(gqla_stats))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_device() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(device)
+            )
+        );
+    }
+    test_field_device();
+    fn test_field_path() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).path) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(path)
+            )
+        );
+    }
+    test_field_path();
+    fn test_field_page_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).page_size) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(page_size)
+            )
+        );
+    }
+    test_field_page_size();
+    fn test_field_pages_total() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pages_total) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(pages_total)
+            )
+        );
+    }
+    test_field_pages_total();
+    fn test_field_pages_used() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pages_used) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(pages_used)
+            )
+        );
+    }
+    test_field_pages_used();
+    fn test_field_pages_free() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pages_free) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(pages_free)
+            )
+        );
+    }
+    test_field_pages_free();
+    fn test_field_sequences() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).sequences) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(sequences)
+            )
+        );
+    }
+    test_field_sequences();
+    fn test_field_tokens_cached() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tokens_cached) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(tokens_cached)
+            )
+        );
+    }
+    test_field_tokens_cached();
+    fn test_field_token_capacity_left() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).token_capacity_left) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(token_capacity_left)
+            )
+        );
+    }
+    test_field_token_capacity_left();
+    fn test_field_latent_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).latent_bytes) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(latent_bytes)
+            )
+        );
+    }
+    test_field_latent_bytes();
+    fn test_field_expanded_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).expanded_bytes) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(expanded_bytes)
+            )
+        );
+    }
+    test_field_expanded_bytes();
+    fn test_field_weight_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).weight_bytes) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(weight_bytes)
+            )
+        );
+    }
+    test_field_weight_bytes();
+    fn test_field_workspace_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).workspace_bytes) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(workspace_bytes)
+            )
+        );
+    }
+    test_field_workspace_bytes();
+    fn test_field_kept_bytes_per_token() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kept_bytes_per_token) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(kept_bytes_per_token)
+            )
+        );
+    }
+    test_field_kept_bytes_per_token();
+    fn test_field_expanded_bytes_per_token() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).expanded_bytes_per_token) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(gqla_stats),
+                "::",
+                stringify!(expanded_bytes_per_token)
+            )
+        );
+    }
+    test_field_expanded_bytes_per_token();
+}
+impl Default for gqla_stats {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+extern "C" {
+    pub fn gqla_session_stats(session: *const gqla_session, out: *mut gqla_stats) -> gqla_status;
+}
+extern "C" {
+    pub fn gqla_session_set_stream(
+        session: *mut gqla_session,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> gqla_status;
+}
+extern "C" {
+    pub fn gqla_session_synchronize(session: *mut gqla_session) -> gqla_status;
+}
+extern "C" {
+    pub fn gqla_merge_attention_states(
+        num_states: i32,
+        outputs: *const gqla_tensor,
+        lses: *const gqla_tensor,
+        out: *mut gqla_tensor,
+        out_lse: *mut gqla_tensor,
+    ) -> gqla_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct gqla_probe_info {
     pub struct_size: usize,
     pub device: gqla_device_type,
@@ -2088,340 +2423,5 @@ extern "C" {
         session: *const gqla_session,
         w: *const gqla_workload,
         out: *mut gqla_cost_report,
-    ) -> gqla_status;
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct gqla_stats {
-    pub struct_size: usize,
-    pub device: gqla_device_type,
-    pub path: gqla_path,
-    pub page_size: i32,
-    pub pages_total: i64,
-    pub pages_used: i64,
-    pub pages_free: i64,
-    pub sequences: i64,
-    pub tokens_cached: i64,
-    pub token_capacity_left: i64,
-    pub latent_bytes: i64,
-    pub expanded_bytes: i64,
-    pub weight_bytes: i64,
-    pub workspace_bytes: i64,
-    pub kept_bytes_per_token: i64,
-    pub expanded_bytes_per_token: i64,
-}
-#[test]
-fn bindgen_test_layout_gqla_stats() {
-    assert_eq!(
-        ::std::mem::size_of::<gqla_stats>(),
-        120usize,
-        concat!("Size of: ", stringify!(gqla_stats))
-    );
-    assert_eq!(
-        ::std::mem::align_of::<gqla_stats>(),
-        8usize,
-        concat!("Alignment of ", stringify!(gqla_stats))
-    );
-    fn test_field_struct_size() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
-            },
-            0usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(struct_size)
-            )
-        );
-    }
-    test_field_struct_size();
-    fn test_field_device() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).device) as usize - ptr as usize
-            },
-            8usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(device)
-            )
-        );
-    }
-    test_field_device();
-    fn test_field_path() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).path) as usize - ptr as usize
-            },
-            12usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(path)
-            )
-        );
-    }
-    test_field_path();
-    fn test_field_page_size() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).page_size) as usize - ptr as usize
-            },
-            16usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(page_size)
-            )
-        );
-    }
-    test_field_page_size();
-    fn test_field_pages_total() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).pages_total) as usize - ptr as usize
-            },
-            24usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(pages_total)
-            )
-        );
-    }
-    test_field_pages_total();
-    fn test_field_pages_used() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).pages_used) as usize - ptr as usize
-            },
-            32usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(pages_used)
-            )
-        );
-    }
-    test_field_pages_used();
-    fn test_field_pages_free() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).pages_free) as usize - ptr as usize
-            },
-            40usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(pages_free)
-            )
-        );
-    }
-    test_field_pages_free();
-    fn test_field_sequences() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).sequences) as usize - ptr as usize
-            },
-            48usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(sequences)
-            )
-        );
-    }
-    test_field_sequences();
-    fn test_field_tokens_cached() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).tokens_cached) as usize - ptr as usize
-            },
-            56usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(tokens_cached)
-            )
-        );
-    }
-    test_field_tokens_cached();
-    fn test_field_token_capacity_left() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).token_capacity_left) as usize - ptr as usize
-            },
-            64usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(token_capacity_left)
-            )
-        );
-    }
-    test_field_token_capacity_left();
-    fn test_field_latent_bytes() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).latent_bytes) as usize - ptr as usize
-            },
-            72usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(latent_bytes)
-            )
-        );
-    }
-    test_field_latent_bytes();
-    fn test_field_expanded_bytes() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).expanded_bytes) as usize - ptr as usize
-            },
-            80usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(expanded_bytes)
-            )
-        );
-    }
-    test_field_expanded_bytes();
-    fn test_field_weight_bytes() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).weight_bytes) as usize - ptr as usize
-            },
-            88usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(weight_bytes)
-            )
-        );
-    }
-    test_field_weight_bytes();
-    fn test_field_workspace_bytes() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).workspace_bytes) as usize - ptr as usize
-            },
-            96usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(workspace_bytes)
-            )
-        );
-    }
-    test_field_workspace_bytes();
-    fn test_field_kept_bytes_per_token() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).kept_bytes_per_token) as usize - ptr as usize
-            },
-            104usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(kept_bytes_per_token)
-            )
-        );
-    }
-    test_field_kept_bytes_per_token();
-    fn test_field_expanded_bytes_per_token() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<gqla_stats>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).expanded_bytes_per_token) as usize - ptr as usize
-            },
-            112usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(gqla_stats),
-                "::",
-                stringify!(expanded_bytes_per_token)
-            )
-        );
-    }
-    test_field_expanded_bytes_per_token();
-}
-impl Default for gqla_stats {
-    fn default() -> Self {
-        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
-        unsafe {
-            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
-            s.assume_init()
-        }
-    }
-}
-extern "C" {
-    pub fn gqla_session_stats(session: *const gqla_session, out: *mut gqla_stats) -> gqla_status;
-}
-extern "C" {
-    pub fn gqla_session_set_stream(
-        session: *mut gqla_session,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> gqla_status;
-}
-extern "C" {
-    pub fn gqla_session_synchronize(session: *mut gqla_session) -> gqla_status;
-}
-extern "C" {
-    pub fn gqla_merge_attention_states(
-        num_states: i32,
-        outputs: *const gqla_tensor,
-        lses: *const gqla_tensor,
-        out: *mut gqla_tensor,
-        out_lse: *mut gqla_tensor,
     ) -> gqla_status;
 }
