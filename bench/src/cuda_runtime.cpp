@@ -17,13 +17,16 @@ struct CudaRuntime {
     int (*event_record)(void*, void*) = nullptr;
     int (*event_synchronize)(void*) = nullptr;
     int (*event_elapsed)(float*, void*, void*) = nullptr;
+    int (*get_device_count)(int*) = nullptr;
+    int (*set_device)(int) = nullptr;
     bool ok() const {
         return malloc_fn && free_fn && memcpy_fn && event_create && event_destroy && event_record &&
-               event_synchronize && event_elapsed;
+               event_synchronize && event_elapsed && get_device_count && set_device;
     }
 };
 
 constexpr int kMemcpyHostToDevice = 1;
+constexpr int kMemcpyDeviceToHost = 2;
 
 template <typename F>
 void bind(void* lib, const char* name, F& fn) {
@@ -46,6 +49,8 @@ const CudaRuntime& runtime() {
             bind(h, "cudaEventRecord", r.event_record);
             bind(h, "cudaEventSynchronize", r.event_synchronize);
             bind(h, "cudaEventElapsedTime", r.event_elapsed);
+            bind(h, "cudaGetDeviceCount", r.get_device_count);
+            bind(h, "cudaSetDevice", r.set_device);
             if (r.ok()) break;
             r = CudaRuntime{};
         }
@@ -66,6 +71,10 @@ CudaIoBuffer::CudaIoBuffer(const void* host, size_t bytes) {
         rt.free_fn(ptr_);
         ptr_ = nullptr;
     }
+}
+
+bool CudaIoBuffer::copy_to_host(void* host, size_t bytes) const {
+    return ptr_ != nullptr && runtime().memcpy_fn(host, ptr_, bytes, kMemcpyDeviceToHost) == 0;
 }
 
 CudaIoBuffer::~CudaIoBuffer() {
@@ -98,5 +107,13 @@ double CudaEventTimer::seconds() {
         return -1.0;
     return ms * 1e-3;
 }
+
+int cuda_device_count() {
+    int n = 0;
+    if (!runtime().ok() || runtime().get_device_count(&n) != 0) return 0;
+    return n;
+}
+
+bool cuda_set_device(int device) { return runtime().ok() && runtime().set_device(device) == 0; }
 
 }  // namespace gqla::bench

@@ -24,6 +24,8 @@ public:
 
     bool valid() const { return ptr_ != nullptr; }
     void* data() const { return ptr_; }
+    // Copies the first `bytes` back to `host`; false on failure.
+    bool copy_to_host(void* host, size_t bytes) const;
 
 private:
     void* ptr_ = nullptr;
@@ -47,5 +49,11 @@ private:
     void* start_ = nullptr;
     void* stop_ = nullptr;
 };
+
+// GPUs visible to the process (0 without a CUDA runtime or GPU).
+int cuda_device_count();
+// Makes `device` the calling thread's current GPU: buffers and timers made
+// after it live there. False on failure.
+bool cuda_set_device(int device);
 
 }  // namespace gqla::bench

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "build_info.hpp"
+#include "cuda_runtime.hpp"
 #include "json_writer.hpp"
 #include "presets.hpp"
 
@@ -62,15 +63,25 @@ struct Groups {
     int begin, count;  // count == G: the full session
 };
 
+// Where a session runs: the CPU, or one GPU (with its queries and outputs
+// in that GPU's memory and its calls timed by CUDA events there).
+struct Placement {
+    gqla_device_type device = GQLA_DEVICE_CPU;
+    int gpu = 0;
+};
+
 // One session of the layer serving `g`, holding `batch` sequences of
 // `length` tokens drawn from one block of random rows (the same in every
 // session of a case).
 class RankSession {
 public:
-    RankSession(const Preset& p, const SessionShape& shape, Groups g, int keep_latent, const std::vector<float>& w,
-                const std::vector<float>& a, const std::vector<float>& b, int64_t block, int batch, int64_t length)
-        : p_(p), g_(g) {
+    RankSession(const Preset& p, const SessionShape& shape, Placement where, Groups g, int keep_latent,
+                const std::vector<float>& w, const std::vector<float>& a, const std::vector<float>& b, int64_t block,
+                int batch, int64_t length)
+        : p_(p), g_(g), where_(where) {
         gqla_config cfg = make_config(p, shape);
+        cfg.device = where.device;
+        cfg.device_index = where.gpu;
         cfg.group_begin = g.begin;
         cfg.group_count = g.count;
         if (p.is_gqla()) cfg.keep_latent = keep_latent;
@@ -93,17 +104,28 @@ public:
     RankSession(const RankSession&) = delete;
     RankSession& operator=(const RankSession&) = delete;
 
-    // Decodes q [B, s_q, H, Dq] (this rank's heads) into o [B, s_q, H, Dv]
-    // (its heads' slice); returns the seconds of the call.
+    // Decodes q [B, s_q, H, Dq] (all heads; this rank reads its own) into
+    // its heads' slice of o [B, s_q, H, Dv]; returns the seconds of the call
+    // (on a GPU: device time between CUDA events, with q and o in its memory).
     double decode(const std::vector<float>& q, std::vector<float>& o, int s_q, bool hot) {
         const int64_t H = p_.H, Dq = p_.q_dim(), Dv = p_.out_dim(), B = static_cast<int64_t>(ids_.size());
         const int64_t h0 = int64_t(g_.begin) * (p_.H / p_.G), heads = int64_t(g_.count) * (p_.H / p_.G);
-        gqla_tensor qt = f32_view(q.data() + h0 * Dq, {B, s_q, heads, Dq}, {s_q * H * Dq, H * Dq, Dq, 1});
-        gqla_tensor ot = f32_view(o.data() + h0 * Dv, {B, s_q, heads, Dv}, {s_q * H * Dv, H * Dv, Dv, 1});
-        if (!hot) sweep_caches();
+        const bool on_gpu = where_.device == GQLA_DEVICE_CUDA;
+        if (on_gpu) bind_gpu_io(q, o.size());
+        const float* q_base = on_gpu ? static_cast<const float*>(q_dev_->data()) : q.data();
+        float* o_base = on_gpu ? static_cast<float*>(o_dev_->data()) : o.data();
+        gqla_tensor qt = f32_view(q_base + h0 * Dq, {B, s_q, heads, Dq}, {s_q * H * Dq, H * Dq, Dq, 1});
+        gqla_tensor ot = f32_view(o_base + h0 * Dv, {B, s_q, heads, Dv}, {s_q * H * Dv, H * Dv, Dv, 1});
+        if (on_gpu) qt.device = ot.device = GQLA_DEVICE_CUDA;
+        if (!hot && !on_gpu) sweep_caches();
         const auto t0 = std::chrono::steady_clock::now();
+        if (timer_) timer_->start();
         check(gqla_decode(s_, 0, static_cast<int32_t>(B), ids_.data(), &qt, &ot, nullptr), "gqla_decode");
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (timer_) timer_->stop();
+        const double seconds =
+            timer_ ? timer_->seconds() : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (on_gpu) gather_heads(o, B * s_q, h0, heads);
+        return seconds;
     }
 
     gqla_stats stats() const {
@@ -114,6 +136,32 @@ public:
     }
 
 private:
+    // Copies q to this rank's GPU and makes an output buffer and a timer
+    // there, once per shape of the case.
+    void bind_gpu_io(const std::vector<float>& q, size_t o_elems) {
+        if (q_dev_ && q_elems_ == q.size() && o_elems_ == o_elems) return;
+        if (!cuda_set_device(where_.gpu))
+            throw std::runtime_error("bench: cannot select GPU " + std::to_string(where_.gpu));
+        q_dev_ = std::make_unique<CudaIoBuffer>(q.data(), q.size() * sizeof(float));
+        const std::vector<float> zeros(o_elems, 0.0f);
+        o_dev_ = std::make_unique<CudaIoBuffer>(zeros.data(), o_elems * sizeof(float));
+        timer_ = std::make_unique<CudaEventTimer>();
+        if (!q_dev_->valid() || !o_dev_->valid() || !timer_->valid())
+            throw std::runtime_error("bench: the CUDA runtime could not hold a rank's tensors");
+        q_elems_ = q.size();
+        o_elems_ = o_elems;
+    }
+
+    // Copies this rank's heads of the GPU output into o (rows x H x Dv).
+    void gather_heads(std::vector<float>& o, int64_t rows, int64_t h0, int64_t heads) {
+        std::vector<float> host(o.size());
+        if (!o_dev_->copy_to_host(host.data(), host.size() * sizeof(float)))
+            throw std::runtime_error("bench: cannot copy a rank's output back");
+        const int64_t H = p_.H, Dv = p_.out_dim();
+        for (int64_t r = 0; r < rows; ++r)
+            std::copy_n(host.begin() + (r * H + h0) * Dv, heads * Dv, o.begin() + (r * H + h0) * Dv);
+    }
+
     void append(gqla_seq_id id, const std::vector<float>& a, const std::vector<float>& b, int64_t n) {
         gqla_tensor at, bt;
         if (p_.is_gqla()) {
@@ -129,8 +177,12 @@ private:
 
     const Preset& p_;
     Groups g_;
+    Placement where_;
     gqla_session* s_ = nullptr;
     std::vector<gqla_seq_id> ids_;
+    std::unique_ptr<CudaIoBuffer> q_dev_, o_dev_;
+    std::unique_ptr<CudaEventTimer> timer_;
+    size_t q_elems_ = 0, o_elems_ = 0;
 };
 
 double median_of(std::vector<double> v) {
@@ -152,6 +204,7 @@ struct CaseResult {
     double full_s = 0, rank_median_s = 0, rank_max_s = 0, err = 0;
     gqla_stats full_stats{}, rank_stats{};
     int keep_latent = 1;
+    int gpus = 0;  // GPUs the ranks ran on (0: the CPU)
 };
 
 CaseResult run_case(const Preset& p, const Options& opt, gqla_path path, gqla_dtype cache, int batch, int64_t T,
@@ -160,7 +213,6 @@ CaseResult run_case(const Preset& p, const Options& opt, gqla_path path, gqla_dt
     CaseResult res;
     res.keep_latent = p.is_gqla() && path == GQLA_PATH_GQA && !opt.shard_keep_latent ? 0 : 1;
     SessionShape shape;
-    shape.device = GQLA_DEVICE_CPU;
     shape.path = p.is_gqla() ? path : GQLA_PATH_GQA;
     shape.cache_dtype = cache;
     shape.threads = opt.threads;
@@ -184,11 +236,16 @@ CaseResult run_case(const Preset& p, const Options& opt, gqla_path path, gqla_dt
     for (float& x : a) x = normal(rng);
     for (float& x : b) x = normal(rng);
 
-    RankSession full(p, shape, Groups{0, p.G}, 1, w, a, b, block, batch, T);
+    // The full session on the first device; rank i on GPU i mod the GPUs
+    // visible (all on one GPU when there is one), or on the CPU.
+    const int gpus = opt.device == GQLA_DEVICE_CUDA ? std::max(cuda_device_count(), 1) : 0;
+    auto place = [&](int rank) { return gpus ? Placement{GQLA_DEVICE_CUDA, rank % gpus} : Placement{}; };
+    RankSession full(p, shape, place(0), Groups{0, p.G}, 1, w, a, b, block, batch, T);
     std::vector<std::unique_ptr<RankSession>> ranks;
     for (int i = 0; i < N; ++i)
-        ranks.push_back(std::make_unique<RankSession>(p, shape, Groups{i * (p.G / N), p.G / N}, res.keep_latent, w, a,
-                                                      b, block, batch, T));
+        ranks.push_back(std::make_unique<RankSession>(p, shape, place(i), Groups{i * (p.G / N), p.G / N},
+                                                      res.keep_latent, w, a, b, block, batch, T));
+    res.gpus = std::min(gpus, N);
 
     const int64_t rows = int64_t(batch) * s_q;
     std::vector<float> q(size_t(rows * p.H * p.q_dim()));
@@ -230,6 +287,8 @@ void print_row(const Preset& p, const Options& opt, gqla_path path, gqla_dtype c
     if (opt.json) {
         JsonObject j;
         j.str("mode", "shards")
+            .str("device", r.gpus ? "cuda" : "cpu")
+            .integer("gpus", r.gpus)
             .str("preset", p.name)
             .str("path", path_name(path))
             .str("cache", dtype_label(cache))
@@ -263,11 +322,11 @@ void print_row(const Preset& p, const Options& opt, gqla_path path, gqla_dtype c
 }  // namespace
 
 int run_shard_bench(const Options& opt) {
-    // The rank sessions are CPU sessions with host tensors; on GPUs,
-    // examples/python/tp_decode.py times ranks with device tensors.
-    if (opt.device == GQLA_DEVICE_CUDA)
-        throw std::runtime_error(
-            "--shards runs CPU sessions only (--device cpu or auto); for GPUs see examples/python/tp_decode.py");
+    // Ranks run one after another (one process): on several GPUs each
+    // rank's time is its own device time, not an overlapped step;
+    // examples/python/tp_decode.py runs one process per GPU with NCCL.
+    if (opt.device == GQLA_DEVICE_CUDA && cuda_device_count() < 1)
+        throw std::runtime_error("--shards --device cuda: no GPU visible to the CUDA runtime");
     if (!opt.json)
         std::printf("%-15s %-7s %-5s %4s %6s %3s %6s %4s  %6s %6s  %10s %10s %10s %10s %6s  %8s\n", "preset", "path",
                     "cache", "B", "T", "s_q", "shards", "keep", "el/tok", "full", "full ms", "full/N ms", "rank ms",

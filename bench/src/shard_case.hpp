@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // gqla-bench --shards N: tensor parallelism over query-head groups, one
-// session per rank (config.group_begin / group_count), run in turn on one
-// device, against the full session of the same layer.
+// session per rank (config.group_begin / group_count), run in turn (on the
+// CPU, or with --device cuda on GPU rank mod the GPUs visible, q and o in
+// that GPU's memory, device time by CUDA events), against the full session
+// of the same layer.
 #pragma once
 
 #include "options.hpp"
