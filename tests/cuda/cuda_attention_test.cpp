@@ -28,8 +28,13 @@
 #include "tests/reference/reference.hpp"
 #include "gqla/gqla.h"
 #include "tests/cuda/cuda_suite_main.hpp"
+#include "tests/cuda/gpu_test_support.hpp"
 
 namespace {
+
+using gqla::test::check_error;
+using gqla::test::randn;
+using gqla::test::tolerance;
 
 // The run's seed; the engine is reset to it before every case
 // (cuda_suite_main.hpp).
@@ -39,21 +44,6 @@ void reseed_rng() { rng.seed(seed); }
 
 // path_taken is preset to AUTO, which gqla_attention never reports.
 const gqla_path kUnwritten = GQLA_PATH_AUTO;
-
-std::vector<float> randn(size_t n, float scale = 1.f) {
-    std::normal_distribution<float> d(0.f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
-
-double tolerance(gqla_dtype cache) { return cache == GQLA_DTYPE_F32 ? 1e-5 : cache == GQLA_DTYPE_F16 ? 2e-3 : 1e-2; }
-
-// CHECKs err <= tol, naming what was measured.
-void check_error(const std::string& what, double err, double tol) {
-    INFO(what);
-    CHECK(err <= tol);
-}
 
 // A C ABI call returned GQLA_OK (else the case stops, showing `what` and the
 // library's message).
@@ -150,7 +140,7 @@ struct Session {
     // Fresh random W_UKV of a layer (stddev 1/sqrt(r): scores of order one).
     void set_weights(int32_t layer) {
         const int64_t rows = int64_t(G) * (cfg.nope_dim + cfg.value_dim);
-        std::vector<float> wf = randn(size_t(rows * cfg.latent_dim), 1.f / std::sqrt(float(cfg.latent_dim)));
+        std::vector<float> wf = randn(rng, size_t(rows * cfg.latent_dim), 1.f / std::sqrt(float(cfg.latent_dim)));
         gqla_tensor t;
         const int64_t shape[2] = {rows, cfg.latent_dim};
         gqla_tensor_init(&t, wf.data(), GQLA_DTYPE_F32, 2, shape);
@@ -179,7 +169,7 @@ struct Session {
     // n random rows appended to one layer of a sequence, mirrored as stored.
     void append(gqla_seq_id id, int32_t layer, int64_t n) {
         if (n == 0) return;
-        std::vector<float> av = randn(size_t(n * a_cols)), bv = randn(size_t(n * b_cols));
+        std::vector<float> av = randn(rng, size_t(n * a_cols)), bv = randn(rng, size_t(n * b_cols));
         gqla_tensor ta, tb;
         const int64_t as[3] = {n, gqla ? cfg.latent_dim : G, gqla ? 0 : cfg.head_dim};
         const int64_t bs[3] = {n, gqla ? cfg.rope_dim : G, gqla ? 0 : cfg.value_dim};
@@ -335,8 +325,8 @@ void test_ragged(gqla_kind kind, gqla_dtype cache, int32_t P) {
     const std::vector<int32_t> mix_lens{1, 7, 1, 65};
     const std::vector<gqla_seq_id> edge_seqs{edges[2], edges[0], edges[3], edges[1]};
     const std::vector<int32_t> edge_lens{P, P, 2 * P - 1, P + 1};
-    const std::vector<float> q_mix = randn(size_t(total_of(mix_lens)) * S.H * S.dq);
-    const std::vector<float> q_edges = randn(size_t(total_of(edge_lens)) * S.H * S.dq);
+    const std::vector<float> q_mix = randn(rng, size_t(total_of(mix_lens)) * S.H * S.dq);
+    const std::vector<float> q_edges = randn(rng, size_t(total_of(edge_lens)) * S.H * S.dq);
     char base[96];
     std::snprintf(base, sizeof base, "ragged %s %s P=%d", gqla ? "gqla" : "gqa", gqla::dtype_name(cache), P);
 
@@ -391,7 +381,7 @@ void test_uniform_equals_decode(gqla_kind kind, gqla_path session_path, gqla_dty
     std::vector<gqla_seq_id> seqs;
     for (int64_t L : {3, 17, 600, 40}) seqs.push_back(S.add(L));
     const int64_t B = 4, s_q = 3;
-    const std::vector<float> q = randn(size_t(B * s_q) * S.H * S.dq);
+    const std::vector<float> q = randn(rng, size_t(B * s_q) * S.H * S.dq);
     DeviceRows d(B * s_q, S.H, S.dq, S.dv);
     gqla_tensor tq = d.tq(B), to = d.to(B), tl = d.tl(B);
     Output dec, att;
@@ -420,7 +410,7 @@ void test_host_tensors(gqla_dtype cache) {
     for (int64_t L : {70, 5, 33}) seqs.push_back(S.add(L));
     const std::vector<int32_t> lens{2, 5, 33};
     const int64_t N = total_of(lens);
-    std::vector<float> q = randn(size_t(N) * S.H * S.dq);
+    std::vector<float> q = randn(rng, size_t(N) * S.H * S.dq);
     for (gqla_path p : {GQLA_PATH_ABSORB, GQLA_PATH_GQA_TRANSIENT}) {
         Output out;
         out.o.assign(size_t(N) * S.H * S.dv, NAN);
@@ -449,7 +439,7 @@ void test_between_calls(gqla_dtype cache) {
         for (gqla_seq_id id : seqs) S.append(id, 1, 21);
         const std::string name = std::string("between calls gqla ") + form_name(form) + " " + gqla::dtype_name(cache);
         auto call = [&](const std::vector<int32_t>& lens, int32_t layer, const std::string& what) {
-            const std::vector<float> q = randn(size_t(total_of(lens)) * S.H * S.dq);
+            const std::vector<float> q = randn(rng, size_t(total_of(lens)) * S.H * S.dq);
             const Output out = attend_device(S, seqs, lens, form, q, nullptr, layer);
             check_rows(S, seqs, lens, q, out, name + " " + what, layer);
         };
@@ -485,7 +475,7 @@ void test_graph(gqla_kind kind, gqla_path form, gqla_dtype cache) {
     try {
         require(gqla_session_set_stream(S.s, stream), "gqla_session_set_stream");
         // Uncaptured first: allocates what the form needs.
-        const std::vector<float> q0 = randn(size_t(N) * S.H * S.dq);
+        const std::vector<float> q0 = randn(rng, size_t(N) * S.H * S.dq);
         const Output first = attend_device(S, seqs, lens, form, q0, stream);
         check_rows(S, seqs, lens, q0, first, name + " uncaptured");
 
@@ -503,7 +493,7 @@ void test_graph(gqla_kind kind, gqla_path form, gqla_dtype cache) {
                       name << ": captured call's path_taken " << form_name(taken));
 
         for (int round = 0; round < 2; ++round) {
-            const std::vector<float> q = randn(size_t(N) * S.H * S.dq);
+            const std::vector<float> q = randn(rng, size_t(N) * S.H * S.dq);
             Output replay;
             d.upload(q, stream);
             cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");

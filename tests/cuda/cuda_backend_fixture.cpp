@@ -12,19 +12,7 @@ namespace gqla::test {
 std::mt19937 rng(12345);
 void reseed_rng() { rng.seed(12345); }
 
-std::vector<float> randn(size_t n, float scale) {
-    std::normal_distribution<float> d(0.f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
-
-double tolerance(gqla_dtype cache) { return cache == GQLA_DTYPE_F32 ? 1e-5 : cache == GQLA_DTYPE_F16 ? 2e-3 : 1e-2; }
-
-void check_error(const std::string& what, double err, double tol) {
-    INFO(what);
-    CHECK(err <= tol);
-}
+std::vector<float> randn(size_t n, float scale) { return randn(rng, n, scale); }
 
 gqla_backend_desc base_desc(gqla_kind kind, gqla_dtype cache, int H, int G, int page_size) {
     gqla_backend_desc d{};

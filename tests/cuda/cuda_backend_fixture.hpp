@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "gpu_test_support.hpp"
 #include "tests/reference/reference.hpp"
 #include "vtable_doctest.hpp"
 
@@ -23,13 +24,8 @@ namespace gqla::test {
 extern std::mt19937 rng;
 void reseed_rng();
 
+// randn (gpu_test_support.hpp) drawn from the suite's engine.
 std::vector<float> randn(size_t n, float scale = 1.f);
-
-// Relative L2 bound of a cache dtype against the float64 reference.
-double tolerance(gqla_dtype cache);
-
-// CHECKs err <= tol, naming what was measured.
-void check_error(const std::string& what, double err, double tol);
 
 // Two layers, f32 io, up to 16 sequences of 8 queries; dims and pages are
 // the caller's.

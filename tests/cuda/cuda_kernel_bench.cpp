@@ -44,13 +44,18 @@ uint16_t* random_bf16_device(size_t n) {
     return p;
 }
 
-double run_shape(const Shape& s, int reps, double read_gbps) {
+// Bytes one layer's cache of shape s holds, the one quantity the GB/s
+// figures divide.
+double layer_bytes_of(const Shape& s) {
     const bool gqla = s.kind == GQLA_KIND_GQLA;
     const int64_t per_token =
         gqla ? (s.path == GQLA_PATH_ABSORB ? s.r + s.dr : int64_t(s.G) * (s.dc + s.dv) + s.dr) : int64_t(s.G) * 2 * s.D;
-    const double layer_bytes = double(per_token) * 2 * s.B * s.T;
-    const int layers = static_cast<int>(std::clamp(std::ceil(256e6 / layer_bytes), 1.0, 32.0));
+    return double(per_token) * 2 * s.B * s.T;
+}
 
+// The session of shape s: bf16 cache and io, pages of 64, `layers` layers.
+gqla_backend_desc bench_desc(const Shape& s, int layers) {
+    const bool gqla = s.kind == GQLA_KIND_GQLA;
     gqla_backend_desc d{};
     d.kind = s.kind;
     d.num_heads = s.H;
@@ -70,12 +75,14 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
     d.max_sequences = s.B;
     d.max_batch = s.B;
     d.max_q_len = 1;
-    Harness h(d);
+    return d;
+}
 
-    const int64_t chunk = std::min<int64_t>(s.T, 2048);
-    const int aw = h.a_width(), bw = h.b_width();
-    uint16_t* rows_a = random_bf16_device(size_t(chunk) * aw);
-    uint16_t* rows_b = random_bf16_device(size_t(chunk) * bw);
+// Weights (GQLA) and B sequences of T tokens on every layer, appended in
+// chunks of rows_a / rows_b; returns the sequence ids.
+std::vector<int> fill_cache(Harness& h, const Shape& s, int layers, int64_t chunk, const uint16_t* rows_a,
+                            const uint16_t* rows_b) {
+    const bool gqla = s.kind == GQLA_KIND_GQLA;
     if (gqla) {
         std::mt19937 rng(3);
         std::normal_distribution<float> nd(0.f, 1.f / std::sqrt(float(s.r)));
@@ -91,34 +98,29 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
             for (int64_t t = 0; t < s.T; t += chunk)
                 h.append(l, id, std::min(chunk, s.T - t), nullptr, nullptr, s.path == GQLA_PATH_GQA && gqla, rows_a,
                          rows_b);
+    return ids;
+}
 
-    const int dq = gqla ? s.dc + s.dr : s.D, dv = d.value_dim;
-    uint16_t* q = random_bf16_device(size_t(s.B) * s.H * dq);
-    uint16_t* o = nullptr;
-    cudaMalloc(&o, size_t(s.B) * s.H * dv * 2);
-    std::vector<std::vector<gqla_decode_seq>> seqs;
-    for (int l = 0; l < layers; ++l) seqs.push_back(h.decode_seqs(ids, l));
+// One decode call per step on device q/o, rotating over the layers.
+struct DecodeSteps {
+    Harness& h;
+    int layers;
+    std::vector<std::vector<gqla_decode_seq>> seqs;  // per layer
     gqla_decode_args a{};
-    a.path = s.path;
-    a.batch = s.B;
-    a.q_len = 1;
-    a.q = host_view(q, GQLA_DTYPE_BF16, {s.B, 1, s.H, dq});
-    a.q.on_device = 1;
-    a.o = host_view(o, GQLA_DTYPE_BF16, {s.B, 1, s.H, dv});
-    a.o.on_device = 1;
     // Decode step i: layer i % layers, so consecutive steps read different caches.
-    auto decode_step = [&](int i) {
+    gqla_status step(int i) {
         a.layer = i % layers;
         a.seqs = seqs[size_t(a.layer)].data();
         return h.vt->decode(h.ctx, &a);
-    };
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
+    }
+};
+
+// Per-call CUDA-event times in us (after 5 warm-up calls), sorted.
+std::vector<float> time_calls(DecodeSteps& steps, int reps, cudaEvent_t e0, cudaEvent_t e1) {
     std::vector<float> times;
     for (int i = 0; i < reps + 5; ++i) {
         cudaEventRecord(e0, nullptr);
-        expect_ok(h.vt, h.ctx, decode_step(i), "decode");
+        expect_ok(steps.h.vt, steps.h.ctx, steps.step(i), "decode");
         cudaEventRecord(e1, nullptr);
         cudaEventSynchronize(e1);
         float ms = 0;
@@ -126,39 +128,44 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
         if (i >= 5) times.push_back(ms * 1e3f);
     }
     std::sort(times.begin(), times.end());
-    const double us = times[times.size() / 2];
-    const double gbps = layer_bytes / (us * 1e-6) / 1e9;
+    return times;
+}
 
-    // Host cost per call: median over rounds of a few calls queued without
-    // synchronizing (few enough that the launch queue never fills).
+// Host cost per call: median over rounds of a few calls queued without
+// synchronizing (few enough that the launch queue never fills).
+double host_us_per_call(DecodeSteps& steps) {
     std::vector<double> host;
     for (int round = 0; round < 7; ++round) {
         cudaDeviceSynchronize();
         constexpr int kCalls = 8;
         const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < kCalls; ++i) expect_ok(h.vt, h.ctx, decode_step(i), "decode");
+        for (int i = 0; i < kCalls; ++i) expect_ok(steps.h.vt, steps.h.ctx, steps.step(i), "decode");
         host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
                        kCalls);
     }
     cudaDeviceSynchronize();
     std::sort(host.begin(), host.end());
-    const double host_us = host[host.size() / 2];
+    return host[host.size() / 2];
+}
 
-    // Device time without the host: the decode steps of every layer, several
-    // rounds, captured back to back in one CUDA graph (as an engine replays a
-    // whole forward pass), so host launch cost is paid once per graph and the
-    // mean over the graph's steps is what the GPU spends per decode step,
-    // gaps between kernels included.
+// Device time without the host: the decode steps of every layer, several
+// rounds, captured back to back in one CUDA graph (as an engine replays a
+// whole forward pass), so host launch cost is paid once per graph and the
+// mean over the graph's steps is what the GPU spends per decode step,
+// gaps between kernels included. -1 where the capture failed.
+double graph_us_per_step(DecodeSteps& steps, cudaEvent_t e0, cudaEvent_t e1) {
+    Harness& h = steps.h;
+    const int layers = steps.layers;
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, stream), "set_stream");
     cudaGraphExec_t exec = nullptr;
-    const int steps = std::max(layers, 32 / layers * layers);
+    const int n_steps = std::max(layers, 32 / layers * layers);
     {
         cudaGraph_t graph;
         bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess;
         int rc = GQLA_OK;
-        for (int i = 0; ok && i < steps && rc == GQLA_OK; ++i) rc = decode_step(i);
+        for (int i = 0; ok && i < n_steps && rc == GQLA_OK; ++i) rc = steps.step(i);
         if (ok && cudaStreamEndCapture(stream, &graph) == cudaSuccess && rc == GQLA_OK) {
             if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) exec = nullptr;
             cudaGraphDestroy(graph);
@@ -166,7 +173,7 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
     }
     double graph_us = -1;
     if (exec) {
-        const int launches = std::max(3, 200 / steps);
+        const int launches = std::max(3, 200 / n_steps);
         cudaGraphLaunch(exec, stream);
         cudaEventRecord(e0, stream);
         for (int i = 0; i < launches; ++i) cudaGraphLaunch(exec, stream);
@@ -174,11 +181,50 @@ double run_shape(const Shape& s, int reps, double read_gbps) {
         cudaEventSynchronize(e1);
         float ms = 0;
         cudaEventElapsedTime(&ms, e0, e1);
-        graph_us = ms * 1e3 / (double(launches) * steps);
+        graph_us = ms * 1e3 / (double(launches) * n_steps);
     }
     if (exec) cudaGraphExecDestroy(exec);
     expect_ok(h.vt, h.ctx, h.vt->set_stream(h.ctx, nullptr), "set_stream(NULL)");
     cudaStreamDestroy(stream);
+    return graph_us;
+}
+
+// Times shape s: prints its table row and JSON line; returns the median us.
+double run_shape(const Shape& s, int reps, double read_gbps) {
+    const bool gqla = s.kind == GQLA_KIND_GQLA;
+    const double layer_bytes = layer_bytes_of(s);
+    const int layers = static_cast<int>(std::clamp(std::ceil(256e6 / layer_bytes), 1.0, 32.0));
+    const gqla_backend_desc d = bench_desc(s, layers);
+    Harness h(d);
+
+    const int64_t chunk = std::min<int64_t>(s.T, 2048);
+    const int aw = h.a_width(), bw = h.b_width();
+    uint16_t* rows_a = random_bf16_device(size_t(chunk) * aw);
+    uint16_t* rows_b = random_bf16_device(size_t(chunk) * bw);
+    const std::vector<int> ids = fill_cache(h, s, layers, chunk, rows_a, rows_b);
+
+    const int dq = gqla ? s.dc + s.dr : s.D, dv = d.value_dim;
+    uint16_t* q = random_bf16_device(size_t(s.B) * s.H * dq);
+    uint16_t* o = nullptr;
+    cudaMalloc(&o, size_t(s.B) * s.H * dv * 2);
+    DecodeSteps steps{h, layers, {}, {}};
+    for (int l = 0; l < layers; ++l) steps.seqs.push_back(h.decode_seqs(ids, l));
+    gqla_decode_args& a = steps.a;
+    a.path = s.path;
+    a.batch = s.B;
+    a.q_len = 1;
+    a.q = host_view(q, GQLA_DTYPE_BF16, {s.B, 1, s.H, dq});
+    a.q.on_device = 1;
+    a.o = host_view(o, GQLA_DTYPE_BF16, {s.B, 1, s.H, dv});
+    a.o.on_device = 1;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    const std::vector<float> times = time_calls(steps, reps, e0, e1);
+    const double us = times[times.size() / 2];
+    const double gbps = layer_bytes / (us * 1e-6) / 1e9;
+    const double host_us = host_us_per_call(steps);
+    const double graph_us = graph_us_per_step(steps, e0, e1);
 
     std::printf(
         "%-40s B=%-4d T=%-6lld %9.1f us %8.0f GB/s %5.1f%% of read BW  (min %.1f, p90 %.1f) graph %.1f us (%.0f GB/s) "
