@@ -66,6 +66,16 @@ __device__ __forceinline__ int64_t row_offset(const RowAddress& a, int b, int qi
 // Tiles [begin, end) of `tile` tokens owned by `split`; the per-split chunk is
 // derived from the device-side length, so a graph replay after more appends
 // covers the new tokens.
+// Where a tile's rows are read from: the key pools [k1 | k2] and the value
+// pool of one group, and their widths (the per-warp and mma.sync kernels).
+template <typename T>
+struct KvRowSources {
+    const T* k1;
+    const T* k2;
+    const T* v;
+    int dk1, dk2, dv;
+};
+
 struct SplitRange {
     int begin, end;
 };

@@ -64,15 +64,9 @@ __device__ __forceinline__ void fetch_tile_bases(const AttentionParams& p, const
     }
 }
 
-// Where a tile's rows are read from: the key pools [k1 | k2] and the value
-// pool, and their widths.
+// Where a tile's rows are read from (attention_common.cuh).
 template <typename T>
-struct TileSources {
-    const T* k1;
-    const T* k2;
-    const T* v;
-    int dk1, dk2, dv;
-};
+using TileSources = KvRowSources<T>;
 
 // Tile copy into stage `stage` of sK and sV: this thread's rows from their
 // token bases tb (-1: zero-filled), 8 threads x 16 bytes per row.

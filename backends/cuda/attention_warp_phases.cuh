@@ -148,15 +148,9 @@ __device__ __forceinline__ int64_t chunk_row_base(const AttentionParams& p, cons
     return (half == 0 && c < w.range.end - w.range.begin && j < w.length) ? cta_token(p, w, j) : -1;
 }
 
-// Where a chunk's rows are read from: the key pools [k1 | k2] and the value
-// pool, and their widths.
+// Where a chunk's rows are read from (attention_common.cuh).
 template <typename T>
-struct ChunkSources {
-    const T* k1;
-    const T* k2;
-    const T* v;
-    int dk1, dk2, dv;
-};
+using ChunkSources = KvRowSources<T>;
 
 // Chunk copy into stage `stage`: this lane's part of row `row`'s keys and
 // values from its token base tb (-1: zero-filled). 8-bit caches: the stored
