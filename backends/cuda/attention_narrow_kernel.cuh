@@ -102,9 +102,6 @@ __global__ void __launch_bounds__(NW * 32, NW != kNarrowWarps             ? 1
     // The page ids of the first chunks: the first halves' copies wait for them.
     const int64_t first_ids[4] = {narrow::page_of<S>(p, w, ch, 0), narrow::page_of<S>(p, w, ch, 1),
                                   narrow::page_of<S>(p, w, ch, 2), narrow::page_of<S>(p, w, ch, 3)};
-    // (The ring's base is derived here, in the kernel body: derived in
-    // ring_of its address arithmetic, and so the registers, come out
-    // differently.)
     T* wbase = reinterpret_cast<T*>(smem + ln.tw * L.warp_bytes);
     const narrow::Ring<T> rg = narrow::ring_of<S>(p, wbase, smem, L, d, q.grp, ln.tw);
 
