@@ -111,6 +111,10 @@ public:
         const int64_t H = p_.H, Dq = p_.q_dim(), Dv = p_.out_dim(), B = static_cast<int64_t>(ids_.size());
         const int64_t h0 = int64_t(g_.begin) * (p_.H / p_.G), heads = int64_t(g_.count) * (p_.H / p_.G);
         const bool on_gpu = where_.device == GQLA_DEVICE_CUDA;
+        // Ranks on several GPUs take turns: the events and the default
+        // stream they are recorded on must be this rank's GPU's.
+        if (on_gpu && !cuda_set_device(where_.gpu))
+            throw std::runtime_error("bench: cannot select GPU " + std::to_string(where_.gpu));
         if (on_gpu) bind_gpu_io(q, o.size());
         const float* q_base = on_gpu ? static_cast<const float*>(q_dev_->data()) : q.data();
         float* o_base = on_gpu ? static_cast<float*>(o_dev_->data()) : o.data();
@@ -136,12 +140,10 @@ public:
     }
 
 private:
-    // Copies q to this rank's GPU and makes an output buffer and a timer
-    // there, once per shape of the case.
+    // Copies q to this rank's GPU (the current one) and makes an output
+    // buffer and a timer there, once per shape of the case.
     void bind_gpu_io(const std::vector<float>& q, size_t o_elems) {
         if (q_dev_ && q_elems_ == q.size() && o_elems_ == o_elems) return;
-        if (!cuda_set_device(where_.gpu))
-            throw std::runtime_error("bench: cannot select GPU " + std::to_string(where_.gpu));
         q_dev_ = std::make_unique<CudaIoBuffer>(q.data(), q.size() * sizeof(float));
         const std::vector<float> zeros(o_elems, 0.0f);
         o_dev_ = std::make_unique<CudaIoBuffer>(zeros.data(), o_elems * sizeof(float));
