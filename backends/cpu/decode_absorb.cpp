@@ -14,6 +14,7 @@
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/call_rows.hpp"
 #include "backends/cpu/decode_plan.hpp"
+#include "backends/cpu/latent_dims.hpp"
 #include "backends/cpu/thread_pool.hpp"
 
 namespace gqla::cpu {
@@ -108,23 +109,16 @@ inline const AbsorbSegment& segment_of(const AbsorbChunk& c, int64_t qi) {
 
 // One absorb call: the call's dimensions, weights, cache pools and
 // workspace arrays, and the phases each chunk runs through.
-class AbsorbDecode {
+class AbsorbDecode : LatentDims {
 public:
     AbsorbDecode(CpuContext* ctx, const gqla_decode_args* a)
-        : ctx_(ctx),
+        : LatentDims(ctx->desc),
+          ctx_(ctx),
           a_(a),
           d_(ctx->desc),
           lw_(ctx->weights[static_cast<size_t>(a->layer)]),
           W_(ctx->ws_layout.absorb),
           rows_{a} {
-        H_ = d_.num_heads;
-        G_ = d_.num_kv_heads;
-        n_rep_ = H_ / G_;
-        r_ = d_.latent_dim;
-        dc_ = d_.nope_dim;
-        dr_ = d_.rope_dim;
-        dv_ = d_.value_dim;
-        K_ = r_ + dr_;
         NW_ = ctx->expanded_width();
         RBmax_ = ctx->ws_layout.absorb_row_block;
         q_scale_ = ctx->query_scale();
@@ -181,7 +175,6 @@ private:
     const LayerWeights& lw_;
     const PathWorkspace& W_;
     const CallRows rows_;
-    int H_, G_, n_rep_, r_, dc_, dr_, dv_, K_;
     int64_t NW_;
     int RBmax_;
     float q_scale_;

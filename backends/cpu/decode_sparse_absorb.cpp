@@ -13,6 +13,7 @@
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/decode_sparse.hpp"
 #include "backends/cpu/io_rows.hpp"
+#include "backends/cpu/latent_dims.hpp"
 #include "backends/cpu/thread_pool.hpp"
 
 namespace gqla::cpu {
@@ -64,18 +65,15 @@ void fold_lanes(int width, int r, const float* acc, const float* m, const float*
     }
 }
 
-class AbsorbSparse {
+class AbsorbSparse : LatentDims {
 public:
     AbsorbSparse(CpuContext* ctx, const gqla_decode_args* a)
-        : ctx_(ctx), a_(a), d_(ctx->desc), rows_{a}, lw_(ctx->weights[static_cast<size_t>(a->layer)]) {
-        H_ = d_.num_heads;
-        G_ = d_.num_kv_heads;
-        n_rep_ = H_ / G_;
-        r_ = d_.latent_dim;
-        dc_ = d_.nope_dim;
-        dr_ = d_.rope_dim;
-        dv_ = d_.value_dim;
-        Kd_ = r_ + dr_;
+        : LatentDims(ctx->desc),
+          ctx_(ctx),
+          a_(a),
+          d_(ctx->desc),
+          rows_{a},
+          lw_(ctx->weights[static_cast<size_t>(a->layer)]) {
         Hpad_ = static_cast<int>(round16(H_));
         RB_ = std::min(kAbsorbMaxRowBlock, Hpad_);
         es_ = ctx->elem_size;
@@ -83,10 +81,10 @@ public:
         krpool_ = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], a->layer));
         state_floats_ = int64_t(r_) * Hpad_ + 2 * int64_t(Hpad_);
         partial_floats_ = round16(state_floats_ + 1);
-        area_floats_ = round16((int64_t(kBlock) * Kd_ * static_cast<int64_t>(es_) + 3) / 4) +
-                       round16(kAbsorbTokenBlock * int64_t(Kd_)) + round16(kAbsorbTokenBlock * int64_t(RB_) + RB_) +
+        area_floats_ = round16((int64_t(kBlock) * K_ * static_cast<int64_t>(es_) + 3) / 4) +
+                       round16(kAbsorbTokenBlock * int64_t(K_)) + round16(kAbsorbTokenBlock * int64_t(RB_) + RB_) +
                        round16(int64_t(r_) * RB_) + round16(4 * int64_t(RB_)) +
-                       absorb_pair_scratch_floats(Kd_, r_, RB_) + round16(state_floats_) +
+                       absorb_pair_scratch_floats(K_, r_, RB_) + round16(state_floats_) +
                        round16(kBlock + 2 * int64_t(sizeof(Located)) / 4);
     }
 
@@ -106,7 +104,7 @@ private:
     const gqla_backend_desc& d_;
     const CallRows rows_;
     const LayerWeights& lw_;
-    int H_, G_, n_rep_, r_, dc_, dr_, dv_, Kd_, Hpad_, RB_;
+    int Hpad_, RB_;
     size_t es_;
     const char* cpool_;
     const char* krpool_;
@@ -123,9 +121,9 @@ Area AbsorbSparse::area(float* base) const {
     Area ar;
     ar.c = reinterpret_cast<char*>(base);
     ar.kr = ar.c + size_t(kBlock) * r_ * es_;
-    float* p = base + round16((int64_t(kBlock) * Kd_ * static_cast<int64_t>(es_) + 3) / 4);
+    float* p = base + round16((int64_t(kBlock) * K_ * static_cast<int64_t>(es_) + 3) / 4);
     ar.ctile = p;
-    p += round16(kAbsorbTokenBlock * int64_t(Kd_));
+    p += round16(kAbsorbTokenBlock * int64_t(K_));
     ar.stile = p;
     p += round16(kAbsorbTokenBlock * int64_t(RB_) + RB_);
     ar.kacc = p;
@@ -135,7 +133,7 @@ Area AbsorbSparse::area(float* base) const {
     ar.limit = reinterpret_cast<int64_t*>(p + 2 * RB_);
     p += round16(4 * int64_t(RB_));
     ar.pairs = reinterpret_cast<uint32_t*>(p);
-    p += absorb_pair_scratch_floats(Kd_, r_, RB_);
+    p += absorb_pair_scratch_floats(K_, r_, RB_);
     ar.acc = p;
     ar.m = p + int64_t(r_) * Hpad_;
     ar.l = ar.m + Hpad_;
@@ -174,7 +172,7 @@ void AbsorbSparse::run_item(int64_t qi, const Query& q, int64_t i0, int64_t i1, 
     std::fill(ar.m, ar.m + Hpad_, kMaxFloor);
     std::fill(ar.l, ar.l + Hpad_, 0.0f);
     const AbsorbAttendFn attend = ctx_->kernels->absorb_attend[d_.cache_dtype - 1];
-    const float* qt = QT_ + qi * int64_t(Kd_) * Hpad_;
+    const float* qt = QT_ + qi * int64_t(K_) * Hpad_;
     int64_t count = 0;
     int64_t i = i0;
     const int32_t* pt = a_->seqs[q.b].page_table;
@@ -283,7 +281,7 @@ void AbsorbSparse::project_queries(int64_t q0, int64_t nq, const Query* queries)
     pool.parallel_for_spread(nq, [&](int64_t first, int64_t end, int) {
         for (int64_t qi = first; qi < end; ++qi) {
             const Query& q = queries[q0 + qi];
-            float* blk = QT_ + qi * int64_t(Kd_) * Hpad_;
+            float* blk = QT_ + qi * int64_t(K_) * Hpad_;
             for (int h = 0; h < H_; ++h) {
                 const int64_t g = h / n_rep_, row = qi * n_rep_ + h % n_rep_;
                 const float* src = qt_ + (g * M + row) * r_;
@@ -291,7 +289,7 @@ void AbsorbSparse::project_queries(int64_t q0, int64_t nq, const Query* queries)
                 const void* qr = static_cast<const char*>(rows_.q(q.b, q.k, h)) + dc_ * dtype_size(qd);
                 for (int e = 0; e < dr_; ++e) blk[int64_t(r_ + e) * Hpad_ + h] = load_as_f32(qr, qd, e) * scale;
             }
-            for (int e = 0; e < Kd_; ++e) std::fill(blk + int64_t(e) * Hpad_ + H_, blk + int64_t(e + 1) * Hpad_, 0.0f);
+            for (int e = 0; e < K_; ++e) std::fill(blk + int64_t(e) * Hpad_ + H_, blk + int64_t(e + 1) * Hpad_, 0.0f);
         }
     });
 }
@@ -336,7 +334,7 @@ gqla_status AbsorbSparse::run() {
     const int64_t rows = chunk_q * n_rep_;
     const size_t query_bytes = round16(int64_t(total_q) * int64_t(sizeof(Query)) / 4 + 1) * sizeof(float);
     const size_t floats =
-        static_cast<size_t>(round16(G_ * rows * dc_) + round16(G_ * rows * r_) + round16(chunk_q * Kd_ * Hpad_) +
+        static_cast<size_t>(round16(G_ * rows * dc_) + round16(G_ * rows * r_) + round16(chunk_q * K_ * Hpad_) +
                             round16(G_ * rows * dv_) + slots * partial_floats_);
     Buffers& buf = buffers();
     const size_t area_bytes = size_t(area_floats_) * sizeof(float);
@@ -348,7 +346,7 @@ gqla_status AbsorbSparse::run() {
     qc_ = base;
     qt_ = qc_ + round16(G_ * rows * dc_);
     QT_ = qt_ + round16(G_ * rows * r_);
-    out_ = QT_ + round16(chunk_q * Kd_ * Hpad_);
+    out_ = QT_ + round16(chunk_q * K_ * Hpad_);
     float* partials = out_ + round16(G_ * rows * dv_);
     float* areas = buf.per_thread.as<float>();
     fill_queries(a_, queries);

@@ -113,18 +113,8 @@ template <typename T>
 __device__ __forceinline__ float2 softmax_rows(const float (&s)[32], uint32_t (&pa)[16], RowState& st, int tile,
                                                int c_lane, float scale, bool tail, uint32_t bad_lo, uint32_t bad_hi) {
     const int j_base = tile * kLatentTile + c_lane;
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
-        mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    const float n0 = fmaxf(st.m0, mx0 * scale), n1 = fmaxf(st.m1, mx1 * scale);
+    const float2 mx = fragment_row_max(s);
+    const float n0 = fmaxf(st.m0, mx.x * scale), n1 = fmaxf(st.m1, mx.y * scale);
     const float alpha0 = n0 == -INFINITY ? 1.f : exp2_ftz(st.m0 - n0);
     const float alpha1 = n1 == -INFINITY ? 1.f : exp2_ftz(st.m1 - n1);
     st.m0 = n0;

@@ -196,18 +196,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[64], int tile0, int lane,
 // (-inf weighs 0, a NaN score stays NaN). Returns the factors the rows'
 // earlier output must be rescaled by.
 __device__ __forceinline__ float2 softmax_tile(float (&s)[64], Rows& r, float scale) {
-    float mx_lo = -INFINITY, mx_hi = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-        mx_lo = fmaxf(mx_lo, fmaxf(s[4 * j], s[4 * j + 1]));
-        mx_hi = fmaxf(mx_hi, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
-#pragma unroll
-    for (int sh = 1; sh <= 2; sh <<= 1) {
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, sh));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, sh));
-    }
-    const float new_lo = fmaxf(r.m_lo, mx_lo), new_hi = fmaxf(r.m_hi, mx_hi);
+    const float2 mx = fragment_row_max(s);
+    const float new_lo = fmaxf(r.m_lo, mx.x), new_hi = fmaxf(r.m_hi, mx.y);
     const float alpha_lo = new_lo == -INFINITY ? 1.f : exp2_ftz((r.m_lo - new_lo) * scale);
     const float alpha_hi = new_hi == -INFINITY ? 1.f : exp2_ftz((r.m_hi - new_hi) * scale);
     r.m_lo = new_lo;

@@ -77,6 +77,25 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The maxima of a thread's two rows of a 64-row f32 accumulator fragment:
+// elements 4j, 4j + 1 belong to row lane / 4 and 4j + 2, 4j + 3 to that row
+// + 8; the four lanes of a quad hold the other columns of the same rows.
+template <int N>
+__device__ __forceinline__ float2 fragment_row_max(const float (&s)[N]) {
+    float lo = -INFINITY, hi = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j) {
+        lo = fmaxf(lo, fmaxf(s[4 * j], s[4 * j + 1]));
+        hi = fmaxf(hi, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+#pragma unroll
+    for (int lane_bit = 1; lane_bit <= 2; lane_bit <<= 1) {
+        lo = fmaxf(lo, __shfl_xor_sync(0xffffffffu, lo, lane_bit));
+        hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, lane_bit));
+    }
+    return make_float2(lo, hi);
+}
+
 // d (64 x 256, f32) (+)= A (64 x 16, K-major) * B (16 x 256, MN-major).
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n256k16_bt(float (&d)[128], uint64_t da, uint64_t db, int accumulate);
