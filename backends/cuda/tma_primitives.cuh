@@ -55,6 +55,11 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 __device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
     GQLA_HOPPER_ASM("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// One of the phase's expected arrivals, made by the hardware once every
+// cp.async this thread issued so far has landed (the thread goes on at once).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+    GQLA_HOPPER_ASM("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 // Spins on a try_wait form until the phase with parity %1 of barrier %0 has completed.
 #define GQLA_MBARRIER_WAIT_LOOP(TRY_WAIT) \
     "{\n.reg .pred done;\nwait_%=:\n" TRY_WAIT " done, [%0], %1;\n@!done bra wait_%=;\n}\n"

@@ -18,10 +18,12 @@
 // Loads: whole tiles by TMA (one lane per page segment issues 9 box loads,
 // the hardware swizzles them into the layout wgmma reads); a sequence's
 // partial last tile and page sizes TMA cannot box come by 16-byte cp.async
-// with zero fill, so no stale pool row ever reaches the products.
+// with zero fill, so no stale pool row ever reaches the products (sparse
+// launches copy every tile: their rows are gathered). Either way a tile
+// completes its stage's mbarrier when it has landed (a copied tile through
+// the hardware's arrivals for each thread's copies), so WG1 never waits for
+// its own loads.
 // Hand-offs (named barriers: producers arrive, consumers sync):
-//   K_FULL_CP  WG1 -> WG0      a copied (not TMA) tile landed; TMA tiles
-//                              complete on their stage's mbarrier instead
 //   P_READY    WG0 -> WG1/WG2  P and the rescale factors of the tile written
 //   P_FREE     WG1/WG2 -> WG0  both products read them; they may be overwritten
 //   K_EMPTY    WG2 -> WG1      WG2's product of the tile done; its stage may refill
@@ -189,17 +191,16 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         for (int a = 0; a < 4; ++a)
 #pragma unroll
             for (int i = 0; i < 16; ++i) o[a][i] = 0.f;
-        begin_values(ts, w, wg);
         for (int tile = w.range.begin; tile < w.range.end; ++tile) {
             const uint64_t v_desc = stage_desc(w.range, tile, d.v0, d.v1);
-            named_barrier_sync(kBarPReady, kLatentThreads);
+            wait_values(ts, w, tile);
             float alpha[8];
             if (column_factors(alpha, sh.scale, f.c_lane))
                 rescale_columns(o, alpha);  // some column's running max moved
             multiply_values_columns<T>(o, d.p, v_desc);
             release_tile(p, maps, ts, w, sh, tile, wg);
         }
-        end_values(wg);  // WG0's column max / sum visible
+        end_values();  // WG0's column max / sum visible
         write_value_columns(p, w, sh, o, f, atom0);
     } else {
         if (wg == 0) {
@@ -212,16 +213,15 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         float o[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i) o[i] = 0.f;
-        begin_values(ts, w, wg);
         for (int tile = w.range.begin; tile < w.range.end; ++tile) {
             const uint64_t v_desc = stage_desc(w.range, tile, d.v0, d.v1);
-            named_barrier_sync(kBarPReady, kLatentThreads);
+            wait_values(ts, w, tile);
             float2 alpha;
             if (row_factors(alpha, sh.scale, f)) rescale_rows(o, alpha);  // the running max moved
             multiply_values_rows<T>(o, d.p, v_desc);
             release_tile(p, maps, ts, w, sh, tile, wg);
         }
-        end_values(wg);  // WG0's row max / sum visible
+        end_values();  // WG0's row max / sum visible
         write_value_rows(p, w, sh, o, f, atom0);
     }
 #endif

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shared memory layout, tile stream and query loads of the latent decode
 // kernel (latent_wgmma_kernel.cu): the stages WG1 fills with key tiles (by
-// TMA or cp.async), the hand-offs that tell WG0 a tile landed and WG1 a
-// stage is free, the queries staged for the score product, and the scrub of
-// the causal tail's non-finite values.
+// TMA or cp.async), the stage barriers that tell WG0 a tile landed, the
+// hand-off that tells WG1 a stage is free, the queries staged for the score
+// product, and the scrub of the causal tail's non-finite values.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -40,7 +40,7 @@ static_assert(kLatentRows == 64 && kLatentTile == 64 && kLatentThreads == 3 * kW
 static_assert(kLatentRowsTransposed == 32, "the transposed products are m64n32");
 
 // Named barrier ids (0 is __syncthreads).
-constexpr int kBarKFullCopy = 1;
+constexpr int kBarStagesReady = 1;  // WG1: the stage barriers initialised
 constexpr int kBarPReady = 2;
 constexpr int kBarPFree = 3;
 constexpr int kBarKEmpty = 4;
@@ -170,14 +170,17 @@ __device__ __forceinline__ void copy_tile(const AttentionParams& p, const TileSt
 
 // Tile `tile` by TMA into stage `stage` (of `stages`, completing on its
 // barrier in `bars`): called by WG1's first warp, one lane per page segment
-// issues its 9 box loads.
+// issues its 9 box loads. Lane 0's arrival announces the bytes; the other
+// lanes arrive plainly (the barrier expects all of WG1).
 template <typename T>
 __device__ __forceinline__ void load_tile_boxes(const AttentionParams& p, const LatentTmaMaps& maps,
                                                 const TileStream<T>& ts, const CtaWork& w, unsigned char* stages,
                                                 uint64_t* bars, int tile, int stage) {
     unsigned char* dst = stages + stage * kStageBytes;
-    if (ts.ltid == 0) mbarrier_arrive_expect_tx(bars + stage, kStageBytes);
-    __syncwarp();
+    if (ts.ltid == 0)
+        mbarrier_arrive_expect_tx(bars + stage, kStageBytes);
+    else
+        mbarrier_arrive(bars + stage);
     const int segment = ts.ltid, box_rows = ts.box_rows;
     if (segment < kLatentTile / box_rows) {
         const int j = tile * kLatentTile + segment * box_rows;
@@ -192,7 +195,11 @@ __device__ __forceinline__ void load_tile_boxes(const AttentionParams& p, const 
 }
 
 // Loads tile `tile` (if the split has it) into its stage. Called by all of
-// WG1, at most once per tile.
+// WG1, at most once per tile; every thread of WG1 arrives on the stage's
+// barrier, and the phase completes when the tile has landed. A copied tile's
+// arrivals are made by the hardware as each thread's copies land, so WG1
+// never waits for its own copies: WG0 scores the tile while WG1 and WG2
+// still multiply the previous one, as with TMA tiles.
 template <typename T>
 __device__ __forceinline__ void issue_tile(const AttentionParams& p, const LatentTmaMaps& maps, const TileStream<T>& ts,
                                            const CtaWork& w, const LatentShared& sh, int tile) {
@@ -200,28 +207,29 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, const Laten
     const int stage = stage_of(w.range, tile);
     if (!tile_by_tma(ts, w, tile)) {
         copy_tile(p, ts, w, sh.stages, tile, stage);
+        cp_async_mbarrier_arrive_noinc(sh.bars + stage);
         return;
     }
-    if (ts.ltid >= 32) return;  // one warp issues the boxes
+    if (ts.ltid >= 32) {  // one warp issues the boxes
+        mbarrier_arrive(sh.bars + stage);
+        return;
+    }
     load_tile_boxes(p, maps, ts, w, sh.stages, sh.bars, tile, stage);
 }
 
-// WG1 after its copies of `tile` landed: lets WG0 read a copied tile.
+// Copied tiles land through the generic proxy: a thread that observed the
+// landing (WG0 on the stage barrier, WG1/WG2 through P_READY) orders it
+// before its own wgmma reads of the stage.
 template <typename T>
-__device__ __forceinline__ void publish_copied(const TileStream<T>& ts, const CtaWork& w, int tile) {
-    if (tile < w.range.end && !tile_by_tma(ts, w, tile)) {
-        fence_proxy_async_smem();  // this thread's copies -> wgmma's proxy
-        named_barrier_arrive(kBarKFullCopy, 2 * kWgThreads);
-    }
+__device__ __forceinline__ void order_copied_tile(const TileStream<T>& ts, const CtaWork& w, int tile) {
+    if (!tile_by_tma(ts, w, tile)) fence_proxy_async_smem();
 }
 
 // WG0 before the scores of `tile`: its stage has landed.
 template <typename T>
 __device__ __forceinline__ void wait_tile(const TileStream<T>& ts, const CtaWork& w, const LatentShared& sh, int tile) {
-    if (tile_by_tma(ts, w, tile))
-        mbarrier_wait(sh.bars + stage_of(w.range, tile), phase_of(w.range, tile));
-    else
-        named_barrier_sync(kBarKFullCopy, 2 * kWgThreads);
+    mbarrier_wait(sh.bars + stage_of(w.range, tile), phase_of(w.range, tile));
+    order_copied_tile(ts, w, tile);
 }
 
 // WG1 before the queries are staged: the stage barriers, then both stages in flight.
@@ -229,36 +237,30 @@ template <typename T>
 __device__ __forceinline__ void start_tiles(const AttentionParams& p, const LatentTmaMaps& maps,
                                             const TileStream<T>& ts, const CtaWork& w, const LatentShared& sh) {
     if (ts.ltid == 0) {
-        for (int st = 0; st < kStages; ++st) mbarrier_init(sh.bars + st, 1);
+        for (int st = 0; st < kStages; ++st) mbarrier_init(sh.bars + st, kWgThreads);
         mbarrier_init_fence();
     }
-    __syncwarp();
+    named_barrier_sync(kBarStagesReady, kWgThreads);  // every thread of WG1 arrives on them
     issue_tile(p, maps, ts, w, sh, w.range.begin);
-    cp_async_commit();
     issue_tile(p, maps, ts, w, sh, w.range.begin + 1);
-    cp_async_commit();
 }
 
-// WG1/WG2 before their first value product: WG1 publishes the split's
-// first tile if it was copied.
+// WG1/WG2 before their value product of `tile`: WG0 handed P over (the
+// tile's stage had landed before its scores).
 template <typename T>
-__device__ __forceinline__ void begin_values(const TileStream<T>& ts, const CtaWork& w, int wg) {
-    if (wg == 1) {
-        cp_async_wait<kStages - 1>();
-        publish_copied(ts, w, w.range.begin);
-    }
+__device__ __forceinline__ void wait_values(const TileStream<T>& ts, const CtaWork& w, int tile) {
+    named_barrier_sync(kBarPReady, kLatentThreads);
+    order_copied_tile(ts, w, tile);
 }
 
 // WG1/WG2 after their last value product: every product of the CTA done
-// (and WG1's copies landed), WG0's row max / sum visible.
-__device__ __forceinline__ void end_values(int wg) {
-    if (wg == 1) cp_async_wait<0>();
-    named_barrier_sync(kBarEnd, kLatentThreads);
-}
+// (WG1's copies all landed: WG0 waited for every tile), WG0's row max / sum
+// visible.
+__device__ __forceinline__ void end_values() { named_barrier_sync(kBarEnd, kLatentThreads); }
 
 // WG1/WG2 after their value products of `tile`: P may be overwritten;
 // the stage refills with tile + 2 once both are done with it (WG1
-// issues), then WG1 publishes tile + 1 if it was copied.
+// issues).
 template <typename T>
 __device__ __forceinline__ void release_tile(const AttentionParams& p, const LatentTmaMaps& maps,
                                              const TileStream<T>& ts, const CtaWork& w, const LatentShared& sh,
@@ -271,9 +273,6 @@ __device__ __forceinline__ void release_tile(const AttentionParams& p, const Lat
             named_barrier_sync(kBarKEmpty, 2 * kWgThreads);
             issue_tile(p, maps, ts, w, sh, tile + kStages);
         }
-        cp_async_commit();
-        cp_async_wait<kStages - 1>();
-        publish_copied(ts, w, tile + 1);
     }
 }
 
