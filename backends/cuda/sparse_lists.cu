@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// See sparse_lists.hpp. One warp per query row walks its list 32 entries at
-// a time; a ballot over the lanes' "visible" bits gives each kept entry its
-// place (entries before it in the list that are kept), so the order of the
-// list survives and no shared memory or second pass is needed. The page
+// See sparse_lists.hpp. One CTA per query row takes its list in chunks of
+// 2048 entries, eight consecutive entries per thread: each thread loads its
+// eight positions and then their page-table entries with all loads of a step
+// in flight at once, and a block-wide scan of the threads' visible counts
+// gives each kept entry its place (entries before it in the list that are
+// kept), so the order of the list survives. (One warp per row walking 32
+// entries at a time made every step two dependent memory round trips: at
+// K = 2048 that pass took about as long as the attention itself.) The page
 // lookup of each kept position happens here once, not in every CTA that
 // reads the token (the GQA path reads a token once per group).
 #include "sparse_lists.hpp"
@@ -16,7 +20,10 @@ namespace gqla::cuda {
 
 namespace {
 
-constexpr int kWarpsPerBlock = 4;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPerThread = 8;  // consecutive list entries of one thread
+constexpr int kChunk = kThreads * kPerThread;
 
 struct SparseListParams {
     const int32_t* indices;  // [rows][row_stride], rows b * q_len + qi
@@ -34,11 +41,34 @@ struct SparseListParams {
     int32_t slots[kMaxLaunchBatch];
 };
 
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    compact_sparse_lists_kernel(const __grid_constant__ SparseListParams p) {
-    const int lane = threadIdx.x & 31;
-    const int64_t local = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-    if (local >= static_cast<int64_t>(p.batch) * p.q_len) return;
+// Exclusive prefix of `count` over the block's threads (in thread order)
+// and the block's total; `warp_totals` is shared scratch of kWarps ints.
+__device__ __forceinline__ int block_exclusive_scan(int count, int* warp_totals, int& total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int inclusive = count;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const int n = __shfl_up_sync(0xffffffffu, inclusive, off);
+        if (lane >= off) inclusive += n;
+    }
+    if (lane == 31) warp_totals[warp] = inclusive;
+    __syncthreads();
+    int before = 0;
+    total = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+        const int c = warp_totals[w];
+        before += w < warp ? c : 0;
+        total += c;
+    }
+    __syncthreads();  // warp_totals is rewritten by the next chunk
+    return before + inclusive - count;
+}
+
+__global__ void __launch_bounds__(kThreads) compact_sparse_lists_kernel(const __grid_constant__ SparseListParams p) {
+    __shared__ int warp_totals[kWarps];
+    const int64_t local = blockIdx.x;
+    if (local >= static_cast<int64_t>(p.batch) * p.q_len) return;  // whole CTA: before any barrier
     const int bl = static_cast<int>(local / p.q_len), qi = static_cast<int>(local - int64_t(bl) * p.q_len);
     const int slot = p.slots[bl];
     const int64_t row = static_cast<int64_t>(p.first) * p.q_len + local;
@@ -47,17 +77,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     // The last position this query may see (<= length - 1).
     const int limit = __ldg(p.lengths + slot) - p.q_len + qi;
     int64_t* out = p.tokens + row * p.topk;
-    const unsigned below = (1u << lane) - 1u;
     int kept = 0;
-    for (int k0 = 0; k0 < p.topk; k0 += 32) {
-        const int k = k0 + lane;
-        const int j = k < p.topk ? __ldg(list + k) : -1;
-        const bool visible = j >= 0 && j <= limit;
-        const unsigned ballot = __ballot_sync(0xffffffffu, visible);
-        if (visible) out[kept + __popc(ballot & below)] = token_base(table, j, p.page_size, p.page_shift);
-        kept += __popc(ballot);
+    for (int k0 = 0; k0 < p.topk; k0 += kChunk) {
+        const int first = k0 + static_cast<int>(threadIdx.x) * kPerThread;
+        int j[kPerThread];
+#pragma unroll
+        for (int e = 0; e < kPerThread; ++e) j[e] = first + e < p.topk ? __ldg(list + first + e) : -1;
+        int mine = 0;
+#pragma unroll
+        for (int e = 0; e < kPerThread; ++e) {
+            if (j[e] < 0 || j[e] > limit) j[e] = -1;
+            mine += j[e] >= 0;
+        }
+        int64_t tb[kPerThread];
+#pragma unroll
+        for (int e = 0; e < kPerThread; ++e) tb[e] = j[e] >= 0 ? token_base(table, j[e], p.page_size, p.page_shift) : 0;
+        int total;
+        int at = kept + block_exclusive_scan(mine, warp_totals, total);
+#pragma unroll
+        for (int e = 0; e < kPerThread; ++e)
+            if (j[e] >= 0) out[at++] = tb[e];
+        kept += total;
     }
-    if (lane == 0) p.counts[row] = kept;
+    if (threadIdx.x == 0) p.counts[row] = kept;
 }
 
 }  // namespace
@@ -79,9 +121,8 @@ void compact_sparse_lists(Session& s, const gqla_decode_args& a) {
         p.batch = std::min(kMaxLaunchBatch, a.batch - first);
         p.first = first;
         for (int i = 0; i < p.batch; ++i) p.slots[i] = a.seqs[first + i].slot;
-        const int64_t warps = static_cast<int64_t>(p.batch) * a.q_len;
-        const unsigned blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-        compact_sparse_lists_kernel<<<blocks, kWarpsPerBlock * 32, 0, s.stream>>>(p);
+        const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.batch) * a.q_len);
+        compact_sparse_lists_kernel<<<blocks, kThreads, 0, s.stream>>>(p);
         check_cuda(cudaGetLastError(), "launch compact_sparse_lists_kernel");
     }
 }
