@@ -15,6 +15,7 @@
 #include "progress.hpp"
 #include "support.hpp"
 #include "validate_auto_prefill.hpp"
+#include "validate_auto_sparse.hpp"
 
 namespace gqla::bench {
 namespace {
@@ -102,7 +103,8 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
 
     const std::vector<DecodeSession> decode_plan = plan_decode_grid(dtype, cell_budget, &dropped);
     const PrefillPlan prefill_plan = plan_prefill_grid(opt, env);
-    long long total_cells = prefill_plan.cells();
+    const SparsePlan sparse_plan = plan_sparse_grid(opt, env);
+    long long total_cells = prefill_plan.cells() + sparse_plan.cells();
     for (const DecodeSession& d : decode_plan) total_cells += d.cells();
     Progress progress("gqla-bench validate-auto", total_cells, !opt.quiet);
 
@@ -195,6 +197,8 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
 
     // Prefill chunks: gqla_attention's per-call choice among three forms.
     const std::string prefill = run_prefill_grid(prefill_plan, opt, env, &errors, progress);
+    // Sparse (top-k) calls: the same per-call choice, each query reading its own rows.
+    const std::string sparse = run_sparse_grid(sparse_plan, opt, env, &errors, progress);
 
     const int cases = static_cast<int>(rows.size());
     JsonObject out;
@@ -215,11 +219,12 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
                                         : "GQLA presets only (GQA kind has one path)") +
                          "; top-level fields: decode steps (s_q 1, 2, 4; session path GQA vs absorb); 'prefill': "
                          "chunks of s_q 64, 512, 2048 through gqla_attention (absorb, transient, GQA over the kept "
-                         "cache)")
+                         "cache); 'sparse': top-k calls (K 256, 2048; s_q 1, 4) over the same three forms")
         .raw("dropped", json_string_array(dropped))
         .raw("errors", json_string_array(errors))
         .raw("rows", rows_json)
-        .raw("prefill", prefill);
+        .raw("prefill", prefill)
+        .raw("sparse", sparse);
     add_build_info(out);
     std::printf("%s\n", out.dump().c_str());
     return errors.empty() && cases > 0 ? 0 : 1;
