@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Roofline prices of one decode step (SPEC §1.3). All counts are doubles:
+// Roofline prices of one decode step (docs/cost-model.md). All counts are doubles:
 // products like batch * context * H * r overflow 32 bits and lose nothing
 // that matters in 53 bits of mantissa.
 #include "core/cost_model.hpp"

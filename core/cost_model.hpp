@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Roofline cost model of SPEC §1.3 and the AUTO path policy built on it.
+// Roofline cost model of docs/cost-model.md and the AUTO path policy built on it.
 #pragma once
 
 #include <cstdint>

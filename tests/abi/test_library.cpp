@@ -261,7 +261,7 @@ void check_consistent(const gqla_path_cost& c, bool same_efficiency = true) {
 
 }  // namespace
 
-TEST_CASE("predict_cost: absorb reads fewer bytes, fields agree, the spec's worked checks hold") {
+TEST_CASE("predict_cost: absorb reads fewer bytes, fields agree, the worked checks of docs/cost-model.md hold") {
     const gqla_config cfg = llama3_8b_gqla();
     const gqla_probe_info h100 = spec_probe(990, 3.35), h20 = spec_probe(148, 4.0);
     for (int32_t s_q : {1, 2}) {
@@ -277,7 +277,7 @@ TEST_CASE("predict_cost: absorb reads fewer bytes, fields agree, the spec's work
         // Memory time is bytes over bandwidth.
         CHECK(r.gqa.memory_s == doctest::Approx(r.gqa.bytes / (h100.read_gbps * 1e9)).epsilon(1e-6));
         CHECK(r.absorb.memory_s == doctest::Approx(r.absorb.bytes / (h100.read_gbps * 1e9)).epsilon(1e-6));
-        // FLOPs per cached token and head from SPEC §1.3 (lower bounds: the
+        // FLOPs per cached token and head from docs/cost-model.md (lower bounds: the
         // absorb path adds its projections).
         const double tokens_heads = 16.0 * 4096.0 * s_q * 32.0;
         CHECK(r.gqa.flops >= tokens_heads * (2 * (64 + 64) + 2 * 128) * 0.99);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Cost model (SPEC §1.3) and the AUTO path policy: hand-counted bytes and
-// FLOPs, the spec's worked checks on synthetic GPU probes, and the policy's
+// Cost model (docs/cost-model.md) and the AUTO path policy: hand-counted bytes and
+// FLOPs, the worked checks of docs/cost-model.md on synthetic GPU probes, and the policy's
 // hysteresis and amortization rules.
 #include <doctest/doctest.h>
 
@@ -249,7 +249,7 @@ TEST_CASE("cost model: a large absorb overhead turns small decodes to the GQA pa
     CHECK(gqla::predict_cost(llama, h100_like(), workload(1, 4096, 1), e).chosen == GQLA_PATH_GQA);
 }
 
-TEST_CASE("cost model: SPEC worked checks at batch 64, context 4096") {
+TEST_CASE("cost model: docs/cost-model.md worked checks at batch 64, context 4096") {
     const gqla_config llama = llama3_8b_gqla();
     CHECK(pick(llama, h100_like(), 64, 4096, 1) == GQLA_PATH_ABSORB);
     CHECK(pick(llama, h100_like(), 64, 4096, 2) == GQLA_PATH_ABSORB);

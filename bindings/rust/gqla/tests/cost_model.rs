@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Probe and cost model through the safe API, including SPEC §1.3's worked checks.
+//! Probe and cost model through the safe API, including the worked checks of docs/cost-model.md.
 
 use gqla::{Config, DType, Device, Path, Session, Workload};
 
@@ -31,7 +31,7 @@ fn deepseek_v3_mla() -> Config {
 
 /// The CPU probe with the roofline numbers replaced by a GPU's specs, and no
 /// ISA bits (on an AVX512-BF16 host the CPU prices bf16 caches at twice the
-/// f32 peak, which would move the spec's numbers).
+/// f32 peak, which would move the worked checks' numbers).
 fn machine(tflops: f64, tbps: f64) -> gqla::ProbeInfo {
     let mut probe = gqla::probe(Device::Cpu, false).unwrap();
     probe.peak_gflops_bf16 = tflops * 1e3;
