@@ -59,7 +59,7 @@ def gqa(q, k, v, num_kv_heads, scale=None):
 def gqla(q, c, kr, w_ukv, num_groups, nope_dim, value_dim, scale=None):
     """GQLA for one sequence: q [s_q, H, d_c+d_r], c [L, r], kr [L, d_r],
     w_ukv [G*(d_c+d_v), r] (kv_b_proj layout). Expands K/V per group in
-    float64 (the math of §1.2, independent of either path)."""
+    float64 (the math of docs/architecture.md, independent of either path)."""
     q, c, kr, w = (np.asarray(x, np.float64) for x in (q, c, kr, w_ukv))
     s_q, heads, qdim = q.shape
     rope_dim = qdim - nope_dim

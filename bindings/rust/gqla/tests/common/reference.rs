@@ -22,7 +22,7 @@ fn attend(last: usize, score: impl Fn(usize) -> f64, mut add_value: impl FnMut(u
     max + denom.ln()
 }
 
-/// GQA (§1.1). k `[L, G, d]`, v `[L, G, dv]`, q `[s_q, H, d]`.
+/// GQA (docs/architecture.md, "The math"). k `[L, G, d]`, v `[L, G, dv]`, q `[s_q, H, d]`.
 #[allow(clippy::too_many_arguments)]
 pub fn gqa(
     k: &[f32],
@@ -90,7 +90,7 @@ impl GqlaDims {
     }
 }
 
-/// GQLA (§1.2), straight from the definition:
+/// GQLA (docs/architecture.md, "The math"), straight from the definition:
 /// s[h,j] = scale * (qc[h]·(W_UK[g] c[j]) + qr[h]·kr[j]), o[h] = Σ_j p (W_UV[g] c[j]).
 /// w `[G*(dc+dv), r]`, c `[L, r]`, kr `[L, dr]`, q `[s_q, H, dc+dr]`.
 #[allow(clippy::too_many_arguments)]
