@@ -14,6 +14,7 @@
 #include "json_writer.hpp"
 #include "progress.hpp"
 #include "support.hpp"
+#include "validate_auto_grid.hpp"
 #include "validate_auto_prefill.hpp"
 #include "validate_auto_sparse.hpp"
 
@@ -25,9 +26,8 @@ const int64_t kContexts[] = {512, 4096, 16384};
 const int kQueryLens[] = {1, 2, 4};
 
 // On the 2-core CPU the whole sweep must fit in about a minute: a cell is
-// kept when its cache on the GQA path (latent + expanded) stays under this
-// many bytes; expanding and rotating over larger caches costs seconds each.
-constexpr double kCpuCellBytes = 1.25 * 1024 * 1024 * 1024;
+// kept when its cache on the GQA path (latent + expanded) stays under
+// kCpuCellBytes (validate_auto_grid.hpp).
 // Sequences a (preset, context) session holds on CPU: enough disjoint batches
 // to rotate over for cold caches, within the same byte budget.
 constexpr double kCpuRotationBytes = 256.0 * 1024 * 1024;

@@ -9,6 +9,7 @@
 #include "decode_workload.hpp"
 #include "json_writer.hpp"
 #include "support.hpp"
+#include "validate_auto_grid.hpp"
 
 namespace gqla::bench {
 namespace {
@@ -16,25 +17,6 @@ namespace {
 const int kBatches[] = {1, 8, 64};
 const int64_t kContexts[] = {512, 4096, 16384};
 const int kQueryLens[] = {64, 512, 2048};
-
-// A cell is kept when the costliest form's call stays under this many FLOPs
-// (causal count): about 0.5 s on a 2-core CPU, 50-100 ms on an H200, so the
-// grid takes about a minute on either. The dropped cells are listed.
-constexpr double kCpuCallFlops = 2e10;
-constexpr double kGpuCallFlops = 3e13;
-// Cache bytes one (preset, context) session may hold: the CPU bound of the
-// decode grid; on a GPU half of what the bench may allocate.
-constexpr double kCpuCellBytes = 1.25 * 1024 * 1024 * 1024;
-
-// Forms in the order of the arrays below.
-const gqla_path kForms[] = {GQLA_PATH_ABSORB, GQLA_PATH_GQA_TRANSIENT, GQLA_PATH_GQA};
-constexpr int kFormCount = 3;
-
-int form_index(gqla_path p) {
-    for (int k = 0; k < kFormCount; ++k)
-        if (kForms[k] == p) return k;
-    return -1;
-}
 
 struct Cell {
     const Preset* preset;

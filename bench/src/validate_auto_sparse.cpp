@@ -10,6 +10,7 @@
 #include "json_writer.hpp"
 #include "sparse_session.hpp"
 #include "support.hpp"
+#include "validate_auto_grid.hpp"
 
 namespace gqla::bench {
 namespace {
@@ -21,21 +22,9 @@ const int kGpuBatches[] = {1, 64};
 constexpr int64_t kCpuContext = 16384;
 constexpr int64_t kGpuContext = 65536;
 
-// As the prefill grid: a form whose one call would take more FLOPs than
-// this (by the library's own count) is not timed on that device, and a
+// The budgets of validate_auto_grid.hpp: a form whose one call would take
+// more FLOPs (by the library's own count) is not timed on that device, and a
 // session whose cache (latent + expanded) exceeds the byte budget is dropped.
-constexpr double kCpuCallFlops = 2e10;
-constexpr double kGpuCallFlops = 3e13;
-constexpr double kCpuCellBytes = 1.25 * 1024 * 1024 * 1024;
-
-constexpr gqla_path kForms[] = {GQLA_PATH_ABSORB, GQLA_PATH_GQA_TRANSIENT, GQLA_PATH_GQA};
-constexpr int kFormCount = 3;
-
-int form_index(gqla_path p) {
-    for (int k = 0; k < kFormCount; ++k)
-        if (kForms[k] == p) return k;
-    return -1;
-}
 
 struct Cell {
     const Preset* preset;
