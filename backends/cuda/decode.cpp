@@ -94,7 +94,10 @@ Rows3 run_rows(const Rows3& x, const QueryRun& r) {
 // kernel, a programmatic dependent of that projection, reads finished lists).
 void run_path(Session& s, const gqla_decode_args& a, const Rows3& q, const Rows3& o, float* lse,
               const int64_t lse_s[3]) {
-    if (a.indices.data) compact_sparse_lists(s, a);
+    if (a.indices.data) {
+        compact_sparse_lists(s, a);
+        if (a.transient) expand_listed_rows_for_transient(s, a);
+    }
     if (a.path == GQLA_PATH_ABSORB) {
         if (s.desc.kind != GQLA_KIND_GQLA)
             throw BackendError(GQLA_ERR_INVALID_ARGUMENT, "CUDA decode: absorb path on a GQA-kind session");
@@ -161,7 +164,11 @@ void decode(Session& s, const gqla_decode_args& a) {
         refresh_sequence(s, a.seqs[i].slot, a.layer, a.seqs[i].page_table, a.seqs[i].num_pages, a.seqs[i].length);
     // Before any staging: its failures (no weights, out of memory for the
     // pool) leave nothing queued that reads the pinned buffer.
-    if (a.transient) expand_for_transient_call(s, a);
+    // A sparse call expands only its listed rows, run by run (run_path).
+    if (a.transient && a.indices.data)
+        prepare_transient_call(s, a);
+    else if (a.transient)
+        expand_for_transient_call(s, a);
 
     const size_t es = dtype_size(d.io_dtype);
     const bool host_q = !a.q.on_device, host_o = !a.o.on_device, host_lse = want_lse && !a.lse.on_device;

@@ -102,6 +102,7 @@ struct Session {
     DeviceBuffer sparse_indices;               // int32 [total_q][topk]
     DeviceBuffer sparse_tokens;                // int64 [total_q][topk]: page << 32 | slot
     DeviceBuffer sparse_counts;                // int32 [total_q]
+    DeviceBuffer sparse_pool_rows;             // int64 [total_q][topk]: rows a sparse GQA_TRANSIENT call expands
     std::vector<gqla_decode_seq> sparse_rows;  // host: one launch sequence per query row (decode_paths.cpp)
 
     // Append staging (grows with the largest append seen).

@@ -102,7 +102,30 @@ __global__ void __launch_bounds__(kThreads) compact_sparse_lists_kernel(const __
     if (threadIdx.x == 0) p.counts[row] = kept;
 }
 
+// Entry e of row e / topk of the compacted lists as a pool row index (page *
+// page_size + slot); an entry past the row's count repeats the row's first
+// token, and a row with none names pool row 0, so every index is a real row
+// whose expansion is the same bytes whoever writes it.
+__global__ void listed_pool_rows_kernel(const int64_t* tokens, const int32_t* counts, int32_t topk, int64_t entries,
+                                        int32_t page_size, int64_t* out) {
+    const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= entries) return;
+    const int64_t row = e / topk;
+    const int k = static_cast<int>(e - row * topk), c = __ldg(counts + row);
+    const int64_t t = c == 0 ? 0 : __ldg(tokens + row * topk + (k < c ? k : 0));
+    out[e] = (t >> 32) * page_size + (t & 0xffffffff);
+}
+
 }  // namespace
+
+void write_listed_pool_rows(Session& s, int64_t rows, int32_t topk, int64_t* out) {
+    const int64_t entries = rows * topk;
+    if (entries == 0) return;
+    const unsigned blocks = static_cast<unsigned>((entries + kThreads - 1) / kThreads);
+    listed_pool_rows_kernel<<<blocks, kThreads, 0, s.stream>>>(
+        s.sparse_tokens.get<int64_t>(), s.sparse_counts.get<int32_t>(), topk, entries, s.desc.page_size, out);
+    check_cuda(cudaGetLastError(), "launch listed_pool_rows_kernel");
+}
 
 void compact_sparse_lists(Session& s, const gqla_decode_args& a) {
     SparseListParams p{};

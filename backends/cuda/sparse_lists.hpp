@@ -22,4 +22,12 @@ namespace gqla::cuda {
 // this allocates and synchronizes nothing.
 void compact_sparse_lists(Session& s, const gqla_decode_args& a);
 
+// After compact_sparse_lists: the `topk` entries of each of the first `rows`
+// query rows as pool row indices (page * page_size + slot) at out[row *
+// topk + k], device memory; entries past a row's count name one of its kept
+// tokens (pool row 0 for a row with none), so that the transient form can
+// expand exactly out[0 .. rows * topk) whatever the counts (known only on the
+// device).
+void write_listed_pool_rows(Session& s, int64_t rows, int32_t topk, int64_t* out);
+
 }  // namespace gqla::cuda

@@ -8,6 +8,7 @@
 
 #include "cache_kernels.hpp"
 #include "cache_rows.hpp"
+#include "sparse_lists.hpp"
 
 namespace gqla::cuda {
 
@@ -56,11 +57,25 @@ void ensure_transient_pool(Session& s) {
 
 }  // namespace
 
-void expand_for_transient_call(Session& s, const gqla_decode_args& a) {
+void prepare_transient_call(Session& s, const gqla_decode_args& a) {
     if (!s.weights[static_cast<size_t>(a.layer)].get())
         throw BackendError(GQLA_ERR_INVALID_STATE,
                            "CUDA attention: GQA_TRANSIENT needs the weights of layer " + std::to_string(a.layer));
     ensure_transient_pool(s);
+    if (a.indices.data)
+        s.sparse_pool_rows.ensure(static_cast<size_t>(a.total_q) * a.topk * sizeof(int64_t),
+                                  "sparse GQA_TRANSIENT pool rows");
+}
+
+void expand_listed_rows_for_transient(Session& s, const gqla_decode_args& a) {
+    const int64_t rows = static_cast<int64_t>(a.batch) * a.q_len;
+    int64_t* pool_rows = s.sparse_pool_rows.get<int64_t>();
+    write_listed_pool_rows(s, rows, a.topk, pool_rows);
+    expand_latent_rows(s, a.layer, pool_rows, rows * a.topk, ExpandedPools{&s.transient_kc, &s.transient_ve, 0});
+}
+
+void expand_for_transient_call(Session& s, const gqla_decode_args& a) {
+    prepare_transient_call(s, a);
     const ExpandedPools dst{&s.transient_kc, &s.transient_ve, 0};
     int64_t* tokens = s.transient_tokens.get<int64_t>();
 

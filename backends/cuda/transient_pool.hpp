@@ -31,4 +31,16 @@ namespace gqla::cuda {
 // weights.
 void expand_for_transient_call(Session& s, const gqla_decode_args& a);
 
+// Sparse calls expand only the rows their lists name, once the lists are
+// compacted (per run, on the stream): first, before any staging, the checks
+// and allocations of expand_for_transient_call (the pool, and the int64
+// [total_q][topk] pool rows of the listed entries), with the same errors;
+// then, after compact_sparse_lists(s, a) of a uniform run `a`, the expansion
+// of the rows its lists name (rows * topk of them, padding entries repeating
+// a kept row: docs/sparse-attention.md), into the same pool at their own
+// pages. Capture follows the sparse lists' rule: a captured call must follow
+// an uncaptured one at least its size.
+void prepare_transient_call(Session& s, const gqla_decode_args& a);
+void expand_listed_rows_for_transient(Session& s, const gqla_decode_args& a);
+
 }  // namespace gqla::cuda
