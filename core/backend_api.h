@@ -112,6 +112,14 @@ typedef struct gqla_backend_efficiency {
     double prefill_compute;
     int32_t prefill_min_queries;
     int32_t prefill_min_rows;
+    /* Sparse calls in the GQA form (kept expanded cache or transient): the
+     * share of memory[0] their gathered rows reach (one row of 128-256 bytes
+     * per group, position and query instead of whole pages). 0 (the default):
+     * priced like dense calls. */
+    double sparse_gqa_memory;
+    /* Fixed seconds a GQA_TRANSIENT call adds for its expansion (launches of
+     * the gather, GEMM and scatter), beside overhead_s[0]. 0: none. */
+    double transient_overhead_s;
 } gqla_backend_efficiency;
 
 /* One sequence's slice of an append call. */

@@ -153,8 +153,8 @@ gqla_path_cost transient_cost(const gqla_config& cfg, const gqla_probe_info& pro
     c.flops = attend.flops + e.flops;
     c.memory_s = c.bytes / bytes_per_second(probe);
     c.compute_s = c.flops / peak;
-    c.overhead_s = attend.overhead_s;
-    c.time_s = attend.time_s + e.seconds;
+    c.overhead_s = attend.overhead_s + eff.transient_overhead_s;
+    c.time_s = attend.time_s + e.seconds + eff.transient_overhead_s;
     c.bound = c.compute_s / eff.compute[Efficiency::kGqaPath] > c.memory_s / eff.memory[Efficiency::kGqaPath]
                   ? GQLA_BOUND_COMPUTE
                   : GQLA_BOUND_MEMORY;
@@ -190,6 +190,9 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     Efficiency gqa_eff = eff;
     if (eff.prefill_compute > 0 && !sparse && s >= eff.prefill_min_queries && rows_per_group >= eff.prefill_min_rows)
         gqa_eff.compute[Efficiency::kGqaPath] = eff.prefill_compute;
+    // Sparse GQA-form calls gather a row per group, position and query
+    // rather than streaming pages: the backend says how much slower.
+    if (sparse) gqa_eff.memory[Efficiency::kGqaPath] *= eff.sparse_gqa_memory;
 
     if (cfg.kind == GQLA_KIND_GQA) {
         const double bytes = tokens * cache_row_bytes(cfg, d.G * (d.D + d.Dv), 2.0 * d.G) +

@@ -29,6 +29,11 @@ struct Efficiency {
     double prefill_compute = 0.0;
     int prefill_min_queries = 0;
     int prefill_min_rows = 0;
+    // Sparse GQA-form calls: the share of memory[kGqaPath] their gathers
+    // reach (1: priced like dense calls).
+    double sparse_gqa_memory = 1.0;
+    // Fixed seconds of a GQA_TRANSIENT call's expansion launches.
+    double transient_overhead_s = 0.0;
 
     static constexpr int kGqaPath = 0;
     static constexpr int kAbsorbPath = 1;

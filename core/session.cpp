@@ -84,6 +84,8 @@ Efficiency backend_efficiency(const gqla_backend_vtable& vt, const gqla_backend_
     reported.prefill_compute = e.prefill_compute;
     reported.prefill_min_queries = e.prefill_min_queries;
     reported.prefill_min_rows = e.prefill_min_rows;
+    reported.sparse_gqa_memory = e.sparse_gqa_memory;
+    reported.transient_overhead_s = e.transient_overhead_s;
     vt.efficiency(&desc, &reported);
     auto fraction = [](double v) { return v > 0 && v <= 1; };
     for (int path = 0; path < 2; ++path) {
@@ -96,6 +98,9 @@ Efficiency backend_efficiency(const gqla_backend_vtable& vt, const gqla_backend_
         e.prefill_min_queries = reported.prefill_min_queries;
         e.prefill_min_rows = reported.prefill_min_rows;
     }
+    if (fraction(reported.sparse_gqa_memory)) e.sparse_gqa_memory = reported.sparse_gqa_memory;
+    if (reported.transient_overhead_s >= 0 && reported.transient_overhead_s < 1)
+        e.transient_overhead_s = reported.transient_overhead_s;
     return e;
 }
 

@@ -48,6 +48,14 @@
 //     (one core, 64 tokens x 512 x 256 per block): ~97 GFLOP/s in f32 with
 //     its transposes, ~165-186 with bf16 dot products when the weights are
 //     bf16.
+//   Sparse calls in the GQA form gather 2 G + 1 rows of 128-256 bytes per
+//     position and query (per group KC and VE, and kr), bound by memory
+//     latency rather than bandwidth: 0.5 of the GQA path's memory factor.
+//     On a 2-core Zen 5 EPYC (validate-auto's sparse grid, bf16, two runs at
+//     50 and 85 GB/s) the GQA-path cells ran at 2-4x their dense-priced
+//     prediction; with 0.5 AUTO took the faster form in 14 of 20 cells in
+//     both runs (13 and 12 without), mean regret 7-9%; the misses left are
+//     the absorb path's (1-2.5x its own prediction at small batches).
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/kernel_table.hpp"
 
@@ -59,6 +67,7 @@ void efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
         inout->compute[path] = 0.7;
         inout->overhead_s[path] = 1e-5;
     }
+    inout->sparse_gqa_memory = 0.5;
     if (desc && desc->cache_dtype == GQLA_DTYPE_BF16 && best_kernels().isa == Isa::Avx512Bf16) {
         inout->memory[0] = 0.693;
         inout->compute[0] = 0.45;

@@ -152,6 +152,23 @@ gqla_status vt_synchronize(void* ctx) {
 //     over 512 cached tokens is one diagonal tile per row block) and are
 //     not fitted: their choices do not depend on the factor. The earlier
 //     0.40 was fitted on the cp.async kernel this one replaced.
+//   Sparse calls in the GQA form (kept or transient) gather one row per
+//     group, position and query with cp.async instead of TMA pages: 0.5 of
+//     the GQA path's memory factor. On the H200's validate-auto sparse grid
+//     (bf16, K 256/2048 of T 65536, batch 1/64, s_q 1/4) those cells ran at
+//     1.0-1.3x their prediction with 0.5 and ~2.1x with none, and AUTO took
+//     the GQA path in 5 cells where absorb was 7-109% faster; with 0.5 the
+//     model picks the measured-faster form in 18 of 20 cells (the misses:
+//     7% and 25%).
+//   GQA_TRANSIENT calls: 30 us for their expansion's launches (the token
+//     list, gather, cuBLAS GEMM and scatter per chunk) on top of the GQA
+//     path's own. Without it the transient form of a small call was priced
+//     at about half its time (s_q 64 prefill chunks, sparse calls at batch
+//     1: 46-96 us measured, 22-30 predicted) and AUTO took it over absorb
+//     in cells where absorb was up to 2x faster: on the H200's grids
+//     (sessions without the kept cache) 55 of 63 prefill cells right (max
+//     regret 72%) and 13 of 20 sparse cells (max 99%), with it 57 of 63
+//     (max 31%) and 20 of 20 in a replay of the same measurements.
 void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
     inout->memory[0] = 0.992;
     inout->compute[0] = 0.0925;
@@ -159,6 +176,8 @@ void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout
     inout->memory[1] = 0.995;
     inout->compute[1] = 0.6275;
     inout->overhead_s[1] = 48.0e-6;
+    inout->sparse_gqa_memory = 0.5;
+    inout->transient_overhead_s = 30e-6;
     if (desc == nullptr) return;
     if (desc->num_kv_heads <= 0 || !prefill_wgmma_serves(read_tuning(), desc->device_index)) return;
     AttentionParams p{};

@@ -239,6 +239,39 @@ TEST_CASE("cost model: memory and compute efficiencies scale their own term") {
     CHECK(slow.gqa.bound == GQLA_BOUND_COMPUTE);
 }
 
+TEST_CASE("cost model: sparse GQA-form calls take the backend's gather share of the memory factor") {
+    // LLaMA-3-8B-GQLA on the H100-like probe, K = 2048 of 65536: the GQA
+    // forms are memory-bound, so halving their memory factor doubles their
+    // time; absorb and dense calls keep their prices.
+    const gqla_config c = llama3_8b_gqla();
+    const gqla_probe_info p = h100_like();
+    gqla_workload sparse = workload(64, 65536, 1), dense = workload(64, 2048, 1);
+    sparse.topk = 2048;
+    Efficiency full = pure_roofline(), half = pure_roofline();
+    half.sparse_gqa_memory = 0.5;
+    const gqla_cost_report a = gqla::predict_cost(c, p, sparse, full), b = gqla::predict_cost(c, p, sparse, half);
+    REQUIRE(a.gqa.bound == GQLA_BOUND_MEMORY);
+    CHECK(b.gqa.time_s == doctest::Approx(2 * a.gqa.time_s));
+    CHECK(b.absorb.time_s == doctest::Approx(a.absorb.time_s));
+    // The transient form's attention gathers too (its expansion does not).
+    CHECK(b.transient.time_s > a.transient.time_s);
+    CHECK(gqla::predict_cost(c, p, dense, half).gqa.time_s ==
+          doctest::Approx(gqla::predict_cost(c, p, dense, full).gqa.time_s));
+}
+
+TEST_CASE("cost model: the backend's fixed cost of a transient expansion adds to the transient form only") {
+    const gqla_config c = llama3_8b_gqla();
+    const gqla_probe_info p = h100_like();
+    Efficiency plain = pure_roofline(), launches = pure_roofline();
+    launches.transient_overhead_s = 30e-6;
+    const gqla_workload w = workload(1, 4096, 64);
+    const gqla_cost_report a = gqla::predict_cost(c, p, w, plain), b = gqla::predict_cost(c, p, w, launches);
+    CHECK(b.transient.time_s == doctest::Approx(a.transient.time_s + 30e-6));
+    CHECK(b.transient.overhead_s == doctest::Approx(a.transient.overhead_s + 30e-6));
+    CHECK(b.gqa.time_s == doctest::Approx(a.gqa.time_s));
+    CHECK(b.absorb.time_s == doctest::Approx(a.absorb.time_s));
+}
+
 TEST_CASE("cost model: a large absorb overhead turns small decodes to the GQA path") {
     // LLaMA-3-8B-GQLA on H100-like specs: absorb wins the pure roofline at one
     // sequence of 4096 tokens, but not once it costs 150 us more per call.
