@@ -110,7 +110,9 @@ fi
 import json,sys; d=json.load(open('$out/validate_auto.json'))
 print('validate-auto:', {k: d.get(k) for k in ('cases','correct','fraction','mean_regret','max_regret','pred_within_35pct')})
 p = d.get('prefill') or {}
-print('validate-auto prefill (absorb / transient / gqa kept):', {k: p.get(k) for k in ('latent_only','kept_cache')})"
+print('validate-auto prefill (absorb / transient / gqa kept):', {k: p.get(k) for k in ('latent_only','kept_cache')})
+s = d.get('sparse') or {}
+print('validate-auto sparse:', {k: s.get(k) for k in ('cases','correct','mean_regret','max_regret','latent_only')})"
 if [ -s "$out/prefill.jsonl" ]; then
   [ -s "$out/prefill.err" ] && grep -v "^$" "$out/prefill.err" | head -10
   python3 bench/cuda/prefill_table.py "$out/prefill.jsonl" "$out/peer_prefill.json" | tee "$out/prefill_table.txt"

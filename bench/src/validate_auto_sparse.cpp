@@ -131,6 +131,11 @@ std::string run_sparse_grid(const SparsePlan& plan, const Options& opt, const Be
 
     int correct = 0, as_predicted = 0;
     double regret_sum = 0, regret_max = 0;
+    // The pick of a session without the kept cache (call_chosen: absorb or
+    // transient) against the faster of those two as measured.
+    int latent_correct = 0;
+    double latent_regret_sum = 0, latent_regret_max = 0;
+    const int absorb = form_index(GQLA_PATH_ABSORB), transient = form_index(GQLA_PATH_GQA_TRANSIENT);
     std::string rows = "[";
     for (const Cell& c : cells) {
         const int best = best_of(c), chosen = form_index(c.auto_pick);
@@ -143,6 +148,12 @@ std::string run_sparse_grid(const SparsePlan& plan, const Options& opt, const Be
         } else {
             regret_max = INFINITY;  // AUTO took a form too costly to time
         }
+        const int latent_best = c.meas[transient] < c.meas[absorb] ? transient : absorb;
+        const int latent_chosen = form_index(c.call_chosen);
+        const double latent_regret = latent_chosen >= 0 ? c.meas[latent_chosen] / c.meas[latent_best] - 1.0 : NAN;
+        latent_correct += latent_chosen == latent_best;
+        latent_regret_sum += std::isfinite(latent_regret) ? latent_regret : 0.0;
+        latent_regret_max = std::isfinite(latent_regret) ? std::max(latent_regret_max, latent_regret) : INFINITY;
         JsonObject j;
         j.str("preset", c.preset->name)
             .integer("batch", c.batch)
@@ -173,7 +184,8 @@ std::string run_sparse_grid(const SparsePlan& plan, const Options& opt, const Be
             "measured with explicit per-call paths on a session keeping the expanded cache, AUTO's pick from an "
             "AUTO call's path_taken; a form over the FLOP budget is not timed (null); auto_as_predicted: cells where "
             "AUTO "
-            "took the form priced cheapest (pred_best); call_chosen is the pick without the kept cache")
+            "took the form priced cheapest (pred_best); call_chosen is the pick without the kept cache, judged in "
+            "latent_only against the faster of absorb and transient")
         .raw("topk", "[256,2048]")
         .raw("s_q", "[1,4]")
         .integer("cases", cases)
@@ -182,6 +194,13 @@ std::string run_sparse_grid(const SparsePlan& plan, const Options& opt, const Be
         .num("mean_regret", cases ? regret_sum / cases : NAN, 4)
         .num("max_regret", cases ? regret_max : NAN, 4)
         .integer("auto_as_predicted", as_predicted)
+        .raw("latent_only", JsonObject()
+                                .integer("cases", cases)
+                                .integer("correct", latent_correct)
+                                .num("fraction", cases ? static_cast<double>(latent_correct) / cases : NAN, 4)
+                                .num("mean_regret", cases ? latent_regret_sum / cases : NAN, 4)
+                                .num("max_regret", cases ? latent_regret_max : NAN, 4)
+                                .dump())
         .num("seconds", now_s() - t_start, 3)
         .raw("dropped", json_string_array(plan.dropped))
         .raw("rows", rows);
