@@ -120,6 +120,11 @@ typedef struct gqla_backend_efficiency {
     /* Fixed seconds a GQA_TRANSIENT call adds for its expansion (launches of
      * the gather, GEMM and scatter), beside overhead_s[0]. 0: none. */
     double transient_overhead_s;
+    /* With prefill_compute: a call of at least prefill_half_rows queries and
+     * as many rows per group (but fewer than prefill_min_rows) also runs on
+     * the prefill kernel, its rows padded to prefill_min_rows; priced at
+     * prefill_compute x rows / prefill_min_rows. 0: no such calls. */
+    int32_t prefill_half_rows;
 } gqla_backend_efficiency;
 
 /* One sequence's slice of an append call. */

@@ -188,8 +188,14 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& pro
     // priced at its compute factor (dense calls only: sparse ones gather).
     const double rows_per_group = s * d.H / d.G;
     Efficiency gqa_eff = eff;
-    if (eff.prefill_compute > 0 && !sparse && s >= eff.prefill_min_queries && rows_per_group >= eff.prefill_min_rows)
-        gqa_eff.compute[Efficiency::kGqaPath] = eff.prefill_compute;
+    // Calls of fewer rows per group than a block but as many queries (MLA-
+    // shaped chunks) may run there too, their blocks part padding.
+    const bool prefill_full = rows_per_group >= eff.prefill_min_rows;
+    const bool prefill_half =
+        eff.prefill_half_rows > 0 && rows_per_group >= eff.prefill_half_rows && s >= eff.prefill_half_rows;
+    if (eff.prefill_compute > 0 && !sparse && s >= eff.prefill_min_queries && (prefill_full || prefill_half))
+        gqa_eff.compute[Efficiency::kGqaPath] =
+            eff.prefill_compute * (prefill_full ? 1.0 : rows_per_group / eff.prefill_min_rows);
     // Sparse GQA-form calls gather a row per group, position and query
     // rather than streaming pages: the backend says how much slower.
     if (sparse) gqa_eff.memory[Efficiency::kGqaPath] *= eff.sparse_gqa_memory;

@@ -34,6 +34,9 @@ struct Efficiency {
     double sparse_gqa_memory = 1.0;
     // Fixed seconds of a GQA_TRANSIENT call's expansion launches.
     double transient_overhead_s = 0.0;
+    // Calls of at least this many queries and rows per group, fewer rows than
+    // prefill_min_rows, run on the prefill kernel with padded rows (0: none).
+    int prefill_half_rows = 0;
 
     static constexpr int kGqaPath = 0;
     static constexpr int kAbsorbPath = 1;

@@ -86,6 +86,7 @@ Efficiency backend_efficiency(const gqla_backend_vtable& vt, const gqla_backend_
     reported.prefill_min_rows = e.prefill_min_rows;
     reported.sparse_gqa_memory = e.sparse_gqa_memory;
     reported.transient_overhead_s = e.transient_overhead_s;
+    reported.prefill_half_rows = e.prefill_half_rows;
     vt.efficiency(&desc, &reported);
     auto fraction = [](double v) { return v > 0 && v <= 1; };
     for (int path = 0; path < 2; ++path) {
@@ -97,6 +98,8 @@ Efficiency backend_efficiency(const gqla_backend_vtable& vt, const gqla_backend_
         e.prefill_compute = reported.prefill_compute;
         e.prefill_min_queries = reported.prefill_min_queries;
         e.prefill_min_rows = reported.prefill_min_rows;
+        if (reported.prefill_half_rows >= 1 && reported.prefill_half_rows < reported.prefill_min_rows)
+            e.prefill_half_rows = reported.prefill_half_rows;
     }
     if (fraction(reported.sparse_gqa_memory)) e.sparse_gqa_memory = reported.sparse_gqa_memory;
     if (reported.transient_overhead_s >= 0 && reported.transient_overhead_s < 1)

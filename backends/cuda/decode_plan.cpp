@@ -175,8 +175,10 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         plan.blocks_per_sm = 1;
         return plan;
     }
-    // Prefill chunks: a full 128-row block per group or more, compute-bound.
-    if (s.use_prefill_wgmma && p.q_len >= kPrefillMinQueries && p.rows >= kPrefillRows && prefill_wgmma_fits(p)) {
+    // Prefill chunks: a full 128-row block per group or more, compute-bound;
+    // or at least half a block of a chunk of as many query tokens.
+    const bool prefill_rows = p.rows >= kPrefillRows || (p.rows >= kPrefillHalfRows && p.q_len >= kPrefillHalfRows);
+    if (s.use_prefill_wgmma && p.q_len >= kPrefillMinQueries && prefill_rows && prefill_wgmma_fits(p)) {
         plan.prefill_wgmma = true;
         plan.rows_per_cta = kPrefillRows;
         plan.tile_tokens = kPrefillTile;

@@ -24,6 +24,12 @@ constexpr int kPrefillTile = 128;  // tokens per K/V tile
 // Fewest query tokens a launch needs before the planner takes this kernel:
 // decode (s_q <= 8) keeps the streaming kernels it is tuned for.
 constexpr int kPrefillMinQueries = 16;
+// Groups of kPrefillHalfRows..kPrefillRows - 1 rows take the kernel too when
+// they are that many query tokens of one or two heads (MLA-shaped chunks of
+// 64-127 tokens): the second warpgroup's rows are partly or wholly padding,
+// yet half-used 64-row MMAs still beat the streaming kernels, whose 8-row
+// blocks each re-read the group's keys (DeepSeek-V3, s_q 64: docs/kernels.md).
+constexpr int kPrefillHalfRows = 64;
 
 #if GQLA_CUDA_HAS_SM90A
 // True when a device of compute capability cc_major.cc_minor can run it

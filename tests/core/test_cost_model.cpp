@@ -259,6 +259,27 @@ TEST_CASE("cost model: sparse GQA-form calls take the backend's gather share of 
           doctest::Approx(gqla::predict_cost(c, p, dense, full).gqa.time_s));
 }
 
+TEST_CASE("cost model: half-used prefill blocks are priced at the prefill factor times the rows used") {
+    // DeepSeek-V3 (one head per group): s_q 96 fills 96 of a 128-row block.
+    const gqla_config c = deepseek_v3_mla();
+    const gqla_probe_info p = h100_like();
+    Efficiency e = pure_roofline();
+    e.compute[Efficiency::kGqaPath] = 0.1;
+    e.prefill_compute = 0.5;
+    e.prefill_min_queries = 16;
+    e.prefill_min_rows = 128;
+    const gqla_workload w = workload(8, 4096, 96), few = workload(8, 4096, 32);
+    const double flops = gqla::predict_cost(c, p, w, e).gqa.flops;
+    const double peak = 990e12;
+    // Without the half-block domain the decode factor prices it.
+    CHECK(gqla::predict_cost(c, p, w, e).gqa.time_s == doctest::Approx(flops / (peak * 0.1)));
+    e.prefill_half_rows = 64;
+    CHECK(gqla::predict_cost(c, p, w, e).gqa.time_s == doctest::Approx(flops / (peak * 0.5 * 96 / 128)));
+    // Fewer queries than the half block: still the decode factor.
+    const double few_flops = gqla::predict_cost(c, p, few, e).gqa.flops;
+    CHECK(gqla::predict_cost(c, p, few, e).gqa.time_s == doctest::Approx(few_flops / (peak * 0.1)));
+}
+
 TEST_CASE("cost model: the backend's fixed cost of a transient expansion adds to the transient form only") {
     const gqla_config c = llama3_8b_gqla();
     const gqla_probe_info p = h100_like();

@@ -37,6 +37,9 @@ void prefill(gqla_dtype t) {
     // 64 + 64 wide, against absorb.
     test_ragged_gqla(t, 8, 2, 256, 128, 64, 128, 64, kPrefillQLens, kPrefillLengths);
     test_ragged_gqla(t, 8, 2, 256, 64, 64, 128, 48, kPrefillQLens, kPrefillLengths);
+    // MLA-shaped (one head per group) chunks of 64-127 queries: half-used
+    // 128-row blocks of the prefill kernel (kPrefillHalfRows).
+    test_ragged_gqla(t, 4, 4, 256, 128, 64, 128, 64, {64, 100, 1, 127}, {64, 333, 200, 1000});
 }
 
 }  // namespace
