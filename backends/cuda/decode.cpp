@@ -165,10 +165,12 @@ void decode(Session& s, const gqla_decode_args& a) {
     // Before any staging: its failures (no weights, out of memory for the
     // pool) leave nothing queued that reads the pinned buffer.
     // A sparse call expands only its listed rows, run by run (run_path).
-    if (a.transient && a.indices.data)
-        prepare_transient_call(s, a);
-    else if (a.transient)
-        expand_for_transient_call(s, a);
+    if (a.transient) {
+        if (a.indices.data)
+            prepare_transient_call(s, a);
+        else
+            expand_for_transient_call(s, a);
+    }
 
     const size_t es = dtype_size(d.io_dtype);
     const bool host_q = !a.q.on_device, host_o = !a.o.on_device, host_lse = want_lse && !a.lse.on_device;

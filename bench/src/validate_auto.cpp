@@ -151,13 +151,14 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
             // median of its rounds per path, so a busy moment of a shared
             // host that hits one path's timing in one round decides nothing.
             for (int round = 0; round < rounds; ++round) {
-                for (int path : {1, 0}) {
-                    work.select_path(path == 0 ? GQLA_PATH_GQA : GQLA_PATH_ABSORB);
+                for (gqla_path path : {GQLA_PATH_ABSORB, GQLA_PATH_GQA}) {
+                    work.select_path(path);
+                    const int k = index_of(path);
                     for (Row& r : cell_rows) {
                         const double t = work.time_decode(r.batch, r.s_q, reps, 1.0, opt.hot, min_seconds);
-                        r.meas[path] = round == 0 ? t : std::min(r.meas[path], t);
+                        r.meas[k] = round == 0 ? t : std::min(r.meas[k], t);
                         ++timed;
-                        progress.done(cell_label(r, path == 0 ? "gqa" : "absorb"));
+                        progress.done(cell_label(r, path_name(path)));
                     }
                 }
             }

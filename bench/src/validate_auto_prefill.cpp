@@ -29,40 +29,6 @@ struct Cell {
     gqla_path auto_kept = GQLA_PATH_AUTO;    // ... and with the expanded cache kept
 };
 
-// The measured-fastest of the first `forms` forms.
-int best_of(const Cell& c, int forms) {
-    int best = 0;
-    for (int k = 1; k < forms; ++k)
-        if (c.meas[k] < c.meas[best]) best = k;
-    return best;
-}
-
-struct Scores {
-    int cases = 0, correct = 0;
-    double regret_sum = 0, regret_max = 0;
-
-    void add(const Cell& c, gqla_path pick, int forms, double* regret) {
-        const int best = best_of(c, forms);
-        const int chosen = form_index(pick);
-        *regret = chosen >= 0 && chosen < forms ? c.meas[chosen] / c.meas[best] - 1.0 : NAN;
-        ++cases;
-        correct += chosen == best;
-        if (std::isfinite(*regret)) {
-            regret_sum += *regret;
-            regret_max = std::max(regret_max, *regret);
-        }
-    }
-    std::string json() const {
-        JsonObject j;
-        j.integer("cases", cases)
-            .integer("correct", correct)
-            .num("fraction", cases ? static_cast<double>(correct) / cases : NAN, 4)
-            .num("mean_regret", cases ? regret_sum / cases : NAN, 4)
-            .num("max_regret", cases ? regret_max : NAN, 4);
-        return j.dump();
-    }
-};
-
 // FLOPs of the costliest form of one call (what decides whether the cell runs).
 double costliest_flops(const Preset& p, gqla_dtype dtype, gqla_dtype io, int batch, int64_t context, int s_q) {
     const std::vector<int64_t> lengths(static_cast<size_t>(batch), context);
@@ -206,9 +172,8 @@ std::string run_prefill_grid(const PrefillPlan& plan, const Options& opt, const 
     int pick_as_predicted = 0;
     std::string rows = "[";
     for (const Cell& c : cells) {
-        double regret_latent = 0, regret_kept = 0;
-        latent.add(c, c.auto_latent, 2, &regret_latent);
-        with_kept.add(c, c.auto_kept, kFormCount, &regret_kept);
+        const double regret_latent = latent.add(c, c.auto_latent, 2);
+        const double regret_kept = with_kept.add(c, c.auto_kept);
         pick_as_predicted += c.auto_latent == c.call_chosen;
         JsonObject j;
         j.str("preset", c.preset->name).integer("batch", c.batch).integer("context", c.context).integer("s_q", c.s_q);

@@ -41,13 +41,6 @@ std::string cell_label(const Cell& c, gqla_path form) {
            " topk " + std::to_string(c.topk) + " s_q " + std::to_string(c.s_q) + " " + path_name(form) + " (sparse)";
 }
 
-int best_of(const Cell& c) {
-    int best = 0;
-    for (int k = 1; k < kFormCount; ++k)
-        if (c.meas[k] < c.meas[best]) best = k;
-    return best;
-}
-
 // The form the prediction prices cheapest, the kept cache's GQA path included.
 int predicted_best_of(const Cell& c) {
     int best = 0;
@@ -129,31 +122,16 @@ std::string run_sparse_grid(const SparsePlan& plan, const Options& opt, const Be
         }
     }
 
-    int correct = 0, as_predicted = 0;
-    double regret_sum = 0, regret_max = 0;
-    // The pick of a session without the kept cache (call_chosen: absorb or
-    // transient) against the faster of those two as measured.
-    int latent_correct = 0;
-    double latent_regret_sum = 0, latent_regret_max = 0;
-    const int absorb = form_index(GQLA_PATH_ABSORB), transient = form_index(GQLA_PATH_GQA_TRANSIENT);
+    // AUTO's pick among the three forms; and the pick of a session without
+    // the kept cache (call_chosen: absorb or transient, the first two forms)
+    // against the faster of those two.
+    Scores all_forms, latent;
+    int as_predicted = 0;
     std::string rows = "[";
     for (const Cell& c : cells) {
-        const int best = best_of(c), chosen = form_index(c.auto_pick);
-        const double regret = chosen >= 0 ? c.meas[chosen] / c.meas[best] - 1.0 : NAN;
-        correct += chosen == best;
-        as_predicted += chosen == predicted_best_of(c);
-        if (std::isfinite(regret)) {
-            regret_sum += regret;
-            regret_max = std::max(regret_max, regret);
-        } else {
-            regret_max = INFINITY;  // AUTO took a form too costly to time
-        }
-        const int latent_best = c.meas[transient] < c.meas[absorb] ? transient : absorb;
-        const int latent_chosen = form_index(c.call_chosen);
-        const double latent_regret = latent_chosen >= 0 ? c.meas[latent_chosen] / c.meas[latent_best] - 1.0 : NAN;
-        latent_correct += latent_chosen == latent_best;
-        latent_regret_sum += std::isfinite(latent_regret) ? latent_regret : 0.0;
-        latent_regret_max = std::isfinite(latent_regret) ? std::max(latent_regret_max, latent_regret) : INFINITY;
+        const double regret = all_forms.add(c, c.auto_pick);
+        latent.add(c, c.call_chosen, 2);
+        as_predicted += form_index(c.auto_pick) == predicted_best_of(c);
         JsonObject j;
         j.str("preset", c.preset->name)
             .integer("batch", c.batch)
@@ -171,13 +149,12 @@ std::string run_sparse_grid(const SparsePlan& plan, const Options& opt, const Be
         j.str("call_chosen", path_name(c.call_chosen))
             .str("pred_best", path_name(kForms[predicted_best_of(c)]))
             .str("auto", path_name(c.auto_pick))
-            .str("best", path_name(kForms[best]))
+            .str("best", path_name(kForms[best_of(c)]))
             .num("regret", regret, 3);
         rows += (rows.size() > 1 ? "," : "") + j.dump();
     }
     rows += "]";
 
-    const int cases = static_cast<int>(cells.size());
     JsonObject out;
     out.str("forms",
             "absorb, transient (only the listed latent rows up-projected), gqa (over the kept expanded cache); "
@@ -187,20 +164,10 @@ std::string run_sparse_grid(const SparsePlan& plan, const Options& opt, const Be
             "took the form priced cheapest (pred_best); call_chosen is the pick without the kept cache, judged in "
             "latent_only against the faster of absorb and transient")
         .raw("topk", "[256,2048]")
-        .raw("s_q", "[1,4]")
-        .integer("cases", cases)
-        .integer("correct", correct)
-        .num("fraction", cases ? static_cast<double>(correct) / cases : NAN, 4)
-        .num("mean_regret", cases ? regret_sum / cases : NAN, 4)
-        .num("max_regret", cases ? regret_max : NAN, 4)
-        .integer("auto_as_predicted", as_predicted)
-        .raw("latent_only", JsonObject()
-                                .integer("cases", cases)
-                                .integer("correct", latent_correct)
-                                .num("fraction", cases ? static_cast<double>(latent_correct) / cases : NAN, 4)
-                                .num("mean_regret", cases ? latent_regret_sum / cases : NAN, 4)
-                                .num("max_regret", cases ? latent_regret_max : NAN, 4)
-                                .dump())
+        .raw("s_q", "[1,4]");
+    all_forms.write(out);
+    out.integer("auto_as_predicted", as_predicted)
+        .raw("latent_only", latent.json())
         .num("seconds", now_s() - t_start, 3)
         .raw("dropped", json_string_array(plan.dropped))
         .raw("rows", rows);
