@@ -93,16 +93,17 @@ static inline bool round_queries(const GqaItem& it, float unscale_by, uint16_t* 
     return any_lo != 0;
 }
 
-// s[r][t] = q[r] . [k1[t] | k2[t]] for RB rows x NT tokens.
-template <int RB, int NT, bool kSplit>
-static inline void score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb_ld, float scale, const uint16_t* k1,
-                              int d1, const uint16_t* k2, int d2, float* s, int s_ld) {
+// s[r][t] = q[r] . [k1[t] | k2[t]] for RB rows x NT tokens (R: RunRows or
+// ListRows of bf16).
+template <int RB, int NT, bool kSplit, class R>
+static inline void score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb_ld, float scale, R k1, int d1, R k2,
+                              int d2, float* s, int s_ld) {
     __m512 acc[RB * NT];
     GQLA_UNROLL
     for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();
     const int p1 = (d1 + 31) / 32 * 32;
     for (int seg = 0; seg < 2; ++seg) {
-        const uint16_t* k = seg == 0 ? k1 : k2;
+        const R k = seg == 0 ? k1 : k2;
         const int dk = seg == 0 ? d1 : d2;
         const uint16_t* qs = seg == 0 ? qb : qb + p1;
         const uint16_t* qls = !kSplit ? nullptr : seg == 0 ? ql : ql + p1;  // ql may be null without kSplit
@@ -111,7 +112,7 @@ static inline void score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb
             const __mmask32 m = n >= 32 ? ~static_cast<__mmask32>(0) : static_cast<__mmask32>((1u << n) - 1);
             __m512i kv[NT];
             GQLA_UNROLL
-            for (int t = 0; t < NT; ++t) kv[t] = _mm512_maskz_loadu_epi16(m, k + static_cast<int64_t>(t) * dk + d);
+            for (int t = 0; t < NT; ++t) kv[t] = _mm512_maskz_loadu_epi16(m, k[t] + d);
             GQLA_UNROLL
             for (int r = 0; r < RB; ++r) {
                 const __m512i qv = _mm512_loadu_si512(qs + r * qb_ld + d);
@@ -139,15 +140,14 @@ static inline void score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb
         for (int r = 0; r < RB; ++r)
             for (int t = 0; t < NT; ++t)
                 if (!__builtin_isfinite(sums[r * NT + t]))
-                    score_tile<1, 1, false>(qb + r * qb_ld, nullptr, qb_ld, scale, k1 + static_cast<int64_t>(t) * d1,
-                                            d1, k2 ? k2 + static_cast<int64_t>(t) * d2 : nullptr, d2, s + r * s_ld + t,
-                                            s_ld);
+                    score_tile<1, 1, false>(qb + r * qb_ld, nullptr, qb_ld, scale, k1.from(t), d1, k2.from(t), d2,
+                                            s + r * s_ld + t, s_ld);
     }
 }
 
-template <int RB, bool kSplit>
+template <int RB, bool kSplit, class R>
 static inline void scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, const uint16_t* ql, int64_t qb_ld,
-                               const uint16_t* k1, const uint16_t* k2, float* s, PrefetchStream* pf) {
+                               R k1, R k2, float* s, PrefetchStream* pf) {
     constexpr int NT = kScoreTokens;
     const uint16_t* q = qb + r0 * qb_ld;
     const uint16_t* q_lo = ql + r0 * qb_ld;
@@ -156,21 +156,20 @@ static inline void scores_rows(const GqaItem& it, int r0, int n, const uint16_t*
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        score_tile<RB, NT, kSplit>(q, q_lo, qb_ld, scale, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
-                                   k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+        score_tile<RB, NT, kSplit>(q, q_lo, qb_ld, scale, k1.from(j), it.d1, k2.from(j), it.d2, srow + j,
                                    kGqaTokenBlock);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        score_tile<RB, 1, kSplit>(q, q_lo, qb_ld, scale, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
-                                  k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock);
+        score_tile<RB, 1, kSplit>(q, q_lo, qb_ld, scale, k1.from(j), it.d1, k2.from(j), it.d2, srow + j,
+                                  kGqaTokenBlock);
     }
 }
 
 // All rows of the block, with or without the queries' low parts.
-template <bool kSplit>
-static inline void scores_block(const GqaItem& it, int n, const uint16_t* qb, const uint16_t* ql, int64_t qb_ld,
-                                const uint16_t* k1, const uint16_t* k2, float* s, PrefetchStream* pf) {
+template <bool kSplit, class R>
+static inline void scores_block(const GqaItem& it, int n, const uint16_t* qb, const uint16_t* ql, int64_t qb_ld, R k1,
+                                R k2, float* s, PrefetchStream* pf) {
     constexpr int RBmax = kRows;
     int r0 = 0;
     for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
@@ -206,8 +205,8 @@ static inline void round_probabilities(const float* s, int rows, int n, uint16_t
 // tokens (n is their maximum); a row whose last visible token is the first
 // of a pair meets that token paired with zeros, never with the next token's
 // value (its probability is 0, but 0 * NaN is NaN).
-template <int RB, int NC, bool kMasked = false>
-static inline void pv_tile(const uint16_t* pb, int n, const uint16_t* v, int dv, int d, float* acc, const float* corr,
+template <int RB, int NC, bool kMasked = false, class R>
+static inline void pv_tile(const uint16_t* pb, int n, R v, int dv, int d, float* acc, const float* corr,
                            PrefetchStream* pf, const int* visible = nullptr) {
     __m512 lo[RB * NC], hi[RB * NC];
     GQLA_UNROLL
@@ -225,14 +224,15 @@ static inline void pv_tile(const uint16_t* pb, int n, const uint16_t* v, int dv,
             pf->step();
             pf->step();
         }
-        const uint16_t* v0 = v + static_cast<int64_t>(j) * dv + d;
+        const uint16_t* v0 = v[j] + d;
         const bool pair = j + 1 < n;
+        const uint16_t* v1 = pair ? v[j + 1] + d : v0;
         __m512i plo[NC], phi[NC];
         [[maybe_unused]] __m512i slo[NC], shi[NC];  // token j alone (kMasked)
         GQLA_UNROLL
         for (int c = 0; c < NC; ++c) {
             const __m512i a = _mm512_loadu_si512(v0 + c * 32);
-            const __m512i b = pair ? _mm512_loadu_si512(v0 + dv + c * 32) : _mm512_setzero_si512();
+            const __m512i b = pair ? _mm512_loadu_si512(v1 + c * 32) : _mm512_setzero_si512();
             plo[c] = _mm512_unpacklo_epi16(a, b);
             phi[c] = _mm512_unpackhi_epi16(a, b);
             if constexpr (kMasked) {
@@ -270,9 +270,9 @@ static inline void pv_tile(const uint16_t* pb, int n, const uint16_t* v, int dv,
 
 // Rows r0..r0+RB of the block of n tokens at position t; kMasked as in
 // gqa_pv_rows.
-template <int RB, bool kMasked>
-static inline void pv_rows(const GqaItem& it, int r0, int64_t t, int n, const uint16_t* v, const uint16_t* pb,
-                           const float* s, const float* corr, PrefetchStream* pf) {
+template <int RB, bool kMasked, class R>
+static inline void pv_rows(const GqaItem& it, int r0, int64_t t, int n, R v, const uint16_t* pb, const float* s,
+                           const float* corr, PrefetchStream* pf) {
     constexpr int NC = kPvChunks;
     const int dv = it.dv;
     const int paired = dv / 32 * 32;  // dims in pair order
@@ -300,14 +300,13 @@ static inline void pv_rows(const GqaItem& it, int r0, int64_t t, int n, const ui
     for (; d < dv; ++d) GQLA_UNROLL
     for (int r = 0; r < RB; ++r) {
         float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
-        for (int j = 0; j < visible[r]; ++j)
-            x += ps[r * kGqaTokenBlock + j] * Elem<GQLA_DTYPE_BF16>::scalar(v + static_cast<int64_t>(j) * dv + d);
+        for (int j = 0; j < visible[r]; ++j) x += ps[r * kGqaTokenBlock + j] * Elem<GQLA_DTYPE_BF16>::scalar(v[j] + d);
         acc[static_cast<int64_t>(r) * dv + d] = x;
     }
 }
 
-template <bool kMasked>
-static inline void pv_block(const GqaItem& it, int64_t t, int n, const uint16_t* v, const uint16_t* pb, const float* s,
+template <bool kMasked, class R>
+static inline void pv_block(const GqaItem& it, int64_t t, int n, R v, const uint16_t* pb, const float* s,
                             const float* corr, PrefetchStream* pf) {
     constexpr int RBmax = kRows;
     int r0 = 0;
@@ -328,8 +327,9 @@ static inline void pv_block(const GqaItem& it, int64_t t, int n, const uint16_t*
 }
 
 // Out of line, as gqa_pv_block_masked.
-[[gnu::noinline]] static void pv_block_masked(const GqaItem& it, int64_t t, int n, const uint16_t* v,
-                                              const uint16_t* pb, const float* s, const float* corr) {
+template <class R>
+[[gnu::noinline]] static void pv_block_masked(const GqaItem& it, int64_t t, int n, R v, const uint16_t* pb,
+                                              const float* s, const float* corr) {
     pv_block<true>(it, t, n, v, pb, s, corr, nullptr);
 }
 
@@ -346,9 +346,10 @@ static inline void unpair_accumulators(const GqaItem& it) {
         }
 }
 
-static void gqa_attend_bf16(const GqaItem& it) {
-    using T = uint16_t;
-    constexpr int64_t es = sizeof(T);
+// The block walk over contiguous (GqaRunBlock) or gathered (GqaListBlock)
+// tokens.
+template <class Block>
+static void gqa_attend_bf16_blocks(const GqaItem& it) {
     for (int r = 0; r < it.rows; ++r) {
         it.m[r] = kMaxFloor;
         it.l[r] = 0.0f;
@@ -364,20 +365,17 @@ static void gqa_attend_bf16(const GqaItem& it) {
     const bool split = round_queries(it, it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f, qb, ql, qb_ld);
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
-    GqaBlock<GQLA_DTYPE_BF16> cur = GqaBlock<GQLA_DTYPE_BF16>::at(it, it.t0);
+    Block cur = Block::at(it, it.t0);
     for (int64_t t = it.t0; t < it.t1;) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
-        const GqaBlock<GQLA_DTYPE_BF16> next = has_next ? GqaBlock<GQLA_DTYPE_BF16>::at(it, t + n) : cur;
+        const Block next = has_next ? Block::at(it, t + n) : cur;
         // As in gqa_attend: this block's values arrive while its keys are
         // scored, the next block's keys while the values are summed.
         PrefetchStream values_ahead;
-        values_ahead.add(cur.v, n * it.dv * es);
+        cur.prefetch_values(it, &values_ahead);
         PrefetchStream keys_ahead;
-        if (has_next) {
-            keys_ahead.add(next.k1, next.n * it.d1 * es);
-            keys_ahead.add(next.k2, next.n * it.d2 * es);
-        }
+        if (has_next) next.prefetch_keys(it, &keys_ahead);
         values_ahead.plan(n / kScoreTokens + n % kScoreTokens);
         keys_ahead.plan(n);
 
@@ -395,6 +393,13 @@ static void gqa_attend_bf16(const GqaItem& it) {
         cur = next;
     }
     unpair_accumulators(it);
+}
+
+static void gqa_attend_bf16(const GqaItem& it) {
+    if (it.k1_rows != nullptr)
+        gqa_attend_bf16_blocks<GqaListBlock<GQLA_DTYPE_BF16>>(it);
+    else
+        gqa_attend_bf16_blocks<GqaRunBlock<GQLA_DTYPE_BF16>>(it);
 }
 
 #include "backends/cpu/attention_absorb_bf16_dot.inl"

@@ -89,22 +89,21 @@ static inline void fp8_scores_rows(const GqaItem& it, int r0, int n, const uint8
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        gqa_score_tile<GQLA_DTYPE_FP8_E4M3, RB, NT>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1, nullptr, 0,
-                                                    srow + j, kGqaTokenBlock);
+        const auto k = run_rows(k1 + static_cast<int64_t>(j) * it.d1, it.d1);
+        gqa_score_tile<GQLA_DTYPE_FP8_E4M3, RB, NT>(q, it.q_ld, k, it.d1, k, 0, srow + j, kGqaTokenBlock);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        gqa_score_tile<GQLA_DTYPE_FP8_E4M3, RB, 1>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1, nullptr, 0,
-                                                   srow + j, kGqaTokenBlock);
+        const auto k = run_rows(k1 + static_cast<int64_t>(j) * it.d1, it.d1);
+        gqa_score_tile<GQLA_DTYPE_FP8_E4M3, RB, 1>(q, it.q_ld, k, it.d1, k, 0, srow + j, kGqaTokenBlock);
     }
     if (!k2) return;
     float* s2row = s2 + r0 * kGqaTokenBlock;
+    const auto kr = run_rows(k2, it.d2);
     for (j = 0; j + NT <= n; j += NT)
-        gqa_score_tile<kDtBf16Natural, RB, NT>(q + it.d1, it.q_ld, k2 + static_cast<int64_t>(j) * it.d2, it.d2, nullptr,
-                                               0, s2row + j, kGqaTokenBlock);
+        gqa_score_tile<kDtBf16Natural, RB, NT>(q + it.d1, it.q_ld, kr.from(j), it.d2, kr, 0, s2row + j, kGqaTokenBlock);
     for (; j < n; ++j)
-        gqa_score_tile<kDtBf16Natural, RB, 1>(q + it.d1, it.q_ld, k2 + static_cast<int64_t>(j) * it.d2, it.d2, nullptr,
-                                              0, s2row + j, kGqaTokenBlock);
+        gqa_score_tile<kDtBf16Natural, RB, 1>(q + it.d1, it.q_ld, kr.from(j), it.d2, kr, 0, s2row + j, kGqaTokenBlock);
 }
 
 // Cache rows and scales of one block of n tokens at position t (one page).
@@ -204,9 +203,9 @@ static void gqa_attend_fp8(const GqaItem& it) {
             for (int j = 0; j < n; ++j) pr[j] *= scale[kGqaTokenBlock + j];
         }
         if (t + n - 1 > min_limit)
-            gqa_pv_block_masked<E>(it, t, n, cur.v, s, corr);
+            gqa_pv_block_masked<E>(it, t, n, run_rows(cur.v, it.dv), s, corr);
         else
-            gqa_pv_block<E, false>(it, t, n, cur.v, s, corr, &keys_ahead);
+            gqa_pv_block<E, false>(it, t, n, run_rows(cur.v, it.dv), s, corr, &keys_ahead);
         t += n;
         cur = next;
     }

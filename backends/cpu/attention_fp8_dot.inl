@@ -198,7 +198,7 @@ static inline void fp8_dot_pv_rows(const GqaItem& it, int r0, int64_t t, int n, 
     if (d == dv) return;
     const float* ps = s + r0 * kGqaTokenBlock;
     for (; d + Simd::W <= dv; d += Simd::W, pf = nullptr)
-        gqa_pv_tile<GQLA_DTYPE_FP8_E4M3, RB, 1, kMasked>(ps, n, v, dv, d, acc, cr, pf, visible);
+        gqa_pv_tile<GQLA_DTYPE_FP8_E4M3, RB, 1, kMasked>(ps, n, run_rows(v, dv), dv, d, acc, cr, pf, visible);
     for (; d < dv; ++d) GQLA_UNROLL
     for (int r = 0; r < RB; ++r) {
         float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];

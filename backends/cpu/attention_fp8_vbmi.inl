@@ -220,7 +220,7 @@ GQLA_VBMI static inline void vbmi_pv_rows(const GqaItem& it, int r0, int64_t t, 
     if (d == dv) return;
     const float* ps = s + r0 * kGqaTokenBlock;
     for (; d + Simd::W <= dv; d += Simd::W)
-        gqa_pv_tile<GQLA_DTYPE_FP8_E4M3, RB, 1, kMasked>(ps, n, v, dv, d, acc, cr, nullptr, visible);
+        gqa_pv_tile<GQLA_DTYPE_FP8_E4M3, RB, 1, kMasked>(ps, n, run_rows(v, dv), dv, d, acc, cr, nullptr, visible);
     for (; d < dv; ++d) GQLA_UNROLL
     for (int r = 0; r < RB; ++r) {
         float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];

@@ -4,12 +4,11 @@
 // attention_kernels.inl (its conventions and non-finite rules hold here).
 
 // ------------------------------------------------------------ GQA kernel
-// Scores of RB query rows against NT consecutive tokens: s[r][t] =
-// q[r] . [k1[t] | k2[t]]. Each key vector is loaded and converted once and
-// reused by all RB rows.
-template <int DT, int RB, int NT>
-static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<DT>::T* k1, int d1,
-                                  const typename Elem<DT>::T* k2, int d2, float* s, int s_ld) {
+// Scores of RB query rows against NT tokens: s[r][t] = q[r] . [k1[t] |
+// k2[t]] (R: RunRows or ListRows of the cache element type). Each key
+// vector is loaded and converted once and reused by all RB rows.
+template <int DT, int RB, int NT, class R>
+static inline void gqa_score_tile(const float* q, int q_ld, R k1, int d1, R k2, int d2, float* s, int s_ld) {
     using V = Simd::V;
     constexpr int W = Simd::W;
     V acc[RB * NT];
@@ -20,7 +19,7 @@ static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<
     for (int i = 0; i < RB * NT; ++i) tail[i] = 0.0f;
     // Two key segments, the second continuing the query row after d1.
     for (int seg = 0; seg < 2; ++seg) {
-        const typename Elem<DT>::T* k = seg == 0 ? k1 : k2;
+        const R k = seg == 0 ? k1 : k2;
         const int dk = seg == 0 ? d1 : d2;
         const float* qs = seg == 0 ? q : q + d1;
         if (dk == 0) continue;
@@ -36,7 +35,7 @@ static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<
                 GQLA_UNROLL
                 for (int t = 0; t < NT; ++t) {
                     V ka, kb;
-                    Elem<DT>::load2(k + static_cast<int64_t>(t) * dk + d, ka, kb);
+                    Elem<DT>::load2(k[t] + d, ka, kb);
                     GQLA_UNROLL
                     for (int r = 0; r < RB; ++r) {
                         const float* qr = qs + static_cast<int64_t>(r) * q_ld + d;
@@ -47,7 +46,7 @@ static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<
             } else {
                 V ka[NT], kb[NT];
                 GQLA_UNROLL
-                for (int t = 0; t < NT; ++t) Elem<DT>::load2(k + static_cast<int64_t>(t) * dk + d, ka[t], kb[t]);
+                for (int t = 0; t < NT; ++t) Elem<DT>::load2(k[t] + d, ka[t], kb[t]);
                 GQLA_UNROLL
                 for (int r = 0; r < RB; ++r) {
                     const V qa = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d);
@@ -63,7 +62,7 @@ static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<
         for (; d + W <= dk; d += W) {
             V kv[NT];
             GQLA_UNROLL
-            for (int t = 0; t < NT; ++t) kv[t] = Elem<DT>::load(k + static_cast<int64_t>(t) * dk + d);
+            for (int t = 0; t < NT; ++t) kv[t] = Elem<DT>::load(k[t] + d);
             GQLA_UNROLL
             for (int r = 0; r < RB; ++r) {
                 V qv = Simd::load(qs + static_cast<int64_t>(r) * q_ld + d);
@@ -73,7 +72,7 @@ static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<
         }
         for (; d < dk; ++d) GQLA_UNROLL
         for (int t = 0; t < NT; ++t) {
-            float kf = Elem<DT>::scalar(k + static_cast<int64_t>(t) * dk + d);
+            float kf = Elem<DT>::scalar(k[t] + d);
             GQLA_UNROLL
             for (int r = 0; r < RB; ++r) tail[r * NT + t] += qs[static_cast<int64_t>(r) * q_ld + d] * kf;
         }
@@ -88,32 +87,28 @@ static inline void gqa_score_tile(const float* q, int q_ld, const typename Elem<
 // Steps of the score pass over n tokens (one per tile), for prefetch pacing.
 static inline int gqa_score_steps(int n) { return n / Simd::kScoreTokens + n % Simd::kScoreTokens; }
 
-template <int DT, int RB>
-static inline void gqa_scores_rows(const GqaItem& it, int r0, int n, const typename Elem<DT>::T* k1,
-                                   const typename Elem<DT>::T* k2, float* s, PrefetchStream* pf) {
+template <int DT, int RB, class R>
+static inline void gqa_scores_rows(const GqaItem& it, int r0, int n, R k1, R k2, float* s, PrefetchStream* pf) {
     constexpr int NT = Simd::kScoreTokens;
     const float* q = it.q + static_cast<int64_t>(r0) * it.q_ld;
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        gqa_score_tile<DT, RB, NT>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
-                                   k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
-                                   kGqaTokenBlock);
+        gqa_score_tile<DT, RB, NT>(q, it.q_ld, k1.from(j), it.d1, k2.from(j), it.d2, srow + j, kGqaTokenBlock);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        gqa_score_tile<DT, RB, 1>(q, it.q_ld, k1 + static_cast<int64_t>(j) * it.d1, it.d1,
-                                  k2 ? k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock);
+        gqa_score_tile<DT, RB, 1>(q, it.q_ld, k1.from(j), it.d1, k2.from(j), it.d2, srow + j, kGqaTokenBlock);
     }
 }
 
 // acc[r][d..] = acc * corr[r] + sum_j p[r][j] v[j][d..] for NC vectors of
 // the value dim; each value vector is converted once for all RB rows.
 // kMasked: row r takes only its first visible[r] tokens (n is their maximum).
-template <int DT, int RB, int NC, bool kMasked = false>
-static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T* v, int dv, int d, float* acc,
-                               const float* corr, PrefetchStream* pf, const int* visible = nullptr) {
+template <int DT, int RB, int NC, bool kMasked = false, class R>
+static inline void gqa_pv_tile(const float* p, int n, R v, int dv, int d, float* acc, const float* corr,
+                               PrefetchStream* pf, const int* visible = nullptr) {
     using V = Simd::V;
     constexpr int W = Simd::W;
     V a[RB * NC];
@@ -130,11 +125,10 @@ static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T
         if constexpr (NC % 2 == 0) {
             // Whole 2W blocks: the accumulators of this tile hold them in pair order.
             GQLA_UNROLL
-            for (int c = 0; c < NC; c += 2)
-                Elem<DT>::load2(v + static_cast<int64_t>(j) * dv + d + c * W, vv[c], vv[c + 1]);
+            for (int c = 0; c < NC; c += 2) Elem<DT>::load2(v[j] + d + c * W, vv[c], vv[c + 1]);
         } else {
             GQLA_UNROLL
-            for (int c = 0; c < NC; ++c) vv[c] = Elem<DT>::load(v + static_cast<int64_t>(j) * dv + d + c * W);
+            for (int c = 0; c < NC; ++c) vv[c] = Elem<DT>::load(v[j] + d + c * W);
         }
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
@@ -152,9 +146,9 @@ static inline void gqa_pv_tile(const float* p, int n, const typename Elem<DT>::T
 
 // Rows r0..r0+RB of the block of n tokens at position t. kMasked (a block
 // past some row's causal limit): each row sums only the tokens it may see.
-template <int DT, int RB, bool kMasked>
-static inline void gqa_pv_rows(const GqaItem& it, int r0, int64_t t, int n, const typename Elem<DT>::T* v,
-                               const float* p, const float* corr, PrefetchStream* pf) {
+template <int DT, int RB, bool kMasked, class R>
+static inline void gqa_pv_rows(const GqaItem& it, int r0, int64_t t, int n, R v, const float* p, const float* corr,
+                               PrefetchStream* pf) {
     constexpr int W = Simd::W;
     constexpr int NC = Simd::kPvChunks;
     const int dv = it.dv;
@@ -177,17 +171,16 @@ static inline void gqa_pv_rows(const GqaItem& it, int r0, int64_t t, int n, cons
     for (; d < dv; ++d) GQLA_UNROLL
     for (int r = 0; r < RB; ++r) {
         float s = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
-        for (int j = 0; j < visible[r]; ++j)
-            s += pr[r * kGqaTokenBlock + j] * Elem<DT>::scalar(v + static_cast<int64_t>(j) * dv + d);
+        for (int j = 0; j < visible[r]; ++j) s += pr[r * kGqaTokenBlock + j] * Elem<DT>::scalar(v[j] + d);
         acc[static_cast<int64_t>(r) * dv + d] = s;
     }
 }
 
 // The value pass of one block over all rows, in register tiles of up to
 // kScoreRows rows.
-template <int DT, bool kMasked>
-static inline void gqa_pv_block(const GqaItem& it, int64_t t, int n, const typename Elem<DT>::T* v, const float* p,
-                                const float* corr, PrefetchStream* pf) {
+template <int DT, bool kMasked, class R>
+static inline void gqa_pv_block(const GqaItem& it, int64_t t, int n, R v, const float* p, const float* corr,
+                                PrefetchStream* pf) {
     constexpr int RBmax = Simd::kScoreRows;
     int r0 = 0;
     for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
@@ -210,9 +203,9 @@ static inline void gqa_pv_block(const GqaItem& it, int64_t t, int n, const typen
 // The masked variant out of line: inlined next to the unmasked one it made
 // the item too large for GCC to inline the unmasked tiles as before (the
 // bf16 GQA decode ran ~1.5x slower).
-template <int DT>
-[[gnu::noinline]] static void gqa_pv_block_masked(const GqaItem& it, int64_t t, int n, const typename Elem<DT>::T* v,
-                                                  const float* p, const float* corr) {
+template <int DT, class R>
+[[gnu::noinline]] static void gqa_pv_block_masked(const GqaItem& it, int64_t t, int n, R v, const float* p,
+                                                  const float* corr) {
     gqa_pv_block<DT, true>(it, t, n, v, p, corr, nullptr);
 }
 
@@ -247,32 +240,63 @@ static inline void gqa_softmax_block(const GqaItem& it, int64_t t, int n, float*
     }
 }
 
-// Cache rows of one block: `n` tokens from position t, all in one page.
+// Cache rows of one block of n tokens from position t. GqaRunBlock: the
+// block lies in one page; GqaListBlock: gathered tokens (GqaItem::k1_rows),
+// any addresses, the block not cut at page ends. Without a rope key (d2 = 0)
+// k2 repeats k1: the tiles never read it then.
 template <int DT>
-struct GqaBlock {
+struct GqaRunBlock {
     using T = typename Elem<DT>::T;
-    const T* k1;
-    const T* k2;
-    const T* v;
+    RunRows<T> k1, k2, v;
     int n;
 
-    static inline GqaBlock at(const GqaItem& it, int64_t t) {
-        GqaBlock b;
+    static inline GqaRunBlock at(const GqaItem& it, int64_t t) {
+        GqaRunBlock b;
         b.n = block_tokens(t, it.t1, it.page_size, kGqaTokenBlock);
         const int64_t page = it.page_table[t / it.page_size];
         const int64_t slot = t % it.page_size;
-        b.k1 = static_cast<const T*>(it.k1) + page * it.k1_page_stride + slot * it.d1;
-        b.k2 = it.d2 ? static_cast<const T*>(it.k2) + page * it.k2_page_stride + slot * it.d2 : nullptr;
-        b.v = static_cast<const T*>(it.v) + page * it.v_page_stride + slot * it.dv;
+        b.k1 = {static_cast<const T*>(it.k1) + page * it.k1_page_stride + slot * it.d1, it.d1};
+        b.k2 = it.d2 ? RunRows<T>{static_cast<const T*>(it.k2) + page * it.k2_page_stride + slot * it.d2, it.d2} : b.k1;
+        b.v = {static_cast<const T*>(it.v) + page * it.v_page_stride + slot * it.dv, it.dv};
         return b;
+    }
+    inline void prefetch_keys(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add(k1.base, n * it.d1 * int64_t(sizeof(T)));
+        if (it.d2) pf->add(k2.base, n * it.d2 * int64_t(sizeof(T)));
+    }
+    inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add(v.base, n * it.dv * int64_t(sizeof(T)));
     }
 };
 
 template <int DT>
-static void gqa_attend(const GqaItem& item) {
+struct GqaListBlock {
     using T = typename Elem<DT>::T;
+    ListRows<T> k1, k2, v;
+    int n;
+
+    static inline GqaListBlock at(const GqaItem& it, int64_t t) {
+        GqaListBlock b;
+        b.n = static_cast<int>(lmin(it.t1 - t, kGqaTokenBlock));
+        b.k1 = {reinterpret_cast<const T* const*>(it.k1_rows) + t};
+        b.k2 = it.d2 ? ListRows<T>{reinterpret_cast<const T* const*>(it.k2_rows) + t} : b.k1;
+        b.v = {reinterpret_cast<const T* const*>(it.v_rows) + t};
+        return b;
+    }
+    inline void prefetch_keys(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add_rows(reinterpret_cast<const void* const*>(k1.rows), n, it.d1 * int64_t(sizeof(T)));
+        if (it.d2) pf->add_rows(reinterpret_cast<const void* const*>(k2.rows), n, it.d2 * int64_t(sizeof(T)));
+    }
+    inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add_rows(reinterpret_cast<const void* const*>(v.rows), n, it.dv * int64_t(sizeof(T)));
+    }
+};
+
+// The block walk of gqa_attend over contiguous (GqaRunBlock) or gathered
+// (GqaListBlock) tokens.
+template <int DT, class Block>
+static void gqa_attend_blocks(const GqaItem& item) {
     constexpr int RBmax = Simd::kScoreRows;
-    constexpr int64_t es = sizeof(T);
     static_assert(Simd::kPvChunks % 2 == 0, "value tiles must cover whole 2W blocks");
     GqaItem it = item;
     if constexpr (Elem<DT>::kPaired) {
@@ -298,20 +322,17 @@ static void gqa_attend(const GqaItem& item) {
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
     // Rows that can see nothing of [t0, t1) contribute nothing; the item is
     // only called with at least one visible token for the last row.
-    GqaBlock<DT> cur = GqaBlock<DT>::at(it, it.t0);
+    Block cur = Block::at(it, it.t0);
     for (int64_t t = it.t0; t < it.t1;) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
-        const GqaBlock<DT> next = has_next ? GqaBlock<DT>::at(it, t + n) : cur;
+        const Block next = has_next ? Block::at(it, t + n) : cur;
         // While the keys are scored, this block's values arrive; while the
         // values are summed, the next block's keys arrive.
         PrefetchStream values_ahead;
-        values_ahead.add(cur.v, n * it.dv * es);
+        cur.prefetch_values(it, &values_ahead);
         PrefetchStream keys_ahead;
-        if (has_next) {
-            keys_ahead.add(next.k1, next.n * it.d1 * es);
-            keys_ahead.add(next.k2, next.n * it.d2 * es);
-        }
+        if (has_next) next.prefetch_keys(it, &keys_ahead);
         values_ahead.plan(gqa_score_steps(n));
         keys_ahead.plan(n);
 
@@ -346,4 +367,12 @@ static void gqa_attend(const GqaItem& item) {
         const int paired = it.dv / tile * tile;
         for (int r = 0; r < it.rows; ++r) from_pair_order(it.acc + static_cast<int64_t>(r) * it.dv, paired);
     }
+}
+
+template <int DT>
+static void gqa_attend(const GqaItem& item) {
+    if (item.k1_rows != nullptr)
+        gqa_attend_blocks<DT, GqaListBlock<DT>>(item);
+    else
+        gqa_attend_blocks<DT, GqaRunBlock<DT>>(item);
 }

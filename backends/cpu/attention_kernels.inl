@@ -126,6 +126,27 @@ static inline int64_t min_row_limit(const int64_t* row_limit, int rows) {
     return m;
 }
 
+// Rows of the tokens of a tile, as the tiles address them: rows[t] is the
+// first element of token t's row. RunRows: consecutive rows of one page
+// (base + t * ld); ListRows: a row per token anywhere (gathered tokens).
+template <class T>
+struct RunRows {
+    const T* base;
+    int64_t ld;
+    inline const T* operator[](int64_t t) const { return base + t * ld; }
+    inline RunRows from(int64_t t) const { return {base + t * ld, ld}; }
+};
+template <class T>
+struct ListRows {
+    const T* const* rows;
+    inline const T* operator[](int64_t t) const { return rows[t]; }
+    inline ListRows from(int64_t t) const { return {rows + t}; }
+};
+template <class T>
+static inline RunRows<T> run_rows(const T* base, int64_t ld) {
+    return {base, ld};
+}
+
 // Tokens of one block starting at position t: they share a page.
 static inline int block_tokens(int64_t t, int64_t t1, int page_size, int max_block) {
     int64_t in_page = page_size - t % page_size;
@@ -147,34 +168,54 @@ constexpr int64_t kCacheLine = 64;
 
 struct PrefetchStream {
     // Key, rope key and the two scale rows of an 8-bit block: at most four.
+    // A segment is `count` rows of `bytes` bytes: one contiguous run
+    // (rows == nullptr, at base), or a list of gathered rows.
     static constexpr int kMaxSegments = 4;
     const char* base[kMaxSegments];
+    const void* const* rows[kMaxSegments];
     int64_t bytes[kMaxSegments];
+    int count[kMaxSegments];
     int segments = 0;
     int seg = 0;
+    int row = 0;
     int64_t off = 0;
     int lines_per_step = 0;
 
     inline void add(const void* p, int64_t n_bytes) {
         if (p == nullptr || n_bytes <= 0 || segments == kMaxSegments) return;
         base[segments] = static_cast<const char*>(p);
+        rows[segments] = nullptr;
         bytes[segments] = n_bytes;
+        count[segments] = 1;
+        ++segments;
+    }
+    // n rows of row_bytes bytes each, at row_list[0..n).
+    inline void add_rows(const void* const* row_list, int n, int64_t row_bytes) {
+        if (row_list == nullptr || n <= 0 || row_bytes <= 0 || segments == kMaxSegments) return;
+        base[segments] = static_cast<const char*>(row_list[0]);
+        rows[segments] = row_list;
+        bytes[segments] = row_bytes;
+        count[segments] = n;
         ++segments;
     }
     // Spreads all lines evenly over `steps` calls of step().
     inline void plan(int steps) {
         int64_t lines = 0;
-        for (int i = 0; i < segments; ++i) lines += (bytes[i] + kCacheLine - 1) / kCacheLine;
+        for (int i = 0; i < segments; ++i) lines += count[i] * ((bytes[i] + kCacheLine - 1) / kCacheLine);
         lines_per_step = steps > 0 ? static_cast<int>((lines + steps - 1) / steps) : 0;
     }
     inline void step() {
         for (int i = 0; i < lines_per_step && seg < segments; ++i) {
             __builtin_prefetch(base[seg] + off, 0, 2);
             off += kCacheLine;
-            if (off >= bytes[seg]) {
-                ++seg;
-                off = 0;
+            if (off < bytes[seg]) continue;
+            off = 0;
+            if (++row < count[seg]) {
+                base[seg] = static_cast<const char*>(rows[seg][row]);
+                continue;
             }
+            row = 0;
+            ++seg;
         }
     }
 };

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Sparse (top-k) attention on the CPU backend (gqla_decode_args.indices):
 // every query row lists the cache positions it attends. Per query, the
-// listed positions it may see are gathered, a block at a time, into a
-// per-thread staging buffer laid out like one cache page (same dtype), and
-// the ISA table's tile kernels run over that "page" with no causal limit;
-// each block's (acc, m, l) is folded into the query's running state through
-// the log-sum-exp. A query's list may be cut into pieces that run on
-// different threads and merge the same way.
+// listed positions it may see are taken a block at a time, and the ISA
+// table's tile kernels run over the block with no causal limit: the GQA
+// form's kernel reads each position's rows where they lie (gathered tokens,
+// GqaItem::k1_rows), the absorb form's kernel reads a per-thread staging
+// buffer laid out like one cache page (same dtype) into which the block's
+// latent rows are copied. Each block's (acc, m, l) is folded into the
+// query's running state through the log-sum-exp. A query's list may be cut
+// into pieces that run on different threads and merge the same way.
 //
 // Memory: the staging, the kernels' scratch and the call's shared arrays
 // (query table, split partials, the absorb path's projections) live in
@@ -33,8 +35,8 @@ gqla_status sparse_absorb(CpuContext* ctx, const gqla_decode_args* a);
 
 namespace sparse {
 
-// Positions gathered and attended at once: one kernel "page" (a few
-// hundred KiB of staged rows at most, which stay in L2).
+// Positions attended at once: one kernel "page" (a few hundred KiB of rows
+// at most, which stay in L2).
 constexpr int kBlock = 256;
 // Rows (queries x heads) of one chunk of queries: bounds the shared arrays.
 constexpr int64_t kChunkRows = 2048;

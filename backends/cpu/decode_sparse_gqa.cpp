@@ -2,10 +2,12 @@
 // Sparse attention in the GQA form: the GQA kind, the GQLA GQA path over the
 // kept expanded cache, and GQA_TRANSIENT (only the listed rows are
 // up-projected, block by block). One item is a piece of one query's list;
-// for every block of its visible positions the item stages the shared rope
-// keys once, then per KV group that group's key and value rows (copied, or
-// up-projected from the latent), and runs the narrow GQA kernel on the
-// group's n_rep heads over the staged "page".
+// for every block of its visible positions and every KV group the item
+// runs the narrow GQA kernel on the group's n_rep heads over the block's
+// rows, which the kernel reads where they lie in the cache (gathered
+// tokens: one row address per position) - except in GQA_TRANSIENT, where
+// each group's key and value rows are first up-projected from the latent
+// into a staging block.
 #include <algorithm>
 #include <cstring>
 
@@ -20,8 +22,6 @@ namespace gqla::cpu {
 namespace {
 
 using namespace sparse;
-
-const int32_t kStagePage[1] = {0};
 
 // Where the rows of one group live: key segment 1 (K, or the expanded KC),
 // the shared segment 2 (kr; absent for the GQA kind) and the value (V, VE).
@@ -78,8 +78,8 @@ Source source_of(const CpuContext* ctx, const gqla_decode_args* a) {
 
 // Floats of each part of a thread's area.
 struct AreaSizes {
-    int64_t q, state, kout, limits, kscratch, pos, stage, expand;
-    int64_t total() const { return q + state + kout + limits + kscratch + pos + stage + expand; }
+    int64_t q, state, kout, limits, kscratch, pos, row_lists, stage, expand;
+    int64_t total() const { return q + state + kout + limits + kscratch + pos + row_lists + stage + expand; }
 };
 
 struct Area {
@@ -94,8 +94,11 @@ struct Area {
     float* kscratch;
     int32_t* pos;   // [kBlock] positions read from a list
     Located* rows;  // [2]: this block's rows and the next one's
-    char* k1;       // staged rows in the cache dtype: [kBlock][d1], [kBlock][d2], [kBlock][dv]
-    char* k2;
+    // The kernel's row of each token of the block: [kBlock] each.
+    const void** k1_rows;
+    const void** k2_rows;
+    const void** v_rows;
+    char* k1;  // transient: up-projected rows in the cache dtype, [kBlock][d1], [kBlock][dv]
     char* v;
     float* expand;  // transient: the expansion's scratch, then its f32 rows [kExpandTokens][d1 + dv]
 };
@@ -117,7 +120,9 @@ public:
         sz_.limits = round16(2 * int64_t(n_rep_));
         sz_.kscratch = gqa_scratch_floats(n_rep_, dk_);
         sz_.pos = round16(kBlock + 2 * int64_t(sizeof(Located)) / 4);
-        sz_.stage = round16((int64_t(kBlock) * (dk_ + src_.dv) * static_cast<int64_t>(es_) + 3) / 4);
+        sz_.row_lists = round16(3 * int64_t(kBlock) * int64_t(sizeof(void*)) / 4);
+        sz_.stage =
+            a->transient ? round16((int64_t(kBlock) * (src_.d1 + src_.dv) * static_cast<int64_t>(es_) + 3) / 4) : 0;
         sz_.expand = a->transient ? expand_scratch_floats(src_.r, N) + round16(N * int64_t(kExpandTokens)) : 0;
         partial_floats_ = round16(int64_t(H_) * (src_.dv + 2) + 1);
     }
@@ -128,9 +133,9 @@ private:
     Area area(float* base) const;
     void load_queries(const Query& q, float* q32) const;
     void run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar, float* partial) const;
-    void stage_group(int g, const Located& l, const Area& ar) const;
+    void list_group_rows(int g, const Located& l, const Area& ar) const;
     void prefetch_group(int g, const Located& l) const;
-    void stage_rope(const Located& l, const Area& ar) const;
+    void list_rope_rows(const Located& l, const Area& ar) const;
     void expand_group(int g, const Located& l, const Area& ar) const;
     void write_rows(const Query& q, const float* acc, const float* m, const float* l, int64_t count) const;
     void merge(const Query& q, const float* parts, int pieces) const;
@@ -160,9 +165,11 @@ Area GqaSparse::area(float* base) const {
     ar.kscratch = ar.kacc + sz_.kout + sz_.limits;
     ar.rows = reinterpret_cast<Located*>(ar.kscratch + sz_.kscratch);
     ar.pos = reinterpret_cast<int32_t*>(ar.rows + 2);
-    ar.k1 = reinterpret_cast<char*>(ar.kscratch + sz_.kscratch + sz_.pos);
-    ar.k2 = ar.k1 + size_t(kBlock) * src_.d1 * es_;
-    ar.v = ar.k2 + size_t(kBlock) * src_.d2 * es_;
+    ar.k1_rows = reinterpret_cast<const void**>(ar.kscratch + sz_.kscratch + sz_.pos);
+    ar.k2_rows = ar.k1_rows + kBlock;
+    ar.v_rows = ar.k2_rows + kBlock;
+    ar.k1 = reinterpret_cast<char*>(ar.kscratch + sz_.kscratch + sz_.pos + sz_.row_lists);
+    ar.v = ar.k1 + size_t(kBlock) * src_.d1 * es_;
     ar.expand = reinterpret_cast<float*>(ar.k1) + sz_.stage;
     return ar;
 }
@@ -172,40 +179,42 @@ void GqaSparse::load_queries(const Query& q, float* q32) const {
     for (int h = 0; h < H_; ++h) load_row_f32(rows_.q(q.b, q.k, h), a_->q.dtype, dk_, scale, q32 + int64_t(h) * dk_);
 }
 
-// Copies group g's key and value rows of the block (the rope keys are
-// staged once for all groups by stage_rope).
-void GqaSparse::stage_group(int g, const Located& l, const Area& ar) const {
-    const size_t k_bytes = size_t(src_.d1) * es_, v_bytes = size_t(src_.dv) * es_;
+// Points the kernel's key and value rows at group g's rows of the block
+// (the rope keys, shared by all groups, are listed once by list_rope_rows).
+void GqaSparse::list_group_rows(int g, const Located& l, const Area& ar) const {
     const int64_t kg = g * src_.k1_group, vg = g * src_.v_group;
     for (int t = 0; t < l.n; ++t) {
-        if (t + kPrefetchAhead < l.n) {  // what the unit's prefetch did not bring yet
-            prefetch_bytes(row_at(src_.k1, l, t + kPrefetchAhead, src_.k1_page, kg, src_.d1, es_), int64_t(k_bytes));
-            prefetch_bytes(row_at(src_.v, l, t + kPrefetchAhead, src_.v_page, vg, src_.dv, es_), int64_t(v_bytes));
-        }
-        copy_row(ar.k1 + t * k_bytes, row_at(src_.k1, l, t, src_.k1_page, kg, src_.d1, es_), k_bytes);
-        copy_row(ar.v + t * v_bytes, row_at(src_.v, l, t, src_.v_page, vg, src_.dv, es_), v_bytes);
+        ar.k1_rows[t] = row_at(src_.k1, l, t, src_.k1_page, kg, src_.d1, es_);
+        ar.v_rows[t] = row_at(src_.v, l, t, src_.v_page, vg, src_.dv, es_);
     }
 }
 
-void GqaSparse::stage_rope(const Located& l, const Area& ar) const {
-    const size_t bytes = size_t(src_.d2) * es_;
-    for (int t = 0; t < l.n; ++t)
-        copy_row(ar.k2 + t * bytes, row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_), bytes);
+void GqaSparse::list_rope_rows(const Located& l, const Area& ar) const {
+    for (int t = 0; t < l.n; ++t) ar.k2_rows[t] = row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_);
 }
 
-// Prefetches the rows the unit (block l, group g) will stage, so that they
-// arrive while the current unit is attended: the group's key and value
-// rows, or the latent rows (transient, once per block: group 0), and with
-// group 0 the rope keys.
+// Prefetches the rows the unit (block l, group g) will read first, so that
+// they arrive while the current unit is attended. GQA kind and kept cache:
+// the group's key and value rows (and with group 0 the rope keys) of the
+// kernel's first token block only - the kernel prefetches each later block
+// itself while it computes on the one before, and a whole unit at once (2k
+// lines and more) measured slower, the prefetches beyond the core's miss
+// slots dropped or evicting each other. Transient: the block's latent rows,
+// which the expansion reads all at the unit's start, and the rope keys.
 void GqaSparse::prefetch_group(int g, const Located& l) const {
-    for (int t = 0; t < l.n; ++t) {
-        if (a_->transient) {
-            if (g == 0) prefetch_bytes(row_at(src_.c, l, t, src_.c_page, 0, src_.r, es_), src_.r * int64_t(es_));
-        } else {
-            prefetch_bytes(row_at(src_.k1, l, t, src_.k1_page, g * src_.k1_group, src_.d1, es_),
-                           src_.d1 * int64_t(es_));
-            prefetch_bytes(row_at(src_.v, l, t, src_.v_page, g * src_.v_group, src_.dv, es_), src_.dv * int64_t(es_));
+    if (a_->transient) {
+        if (g != 0) return;
+        for (int t = 0; t < l.n; ++t) {
+            prefetch_bytes(row_at(src_.c, l, t, src_.c_page, 0, src_.r, es_), src_.r * int64_t(es_));
+            if (src_.d2 > 0)
+                prefetch_bytes(row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_), src_.d2 * int64_t(es_));
         }
+        return;
+    }
+    const int first = std::min(l.n, kGqaTokenBlock);
+    for (int t = 0; t < first; ++t) {
+        prefetch_bytes(row_at(src_.k1, l, t, src_.k1_page, g * src_.k1_group, src_.d1, es_), src_.d1 * int64_t(es_));
+        prefetch_bytes(row_at(src_.v, l, t, src_.v_page, g * src_.v_group, src_.dv, es_), src_.dv * int64_t(es_));
         if (g == 0 && src_.d2 > 0)
             prefetch_bytes(row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_), src_.d2 * int64_t(es_));
     }
@@ -217,7 +226,7 @@ void round_rows(const float* src, int64_t src_ld, char* dst, gqla_dtype t, int r
     for (int j = 0; j < rows; ++j) store_row_f32(src + j * src_ld, 1.0f, dst + size_t(j) * n * es, t, n);
 }
 
-// Up-projects the latent rows of the staged positions for group g into the
+// Up-projects the latent rows of the block's positions for group g into the
 // staged key and value rows (GQA_TRANSIENT), as the kept expanded cache
 // would hold them.
 void GqaSparse::expand_group(int g, const Located& l, const Area& ar) const {
@@ -243,6 +252,11 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar,
     std::fill(ar.m, ar.m + H_, kMaxFloor);
     std::fill(ar.l, ar.l + H_, 0.0f);
     const GqaAttendFn attend = ctx_->kernels->gqa_attend[d_.cache_dtype - 1];
+    if (a_->transient)  // the kernel reads the up-projected rows where expand_group writes them
+        for (int t = 0; t < kBlock; ++t) {
+            ar.k1_rows[t] = ar.k1 + size_t(t) * src_.d1 * es_;
+            ar.v_rows[t] = ar.v + size_t(t) * dv * es_;
+        }
     int64_t count = 0;
     int64_t i = i0;
     // Units (block, group) run in order; while one is attended, the rows of
@@ -255,14 +269,14 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar,
     while (cur->n > 0) {
         const int n = cur->n;
         count += n;
-        if (src_.d2 > 0) stage_rope(*cur, ar);
+        if (src_.d2 > 0) list_rope_rows(*cur, ar);
         locate(pt, d_.page_size, ar.pos, next_visible(q.list, &i, i1, q.limit, ar.pos), next);
-        for (int t = 0; t < n_rep_; ++t) ar.limit[t] = n - 1;  // every staged row is visible
+        for (int t = 0; t < n_rep_; ++t) ar.limit[t] = n - 1;  // every listed row is visible
         for (int g = 0; g < G_; ++g) {
             if (a_->transient)
                 expand_group(g, *cur, ar);
             else
-                stage_group(g, *cur, ar);
+                list_group_rows(g, *cur, ar);
             if (g + 1 < G_)
                 prefetch_group(g + 1, *cur);
             else if (next->n > 0)
@@ -273,19 +287,22 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar,
             it.q_ld = dk_;
             it.q_scale = ctx_->query_scale();
             it.row_limit = ar.limit;
-            it.page_table = kStagePage;
-            it.page_size = kBlock;
+            it.page_table = nullptr;  // gathered tokens: no pages
+            it.page_size = 0;
             it.t0 = 0;
             it.t1 = n;
-            it.k1 = ar.k1;
+            it.k1 = nullptr;  // the row lists instead
             it.k1_page_stride = 0;
             it.d1 = src_.d1;
-            it.k2 = ar.k2;
+            it.k2 = nullptr;
             it.k2_page_stride = 0;
             it.d2 = src_.d2;
-            it.v = ar.v;
+            it.v = nullptr;
             it.v_page_stride = 0;
             it.dv = dv;
+            it.k1_rows = ar.k1_rows;
+            it.k2_rows = ar.k2_rows;
+            it.v_rows = ar.v_rows;
             it.acc = ar.kacc;
             it.m = ar.km;
             it.l = ar.kl;

@@ -8,10 +8,10 @@
 
 template <int RB>
 static inline void expand_rows_tile_bf16(const uint16_t* lat, int r, const uint16_t* w, int N, float* out) {
+    const auto rows = run_rows(w, r);
     int n = 0;
-    for (; n + 4 <= N; n += 4)
-        score_tile<RB, 4, false>(lat, nullptr, r, 1.0f, w + int64_t(n) * r, r, nullptr, 0, out + n, N);
-    for (; n < N; ++n) score_tile<RB, 1, false>(lat, nullptr, r, 1.0f, w + int64_t(n) * r, r, nullptr, 0, out + n, N);
+    for (; n + 4 <= N; n += 4) score_tile<RB, 4, false>(lat, nullptr, r, 1.0f, rows.from(n), r, rows, 0, out + n, N);
+    for (; n < N; ++n) score_tile<RB, 1, false>(lat, nullptr, r, 1.0f, rows.from(n), r, rows, 0, out + n, N);
 }
 
 static void expand_latent_bf16(const ExpandItem& e) {

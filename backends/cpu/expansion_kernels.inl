@@ -13,8 +13,9 @@
 template <int WDT, int RB>
 static inline void expand_rows_tile(const float* lat, int r, const typename Elem<WDT>::T* w, int N, float* out) {
     int n = 0;
-    for (; n + 4 <= N; n += 4) gqa_score_tile<WDT, RB, 4>(lat, r, w + int64_t(n) * r, r, nullptr, 0, out + n, N);
-    for (; n < N; ++n) gqa_score_tile<WDT, RB, 1>(lat, r, w + int64_t(n) * r, r, nullptr, 0, out + n, N);
+    const auto rows = run_rows(w, r);
+    for (; n + 4 <= N; n += 4) gqa_score_tile<WDT, RB, 4>(lat, r, rows.from(n), r, rows, 0, out + n, N);
+    for (; n < N; ++n) gqa_score_tile<WDT, RB, 1>(lat, r, rows.from(n), r, rows, 0, out + n, N);
 }
 
 template <int DT>

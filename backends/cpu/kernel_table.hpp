@@ -108,6 +108,14 @@ struct GqaItem {
     int64_t k1_scale_page_stride = 0;
     const float* v_scale = nullptr;
     int64_t v_scale_page_stride = 0;
+    // Gathered tokens (sparse attention): when k1_rows is set, token t of
+    // [t0, t1) has its rows at k1_rows[t], k2_rows[t] (when d2 > 0) and
+    // v_rows[t], anywhere in memory; page_table, page_size and the page
+    // strides are then unused, and blocks are not cut at page ends.
+    // f32, f16 and bf16 caches only (8-bit caches need a scale per row).
+    const void* const* k1_rows = nullptr;
+    const void* const* k2_rows = nullptr;
+    const void* const* v_rows = nullptr;
 };
 
 // One work item of the absorb kernel: a block of query rows (heads x query
