@@ -132,12 +132,13 @@ public:
 private:
     Area area(float* base) const;
     void load_queries(const Query& q, float* q32) const;
-    void run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar, float* partial) const;
+    void run_item(const Query& q, int64_t i0, int64_t i1, int g0, int g1, const Area& ar, float* partial) const;
     void list_group_rows(int g, const Located& l, const Area& ar) const;
     void prefetch_group(int g, const Located& l) const;
     void list_rope_rows(const Located& l, const Area& ar) const;
     void expand_group(int g, const Located& l, const Area& ar) const;
-    void write_rows(const Query& q, const float* acc, const float* m, const float* l, int64_t count) const;
+    void write_rows(const Query& q, const float* acc, const float* m, const float* l, int64_t count, int h0,
+                    int h1) const;
     void merge(const Query& q, const float* parts, int pieces) const;
 
     CpuContext* ctx_;
@@ -245,7 +246,9 @@ void GqaSparse::expand_group(int g, const Located& l, const Area& ar) const {
     }
 }
 
-void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar, float* partial) const {
+// List entries [i0, i1) of query q for the KV groups [g0, g1): the heads
+// [g0 * n_rep, g1 * n_rep) of its output, or of its partial state.
+void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, int g0, int g1, const Area& ar, float* partial) const {
     const int dv = src_.dv;
     load_queries(q, ar.q);
     std::fill(ar.acc, ar.acc + int64_t(H_) * dv, 0.0f);
@@ -265,22 +268,22 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar,
     Located* cur = ar.rows;
     Located* next = ar.rows + 1;
     locate(pt, d_.page_size, ar.pos, next_visible(q.list, &i, i1, q.limit, ar.pos), cur);
-    if (cur->n > 0) prefetch_group(0, *cur);
+    if (cur->n > 0) prefetch_group(g0, *cur);
     while (cur->n > 0) {
         const int n = cur->n;
         count += n;
         if (src_.d2 > 0) list_rope_rows(*cur, ar);
         locate(pt, d_.page_size, ar.pos, next_visible(q.list, &i, i1, q.limit, ar.pos), next);
         for (int t = 0; t < n_rep_; ++t) ar.limit[t] = n - 1;  // every listed row is visible
-        for (int g = 0; g < G_; ++g) {
+        for (int g = g0; g < g1; ++g) {
             if (a_->transient)
                 expand_group(g, *cur, ar);
             else
                 list_group_rows(g, *cur, ar);
-            if (g + 1 < G_)
+            if (g + 1 < g1)
                 prefetch_group(g + 1, *cur);
             else if (next->n > 0)
-                prefetch_group(0, *next);
+                prefetch_group(g0, *next);
             GqaItem it;
             it.rows = n_rep_;
             it.q = ar.q + int64_t(g) * n_rep_ * dk_;
@@ -313,17 +316,22 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, const Area& ar,
         }
         std::swap(cur, next);
     }
+    const int h0 = g0 * n_rep_, h1 = g1 * n_rep_;
     if (partial == nullptr) {
-        write_rows(q, ar.acc, ar.m, ar.l, count);
+        write_rows(q, ar.acc, ar.m, ar.l, count, h0, h1);
         return;
     }
-    std::copy(ar.acc, ar.acc + int64_t(H_) * (dv + 2), partial);  // acc, m, l are contiguous
-    partial[int64_t(H_) * (dv + 2)] = static_cast<float>(count);
+    // acc [H][dv], m [H], l [H] and the count, as ar lays them out.
+    std::copy(ar.acc + int64_t(h0) * dv, ar.acc + int64_t(h1) * dv, partial + int64_t(h0) * dv);
+    std::copy(ar.m + h0, ar.m + h1, partial + int64_t(H_) * dv + h0);
+    std::copy(ar.l + h0, ar.l + h1, partial + int64_t(H_) * (dv + 1) + h0);
+    if (g0 == 0) partial[int64_t(H_) * (dv + 2)] = static_cast<float>(count);  // the same for every group
 }
 
-void GqaSparse::write_rows(const Query& q, const float* acc, const float* m, const float* l, int64_t count) const {
+void GqaSparse::write_rows(const Query& q, const float* acc, const float* m, const float* l, int64_t count, int h0,
+                           int h1) const {
     const int dv = src_.dv;
-    for (int h = 0; h < H_; ++h) {
+    for (int h = h0; h < h1; ++h) {
         // No visible entry: o = 0 (acc holds zeros), lse = -inf.
         const float mul = count > 0 ? 1.0f / l[h] : 0.0f;
         store_row_f32(acc + int64_t(h) * dv, mul, rows_.o(q.b, q.k, h), d_.io_dtype, dv);
@@ -344,7 +352,7 @@ void GqaSparse::merge(const Query& q, const float* parts, int pieces) const {
         fold_into_state(H_, dv, x, x + acc_n, x + acc_n + H_, sum, sum + acc_n, sum + acc_n + H_);
         count += static_cast<int64_t>(x[acc_n + 2 * H_]);
     }
-    write_rows(q, sum, sum + acc_n, sum + acc_n + H_, count);
+    write_rows(q, sum, sum + acc_n, sum + acc_n + H_, count, 0, H_);
 }
 
 gqla_status GqaSparse::run() {
@@ -368,12 +376,18 @@ gqla_status GqaSparse::run() {
     for (int64_t q0 = 0; q0 < total_q; q0 += chunk_q) {
         const int64_t nq = std::min(chunk_q, total_q - q0);
         const int pieces = plan_pieces(nq, K, threads);
-        pool.parallel_for(nq * pieces, 1, [&](int64_t first, int64_t end, int tid) {
+        // Lists too short to cut (a single decode step with a small K) leave
+        // threads idle: their KV groups are then split between threads.
+        const int64_t units = nq * pieces;
+        const int parts = units >= threads ? 1 : static_cast<int>(std::min<int64_t>(G_, (threads + units - 1) / units));
+        pool.parallel_for(units * parts, 1, [&](int64_t first, int64_t end, int tid) {
             const Area ar = area(areas + area_floats * size_t(tid));
             for (int64_t item = first; item < end; ++item) {
-                const int64_t qi = item / pieces, p = item % pieces;
-                float* part = pieces > 1 ? partials + item * partial_floats_ : nullptr;
-                run_item(queries[q0 + qi], K * p / pieces, K * (p + 1) / pieces, ar, part);
+                const int64_t unit = item / parts, gp = item % parts;
+                const int64_t qi = unit / pieces, p = unit % pieces;
+                float* part = pieces > 1 ? partials + unit * partial_floats_ : nullptr;
+                run_item(queries[q0 + qi], K * p / pieces, K * (p + 1) / pieces, static_cast<int>(G_ * gp / parts),
+                         static_cast<int>(G_ * (gp + 1) / parts), ar, part);
             }
         });
         if (pieces < 2) continue;

@@ -121,6 +121,30 @@ TEST_CASE("sparse attention over long lists splits them across threads and merge
     }
 }
 
+TEST_CASE("sparse attention in the GQA form splits one short list's KV groups across threads") {
+    // One query whose list is too short to cut into pieces (2 threads), or
+    // cut into fewer pieces than threads (5): each piece's groups are split
+    // between threads, which write disjoint heads of its output or partial.
+    for (Form form : {Form::Gqa, Form::GqlaGqaKept, Form::Transient})
+        for (int threads : {2, 5}) {
+            CAPTURE(sparse_test::form_label(form));
+            CAPTURE(threads);
+            gqla_config cfg = config_for(form, GQLA_DTYPE_BF16);
+            cfg.num_threads = threads;
+            Fixture fx(cfg, form);
+            const sparse_test::Seq& s = fx.add(900);
+            for (int32_t topk : {100, 600}) {
+                CAPTURE(topk);
+                std::vector<int32_t> idx = fx.lists(s, 1, topk);
+                CHECK_SPARSE(fx, fx.call({0}, {1}, topk, idx, false));
+                idx = fx.lists(s, 1, topk, 0);  // no visible entry
+                const CallCheck r = fx.call({0}, {1}, topk, idx, true);
+                CHECK_SPARSE(fx, r);
+                CHECK(r.empty_rows == fx.config().num_heads);
+            }
+        }
+}
+
 TEST_CASE("sparse attention over more query rows than one chunk, the last chunk split across threads") {
     for (Form form : {Form::Absorb, Form::Transient}) {
         CAPTURE(sparse_test::form_label(form));
