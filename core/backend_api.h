@@ -54,6 +54,7 @@ extern "C" {
 #define GQLA_BACKEND_FEATURE_FP8_CACHE 1u   /* desc.cache_dtype GQLA_DTYPE_FP8_E4M3 */
 #define GQLA_BACKEND_FEATURE_SPARSE 2u      /* gqla_decode_args.indices */
 #define GQLA_BACKEND_FEATURE_DROP_LATENT 4u /* desc.keep_latent == 0 */
+#define GQLA_BACKEND_FEATURE_SPARSE_FP8 8u  /* indices over an FP8_E4M3 cache */
 
 /* Name of the function libgqla_cuda.so exports:
  *   const gqla_backend_vtable* gqla_cuda_backend_get(uint32_t abi_version);

@@ -132,9 +132,7 @@ SparseIndices check_sparse_indices(const Session::AttentionCall& c, const CallQu
     const bool ragged = c.q_lens != nullptr;
     backend.require_feature(GQLA_BACKEND_FEATURE_SPARSE, "indices (sparse attention)");
     if (cfg.cache_dtype == GQLA_DTYPE_FP8_E4M3)
-        fail(GQLA_ERR_UNSUPPORTED,
-             "indices: sparse attention over an fp8_e4m3 cache is not supported (f32, f16 "
-             "and bf16 caches are)");
+        backend.require_feature(GQLA_BACKEND_FEATURE_SPARSE_FP8, "indices (sparse attention) over an fp8_e4m3 cache");
     const IndexSpec spec{"indices", queries.total_q, ragged ? 0 : c.batch, ragged ? 0 : queries.s_q};
     r.view = check_index_tensor(c.indices, spec, where);
     r.topk = static_cast<int32_t>(r.view.shape[1]);

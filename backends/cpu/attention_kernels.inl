@@ -240,6 +240,7 @@ static const KernelTable& make_table(Isa isa, const char* name) {
         gemm_any<GQLA_DTYPE_F32>,
         gemm_any<GQLA_DTYPE_BF16>,
         fp8_rows_to_f32,
+        fp8_rows_to_bf16,
     };
     return table;
 }

@@ -304,7 +304,8 @@ const gqla_backend_vtable kCpuVtable = {
     nullptr,  // synchronize: every call is synchronous
     efficiency,
     cpu_read_rows,
-    GQLA_BACKEND_FEATURE_DROP_LATENT | GQLA_BACKEND_FEATURE_FP8_CACHE | GQLA_BACKEND_FEATURE_SPARSE,  // features
+    GQLA_BACKEND_FEATURE_DROP_LATENT | GQLA_BACKEND_FEATURE_FP8_CACHE | GQLA_BACKEND_FEATURE_SPARSE |
+        GQLA_BACKEND_FEATURE_SPARSE_FP8,  // features
 };
 
 }  // namespace

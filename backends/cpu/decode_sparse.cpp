@@ -71,8 +71,8 @@ bool reserve(AlignedBuffer& b, size_t bytes) {
 gqla_status decode_sparse(CpuContext* ctx, const gqla_decode_args* a) {
     const gqla_backend_desc& d = ctx->desc;
     const int dt = d.cache_dtype;
-    if (dt != GQLA_DTYPE_F32 && dt != GQLA_DTYPE_F16 && dt != GQLA_DTYPE_BF16)
-        return fail(ctx, GQLA_ERR_UNSUPPORTED, "decode: sparse attention needs an f32, f16 or bf16 cache");
+    if (dt != GQLA_DTYPE_F32 && dt != GQLA_DTYPE_F16 && dt != GQLA_DTYPE_BF16 && dt != GQLA_DTYPE_FP8_E4M3)
+        return fail(ctx, GQLA_ERR_UNSUPPORTED, "decode: sparse attention needs an f32, f16, bf16 or fp8_e4m3 cache");
     if (a->indices.on_device || a->indices.dtype != GQLA_DTYPE_I32 || a->topk < 1)
         return fail(ctx, GQLA_ERR_INVALID_ARGUMENT, "decode: indices must be a host I32 [total_q, topk] view");
     if (d.kind == GQLA_KIND_GQA) return sparse_gqa_form(ctx, a);

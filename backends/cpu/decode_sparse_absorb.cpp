@@ -31,7 +31,7 @@ constexpr int kGemvCols = 256;
 constexpr int kAbsorbCallTokens = 128;
 
 struct Area {
-    char* c;   // staged latent rows [kBlock][r], cache dtype
+    char* c;   // staged latent rows [kBlock][r], in the kernel's dtype (the cache's; bf16 for 8-bit caches)
     char* kr;  // [kBlock][d_r]
     float* ctile;
     float* stile;
@@ -76,7 +76,12 @@ public:
           lw_(ctx->weights[static_cast<size_t>(a->layer)]) {
         Hpad_ = static_cast<int>(round16(H_));
         RB_ = std::min(kAbsorbMaxRowBlock, Hpad_);
-        es_ = ctx->elem_size;
+        // 8-bit caches: the latent rows are widened with their block scales
+        // into bf16 staging and read by the bf16 kernel (kr is bf16 already).
+        wdt_ = ctx->fp8() ? GQLA_DTYPE_BF16 : d_.cache_dtype;
+        es_ = dtype_size(wdt_);
+        c_es_ = ctx->kept[0].elem;
+        kr_es_ = ctx->kept[1].elem;
         cpool_ = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], a->layer));
         krpool_ = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], a->layer));
         state_floats_ = int64_t(r_) * Hpad_ + 2 * int64_t(Hpad_);
@@ -105,7 +110,9 @@ private:
     const CallRows rows_;
     const LayerWeights& lw_;
     int Hpad_, RB_;
-    size_t es_;
+    gqla_dtype wdt_;       // the kernel's element type (and the staged rows')
+    size_t es_;            // its size
+    size_t c_es_, kr_es_;  // the pools' element sizes
     const char* cpool_;
     const char* krpool_;
     int64_t state_floats_, partial_floats_, area_floats_;
@@ -143,18 +150,25 @@ Area AbsorbSparse::area(float* base) const {
     return ar;
 }
 
-// Copies the latent rows c and kr of a block.
+// Copies the latent rows c and kr of a block (8-bit caches: c widened).
 void AbsorbSparse::stage(const Located& l, const Area& ar) const {
-    const size_t c_bytes = size_t(r_) * es_, kr_bytes = size_t(dr_) * es_;
+    const Pool& cp = ctx_->kept[0];
+    const size_t c_bytes = size_t(r_) * es_, kr_bytes = size_t(dr_) * kr_es_;
     for (int t = 0; t < l.n; ++t) {
         if (t + kPrefetchAhead < l.n) {
-            prefetch_bytes(row_at(cpool_, l, t + kPrefetchAhead, ctx_->kept[0].page_elems, 0, r_, es_),
-                           int64_t(c_bytes));
-            prefetch_bytes(row_at(krpool_, l, t + kPrefetchAhead, ctx_->kept[1].page_elems, 0, dr_, es_),
+            prefetch_bytes(row_at(cpool_, l, t + kPrefetchAhead, cp.page_elems, 0, r_, c_es_), r_ * int64_t(c_es_));
+            prefetch_bytes(row_at(krpool_, l, t + kPrefetchAhead, ctx_->kept[1].page_elems, 0, dr_, kr_es_),
                            int64_t(kr_bytes));
         }
-        copy_row(ar.c + t * c_bytes, row_at(cpool_, l, t, ctx_->kept[0].page_elems, 0, r_, es_), c_bytes);
-        copy_row(ar.kr + t * kr_bytes, row_at(krpool_, l, t, ctx_->kept[1].page_elems, 0, dr_, es_), kr_bytes);
+        const char* c = row_at(cpool_, l, t, cp.page_elems, 0, r_, c_es_);
+        if (ctx_->fp8()) {
+            ctx_->kernels->fp8_rows_bf16(reinterpret_cast<const uint8_t*>(c), r_,
+                                         cp.scales(cpool_, l.page[t], l.slot[t]), kFp8LatentBlockElems,
+                                         reinterpret_cast<uint16_t*>(ar.c + t * c_bytes));
+        } else {
+            copy_row(ar.c + t * c_bytes, c, c_bytes);
+        }
+        copy_row(ar.kr + t * kr_bytes, row_at(krpool_, l, t, ctx_->kept[1].page_elems, 0, dr_, kr_es_), kr_bytes);
     }
 }
 
@@ -162,8 +176,8 @@ void AbsorbSparse::stage(const Located& l, const Area& ar) const {
 // arrives piece by piece while this one is attended.
 void AbsorbSparse::prefetch_part(const Located& l, int part, int parts) const {
     for (int t = l.n * part / parts; t < l.n * (part + 1) / parts; ++t) {
-        prefetch_bytes(row_at(cpool_, l, t, ctx_->kept[0].page_elems, 0, r_, es_), r_ * int64_t(es_));
-        prefetch_bytes(row_at(krpool_, l, t, ctx_->kept[1].page_elems, 0, dr_, es_), dr_ * int64_t(es_));
+        prefetch_bytes(row_at(cpool_, l, t, ctx_->kept[0].page_elems, 0, r_, c_es_), r_ * int64_t(c_es_));
+        prefetch_bytes(row_at(krpool_, l, t, ctx_->kept[1].page_elems, 0, dr_, kr_es_), dr_ * int64_t(kr_es_));
     }
 }
 
@@ -171,7 +185,7 @@ void AbsorbSparse::run_item(int64_t qi, const Query& q, int64_t i0, int64_t i1, 
     std::fill(ar.acc, ar.acc + int64_t(r_) * Hpad_, 0.0f);
     std::fill(ar.m, ar.m + Hpad_, kMaxFloor);
     std::fill(ar.l, ar.l + Hpad_, 0.0f);
-    const AbsorbAttendFn attend = ctx_->kernels->absorb_attend[d_.cache_dtype - 1];
+    const AbsorbAttendFn attend = ctx_->kernels->absorb_attend[wdt_ - 1];
     const float* qt = QT_ + qi * int64_t(K_) * Hpad_;
     int64_t count = 0;
     int64_t i = i0;

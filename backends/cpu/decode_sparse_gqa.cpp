@@ -24,20 +24,29 @@ namespace {
 using namespace sparse;
 
 // Where the rows of one group live: key segment 1 (K, or the expanded KC),
-// the shared segment 2 (kr; absent for the GQA kind) and the value (V, VE).
+// the shared segment 2 (kr; absent for the GQA kind) and the value (V, VE);
+// each pool's element size (an 8-bit cache keeps kr in bf16) and, for 8-bit
+// pools, where their scales are.
 struct Source {
     const char* k1;
     int64_t k1_page, k1_group;
     int d1;
+    size_t k1_es;
+    const Pool* k1_pool;
     const char* k2;
     int64_t k2_page;
     int d2;
+    size_t k2_es;
     const char* v;
     int64_t v_page, v_group;
     int dv;
+    size_t v_es;
+    const Pool* v_pool;
     const char* c;
     int64_t c_page;
     int r;  // transient: the latent
+    size_t c_es;
+    const Pool* c_pool;
 };
 
 Source source_of(const CpuContext* ctx, const gqla_decode_args* a) {
@@ -45,13 +54,20 @@ Source source_of(const CpuContext* ctx, const gqla_decode_args* a) {
     const int64_t P = d.page_size;
     const auto base = [&](const Pool& p) { return static_cast<const char*>(ctx->pool_layer(p, a->layer)); };
     Source s{};
+    const auto key_and_value = [&](const Pool& k, const Pool& v) {
+        s.k1 = base(k);
+        s.k1_page = k.page_elems;
+        s.k1_es = k.elem;
+        s.k1_pool = &k;
+        s.v = base(v);
+        s.v_page = v.page_elems;
+        s.v_es = v.elem;
+        s.v_pool = &v;
+    };
     if (d.kind == GQLA_KIND_GQA) {
-        s.k1 = base(ctx->kept[0]);
-        s.k1_page = ctx->kept[0].page_elems;
+        key_and_value(ctx->kept[0], ctx->kept[1]);
         s.k1_group = P * d.head_dim;
         s.d1 = d.head_dim;
-        s.v = base(ctx->kept[1]);
-        s.v_page = ctx->kept[1].page_elems;
         s.v_group = P * d.value_dim;
         s.dv = d.value_dim;
         return s;
@@ -60,26 +76,26 @@ Source source_of(const CpuContext* ctx, const gqla_decode_args* a) {
     s.k1_group = P * d.nope_dim;
     s.k2 = base(ctx->kept[1]);
     s.k2_page = ctx->kept[1].page_elems;
+    s.k2_es = ctx->kept[1].elem;
     s.d2 = d.rope_dim;
     s.dv = d.value_dim;
     s.v_group = P * d.value_dim;
     if (a->transient) {
         s.c = base(ctx->kept[0]);
         s.c_page = ctx->kept[0].page_elems;
+        s.c_es = ctx->kept[0].elem;
+        s.c_pool = &ctx->kept[0];
         s.r = d.latent_dim;
     } else {
-        s.k1 = base(ctx->expanded[0]);
-        s.k1_page = ctx->expanded[0].page_elems;
-        s.v = base(ctx->expanded[1]);
-        s.v_page = ctx->expanded[1].page_elems;
+        key_and_value(ctx->expanded[0], ctx->expanded[1]);
     }
     return s;
 }
 
 // Floats of each part of a thread's area.
 struct AreaSizes {
-    int64_t q, state, kout, limits, kscratch, pos, row_lists, stage, expand;
-    int64_t total() const { return q + state + kout + limits + kscratch + pos + row_lists + stage + expand; }
+    int64_t q, state, kout, limits, kscratch, pos, row_lists, stage, expand, widen;
+    int64_t total() const { return q + state + kout + limits + kscratch + pos + row_lists + stage + expand + widen; }
 };
 
 struct Area {
@@ -98,9 +114,10 @@ struct Area {
     const void** k1_rows;
     const void** k2_rows;
     const void** v_rows;
-    char* k1;  // transient: up-projected rows in the cache dtype, [kBlock][d1], [kBlock][dv]
+    char* k1;  // staged rows in the kernel's dtype (transient, 8-bit caches): [kBlock][d1], [kBlock][dv]
     char* v;
     float* expand;  // transient: the expansion's scratch, then its f32 rows [kExpandTokens][d1 + dv]
+    float* widen;   // transient over an 8-bit cache: f32 latent rows [kExpandTokens][r], e4m3 times scales
 };
 
 class GqaSparse {
@@ -111,7 +128,11 @@ public:
         G_ = d_.num_kv_heads;
         n_rep_ = H_ / G_;
         dk_ = src_.d1 + src_.d2;
-        es_ = ctx->elem_size;
+        // 8-bit caches: rows widened (times their scales) into bf16 staging,
+        // read by the bf16 kernel; the rope key is bf16 in the cache already.
+        wdt_ = ctx->fp8() ? GQLA_DTYPE_BF16 : d_.cache_dtype;
+        wes_ = dtype_size(wdt_);
+        staged_ = a->transient || ctx->fp8();
         if (a->transient) lw_ = &ctx->weights[static_cast<size_t>(a->layer)];
         const int64_t N = src_.d1 + src_.dv;
         sz_.q = round16(int64_t(H_) * dk_);
@@ -121,9 +142,9 @@ public:
         sz_.kscratch = gqa_scratch_floats(n_rep_, dk_);
         sz_.pos = round16(kBlock + 2 * int64_t(sizeof(Located)) / 4);
         sz_.row_lists = round16(3 * int64_t(kBlock) * int64_t(sizeof(void*)) / 4);
-        sz_.stage =
-            a->transient ? round16((int64_t(kBlock) * (src_.d1 + src_.dv) * static_cast<int64_t>(es_) + 3) / 4) : 0;
+        sz_.stage = staged_ ? round16((int64_t(kBlock) * (src_.d1 + src_.dv) * static_cast<int64_t>(wes_) + 3) / 4) : 0;
         sz_.expand = a->transient ? expand_scratch_floats(src_.r, N) + round16(N * int64_t(kExpandTokens)) : 0;
+        sz_.widen = ctx->fp8() && a->transient ? round16(int64_t(kExpandTokens) * src_.r) : 0;
         partial_floats_ = round16(int64_t(H_) * (src_.dv + 2) + 1);
     }
 
@@ -134,6 +155,7 @@ private:
     void load_queries(const Query& q, float* q32) const;
     void run_item(const Query& q, int64_t i0, int64_t i1, int g0, int g1, const Area& ar, float* partial) const;
     void list_group_rows(int g, const Located& l, const Area& ar) const;
+    void stage_group_fp8(int g, const Located& l, const Area& ar) const;
     void prefetch_group(int g, const Located& l) const;
     void list_rope_rows(const Located& l, const Area& ar) const;
     void expand_group(int g, const Located& l, const Area& ar) const;
@@ -148,7 +170,9 @@ private:
     const Source src_;
     const LayerWeights* lw_ = nullptr;
     int H_, G_, n_rep_, dk_;
-    size_t es_;
+    gqla_dtype wdt_;  // the kernel's element type (and the staged rows')
+    size_t wes_;
+    bool staged_;  // the kernel reads staged key and value rows
     AreaSizes sz_;
     int64_t partial_floats_;
 };
@@ -170,8 +194,9 @@ Area GqaSparse::area(float* base) const {
     ar.k2_rows = ar.k1_rows + kBlock;
     ar.v_rows = ar.k2_rows + kBlock;
     ar.k1 = reinterpret_cast<char*>(ar.kscratch + sz_.kscratch + sz_.pos + sz_.row_lists);
-    ar.v = ar.k1 + size_t(kBlock) * src_.d1 * es_;
+    ar.v = ar.k1 + size_t(kBlock) * src_.d1 * wes_;
     ar.expand = reinterpret_cast<float*>(ar.k1) + sz_.stage;
+    ar.widen = ar.expand + sz_.expand;
     return ar;
 }
 
@@ -185,13 +210,36 @@ void GqaSparse::load_queries(const Query& q, float* q32) const {
 void GqaSparse::list_group_rows(int g, const Located& l, const Area& ar) const {
     const int64_t kg = g * src_.k1_group, vg = g * src_.v_group;
     for (int t = 0; t < l.n; ++t) {
-        ar.k1_rows[t] = row_at(src_.k1, l, t, src_.k1_page, kg, src_.d1, es_);
-        ar.v_rows[t] = row_at(src_.v, l, t, src_.v_page, vg, src_.dv, es_);
+        ar.k1_rows[t] = row_at(src_.k1, l, t, src_.k1_page, kg, src_.d1, src_.k1_es);
+        ar.v_rows[t] = row_at(src_.v, l, t, src_.v_page, vg, src_.dv, src_.v_es);
+    }
+}
+
+// 8-bit caches: group g's key and value rows of the block, widened with
+// their (token, group) scales into the staged bf16 rows.
+void GqaSparse::stage_group_fp8(int g, const Located& l, const Area& ar) const {
+    const int64_t P = d_.page_size;
+    const auto widen = [&](const char* pool, const Pool& p, int64_t page_elems, int width, int t, char* dst) {
+        const int64_t row = int64_t(g) * P + l.slot[t];  // scales: one per (group, slot) of a page
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(row_at(pool, l, t, page_elems, g * P * width, width, 1));
+        ctx_->kernels->fp8_rows_bf16(src, width, p.scales(pool, l.page[t], row), width,
+                                     reinterpret_cast<uint16_t*>(dst));
+    };
+    for (int t = 0; t < l.n; ++t) {
+        if (t + kPrefetchAhead < l.n) {  // what prefetch_group did not bring yet
+            const int u = t + kPrefetchAhead;
+            prefetch_bytes(row_at(src_.k1, l, u, src_.k1_page, g * src_.k1_group, src_.d1, 1), src_.d1);
+            prefetch_bytes(row_at(src_.v, l, u, src_.v_page, g * src_.v_group, src_.dv, 1), src_.dv);
+            prefetch_bytes(src_.k1_pool->scales(src_.k1, l.page[u], int64_t(g) * P + l.slot[u]), 4);
+            prefetch_bytes(src_.v_pool->scales(src_.v, l.page[u], int64_t(g) * P + l.slot[u]), 4);
+        }
+        widen(src_.k1, *src_.k1_pool, src_.k1_page, src_.d1, t, ar.k1 + size_t(t) * src_.d1 * wes_);
+        widen(src_.v, *src_.v_pool, src_.v_page, src_.dv, t, ar.v + size_t(t) * src_.dv * wes_);
     }
 }
 
 void GqaSparse::list_rope_rows(const Located& l, const Area& ar) const {
-    for (int t = 0; t < l.n; ++t) ar.k2_rows[t] = row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_);
+    for (int t = 0; t < l.n; ++t) ar.k2_rows[t] = row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, src_.k2_es);
 }
 
 // Prefetches the rows the unit (block l, group g) will read first, so that
@@ -206,30 +254,42 @@ void GqaSparse::prefetch_group(int g, const Located& l) const {
     if (a_->transient) {
         if (g != 0) return;
         for (int t = 0; t < l.n; ++t) {
-            prefetch_bytes(row_at(src_.c, l, t, src_.c_page, 0, src_.r, es_), src_.r * int64_t(es_));
+            prefetch_bytes(row_at(src_.c, l, t, src_.c_page, 0, src_.r, src_.c_es), src_.r * int64_t(src_.c_es));
             if (src_.d2 > 0)
-                prefetch_bytes(row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_), src_.d2 * int64_t(es_));
+                prefetch_bytes(row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, src_.k2_es),
+                               src_.d2 * int64_t(src_.k2_es));
         }
         return;
     }
-    const int first = std::min(l.n, kGqaTokenBlock);
+    // Staged 8-bit rows are read by stage_group_fp8, not by the kernel (whose
+    // prefetches cover the staging): all of them.
+    const int first = ctx_->fp8() ? l.n : std::min(l.n, kGqaTokenBlock);
     for (int t = 0; t < first; ++t) {
-        prefetch_bytes(row_at(src_.k1, l, t, src_.k1_page, g * src_.k1_group, src_.d1, es_), src_.d1 * int64_t(es_));
-        prefetch_bytes(row_at(src_.v, l, t, src_.v_page, g * src_.v_group, src_.dv, es_), src_.dv * int64_t(es_));
+        prefetch_bytes(row_at(src_.k1, l, t, src_.k1_page, g * src_.k1_group, src_.d1, src_.k1_es),
+                       src_.d1 * int64_t(src_.k1_es));
+        prefetch_bytes(row_at(src_.v, l, t, src_.v_page, g * src_.v_group, src_.dv, src_.v_es),
+                       src_.dv * int64_t(src_.v_es));
         if (g == 0 && src_.d2 > 0)
-            prefetch_bytes(row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, es_), src_.d2 * int64_t(es_));
+            prefetch_bytes(row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, src_.k2_es), src_.d2 * int64_t(src_.k2_es));
     }
 }
 
 // f32 rows to the cache dtype, as the kept expanded cache rounds them.
 void round_rows(const float* src, int64_t src_ld, char* dst, gqla_dtype t, int rows, int n) {
     const size_t es = dtype_size(t);
-    for (int j = 0; j < rows; ++j) store_row_f32(src + j * src_ld, 1.0f, dst + size_t(j) * n * es, t, n);
+    for (int j = 0; j < rows; ++j) {
+        char* d = dst + size_t(j) * n * es;
+        if (t == GQLA_DTYPE_BF16)
+            round_row_bf16(src + j * src_ld, reinterpret_cast<uint16_t*>(d), n);
+        else
+            store_row_f32(src + j * src_ld, 1.0f, d, t, n);
+    }
 }
 
 // Up-projects the latent rows of the block's positions for group g into the
 // staged key and value rows (GQA_TRANSIENT), as the kept expanded cache
-// would hold them.
+// would hold them - in bf16 for an 8-bit cache, as the dense transient form
+// keeps them (docs/fp8-cache.md).
 void GqaSparse::expand_group(int g, const Located& l, const Area& ar) const {
     const int r = src_.r, dc = src_.d1, dv = src_.dv, N = dc + dv;
     const gqla_dtype cdt = d_.cache_dtype;
@@ -239,10 +299,21 @@ void GqaSparse::expand_group(int g, const Located& l, const Area& ar) const {
     for (int t0 = 0; t0 < l.n; t0 += kExpandTokens) {
         const int n = std::min(kExpandTokens, l.n - t0);
         const void* latent[kExpandTokens];
-        for (int j = 0; j < n; ++j) latent[j] = row_at(src_.c, l, t0 + j, src_.c_page, 0, r, es_);
-        expand_latent_rows(ctx_, lw, g, n, latent, cdt, out, ar.expand);
-        round_rows(out, N, ar.k1 + size_t(t0) * dc * es_, cdt, n, dc);
-        round_rows(out + dc, N, ar.v + size_t(t0) * dv * es_, cdt, n, dv);
+        gqla_dtype ldt = cdt;
+        for (int j = 0; j < n; ++j) latent[j] = row_at(src_.c, l, t0 + j, src_.c_page, 0, r, src_.c_es);
+        if (ctx_->fp8()) {  // e4m3 rows widened with their block scales, up-projected as f32
+            for (int j = 0; j < n; ++j) {
+                float* row = ar.widen + int64_t(j) * r;
+                ctx_->kernels->fp8_rows(static_cast<const uint8_t*>(latent[j]), r,
+                                        src_.c_pool->scales(src_.c, l.page[t0 + j], l.slot[t0 + j]),
+                                        kFp8LatentBlockElems, row);
+                latent[j] = row;
+            }
+            ldt = GQLA_DTYPE_F32;
+        }
+        expand_latent_rows(ctx_, lw, g, n, latent, ldt, out, ar.expand);
+        round_rows(out, N, ar.k1 + size_t(t0) * dc * wes_, wdt_, n, dc);
+        round_rows(out + dc, N, ar.v + size_t(t0) * dv * wes_, wdt_, n, dv);
     }
 }
 
@@ -254,11 +325,11 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, int g0, int g1,
     std::fill(ar.acc, ar.acc + int64_t(H_) * dv, 0.0f);
     std::fill(ar.m, ar.m + H_, kMaxFloor);
     std::fill(ar.l, ar.l + H_, 0.0f);
-    const GqaAttendFn attend = ctx_->kernels->gqa_attend[d_.cache_dtype - 1];
-    if (a_->transient)  // the kernel reads the up-projected rows where expand_group writes them
+    const GqaAttendFn attend = ctx_->kernels->gqa_attend[wdt_ - 1];
+    if (staged_)  // the kernel reads the rows where expand_group or stage_group_fp8 writes them
         for (int t = 0; t < kBlock; ++t) {
-            ar.k1_rows[t] = ar.k1 + size_t(t) * src_.d1 * es_;
-            ar.v_rows[t] = ar.v + size_t(t) * dv * es_;
+            ar.k1_rows[t] = ar.k1 + size_t(t) * src_.d1 * wes_;
+            ar.v_rows[t] = ar.v + size_t(t) * dv * wes_;
         }
     int64_t count = 0;
     int64_t i = i0;
@@ -278,6 +349,8 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, int g0, int g1,
         for (int g = g0; g < g1; ++g) {
             if (a_->transient)
                 expand_group(g, *cur, ar);
+            else if (ctx_->fp8())
+                stage_group_fp8(g, *cur, ar);
             else
                 list_group_rows(g, *cur, ar);
             if (g + 1 < g1)

@@ -61,18 +61,6 @@ Slot slot_at(const CpuContext* ctx, int s) {
     return sl;
 }
 
-// f32 rows to bf16 exactly as f32_to_bf16 rounds the kept expanded cache
-// (nearest even, NaN kept quiet), written branch-free so it vectorizes.
-void round_row_bf16(const float* src, uint16_t* dst, int n) {
-    for (int k = 0; k < n; ++k) {
-        uint32_t u;
-        std::memcpy(&u, src + k, 4);
-        const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        const uint32_t quiet_nan = (u >> 16) | 0x40u;
-        dst[k] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
-    }
-}
-
 void round_row(const float* src, void* dst, gqla_dtype t, int n) {
     if (t == GQLA_DTYPE_BF16)
         round_row_bf16(src, static_cast<uint16_t*>(dst), n);

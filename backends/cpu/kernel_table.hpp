@@ -194,6 +194,9 @@ using GemmBf16Fn = void (*)(int M, int N, int K, const float* A, int64_t lda, co
 // dst[k] = e4m3 src[k] * scales[k / block] for k < n (8-bit cache rows to
 // f32: expansion and up-projection inputs).
 using Fp8RowFn = void (*)(const uint8_t* src, int n, const float* scales, int block, float* dst);
+// The same rows rounded to bf16 (nearest even, as f32_to_bf16): sparse calls
+// over an 8-bit cache widen their listed rows into bf16 staging.
+using Fp8RowBf16Fn = void (*)(const uint8_t* src, int n, const float* scales, int block, uint16_t* dst);
 
 struct KernelTable {
     Isa isa;
@@ -211,6 +214,7 @@ struct KernelTable {
     GemmFn gemm;
     GemmBf16Fn gemm_bf16;
     Fp8RowFn fp8_rows;
+    Fp8RowBf16Fn fp8_rows_bf16;
 };
 
 const KernelTable& scalar_kernels();

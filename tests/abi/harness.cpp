@@ -84,6 +84,7 @@ double dtype_bound(gqla_dtype t) {
         case GQLA_DTYPE_F16:
             return 2e-3;
         case GQLA_DTYPE_BF16:
+        case GQLA_DTYPE_FP8_E4M3:  // against the rows as stored: the bf16 bound (docs/fp8-cache.md)
             return 1e-2;
         default:
             break;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "fp8_support.hpp"
 #include "tests/reference/reference.hpp"
 #include "tests/reference/reference_sparse.hpp"
 
@@ -42,6 +43,7 @@ gqla_device_type g_device = GQLA_DEVICE_CPU;
 }  // namespace
 
 void use_device(gqla_device_type device) { g_device = device; }
+gqla_device_type device() { return g_device; }
 
 Fixture::Fixture(const gqla_config& cfg, Form form) : cfg_(cfg), form_(form), pick_(rng_.seed() ^ 0x5eedu) {
     cfg_.device = g_device;
@@ -108,13 +110,60 @@ Seq& Fixture::add(int64_t length) {
         gqla_tensor at = f32_tensor(af, as), bt = f32_tensor(bf, bs);
         INFO("gqla_append: " << gqla_last_error_message());
         REQUIRE(gqla_append(s_, 0, s.id, &at, &bt) == GQLA_OK);
-        for (float x : af) s.a.push_back(abi::as_stored(x, cfg_.cache_dtype));
-        for (float x : bf) s.b.push_back(abi::as_stored(x, cfg_.cache_dtype));
+        if (cfg_.cache_dtype == GQLA_DTYPE_FP8_E4M3) {
+            store_fp8(af, bf, n, &s);
+        } else {
+            for (float x : af) s.a.push_back(abi::as_stored(x, cfg_.cache_dtype));
+            for (float x : bf) s.b.push_back(abi::as_stored(x, cfg_.cache_dtype));
+        }
         done += n;
     }
     s.length = length;
     seqs_.push_back(std::move(s));
     return seqs_.back();
+}
+
+// An 8-bit cache's rows as stored (docs/fp8-cache.md): GQA K and V scaled
+// per (token, KV head); the latent per (token, 128-element block), kr bf16.
+void Fixture::store_fp8(const std::vector<float>& af, const std::vector<float>& bf, int64_t n, Seq* s) const {
+    const size_t a0 = s->a.size(), b0 = s->b.size();
+    s->a.insert(s->a.end(), af.begin(), af.end());
+    s->b.insert(s->b.end(), bf.begin(), bf.end());
+    double* a = s->a.data() + a0;
+    double* b = s->b.data() + b0;
+    if (cfg_.kind == GQLA_KIND_GQA) {
+        fp8test::fake_quantize_blocks(a, static_cast<int>(af.size()), cfg_.head_dim, a);
+        fp8test::fake_quantize_blocks(b, static_cast<int>(bf.size()), cfg_.value_dim, b);
+        return;
+    }
+    const int r = cfg_.latent_dim;
+    for (int64_t j = 0; j < n; ++j) fp8test::fake_quantize_blocks(a + j * r, r, 128, a + j * r);
+    for (size_t i = 0; i < bf.size(); ++i) b[i] = abi::as_stored(b[i], GQLA_DTYPE_BF16);
+}
+
+// The kept expanded cache of an 8-bit session as stored: KC and VE up-
+// projected from the stored latent and quantized per (token, group), the
+// rope key beside every group's KC. K [L, G, d_c + d_r], V [L, G, d_v].
+void Fixture::expanded_fp8(const Seq& s, std::vector<double>* K, std::vector<double>* V) const {
+    const int G = cfg_.num_kv_heads, r = cfg_.latent_dim, dc = cfg_.nope_dim, dr = cfg_.rope_dim;
+    const int dv = cfg_.value_dim;
+    const int64_t L = s.length;
+    K->assign(size_t(L) * G * (dc + dr), 0.0);
+    V->assign(size_t(L) * G * dv, 0.0);
+    std::vector<double> row(size_t(dc + dv));
+    for (int64_t j = 0; j < L; ++j)
+        for (int g = 0; g < G; ++g) {
+            for (int i = 0; i < dc + dv; ++i) {
+                double sum = 0.0;
+                const double* w = w_.data() + (int64_t(g) * (dc + dv) + i) * r;
+                for (int k = 0; k < r; ++k) sum += w[k] * s.a[size_t(j * r + k)];
+                row[size_t(i)] = static_cast<float>(sum);
+            }
+            double* kd = K->data() + (j * G + g) * (dc + dr);
+            fp8test::fake_quantize(row.data(), dc, kd);
+            for (int e = 0; e < dr; ++e) kd[dc + e] = s.b[size_t(j * dr + e)];
+            fp8test::fake_quantize(row.data() + dc, dv, V->data() + (j * G + g) * dv);
+        }
 }
 
 std::vector<int32_t> Fixture::lists(const Seq& s, int32_t n, int32_t topk, int32_t empty_query) {
@@ -211,10 +260,15 @@ CallCheck Fixture::call(const std::vector<int>& which, const std::vector<int32_t
         double* ob = ref_o.data() + row * H * Dv;
         double* lb = ref_l.data() + row * H;
         const double scale = cfg_.softmax_scale;
-        if (cfg_.kind == GQLA_KIND_GQA)
+        if (cfg_.kind == GQLA_KIND_GQA) {
             gqla::ref::gqa_sparse_decode(H, cfg_.num_kv_heads, cfg_.head_dim, Dv, s.length, n, scale, qb, s.a.data(),
                                          s.b.data(), ib, topk, ob, lb);
-        else
+        } else if (form_ == Form::GqlaGqaKept && cfg_.cache_dtype == GQLA_DTYPE_FP8_E4M3) {
+            std::vector<double> K, V;
+            expanded_fp8(s, &K, &V);
+            gqla::ref::gqa_sparse_decode(H, cfg_.num_kv_heads, cfg_.nope_dim + cfg_.rope_dim, Dv, s.length, n, scale,
+                                         qb, K.data(), V.data(), ib, topk, ob, lb);
+        } else
             gqla::ref::gqla_sparse_decode(H, cfg_.num_kv_heads, cfg_.latent_dim, cfg_.nope_dim, cfg_.rope_dim, Dv,
                                           s.length, n, scale, qb, w_.data(), s.a.data(), s.b.data(), ib, topk, ob, lb);
         row += n;

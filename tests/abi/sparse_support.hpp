@@ -17,6 +17,7 @@ namespace sparse_test {
 
 // Device every Fixture's session is created on (GPU suites: CUDA; default CPU).
 void use_device(gqla_device_type device);
+gqla_device_type device();
 
 // Which form a call runs on.
 enum class Form { Gqa, Absorb, GqlaGqaKept, Transient };
@@ -71,6 +72,8 @@ public:
                    const std::vector<int32_t>& idx, bool ragged, bool as_3d = false);
 
 private:
+    void store_fp8(const std::vector<float>& af, const std::vector<float>& bf, int64_t n, Seq* s) const;
+    void expanded_fp8(const Seq& s, std::vector<double>* K, std::vector<double>* V) const;
     int64_t a_cols() const;
     int64_t b_cols() const;
     int32_t q_dim() const;
