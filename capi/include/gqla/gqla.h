@@ -395,7 +395,9 @@ typedef struct gqla_attention_args {
      * + i for the i-th of the n queries of a sequence of length L) and a
      * position outside [0, L) are skipped (never read). A position listed
      * twice counts twice (as two equal keys would). A query whose row lists
-     * no visible position gets o = 0 and lse = -inf. */
+     * no visible position gets o = 0 and lse = -inf. Over an fp8_e4m3
+     * cache: CPU sessions (every form); a CUDA session returns
+     * GQLA_ERR_UNSUPPORTED. */
     const gqla_tensor* indices;
 } gqla_attention_args;
 
