@@ -78,7 +78,9 @@ static void fp8_rows_to_f32(const uint8_t* src, int n, const float* scales, int 
 }
 
 // The same rows rounded to bf16, 64 elements at a time through f32: the
-// rounding loop is branch-free so it vectorizes at this unit's ISA.
+// rounding loop is branch-free so it vectorizes at this unit's ISA. (It
+// repeats io_rows.hpp's round_row_bf16 on purpose: an inline function
+// compiled into units of different ISAs may be linked from the wrong one.)
 static void fp8_rows_to_bf16(const uint8_t* src, int n, const float* scales, int block, uint16_t* dst) {
     constexpr int kChunk = 64;
     alignas(64) float x[kChunk];

@@ -218,23 +218,25 @@ void GqaSparse::list_group_rows(int g, const Located& l, const Area& ar) const {
 // 8-bit caches: group g's key and value rows of the block, widened with
 // their (token, group) scales into the staged bf16 rows.
 void GqaSparse::stage_group_fp8(int g, const Located& l, const Area& ar) const {
-    const int64_t P = d_.page_size;
-    const auto widen = [&](const char* pool, const Pool& p, int64_t page_elems, int width, int t, char* dst) {
-        const int64_t row = int64_t(g) * P + l.slot[t];  // scales: one per (group, slot) of a page
-        const uint8_t* src = reinterpret_cast<const uint8_t*>(row_at(pool, l, t, page_elems, g * P * width, width, 1));
-        ctx_->kernels->fp8_rows_bf16(src, width, p.scales(pool, l.page[t], row), width,
-                                     reinterpret_cast<uint16_t*>(dst));
-    };
+    const int64_t kg = g * src_.k1_group, vg = g * src_.v_group;
+    // Scales: one per (group, slot) of a page.
+    const auto scale_row = [&](int t) { return int64_t(g) * d_.page_size + l.slot[t]; };
     for (int t = 0; t < l.n; ++t) {
         if (t + kPrefetchAhead < l.n) {  // what prefetch_group did not bring yet
             const int u = t + kPrefetchAhead;
-            prefetch_bytes(row_at(src_.k1, l, u, src_.k1_page, g * src_.k1_group, src_.d1, 1), src_.d1);
-            prefetch_bytes(row_at(src_.v, l, u, src_.v_page, g * src_.v_group, src_.dv, 1), src_.dv);
-            prefetch_bytes(src_.k1_pool->scales(src_.k1, l.page[u], int64_t(g) * P + l.slot[u]), 4);
-            prefetch_bytes(src_.v_pool->scales(src_.v, l.page[u], int64_t(g) * P + l.slot[u]), 4);
+            prefetch_bytes(row_at(src_.k1, l, u, src_.k1_page, kg, src_.d1, 1), src_.d1);
+            prefetch_bytes(row_at(src_.v, l, u, src_.v_page, vg, src_.dv, 1), src_.dv);
+            prefetch_bytes(src_.k1_pool->scales(src_.k1, l.page[u], scale_row(u)), 4);
+            prefetch_bytes(src_.v_pool->scales(src_.v, l.page[u], scale_row(u)), 4);
         }
-        widen(src_.k1, *src_.k1_pool, src_.k1_page, src_.d1, t, ar.k1 + size_t(t) * src_.d1 * wes_);
-        widen(src_.v, *src_.v_pool, src_.v_page, src_.dv, t, ar.v + size_t(t) * src_.dv * wes_);
+        ctx_->kernels->fp8_rows_bf16(
+            reinterpret_cast<const uint8_t*>(row_at(src_.k1, l, t, src_.k1_page, kg, src_.d1, 1)), src_.d1,
+            src_.k1_pool->scales(src_.k1, l.page[t], scale_row(t)), src_.d1,
+            reinterpret_cast<uint16_t*>(ar.k1 + size_t(t) * src_.d1 * wes_));
+        ctx_->kernels->fp8_rows_bf16(
+            reinterpret_cast<const uint8_t*>(row_at(src_.v, l, t, src_.v_page, vg, src_.dv, 1)), src_.dv,
+            src_.v_pool->scales(src_.v, l.page[t], scale_row(t)), src_.dv,
+            reinterpret_cast<uint16_t*>(ar.v + size_t(t) * src_.dv * wes_));
     }
 }
 
@@ -277,13 +279,7 @@ void GqaSparse::prefetch_group(int g, const Located& l) const {
 // f32 rows to the cache dtype, as the kept expanded cache rounds them.
 void round_rows(const float* src, int64_t src_ld, char* dst, gqla_dtype t, int rows, int n) {
     const size_t es = dtype_size(t);
-    for (int j = 0; j < rows; ++j) {
-        char* d = dst + size_t(j) * n * es;
-        if (t == GQLA_DTYPE_BF16)
-            round_row_bf16(src + j * src_ld, reinterpret_cast<uint16_t*>(d), n);
-        else
-            store_row_f32(src + j * src_ld, 1.0f, d, t, n);
-    }
+    for (int j = 0; j < rows; ++j) round_row(src + j * src_ld, dst + size_t(j) * n * es, t, n);
 }
 
 // Up-projects the latent rows of the block's positions for group g into the

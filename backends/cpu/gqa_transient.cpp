@@ -61,13 +61,6 @@ Slot slot_at(const CpuContext* ctx, int s) {
     return sl;
 }
 
-void round_row(const float* src, void* dst, gqla_dtype t, int n) {
-    if (t == GQLA_DTYPE_BF16)
-        round_row_bf16(src, static_cast<uint16_t*>(dst), n);
-    else
-        store_row_f32(src, 1.0f, dst, t, n);
-}
-
 // Up-projects the latent rows of positions [t, t + n) (n <= kExpandTokens)
 // of sequence `seq` for group g into slot rows from t - piece_t0, and copies
 // their rope keys. The kernel table's expand reads W's rows of the group in

@@ -71,6 +71,15 @@ inline void round_row_bf16(const float* src, uint16_t* dst, int n) {
     }
 }
 
+// f32 rows to dtype t as the kept expanded cache rounds them (bf16 through
+// the vectorizing round_row_bf16).
+inline void round_row(const float* src, void* dst, gqla_dtype t, int n) {
+    if (t == GQLA_DTYPE_BF16)
+        round_row_bf16(src, static_cast<uint16_t*>(dst), n);
+    else
+        store_row_f32(src, 1.0f, dst, t, n);
+}
+
 // Converts n elements between any two dtypes (same dtype: a copy).
 inline void convert_row(const void* src, gqla_dtype st, void* dst, gqla_dtype dt, int n) {
     if (st == dt) {

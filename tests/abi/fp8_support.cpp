@@ -134,22 +134,9 @@ void Fp8Session::reference(const Rows& rows, int64_t L, int n, const double* q, 
         gqla::ref::gqla_decode(H, G, r, dc, dr, dv, L, n, scale, q, W.data(), a.data(), b.data(), o, lse);
         return;
     }
-    // The kept expanded cache: KC/VE from the stored latent, quantized per
-    // (token, group); the rope key beside every group's KC.
-    std::vector<double> K(size_t(L) * G * (dc + dr)), V(size_t(L) * G * dv), row(size_t(dc + dv));
-    for (int64_t j = 0; j < L; ++j)
-        for (int g = 0; g < G; ++g) {
-            for (int i = 0; i < dc + dv; ++i) {
-                double s = 0.0;
-                const double* w = W.data() + (int64_t(g) * (dc + dv) + i) * r;
-                for (int k = 0; k < r; ++k) s += w[k] * a[size_t(j * r + k)];
-                row[size_t(i)] = static_cast<float>(s);
-            }
-            double* kd = K.data() + (j * G + g) * (dc + dr);
-            fake_quantize(row.data(), dc, kd);
-            for (int e = 0; e < dr; ++e) kd[dc + e] = b[size_t(j * dr + e)];
-            fake_quantize(row.data() + dc, dv, V.data() + (j * G + g) * dv);
-        }
+    // The kept expanded cache as stored.
+    std::vector<double> K, V;
+    expanded_cache_as_stored(G, r, dc, dr, dv, L, W.data(), a.data(), b.data(), &K, &V);
     gqla::ref::gqa_decode(H, G, dc + dr, dv, L, n, scale, q, K.data(), V.data(), o, lse);
 }
 

@@ -42,6 +42,30 @@ inline void fake_quantize_blocks(const double* src, int n, int block, double* ds
     for (int b = 0; b < n; b += block) fake_quantize(src + b, std::min(block, n - b), dst + b);
 }
 
+// The kept expanded cache of an 8-bit GQLA session as stored: KC and VE up-
+// projected (in f32) from the stored latent C [L, r] by W [G*(d_c+d_v), r],
+// quantized per (token, group); the stored rope key KR [L, d_r] beside
+// every group's KC. K [L, G, d_c + d_r], V [L, G, d_v].
+inline void expanded_cache_as_stored(int G, int r, int dc, int dr, int dv, int64_t L, const double* W, const double* C,
+                                     const double* KR, std::vector<double>* K, std::vector<double>* V) {
+    K->assign(size_t(L) * G * (dc + dr), 0.0);
+    V->assign(size_t(L) * G * dv, 0.0);
+    std::vector<double> row(size_t(dc + dv));
+    for (int64_t j = 0; j < L; ++j)
+        for (int g = 0; g < G; ++g) {
+            for (int i = 0; i < dc + dv; ++i) {
+                double s = 0.0;
+                const double* w = W + (int64_t(g) * (dc + dv) + i) * r;
+                for (int k = 0; k < r; ++k) s += w[k] * C[j * r + k];
+                row[size_t(i)] = static_cast<float>(s);
+            }
+            double* kd = K->data() + (j * G + g) * (dc + dr);
+            fake_quantize(row.data(), dc, kd);
+            for (int e = 0; e < dr; ++e) kd[dc + e] = KR[j * dr + e];
+            fake_quantize(row.data() + dc, dv, V->data() + (j * G + g) * dv);
+        }
+}
+
 // The device of the sessions below (CPU unless a test program sets another:
 // tests/cuda runs the GQA-kind fp8 cases on the GPU).
 gqla_device_type test_device();

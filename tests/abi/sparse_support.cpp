@@ -141,31 +141,6 @@ void Fixture::store_fp8(const std::vector<float>& af, const std::vector<float>& 
     for (size_t i = 0; i < bf.size(); ++i) b[i] = abi::as_stored(b[i], GQLA_DTYPE_BF16);
 }
 
-// The kept expanded cache of an 8-bit session as stored: KC and VE up-
-// projected from the stored latent and quantized per (token, group), the
-// rope key beside every group's KC. K [L, G, d_c + d_r], V [L, G, d_v].
-void Fixture::expanded_fp8(const Seq& s, std::vector<double>* K, std::vector<double>* V) const {
-    const int G = cfg_.num_kv_heads, r = cfg_.latent_dim, dc = cfg_.nope_dim, dr = cfg_.rope_dim;
-    const int dv = cfg_.value_dim;
-    const int64_t L = s.length;
-    K->assign(size_t(L) * G * (dc + dr), 0.0);
-    V->assign(size_t(L) * G * dv, 0.0);
-    std::vector<double> row(size_t(dc + dv));
-    for (int64_t j = 0; j < L; ++j)
-        for (int g = 0; g < G; ++g) {
-            for (int i = 0; i < dc + dv; ++i) {
-                double sum = 0.0;
-                const double* w = w_.data() + (int64_t(g) * (dc + dv) + i) * r;
-                for (int k = 0; k < r; ++k) sum += w[k] * s.a[size_t(j * r + k)];
-                row[size_t(i)] = static_cast<float>(sum);
-            }
-            double* kd = K->data() + (j * G + g) * (dc + dr);
-            fp8test::fake_quantize(row.data(), dc, kd);
-            for (int e = 0; e < dr; ++e) kd[dc + e] = s.b[size_t(j * dr + e)];
-            fp8test::fake_quantize(row.data() + dc, dv, V->data() + (j * G + g) * dv);
-        }
-}
-
 std::vector<int32_t> Fixture::lists(const Seq& s, int32_t n, int32_t topk, int32_t empty_query) {
     const int64_t L = s.length, P = cfg_.page_size;
     std::vector<int32_t> out(static_cast<size_t>(n) * topk);
@@ -265,7 +240,8 @@ CallCheck Fixture::call(const std::vector<int>& which, const std::vector<int32_t
                                          s.b.data(), ib, topk, ob, lb);
         } else if (form_ == Form::GqlaGqaKept && cfg_.cache_dtype == GQLA_DTYPE_FP8_E4M3) {
             std::vector<double> K, V;
-            expanded_fp8(s, &K, &V);
+            fp8test::expanded_cache_as_stored(cfg_.num_kv_heads, cfg_.latent_dim, cfg_.nope_dim, cfg_.rope_dim, Dv,
+                                              s.length, w_.data(), s.a.data(), s.b.data(), &K, &V);
             gqla::ref::gqa_sparse_decode(H, cfg_.num_kv_heads, cfg_.nope_dim + cfg_.rope_dim, Dv, s.length, n, scale,
                                          qb, K.data(), V.data(), ib, topk, ob, lb);
         } else

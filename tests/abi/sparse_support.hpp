@@ -73,7 +73,6 @@ public:
 
 private:
     void store_fp8(const std::vector<float>& af, const std::vector<float>& bf, int64_t n, Seq* s) const;
-    void expanded_fp8(const Seq& s, std::vector<double>* K, std::vector<double>* V) const;
     int64_t a_cols() const;
     int64_t b_cols() const;
     int32_t q_dim() const;
