@@ -347,9 +347,15 @@ static inline void unpair_accumulators(const GqaItem& it) {
 }
 
 // The block walk over contiguous (GqaRunBlock) or gathered (GqaListBlock)
-// tokens.
-template <class Block>
-static void gqa_attend_bf16_blocks(const GqaItem& it) {
+// tokens. kDotScores: the scores too are dot products (queries rounded by
+// round_queries); otherwise they are f32 FMAs over keys widened in
+// registers, the f32 table's score tiles (see gqa_attend_bf16_fma_scores).
+template <class Block, bool kDotScores>
+static void gqa_attend_bf16_blocks(const GqaItem& item) {
+    const GqaItem it =
+        kDotScores
+            ? item
+            : with_pair_order_queries(item, item.scratch + gqa_scratch_pair_query_offset(item.rows, item.d1 + item.d2));
     for (int r = 0; r < it.rows; ++r) {
         it.m[r] = kMaxFloor;
         it.l[r] = 0.0f;
@@ -362,7 +368,7 @@ static void gqa_attend_bf16_blocks(const GqaItem& it) {
     uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
     uint16_t* ql = qb + round16(it.rows * qb_ld / 2) * 2;
     uint16_t* pb = ql + round16(it.rows * qb_ld / 2) * 2;
-    const bool split = round_queries(it, it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f, qb, ql, qb_ld);
+    const bool split = kDotScores && round_queries(it, it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f, qb, ql, qb_ld);
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
     Block cur = Block::at(it, it.t0);
@@ -370,25 +376,24 @@ static void gqa_attend_bf16_blocks(const GqaItem& it) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
         const Block next = has_next ? Block::at(it, t + n) : cur;
-        // As in gqa_attend: this block's values arrive while its keys are
-        // scored, the next block's keys while the values are summed.
-        PrefetchStream values_ahead;
-        cur.prefetch_values(it, &values_ahead);
-        PrefetchStream keys_ahead;
-        if (has_next) next.prefetch_keys(it, &keys_ahead);
-        values_ahead.plan(n / kScoreTokens + n % kScoreTokens);
-        keys_ahead.plan(n);
+        // As in gqa_attend: the next block arrives while this one is used.
+        PrefetchStream ahead;
+        if (t == it.t0) cur.prefetch_values(it, &ahead);
+        if (has_next) next.prefetch_keys(it, &ahead), next.prefetch_values(it, &ahead);
+        ahead.plan(n / kScoreTokens + n % kScoreTokens + n);
 
-        if (split)
-            scores_block<true>(it, n, qb, ql, qb_ld, cur.k1, cur.k2, s, &values_ahead);
+        if (!kDotScores)
+            gqa_scores_block<GQLA_DTYPE_BF16>(it, n, cur.k1, cur.k2, s, &ahead);
+        else if (split)
+            scores_block<true>(it, n, qb, ql, qb_ld, cur.k1, cur.k2, s, &ahead);
         else
-            scores_block<false>(it, n, qb, ql, qb_ld, cur.k1, cur.k2, s, &values_ahead);
+            scores_block<false>(it, n, qb, ql, qb_ld, cur.k1, cur.k2, s, &ahead);
         gqa_softmax_block(it, t, n, s, corr);
         round_probabilities(s, it.rows, n, pb);
         if (t + n - 1 > min_limit)
             pv_block_masked(it, t, n, cur.v, pb, s, corr);
         else
-            pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead);
+            pv_block<false>(it, t, n, cur.v, pb, s, corr, &ahead);
         t += n;
         cur = next;
     }
@@ -397,9 +402,23 @@ static void gqa_attend_bf16_blocks(const GqaItem& it) {
 
 static void gqa_attend_bf16(const GqaItem& it) {
     if (it.k1_rows != nullptr)
-        gqa_attend_bf16_blocks<GqaListBlock<GQLA_DTYPE_BF16>>(it);
+        gqa_attend_bf16_blocks<GqaListBlock<GQLA_DTYPE_BF16>, true>(it);
     else
-        gqa_attend_bf16_blocks<GqaRunBlock<GQLA_DTYPE_BF16>>(it);
+        gqa_attend_bf16_blocks<GqaRunBlock<GQLA_DTYPE_BF16>, true>(it);
+}
+
+// The same walk with the f32 table's score tiles: widening a key vector
+// costs two shifts shared by the tile's rows, and the f32 query is used as
+// given (no split into bf16 parts). On a 2-vCPU Zen 5 EPYC, whose 512-bit
+// FMAs issue as fast as its vdpbf16ps, it ran GQA-form decodes in 0.70-0.85x
+// the all-dot kernel's time with f32 queries and 0.85-0.99x with bf16 ones
+// (hot cache, T=4096), so which of the two a host runs is measured
+// (avx512bf16_kernels()).
+static void gqa_attend_bf16_fma_scores(const GqaItem& it) {
+    if (it.k1_rows != nullptr)
+        gqa_attend_bf16_blocks<GqaListBlock<GQLA_DTYPE_BF16>, false>(it);
+    else
+        gqa_attend_bf16_blocks<GqaRunBlock<GQLA_DTYPE_BF16>, false>(it);
 }
 
 #include "backends/cpu/attention_absorb_bf16_dot.inl"

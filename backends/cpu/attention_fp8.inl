@@ -150,6 +150,14 @@ struct Fp8GqaBlock {
         b.vs = it.v_scale + page * it.v_scale_page_stride + slot;
         return b;
     }
+    // Keys, rope keys, values and both scale rows of the block.
+    inline void prefetch(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add(k1, int64_t(n) * it.d1);
+        pf->add(k2, int64_t(n) * it.d2 * 2);
+        pf->add(ks, int64_t(n) * 4);
+        pf->add(v, int64_t(n) * it.dv);
+        pf->add(vs, int64_t(n) * 4);
+    }
 };
 
 template <int RB>
@@ -177,25 +185,19 @@ static void gqa_attend_fp8(const GqaItem& it) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
         const Fp8GqaBlock next = has_next ? Fp8GqaBlock::at(it, t + n, it.t1, kGqaTokenBlock) : cur;
-        // Prefetch as the other dtypes do: values during the scores, the
-        // next block's keys (and their scales) during the value pass.
-        PrefetchStream values_ahead;
-        values_ahead.add(cur.v, int64_t(n) * it.dv);
-        PrefetchStream keys_ahead;
-        if (has_next) {
-            keys_ahead.add(next.k1, int64_t(next.n) * it.d1);
-            keys_ahead.add(next.k2, int64_t(next.n) * it.d2 * 2);
-            keys_ahead.add(next.ks, int64_t(next.n) * 4);
-        }
-        values_ahead.plan(gqa_score_steps(n));
-        keys_ahead.plan(n);
+        // Prefetch as the other dtypes do: the next block (rows and scales)
+        // over both passes of this one.
+        PrefetchStream ahead;
+        if (t == it.t0) ahead.add(cur.v, int64_t(n) * it.dv);
+        if (has_next) next.prefetch(it, &ahead);
+        ahead.plan(gqa_score_steps(n) + n);
         for (int j = 0; j < n; ++j) {
             scale[j] = cur.ks[j] * kE4m3Raw;
             scale[kGqaTokenBlock + j] = cur.vs[j] * kE4m3Raw;
         }
 
         int r0 = 0;
-        PrefetchStream* pf = &values_ahead;
+        PrefetchStream* pf = &ahead;
         for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr) fp8_scores_group<RBmax>(it, r0, n, cur, s, s2, pf);
         switch (it.rows - r0) {
             case 1:
@@ -228,7 +230,7 @@ static void gqa_attend_fp8(const GqaItem& it) {
         if (t + n - 1 > min_limit)
             gqa_pv_block_masked<E>(it, t, n, run_rows(cur.v, it.dv), s, corr);
         else
-            gqa_pv_block<E, false>(it, t, n, run_rows(cur.v, it.dv), s, corr, &keys_ahead);
+            gqa_pv_block<E, false>(it, t, n, run_rows(cur.v, it.dv), s, corr, &ahead);
         t += n;
         cur = next;
     }

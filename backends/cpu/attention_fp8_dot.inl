@@ -258,23 +258,17 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
         const Fp8GqaBlock next = has_next ? Fp8GqaBlock::at(it, t + n, it.t1, kGqaTokenBlock) : cur;
-        PrefetchStream values_ahead;
-        values_ahead.add(cur.v, int64_t(n) * it.dv);
-        PrefetchStream keys_ahead;
-        if (has_next) {
-            keys_ahead.add(next.k1, int64_t(next.n) * it.d1);
-            keys_ahead.add(next.k2, int64_t(next.n) * it.d2 * 2);
-            keys_ahead.add(next.ks, int64_t(next.n) * 4);
-        }
-        values_ahead.plan(n / kScoreTokens + n % kScoreTokens);
-        keys_ahead.plan(n);
+        PrefetchStream ahead;  // as in gqa_attend_fp8
+        if (t == it.t0) ahead.add(cur.v, int64_t(n) * it.dv);
+        if (has_next) next.prefetch(it, &ahead);
+        ahead.plan(n / kScoreTokens + n % kScoreTokens + n);
         for (int j = 0; j < n; ++j) {
             scale[j] = cur.ks[j] * kE4m3Raw;
             scale[kGqaTokenBlock + j] = cur.vs[j] * kE4m3Raw;
         }
 
         int r0 = 0;
-        PrefetchStream* pf = &values_ahead;
+        PrefetchStream* pf = &ahead;
         for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
             fp8_dot_scores_rows<RBmax>(it, r0, n, qb, qb_ld, cur, scale, s, pf);
         switch (it.rows - r0) {
@@ -301,7 +295,7 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
         if (t + n - 1 > min_limit)
             fp8_dot_pv_block_masked(it, t, n, cur.v, pb, s, corr);
         else
-            fp8_dot_pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead);
+            fp8_dot_pv_block<false>(it, t, n, cur.v, pb, s, corr, &ahead);
         t += n;
         cur = next;
     }

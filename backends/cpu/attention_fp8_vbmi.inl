@@ -312,23 +312,16 @@ GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
         const Fp8GqaBlock next = has_next ? Fp8GqaBlock::at(it, t + n, it.t1, kGqaTokenBlock) : cur;
-        PrefetchStream values_ahead;
-        values_ahead.add(cur.v, int64_t(n) * it.dv);
-        PrefetchStream keys_ahead;
-        if (has_next) {
-            keys_ahead.add(next.k1, int64_t(next.n) * it.d1);
-            keys_ahead.add(next.k2, int64_t(next.n) * it.d2 * 2);
-            keys_ahead.add(next.ks, int64_t(next.n) * 4);
-            keys_ahead.add(next.vs, int64_t(next.n) * 4);
-        }
-        values_ahead.plan(n / 2 + n % 2);
-        keys_ahead.plan(n);
+        PrefetchStream ahead;  // as in gqa_attend_fp8
+        if (t == it.t0) ahead.add(cur.v, int64_t(n) * it.dv);
+        if (has_next) next.prefetch(it, &ahead);
+        ahead.plan(n / 2 + n % 2 + n);
         for (int j = 0; j < n; ++j) {
             scale[j] = cur.ks[j] * kE4m3Raw;
             scale[kGqaTokenBlock + j] = cur.vs[j] * kE4m3Raw;
         }
         int r0 = 0;
-        PrefetchStream* pf = &values_ahead;
+        PrefetchStream* pf = &ahead;
         for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
             vbmi_scores_rows<RBmax>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L);
         switch (it.rows - r0) {
@@ -353,7 +346,7 @@ GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
         if (t + n - 1 > min_limit)
             vbmi_pv_block_masked(it, t, n, cur.v, pb, s, corr, L);
         else
-            vbmi_pv_block<false>(it, t, n, cur.v, pb, s, corr, &keys_ahead, L);
+            vbmi_pv_block<false>(it, t, n, cur.v, pb, s, corr, &ahead, L);
         t += n;
         cur = next;
     }

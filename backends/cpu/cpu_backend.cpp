@@ -32,9 +32,11 @@ gqla_status fail(CpuContext* ctx, gqla_status st, const char* fmt, ...) {
 bool use_isa(void* ctx, Isa isa) {
     const KernelTable* t = kernels_for(isa);
     if (!t) return false;
-    static_cast<CpuContext*>(ctx)->kernels = t;
+    use_table(ctx, *t);
     return true;
 }
+
+void use_table(void* ctx, const KernelTable& table) { static_cast<CpuContext*>(ctx)->kernels = &table; }
 
 void limit_chunk_rows(void* p, int64_t rows) {
     CpuContext* ctx = static_cast<CpuContext*>(p);

@@ -13,6 +13,8 @@ namespace gqla::cpu {
 // Use the kernels of `isa` in context `ctx` (a CPU backend context). False
 // when the host lacks that ISA; the context then keeps its kernels.
 bool use_isa(void* ctx, Isa isa);
+// Use `table` in context `ctx`; the caller makes sure the host can run it.
+void use_table(void* ctx, const KernelTable& table);
 // Lowers the query rows of one chunk (GQA forms, absorb path) to at least
 // `rows` (never below the heads of one query, never above what the
 // workspace holds), so that small tests cut sequences into query ranges.

@@ -220,7 +220,17 @@ struct KernelTable {
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();
 const KernelTable& avx512_kernels();
-const KernelTable& avx512bf16_kernels();
+// The AVX512-BF16 table. Its GQA-form decode kernel for bf16 caches sums
+// the values with dot products and takes the scores either by dot products
+// too (queries rounded to bf16, split in two parts unless exact) or by f32
+// FMAs over keys widened in registers. Which runs faster depends on how the
+// core issues the two instructions, so bf16_gqa_scores() races them once
+// per process (~1 ms, gqa_kernel_race.hpp); GQLA_CPU_BF16_DOT_SCORES=1
+// forces the dot products, =0 the FMAs (read on every call).
+enum class Bf16GqaScores { Dot, Fma };
+const KernelTable& avx512bf16_kernels(Bf16GqaScores scores);
+Bf16GqaScores bf16_gqa_scores();
+const KernelTable& avx512bf16_kernels();  // avx512bf16_kernels(bf16_gqa_scores())
 
 // Best table the host supports (after the GQLA_MAX_ISA cap of the probe).
 const KernelTable& best_kernels();

@@ -13,6 +13,9 @@
 #include <cstdint>
 #include <type_traits>  // std::integral_constant, used by attention_kernels.inl
 
+#include <cstdlib>
+
+#include "backends/cpu/gqa_kernel_race.hpp"
 #include "backends/cpu/kernel_table.hpp"
 #include "gqla/gqla.h"
 
@@ -31,21 +34,47 @@ namespace bf16dot {
 
 }  // namespace avx512bf16_isa
 
-const KernelTable& avx512bf16_kernels() {
-    static const KernelTable table = [] {
-        KernelTable t = avx512bf16_isa::make_table(Isa::Avx512Bf16, "avx512-bf16");
-        t.gqa_attend[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::gqa_attend_bf16;
-        t.gqa_attend_wide[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::gqa_attend_wide_bf16;
-        t.expand[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::expand_latent_bf16;
-        t.absorb_attend[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::absorb_attend_bf16;
-        // e4m3 widening by byte lookups where the host has AVX512-VBMI.
-        t.gqa_attend[GQLA_DTYPE_FP8_E4M3 - 1] = __builtin_cpu_supports("avx512vbmi")
-                                                    ? avx512bf16_isa::bf16dot::gqa_attend_fp8_vbmi
-                                                    : avx512bf16_isa::bf16dot::gqa_attend_fp8_dot;
-        t.absorb_attend[GQLA_DTYPE_FP8_E4M3 - 1] = avx512bf16_isa::bf16dot::absorb_attend_fp8_dot;
-        return t;
-    }();
-    return table;
+namespace {
+
+KernelTable make_bf16_table(Bf16GqaScores scores) {
+    const bool dot = scores == Bf16GqaScores::Dot;
+    KernelTable t = avx512bf16_isa::make_table(Isa::Avx512Bf16, dot ? "avx512-bf16" : "avx512-bf16 (fma scores)");
+    t.gqa_attend[GQLA_DTYPE_BF16 - 1] =
+        dot ? avx512bf16_isa::bf16dot::gqa_attend_bf16 : avx512bf16_isa::bf16dot::gqa_attend_bf16_fma_scores;
+    t.gqa_attend_wide[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::gqa_attend_wide_bf16;
+    t.expand[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::expand_latent_bf16;
+    t.absorb_attend[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::absorb_attend_bf16;
+    // e4m3 widening by byte lookups where the host has AVX512-VBMI.
+    t.gqa_attend[GQLA_DTYPE_FP8_E4M3 - 1] = __builtin_cpu_supports("avx512vbmi")
+                                                ? avx512bf16_isa::bf16dot::gqa_attend_fp8_vbmi
+                                                : avx512bf16_isa::bf16dot::gqa_attend_fp8_dot;
+    t.absorb_attend[GQLA_DTYPE_FP8_E4M3 - 1] = avx512bf16_isa::bf16dot::absorb_attend_fp8_dot;
+    return t;
 }
+
+// The FMA scores must win by this much to replace the dot products: a near
+// tie keeps the kernel measured longest.
+constexpr double kFmaScoresMargin = 0.95;
+
+}  // namespace
+
+const KernelTable& avx512bf16_kernels(Bf16GqaScores scores) {
+    static const KernelTable dot = make_bf16_table(Bf16GqaScores::Dot);
+    static const KernelTable fma = make_bf16_table(Bf16GqaScores::Fma);
+    return scores == Bf16GqaScores::Dot ? dot : fma;
+}
+
+Bf16GqaScores bf16_gqa_scores() {
+    if (const char* force = std::getenv("GQLA_CPU_BF16_DOT_SCORES"); force && *force)
+        return *force == '0' ? Bf16GqaScores::Fma : Bf16GqaScores::Dot;
+    static const Bf16GqaScores measured =
+        second_gqa_kernel_wins(avx512bf16_kernels(Bf16GqaScores::Dot).gqa_attend[GQLA_DTYPE_BF16 - 1],
+                               avx512bf16_kernels(Bf16GqaScores::Fma).gqa_attend[GQLA_DTYPE_BF16 - 1], kFmaScoresMargin)
+            ? Bf16GqaScores::Fma
+            : Bf16GqaScores::Dot;
+    return measured;
+}
+
+const KernelTable& avx512bf16_kernels() { return avx512bf16_kernels(bf16_gqa_scores()); }
 
 }  // namespace gqla::cpu

@@ -44,34 +44,34 @@ void check_all_q_lens(Driver& drv, gqla_path path, double tol, const char* what)
 }  // namespace
 
 TEST_CASE("cpu backend: GQA kind matches the reference for every dtype, group count and ISA") {
-    for (gqla::cpu::Isa isa : kAllIsas)
+    for (KernelChoice kernels : kAllKernels)
         for (gqla_dtype dt : kAllDtypes)
             for (int G : {2, 3}) {
                 Driver drv(gqa_desc(dt, G));
                 REQUIRE(drv.status() == GQLA_OK);
-                if (!gqla::cpu::use_isa(drv.ctx(), isa)) {
-                    MESSAGE("host lacks " << isa_label(isa) << "; skipped");
+                if (!use_kernels(drv.ctx(), kernels)) {
+                    MESSAGE("host lacks " << kernels_label(kernels) << "; skipped");
                     continue;
                 }
                 fill_sequences(drv);
-                INFO("isa=" << std::string(isa_label(isa)) << " cache=" << std::string(gqla::dtype_name(dt))
-                            << " G=" << G);
+                INFO("kernels=" << std::string(kernels_label(kernels)) << " cache=" << std::string(gqla::dtype_name(dt))
+                                << " G=" << G);
                 check_all_q_lens(drv, GQLA_PATH_GQA, tolerance(dt), "gqa");
             }
 }
 
 TEST_CASE("cpu backend: GQLA absorb and GQA paths match the reference and each other") {
-    for (gqla::cpu::Isa isa : kAllIsas)
+    for (KernelChoice kernels : kAllKernels)
         for (gqla_dtype dt : kAllDtypes)
             for (int G : {2, 3}) {
                 Driver drv(gqla_desc(dt, G));
                 REQUIRE(drv.status() == GQLA_OK);
-                if (!gqla::cpu::use_isa(drv.ctx(), isa)) {
-                    MESSAGE("host lacks " << isa_label(isa) << "; skipped");
+                if (!use_kernels(drv.ctx(), kernels)) {
+                    MESSAGE("host lacks " << kernels_label(kernels) << "; skipped");
                     continue;
                 }
-                INFO("isa=" << std::string(isa_label(isa)) << " cache=" << std::string(gqla::dtype_name(dt))
-                            << " G=" << G);
+                INFO("kernels=" << std::string(kernels_label(kernels)) << " cache=" << std::string(gqla::dtype_name(dt))
+                                << " G=" << G);
                 REQUIRE(!drv.set_random_weights(GQLA_DTYPE_BF16).empty());
                 fill_sequences(drv);
                 check_all_q_lens(drv, GQLA_PATH_ABSORB, tolerance(dt), "absorb");

@@ -400,8 +400,22 @@ inline gqla_backend_desc gqla_desc(gqla_dtype cache, int G) {
     return d;
 }
 
-inline const char* isa_label(gqla::cpu::Isa isa) {
-    switch (isa) {
+// A kernel table to test: one per ISA, and the AVX512-BF16 table in both
+// of its GQA-form score variants (kernel_table.hpp: Bf16GqaScores).
+struct KernelChoice {
+    gqla::cpu::Isa isa;
+    gqla::cpu::Bf16GqaScores scores = gqla::cpu::Bf16GqaScores::Dot;
+};
+constexpr KernelChoice kAllKernels[] = {
+    {gqla::cpu::Isa::Scalar},
+    {gqla::cpu::Isa::Avx2},
+    {gqla::cpu::Isa::Avx512},
+    {gqla::cpu::Isa::Avx512Bf16, gqla::cpu::Bf16GqaScores::Dot},
+    {gqla::cpu::Isa::Avx512Bf16, gqla::cpu::Bf16GqaScores::Fma},
+};
+
+inline const char* kernels_label(KernelChoice k) {
+    switch (k.isa) {
         case gqla::cpu::Isa::Scalar:
             return "scalar";
         case gqla::cpu::Isa::Avx2:
@@ -409,13 +423,18 @@ inline const char* isa_label(gqla::cpu::Isa isa) {
         case gqla::cpu::Isa::Avx512:
             return "avx512";
         case gqla::cpu::Isa::Avx512Bf16:
-            return "avx512-bf16";
+            return k.scores == gqla::cpu::Bf16GqaScores::Dot ? "avx512-bf16" : "avx512-bf16 (fma scores)";
     }
     return "?";
 }
 
-constexpr gqla::cpu::Isa kAllIsas[] = {gqla::cpu::Isa::Scalar, gqla::cpu::Isa::Avx2, gqla::cpu::Isa::Avx512,
-                                       gqla::cpu::Isa::Avx512Bf16};
+// Pins the context to the table of k; false when the host lacks its ISA.
+inline bool use_kernels(void* ctx, KernelChoice k) {
+    if (!gqla::cpu::use_isa(ctx, k.isa)) return false;
+    if (k.isa == gqla::cpu::Isa::Avx512Bf16) gqla::cpu::use_table(ctx, gqla::cpu::avx512bf16_kernels(k.scores));
+    return true;
+}
+
 constexpr gqla_dtype kAllDtypes[] = {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16};
 
 }  // namespace cpu_backend_test

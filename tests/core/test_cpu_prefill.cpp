@@ -212,44 +212,44 @@ gqla_backend_desc prefill_desc(gqla_backend_desc d, int page_size) {
     return d;
 }
 
-std::string label(gqla::cpu::Isa isa, gqla_dtype dt) {
-    return std::string("isa=") + isa_label(isa) + " cache=" + gqla::dtype_name(dt);
+std::string label(KernelChoice kernels, gqla_dtype dt) {
+    return std::string("kernels=") + kernels_label(kernels) + " cache=" + gqla::dtype_name(dt);
 }
 
 }  // namespace
 
 TEST_CASE("cpu prefill: GQA kind, ragged and uniform calls of many queries, every ISA, dtype and page size") {
-    for (gqla::cpu::Isa isa : kAllIsas)
+    for (KernelChoice kernels : kAllKernels)
         for (gqla_dtype dt : kAllDtypes)
             for (int page : {1, 5, 64}) {
                 Driver drv(prefill_desc(gqa_desc(dt, 3), page));
                 REQUIRE(drv.status() == GQLA_OK);
-                if (!gqla::cpu::use_isa(drv.ctx(), isa)) {
-                    MESSAGE("host lacks " << isa_label(isa) << "; skipped");
+                if (!use_kernels(drv.ctx(), kernels)) {
+                    MESSAGE("host lacks " << kernels_label(kernels) << "; skipped");
                     break;
                 }
                 fill_five(drv, 0);
                 ExpandedReference expanded;
                 for (const Call& c : standard_calls(GQLA_PATH_GQA, false))
-                    check(drv, expanded, c, tolerance(dt), label(isa, dt) + " page=" + std::to_string(page));
+                    check(drv, expanded, c, tolerance(dt), label(kernels, dt) + " page=" + std::to_string(page));
             }
 }
 
 TEST_CASE("cpu prefill: GQLA absorb, kept GQA and GQA_TRANSIENT forms match the reference and each other") {
-    for (gqla::cpu::Isa isa : kAllIsas)
+    for (KernelChoice kernels : kAllKernels)
         for (gqla_dtype dt : kAllDtypes)
             for (int G : {3, 6}) {
                 Driver drv(prefill_desc(gqla_desc(dt, G), G == 3 ? 5 : 64));
                 REQUIRE(drv.status() == GQLA_OK);
-                if (!gqla::cpu::use_isa(drv.ctx(), isa)) {
-                    MESSAGE("host lacks " << isa_label(isa) << "; skipped");
+                if (!use_kernels(drv.ctx(), kernels)) {
+                    MESSAGE("host lacks " << kernels_label(kernels) << "; skipped");
                     break;
                 }
                 REQUIRE(!drv.set_random_weights(GQLA_DTYPE_BF16).empty());
                 REQUIRE(drv.vt()->set_expanded(drv.ctx(), 1) == GQLA_OK);
                 fill_five(drv, 1);
                 ExpandedReference expanded;
-                const std::string what = label(isa, dt) + " G=" + std::to_string(G);
+                const std::string what = label(kernels, dt) + " G=" + std::to_string(G);
                 for (gqla_path path : {GQLA_PATH_ABSORB, GQLA_PATH_GQA})
                     for (const Call& c : standard_calls(path, false)) check(drv, expanded, c, tolerance(dt), what);
                 for (const Call& c : standard_calls(GQLA_PATH_GQA, true)) check(drv, expanded, c, tolerance(dt), what);
@@ -375,13 +375,13 @@ void append_poisoned(Driver& drv, Sequence& s, int64_t count, int64_t poison_fro
 }  // namespace
 
 TEST_CASE("cpu prefill: positions past a query's limit contribute nothing, not even a NaN") {
-    for (gqla::cpu::Isa isa : kAllIsas)
+    for (KernelChoice kernels : kAllKernels)
         for (gqla_dtype dt : {GQLA_DTYPE_F32, GQLA_DTYPE_BF16})
             for (bool gqla : {false, true}) {
                 gqla_backend_desc d = prefill_desc(gqla ? gqla_desc(dt, 3) : gqa_desc(dt, 3), 5);
                 Driver drv(d);
                 REQUIRE(drv.status() == GQLA_OK);
-                if (!gqla::cpu::use_isa(drv.ctx(), isa)) break;
+                if (!use_kernels(drv.ctx(), kernels)) break;
                 if (gqla) REQUIRE(!drv.set_random_weights(GQLA_DTYPE_F32).empty());
                 Sequence& s = drv.add_sequence();
                 // 137 tokens, the last 60 poisoned; 100 queries: the first 40
@@ -396,7 +396,7 @@ TEST_CASE("cpu prefill: positions past a query's limit contribute nothing, not e
                 for (const Call& c : calls) {
                     ExpandedReference expanded;
                     Outcome r = run(drv, expanded, c, drv.rng()());
-                    INFO(label(isa, dt) << std::string(gqla ? " gqla " : " gqa ") << path_label(c));
+                    INFO(label(kernels, dt) << std::string(gqla ? " gqla " : " gqa ") << path_label(c));
                     INFO(drv.replay_hint());
                     REQUIRE(r.st == GQLA_OK);
                     const size_t clean_elems = size_t(clean) * d.num_heads * d.value_dim;

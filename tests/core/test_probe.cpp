@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "backends/cpu/gqa_kernel_race.hpp"
 #include "backends/cpu/kernel_table.hpp"
 #include "backends/cpu/probe/cpu_bf16_dot_check.hpp"
 #include "backends/cpu/probe/cpu_calibration.hpp"
@@ -172,8 +173,51 @@ TEST_CASE("probe: bf16 dot kernels only where they outrun the FMAs") {
     CHECK(uses_dot_table() == pays);
     const gqla_probe_info p = probe(0);
     CHECK((p.peak_gflops_bf16 > p.peak_gflops_f32) == pays);
-    MESSAGE("bf16 dot products ",
-            has_dot ? (pays ? "outrun the FMAs here" : "do not outrun the FMAs here") : "absent here");
+    MESSAGE("bf16 dot products " << std::string(
+                has_dot ? (pays ? "outrun the FMAs here" : "do not outrun the FMAs here") : "absent here"));
+}
+
+// The AVX512-BF16 table's GQA-form scores: forced by
+// GQLA_CPU_BF16_DOT_SCORES, else raced once; the two variants differ in
+// that one entry only.
+TEST_CASE("probe: the bf16-dot table's GQA scores are forced or raced") {
+    using gqla::cpu::Bf16GqaScores;
+    ScopedEnv no_cap("GQLA_MAX_ISA", nullptr);
+    if (!gqla::isa_has(gqla::cpu_isa_flags(), gqla::kIsaBf16Dot)) {
+        MESSAGE("host lacks AVX512-BF16; skipped");
+        return;
+    }
+    const gqla::cpu::KernelTable& dot = gqla::cpu::avx512bf16_kernels(Bf16GqaScores::Dot);
+    const gqla::cpu::KernelTable& fma = gqla::cpu::avx512bf16_kernels(Bf16GqaScores::Fma);
+    constexpr int bf16 = GQLA_DTYPE_BF16 - 1;
+    const bool bf16_entries_differ = dot.gqa_attend[bf16] != fma.gqa_attend[bf16];
+    CHECK(bf16_entries_differ);
+    for (int dt = 0; dt < 4; ++dt) {
+        INFO("cache dtype index " << dt);
+        const bool narrow_same = dt == bf16 || dot.gqa_attend[dt] == fma.gqa_attend[dt];
+        const bool wide_same = dot.gqa_attend_wide[dt] == fma.gqa_attend_wide[dt];
+        const bool absorb_same = dot.absorb_attend[dt] == fma.absorb_attend[dt];
+        CHECK(narrow_same);
+        CHECK(wide_same);
+        CHECK(absorb_same);
+    }
+    {
+        ScopedEnv force("GQLA_CPU_BF16_DOT_SCORES", "1");
+        CHECK(&gqla::cpu::avx512bf16_kernels() == &dot);
+    }
+    {
+        ScopedEnv force("GQLA_CPU_BF16_DOT_SCORES", "0");
+        CHECK(&gqla::cpu::avx512bf16_kernels() == &fma);
+    }
+    ScopedEnv measured("GQLA_CPU_BF16_DOT_SCORES", nullptr);
+    const Bf16GqaScores raced = gqla::cpu::bf16_gqa_scores();
+    CHECK(gqla::cpu::bf16_gqa_scores() == raced);  // raced once, then the same answer
+    CHECK(&gqla::cpu::avx512bf16_kernels() == &gqla::cpu::avx512bf16_kernels(raced));
+    // The race measures: a kernel against itself is within 2x, never 4x faster.
+    CHECK(gqla::cpu::second_gqa_kernel_wins(dot.gqa_attend[bf16], dot.gqa_attend[bf16], 2.0));
+    CHECK_FALSE(gqla::cpu::second_gqa_kernel_wins(dot.gqa_attend[bf16], dot.gqa_attend[bf16], 0.25));
+    MESSAGE("GQA-form scores over bf16 caches here: " << std::string(raced == Bf16GqaScores::Dot ? "dot products"
+                                                                                                 : "f32 FMAs"));
 }
 
 TEST_CASE("probe: ISA names follow the bits") {
