@@ -91,7 +91,8 @@ bool second_gqa_kernel_wins(GqaAttendFn a, GqaAttendFn b, double margin) try {
     std::mt19937 rng(20261204u);
     const RaceItem f32_queries(rng, false), bf16_queries(rng, true);
     if (!f32_queries.ready() || !bf16_queries.ready()) return false;  // no memory: keep the first
-    trial_seconds(a, f32_queries, bf16_queries);  // warm the caches and the core's clock
+    // Untimed rounds warm the caches and the core's clock.
+    trial_seconds(a, f32_queries, bf16_queries);
     trial_seconds(b, f32_queries, bf16_queries);
     double best_a = INFINITY, best_b = INFINITY;
     // Alternating trials, the best of each kept: a trial the scheduler
