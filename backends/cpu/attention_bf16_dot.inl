@@ -376,11 +376,9 @@ static void gqa_attend_bf16_blocks(const GqaItem& item) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
         const Block next = has_next ? Block::at(it, t + n) : cur;
-        // As in gqa_attend: the next block arrives while this one is used.
         PrefetchStream ahead;
-        if (t == it.t0) cur.prefetch_values(it, &ahead);
-        if (has_next) next.prefetch_keys(it, &ahead), next.prefetch_values(it, &ahead);
-        ahead.plan(n / kScoreTokens + n % kScoreTokens + n);
+        prefetch_ahead(it, cur, has_next ? &next : nullptr, t == it.t0, n / kScoreTokens + n % kScoreTokens + n,
+                       &ahead);
 
         if (!kDotScores)
             gqa_scores_block<GQLA_DTYPE_BF16>(it, n, cur.k1, cur.k2, s, &ahead);

@@ -150,13 +150,17 @@ struct Fp8GqaBlock {
         b.vs = it.v_scale + page * it.v_scale_page_stride + slot;
         return b;
     }
-    // Keys, rope keys, values and both scale rows of the block.
+    // The block's values and their scales; prefetch adds its keys, rope
+    // keys and their scales (see prefetch_ahead).
+    inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add(v, int64_t(n) * it.dv);
+        pf->add(vs, int64_t(n) * 4);
+    }
     inline void prefetch(const GqaItem& it, PrefetchStream* pf) const {
         pf->add(k1, int64_t(n) * it.d1);
         pf->add(k2, int64_t(n) * it.d2 * 2);
         pf->add(ks, int64_t(n) * 4);
-        pf->add(v, int64_t(n) * it.dv);
-        pf->add(vs, int64_t(n) * 4);
+        prefetch_values(it, pf);
     }
 };
 
@@ -185,12 +189,8 @@ static void gqa_attend_fp8(const GqaItem& it) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
         const Fp8GqaBlock next = has_next ? Fp8GqaBlock::at(it, t + n, it.t1, kGqaTokenBlock) : cur;
-        // Prefetch as the other dtypes do: the next block (rows and scales)
-        // over both passes of this one.
         PrefetchStream ahead;
-        if (t == it.t0) ahead.add(cur.v, int64_t(n) * it.dv);
-        if (has_next) next.prefetch(it, &ahead);
-        ahead.plan(gqa_score_steps(n) + n);
+        prefetch_ahead(it, cur, has_next ? &next : nullptr, t == it.t0, gqa_score_steps(n) + n, &ahead);
         for (int j = 0; j < n; ++j) {
             scale[j] = cur.ks[j] * kE4m3Raw;
             scale[kGqaTokenBlock + j] = cur.vs[j] * kE4m3Raw;

@@ -258,10 +258,9 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
         const Fp8GqaBlock next = has_next ? Fp8GqaBlock::at(it, t + n, it.t1, kGqaTokenBlock) : cur;
-        PrefetchStream ahead;  // as in gqa_attend_fp8
-        if (t == it.t0) ahead.add(cur.v, int64_t(n) * it.dv);
-        if (has_next) next.prefetch(it, &ahead);
-        ahead.plan(n / kScoreTokens + n % kScoreTokens + n);
+        PrefetchStream ahead;
+        prefetch_ahead(it, cur, has_next ? &next : nullptr, t == it.t0, n / kScoreTokens + n % kScoreTokens + n,
+                       &ahead);
         for (int j = 0; j < n; ++j) {
             scale[j] = cur.ks[j] * kE4m3Raw;
             scale[kGqaTokenBlock + j] = cur.vs[j] * kE4m3Raw;

@@ -296,12 +296,13 @@ struct GqaRunBlock {
         b.v = {static_cast<const T*>(it.v) + page * it.v_page_stride + slot * it.dv, it.dv};
         return b;
     }
-    inline void prefetch_keys(const GqaItem& it, PrefetchStream* pf) const {
-        pf->add(k1.base, n * it.d1 * int64_t(sizeof(T)));
-        if (it.d2) pf->add(k2.base, n * it.d2 * int64_t(sizeof(T)));
-    }
     inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const {
         pf->add(v.base, n * it.dv * int64_t(sizeof(T)));
+    }
+    inline void prefetch(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add(k1.base, n * it.d1 * int64_t(sizeof(T)));
+        if (it.d2) pf->add(k2.base, n * it.d2 * int64_t(sizeof(T)));
+        prefetch_values(it, pf);
     }
 };
 
@@ -319,14 +320,32 @@ struct GqaListBlock {
         b.v = {reinterpret_cast<const T* const*>(it.v_rows) + t};
         return b;
     }
-    inline void prefetch_keys(const GqaItem& it, PrefetchStream* pf) const {
-        pf->add_rows(reinterpret_cast<const void* const*>(k1.rows), n, it.d1 * int64_t(sizeof(T)));
-        if (it.d2) pf->add_rows(reinterpret_cast<const void* const*>(k2.rows), n, it.d2 * int64_t(sizeof(T)));
-    }
     inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const {
         pf->add_rows(reinterpret_cast<const void* const*>(v.rows), n, it.dv * int64_t(sizeof(T)));
     }
+    inline void prefetch(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add_rows(reinterpret_cast<const void* const*>(k1.rows), n, it.d1 * int64_t(sizeof(T)));
+        if (it.d2) pf->add_rows(reinterpret_cast<const void* const*>(k2.rows), n, it.d2 * int64_t(sizeof(T)));
+        prefetch_values(it, pf);
+    }
 };
+
+// The prefetch of one block of a GQA-form walk (every narrow kernel, any
+// Block with prefetch and prefetch_values): the next block's keys and
+// values (and scales) spread over the `steps` steps of this block's score
+// and value passes; the walk's first block also asks for its own values,
+// which its scores then overlap. One pass ahead (this block's values during
+// its scores, the next keys during its sums) left a cold walk waiting on
+// memory: the bf16-dot kernel went from 0.91-1.05 to 0.65-0.85 ms for GQA
+// 32/8 T=4096 on 2 Zen 5 cores; f16, f32 and fp8 measured the same within
+// noise.
+template <class Block>
+static inline void prefetch_ahead(const GqaItem& it, const Block& cur, const Block* next, bool first, int steps,
+                                  PrefetchStream* pf) {
+    if (first) cur.prefetch_values(it, pf);
+    if (next) next->prefetch(it, pf);
+    pf->plan(steps);
+}
 
 // The block walk of gqa_attend over contiguous (GqaRunBlock) or gathered
 // (GqaListBlock) tokens.
@@ -352,17 +371,8 @@ static void gqa_attend_blocks(const GqaItem& item) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
         const Block next = has_next ? Block::at(it, t + n) : cur;
-        // The next block's keys and values arrive while this block is scored
-        // and summed, its lines spread over both passes. One pass ahead
-        // (this block's values during its scores, the next keys during its
-        // sums) left a cold walk waiting on memory: the bf16-dot kernel,
-        // which walks the same way, went from 0.91-1.05 to 0.65-0.85 ms for
-        // GQA 32/8 T=4096 on 2 Zen 5 cores; f16 and f32 here measured the
-        // same within noise. The first block also asks for its own values.
         PrefetchStream ahead;
-        if (t == it.t0) cur.prefetch_values(it, &ahead);
-        if (has_next) next.prefetch_keys(it, &ahead), next.prefetch_values(it, &ahead);
-        ahead.plan(gqa_score_steps(n) + n);
+        prefetch_ahead(it, cur, has_next ? &next : nullptr, t == it.t0, gqa_score_steps(n) + n, &ahead);
 
         gqa_scores_block<DT>(it, n, cur.k1, cur.k2, s, &ahead);
         gqa_softmax_block(it, t, n, s, corr);

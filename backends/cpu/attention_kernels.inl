@@ -167,11 +167,11 @@ static inline int block_tokens(int64_t t, int64_t t1, int page_size, int max_blo
 constexpr int64_t kCacheLine = 64;
 
 struct PrefetchStream {
-    // At most: a block's values, and the next block's key, rope key, values
-    // and the key and value scale rows of an 8-bit block.
-    // A segment is `count` rows of `bytes` bytes: one contiguous run
+    // At most (an 8-bit block, prefetch_ahead): a block's values and their
+    // scales, and the next block's keys, rope keys, values and both scale
+    // rows. A segment is `count` rows of `bytes` bytes: one contiguous run
     // (rows == nullptr, at base), or a list of gathered rows.
-    static constexpr int kMaxSegments = 6;
+    static constexpr int kMaxSegments = 7;
     const char* base[kMaxSegments];
     const void* const* rows[kMaxSegments];
     int64_t bytes[kMaxSegments];
