@@ -19,8 +19,9 @@ gqla_status decode_absorb(CpuContext* ctx, const gqla_decode_args* args);
 // GQLA GQA form over latent rows up-projected for the call (args->transient).
 gqla_status decode_gqa_transient(CpuContext* ctx, const gqla_decode_args* args);
 
-// out[n][G*(d_c+d_v)] = latent[n][r] * W^T of one layer (oneDNN matmul when
-// built with it, else the kernel table's GEMM), on the context's threads.
+// out[n][G*(d_c+d_v)] = latent[n][r] * W^T of one layer (oneDNN matmuls
+// when built with it, else the kernel table's GEMM), on the context's pool
+// (no OpenMP team: see expansion_gemm.cpp).
 gqla_status expansion_gemm(CpuContext* ctx, const LayerWeights& w, int64_t n, const float* latent, float* out);
 // Which f32 copy expansion_gemm reads: W^T (LayerWeights::wt, the kernel
 // table's GEMM) or W (LayerWeights::w, oneDNN reads it as W^T by strides).
