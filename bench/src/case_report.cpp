@@ -89,6 +89,7 @@ void print_json(const CaseResult& r, const BenchEnv& env) {
         .num("p99_ms", r.p99_seconds * 1e3)
         .integer("calls", r.calls)
         .integer("busy_threads", r.busy)
+        .boolean("interleaved", r.interleaved)
         .num("gbps", r.bytes / r.seconds / 1e9)
         .num("gflops", r.flops / r.seconds / 1e9)
         .num("tflops", r.flops / r.seconds / 1e12)

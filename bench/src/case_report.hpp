@@ -31,6 +31,7 @@ struct CaseResult {
     double p99_seconds = 0;     // 99th percentile of the same calls
     int calls = 0;              // timed calls
     int busy = 0;               // --busy threads running meanwhile
+    bool interleaved = false;   // timed in turns with the other dtypes' sessions (--interleave)
     double device_seconds = 0;  // CUDA: median device time (events), 0 when not measured
     // Work of one call: decode rows as gqla_session_predict_cost counts it
     // (comparable with earlier runs); attention rows on the causal pairs of

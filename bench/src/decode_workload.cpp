@@ -233,41 +233,70 @@ double DecodeWorkload::time_decode(int batch, int s_q, int reps, double max_tota
 }
 
 double DecodeWorkload::time_calls(const CallShape& shape, int reps, double max_total_s, bool hot, double min_total_s) {
-    const int batch = shape.batch;
-    const int64_t groups = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(seqs_.size()) / batch);
-    auto next = [&]() {
-        const int64_t g = next_group_ % groups;
-        next_group_ = g + 1;
-        return g * batch;
-    };
-    const int64_t warmup = std::min<int64_t>(groups, 2);
-    for (int64_t i = 0; i < warmup; ++i) call(next(), shape);
-    const bool flush = !hot && device() == GQLA_DEVICE_CPU;
-    std::vector<double> times, device_times;
+    begin_timing(shape, hot);
     double spent = 0;
     constexpr int kMaxReps = 100000;
     for (int i = 0; i < kMaxReps && (i < reps || spent < min_total_s); ++i) {
-        const int64_t first = next();
-        if (flush) {
-            const double f0 = now_s();
-            sweep_last_level_cache();
-            spent += now_s() - f0;
-        }
-        const double t0 = now_s();
-        call(first, shape, true);
-        const double dt = now_s() - t0;
-        if (timer_) {
-            const double dev = timer_->seconds();
-            if (dev > 0) device_times.push_back(dev);
-        }
-        times.push_back(dt);
-        spent += dt;
-        if (spent > max_total_s && times.size() >= 3) break;
+        spent += timed_call(shape, hot);
+        if (spent > max_total_s && timed_calls() >= 3) break;
     }
-    last_device_s_ = device_times.size() == times.size() ? median(device_times) : 0.0;
-    last_p99_s_ = percentile(times, 99.0);
-    last_calls_ = static_cast<int>(times.size());
-    return median(times);
+    return end_timing();
+}
+
+void DecodeWorkload::begin_timing(const CallShape& shape, bool hot) {
+    const int64_t groups = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(seqs_.size()) / shape.batch);
+    const int64_t warmup = std::min<int64_t>(groups, 2);
+    for (int64_t i = 0; i < warmup; ++i) call(next_first(shape.batch, hot), shape);
+    times_.clear();
+    device_times_.clear();
+    sweep_caches_ = !hot && device() == GQLA_DEVICE_CPU;
+}
+
+int64_t DecodeWorkload::next_first(int batch, bool hot) {
+    const int64_t groups = hot ? 1 : std::max<int64_t>(1, static_cast<int64_t>(seqs_.size()) / batch);
+    const int64_t g = next_group_ % groups;
+    next_group_ = g + 1;
+    return g * batch;
+}
+
+double DecodeWorkload::timed_call(const CallShape& shape, bool hot) {
+    const int64_t first = next_first(shape.batch, hot);
+    double spent = 0;
+    if (sweep_caches_) {
+        const double f0 = now_s();
+        sweep_last_level_cache();
+        spent += now_s() - f0;
+    }
+    const double t0 = now_s();
+    call(first, shape, true);
+    const double dt = now_s() - t0;
+    if (timer_) {
+        const double dev = timer_->seconds();
+        if (dev > 0) device_times_.push_back(dev);
+    }
+    times_.push_back(dt);
+    return spent + dt;
+}
+
+double DecodeWorkload::end_timing() {
+    last_device_s_ = device_times_.size() == times_.size() ? median(device_times_) : 0.0;
+    last_p99_s_ = percentile(times_, 99.0);
+    last_calls_ = static_cast<int>(times_.size());
+    return median(times_);
+}
+
+std::vector<double> time_interleaved(const std::vector<DecodeWorkload*>& works, const CallShape& shape, int reps,
+                                     double max_total_s, bool hot) {
+    for (DecodeWorkload* w : works) w->begin_timing(shape, hot);
+    double spent = 0;
+    const double budget = max_total_s * static_cast<double>(works.size());
+    for (int i = 0; i < reps; ++i) {
+        for (DecodeWorkload* w : works) spent += w->timed_call(shape, hot);
+        if (spent > budget && i + 1 >= 3) break;
+    }
+    std::vector<double> medians;
+    for (DecodeWorkload* w : works) medians.push_back(w->end_timing());
+    return medians;
 }
 
 void DecodeWorkload::select_path(gqla_path p) { check(gqla_select_path(session_, p), "gqla_select_path"); }

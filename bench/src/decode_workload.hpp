@@ -79,6 +79,15 @@ public:
     // The same for calls of any shape.
     double time_calls(const CallShape& shape, int reps, double max_total_s = 3.0, bool hot = false,
                       double min_total_s = 0.0);
+    // time_calls in steps, so that several workloads can take turns call by
+    // call (time_interleaved): begin_timing warms up, each timed_call
+    // times one call (after the cache sweep, if cold) and returns the
+    // seconds it spent including the sweep, end_timing returns the median
+    // and sets the last_* figures.
+    void begin_timing(const CallShape& shape, bool hot);
+    double timed_call(const CallShape& shape, bool hot);
+    double end_timing();
+    int timed_calls() const { return static_cast<int>(times_.size()); }
     // The form the last gqla_attention call ran on (GQA, ABSORB or
     // GQA_TRANSIENT); AUTO before any.
     gqla_path last_path_taken() const { return last_taken_; }
@@ -103,6 +112,8 @@ public:
 private:
     // Weights, sequences, path and the q/o buffers of a created session.
     void fill(const Preset& p, const SessionShape& shape, gqla_path wanted);
+    // First sequence of the next group of `batch` in the rotation (hot: the first).
+    int64_t next_first(int batch, bool hot);
 
     WorkloadSpec spec_;
     gqla_session* session_ = nullptr;
@@ -110,11 +121,22 @@ private:
     std::vector<unsigned char> q_, o_;  // in spec.shape.io_dtype
     std::unique_ptr<CudaIoBuffer> q_dev_, o_dev_;
     std::unique_ptr<CudaEventTimer> timer_;
+    std::vector<double> times_, device_times_;  // of the timing in progress
+    bool sweep_caches_ = false;                 // cold CPU timing: sweep before each call
     double last_device_s_ = 0;
     double last_p99_s_ = 0;
     int last_calls_ = 0;
     int64_t next_group_ = 0;
     gqla_path last_taken_ = GQLA_PATH_AUTO;
 };
+
+// Times `shape` on every workload, the workloads taking turns call by call
+// (reps calls each; stops early once max_total_s per workload is spent,
+// after >= 3 calls each), and returns each one's median wall time; each
+// workload's last_* figures describe its own calls. On a shared host, or one
+// whose memory speed moves between allocations, rows timed this way compare
+// like with like; rows timed one after the other may not.
+std::vector<double> time_interleaved(const std::vector<DecodeWorkload*>& works, const CallShape& shape, int reps,
+                                     double max_total_s, bool hot);
 
 }  // namespace gqla::bench

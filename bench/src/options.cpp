@@ -36,6 +36,10 @@ const char* kUsage =
     "                              (the library sharing its CPUs with an application's threads)\n"
     "  --hot                       call on the same sequences every time (default: rotate over\n"
     "                              >= 512 MiB of cache so every call starts cold)\n"
+    "  --interleave                with several --dtype: their sessions live side by side and\n"
+    "                              take turns call by call, so the rows of one shape compare\n"
+    "                              like with like on a shared host (each gets its share of\n"
+    "                              the memory cap)\n"
     "  --page-size N               tokens per cache page (default: library default)\n"
     "  --no-baseline               skip the naive repeat-KV baseline\n"
     "  --no-check                  skip the accuracy check against the float64 reference\n"
@@ -188,6 +192,8 @@ Options parse_options(int argc, char** argv) {
             o.page_size = static_cast<int>(parse_count(a, value()));
         else if (a == "--hot")
             o.hot = true;
+        else if (a == "--interleave")
+            o.interleave = true;
         else if (a == "--json")
             o.json = true;
         else if (a == "--quiet")

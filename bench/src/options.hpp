@@ -34,6 +34,7 @@ struct Options {
     int reps = 20;
     int busy = 0;  // --busy: busy-looping threads during the timed calls
     bool hot = false;
+    bool interleave = false;  // --interleave: the dtypes of a row take turns call by call
     bool json = false;
     bool quiet = false;  // --quiet: no progress lines on stderr
     int page_size = 0;

@@ -159,25 +159,36 @@ void account(CaseResult& r, DecodeWorkload& work, const BenchEnv& env, const std
     }
 }
 
-// Times every row of `group` for one (preset, dtype, path, batch, lengths) on one session.
-std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const BenchEnv& env, gqla_dtype dtype,
-                                   gqla_path path, const RowGroup& group, int batch, const LengthCase& lc,
-                                   WorkloadSpec* spec_out) {
+// Times every row of `group` for one (preset, path, batch, lengths), one
+// session per cache dtype of `dtypes`; results[k] holds dtype k's rows. With
+// several dtypes (--interleave) their sessions live side by side (each with
+// its share of the memory cap) and take turns call by call.
+std::vector<std::vector<CaseResult>> time_cases(const Preset& p, const Options& opt, const BenchEnv& env,
+                                                const std::vector<gqla_dtype>& dtypes, gqla_path path,
+                                                const RowGroup& group, int batch, const LengthCase& lc,
+                                                std::vector<WorkloadSpec>* specs_out) {
     const std::vector<int64_t> lengths = lc.of_batch(batch);
     const int64_t shortest = *std::min_element(lengths.begin(), lengths.end());
     int runnable_s_q = 0;
     for (int s_q : group.s_qs)
         if (s_q <= shortest) runnable_s_q = std::max(runnable_s_q, s_q);
-    std::string why_not;
-    const WorkloadSpec spec = workload_spec(p, opt, env, dtype, path, group, batch, lc, runnable_s_q, &why_not);
-    *spec_out = spec;
-    std::unique_ptr<DecodeWorkload> work;
-    const bool fits = why_not.empty();
-    if (fits && (group.ragged ? opt.mix.max_q_len() <= shortest : runnable_s_q > 0)) {
-        try {
-            work = std::make_unique<DecodeWorkload>(spec);
-        } catch (const GqlaError& e) {
-            why_not = e.what();
+    BenchEnv shared = env;
+    shared.memory_cap = env.memory_cap / static_cast<int64_t>(dtypes.size());
+    const size_t n = dtypes.size();
+    std::vector<std::string> why_not(n);
+    std::vector<std::unique_ptr<DecodeWorkload>> work(n);
+    std::vector<bool> fits(n);
+    specs_out->clear();
+    for (size_t k = 0; k < n; ++k) {
+        specs_out->push_back(
+            workload_spec(p, opt, shared, dtypes[k], path, group, batch, lc, runnable_s_q, &why_not[k]));
+        fits[k] = why_not[k].empty();
+        if (fits[k] && (group.ragged ? opt.mix.max_q_len() <= shortest : runnable_s_q > 0)) {
+            try {
+                work[k] = std::make_unique<DecodeWorkload>((*specs_out)[k]);
+            } catch (const GqlaError& e) {
+                why_not[k] = e.what();
+            }
         }
     }
     std::vector<CallShape> calls;
@@ -185,47 +196,64 @@ std::vector<CaseResult> time_cases(const Preset& p, const Options& opt, const Be
     for (int s_q : group.s_qs)
         calls.push_back(group.attention ? CallShape::uniform(batch, s_q, path) : CallShape::decode(batch, s_q));
 
-    std::vector<CaseResult> results;
+    std::vector<std::vector<CaseResult>> results(n);
     for (const CallShape& call : calls) {
-        CaseResult r;
-        r.preset = &p;
-        r.attention = call.attention;
-        r.requested = path;
-        r.dtype = dtype;
-        r.io_dtype = opt.io_dtype;
-        r.batch = call.batch;
-        r.context = lc.context;
-        r.lengths = lc.label;
-        r.mix = group.ragged ? opt.mix.label() : "";
-        r.s_q = call.s_q;
-        r.query_rows = call.query_rows();
-        r.sets = spec.sets;
-        r.error = why_not;
-        r.expected_skip = !fits;
-        if (r.error.empty() && call.s_q > shortest) {
-            r.error = "s_q " + std::to_string(call.s_q) + " exceeds the " + std::to_string(shortest) +
-                      " cached tokens of the shortest sequence";
-            r.expected_skip = true;
-        }
-        if (work && r.error.empty()) {
-            try {
-                {
-                    const BusyThreads busy(opt.busy);
-                    r.seconds = work->time_calls(call, opt.reps, 3.0, opt.hot);
-                }
-                r.p99_seconds = work->last_p99_seconds();
-                r.calls = work->last_calls();
-                r.busy = opt.busy;
-                r.device_seconds = work->last_device_seconds();
-                r.io_on_device = work->io_on_device();
-                const std::vector<int32_t> q_lens =
-                    call.q_lens.empty() ? std::vector<int32_t>(static_cast<size_t>(call.batch), call.s_q) : call.q_lens;
-                account(r, *work, env, lengths, q_lens);
-            } catch (const GqlaError& e) {
-                r.error = e.what();
+        std::vector<CaseResult> rows(n);
+        std::vector<DecodeWorkload*> timed;
+        std::vector<size_t> timed_k;
+        for (size_t k = 0; k < n; ++k) {
+            CaseResult& r = rows[k];
+            r.preset = &p;
+            r.attention = call.attention;
+            r.requested = path;
+            r.dtype = dtypes[k];
+            r.io_dtype = opt.io_dtype;
+            r.batch = call.batch;
+            r.context = lc.context;
+            r.lengths = lc.label;
+            r.mix = group.ragged ? opt.mix.label() : "";
+            r.s_q = call.s_q;
+            r.query_rows = call.query_rows();
+            r.sets = (*specs_out)[k].sets;
+            r.error = why_not[k];
+            r.expected_skip = !fits[k];
+            if (r.error.empty() && call.s_q > shortest) {
+                r.error = "s_q " + std::to_string(call.s_q) + " exceeds the " + std::to_string(shortest) +
+                          " cached tokens of the shortest sequence";
+                r.expected_skip = true;
+            }
+            if (work[k] && r.error.empty()) {
+                timed.push_back(work[k].get());
+                timed_k.push_back(k);
             }
         }
-        results.push_back(r);
+        try {
+            std::vector<double> seconds;
+            {
+                const BusyThreads busy(opt.busy);
+                if (timed.size() == 1)
+                    seconds.push_back(timed[0]->time_calls(call, opt.reps, 3.0, opt.hot));
+                else if (!timed.empty())
+                    seconds = time_interleaved(timed, call, opt.reps, 3.0, opt.hot);
+            }
+            const std::vector<int32_t> q_lens =
+                call.q_lens.empty() ? std::vector<int32_t>(static_cast<size_t>(call.batch), call.s_q) : call.q_lens;
+            for (size_t i = 0; i < timed.size(); ++i) {
+                CaseResult& r = rows[timed_k[i]];
+                DecodeWorkload& w = *timed[i];
+                r.seconds = seconds[i];
+                r.p99_seconds = w.last_p99_seconds();
+                r.calls = w.last_calls();
+                r.busy = opt.busy;
+                r.interleaved = timed.size() > 1;
+                r.device_seconds = w.last_device_seconds();
+                r.io_on_device = w.io_on_device();
+                account(r, w, env, lengths, q_lens);
+            }
+        } catch (const GqlaError& e) {
+            for (size_t k : timed_k) rows[k].error = e.what();
+        }
+        for (size_t k = 0; k < n; ++k) results[k].push_back(rows[k]);
     }
     return results;
 }
@@ -305,16 +333,33 @@ int run_sweep(const Options& opt, const BenchEnv& env) {
 
     for (const std::string& name : opt.presets) {
         const Preset& p = *find_preset(name);
-        for (gqla_dtype dtype : opt.dtypes)
+        // --interleave: all dtypes of a row group at once, taking turns.
+        std::vector<std::vector<gqla_dtype>> dtype_sets;
+        if (opt.interleave)
+            dtype_sets.push_back(opt.dtypes);
+        else
+            for (gqla_dtype d : opt.dtypes) dtype_sets.push_back({d});
+        for (const std::vector<gqla_dtype>& dtypes : dtype_sets)
             for (gqla_path path : paths_for(p, opt))
                 for (int batch : batches)
                     for (const LengthCase& lc : length_cases(opt, batch))
                         for (const RowGroup& group : row_groups(opt, path)) {
-                            WorkloadSpec spec;
-                            // The session is gone before the baseline allocates its own cache.
-                            std::vector<CaseResult> results =
-                                time_cases(p, opt, env, dtype, path, group, batch, lc, &spec);
-                            for (CaseResult& r : results) {
+                            std::vector<WorkloadSpec> specs;
+                            // The sessions are gone before the baseline allocates its own cache.
+                            std::vector<std::vector<CaseResult>> by_dtype =
+                                time_cases(p, opt, env, dtypes, path, group, batch, lc, &specs);
+                            // Row by row, the dtypes of one row next to each other.
+                            std::vector<CaseResult> results;
+                            std::vector<size_t> of_dtype;
+                            for (size_t i = 0; i < by_dtype[0].size(); ++i)
+                                for (size_t k = 0; k < by_dtype.size(); ++k) {
+                                    results.push_back(by_dtype[k][i]);
+                                    of_dtype.push_back(k);
+                                }
+                            for (size_t row = 0; row < results.size(); ++row) {
+                                CaseResult& r = results[row];
+                                const gqla_dtype dtype = r.dtype;
+                                const WorkloadSpec& spec = specs[of_dtype[row]];
                                 if (!r.error.empty()) {
                                     if (!r.expected_skip) ++failures;
                                 } else {
