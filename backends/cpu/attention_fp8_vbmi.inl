@@ -75,10 +75,10 @@ static inline void vbmi_queries(const GqaItem& it, uint16_t* qb, int64_t qb_ld) 
     }
 }
 
-template <int RB, int NT>
-GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, const uint8_t* k1, int d1,
-                                             const float* ks, const uint16_t* k2, int d2, float* s, int s_ld,
-                                             const E4m3Lut& L) {
+// k1 / k2: row accessors (RunRows or ListRows) from the tile's first token.
+template <int RB, int NT, class R1, class R2>
+GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, R1 k1, int d1, const float* ks, R2 k2,
+                                             int d2, float* s, int s_ld, const E4m3Lut& L) {
     __m512 acc[RB * NT];
     GQLA_UNROLL
     for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();
@@ -86,8 +86,7 @@ GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, 
         const __mmask64 m = mask64(d1 - d);
         __m512i ka[NT], kc[NT];
         GQLA_UNROLL
-        for (int t = 0; t < NT; ++t)
-            e4m3x64_to_bf16(_mm512_maskz_loadu_epi8(m, k1 + static_cast<int64_t>(t) * d1 + d), L, ka[t], kc[t]);
+        for (int t = 0; t < NT; ++t) e4m3x64_to_bf16(_mm512_maskz_loadu_epi8(m, k1[t] + d), L, ka[t], kc[t]);
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
             const __m512i qa = _mm512_loadu_si512(qb + r * qb_ld + d);
@@ -110,7 +109,7 @@ GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, 
         const __mmask32 m = mask32(d2 - d);
         __m512i kv[NT];
         GQLA_UNROLL
-        for (int t = 0; t < NT; ++t) kv[t] = _mm512_maskz_loadu_epi16(m, k2 + static_cast<int64_t>(t) * d2 + d);
+        for (int t = 0; t < NT; ++t) kv[t] = _mm512_maskz_loadu_epi16(m, k2[t] + d);
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
             const __m512i qv = _mm512_loadu_si512(q2 + r * qb_ld + d);
@@ -125,9 +124,9 @@ GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, 
     for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
 }
 
-template <int RB>
+template <int RB, class Block>
 GQLA_VBMI static inline void vbmi_scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, int64_t qb_ld,
-                                              const Fp8GqaBlock& b, const float* ks, float* s, PrefetchStream* pf,
+                                              const Block& b, const float* ks, float* s, PrefetchStream* pf,
                                               const E4m3Lut& L) {
     constexpr int NT = 2;  // A and C per token: 4 tokens would spill
     const uint16_t* q = qb + r0 * qb_ld;
@@ -135,21 +134,18 @@ GQLA_VBMI static inline void vbmi_scores_rows(const GqaItem& it, int r0, int n, 
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        vbmi_score_tile<RB, NT>(q, qb_ld, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
-                                b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
-                                kGqaTokenBlock, L);
+        vbmi_score_tile<RB, NT>(q, qb_ld, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j, kGqaTokenBlock,
+                                L);
     }
     for (; j < n; ++j)
-        vbmi_score_tile<RB, 1>(q, qb_ld, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
-                               b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j, kGqaTokenBlock,
-                               L);
+        vbmi_score_tile<RB, 1>(q, qb_ld, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j, kGqaTokenBlock, L);
 }
 
 // acc (per 64 dims: A lo, A hi, C lo, C hi, each in the pair order of the
 // bf16 kernel) = acc * corr + sum_t p[t] v[t] for RB rows and the 64 dims at d.
-template <int RB, bool kMasked>
-GQLA_VBMI static inline void vbmi_pv_tile(const uint16_t* pb, int n, const uint8_t* v, int dv, int d, float* acc,
-                                          const float* corr, PrefetchStream* pf, const int* visible, const E4m3Lut& L) {
+template <int RB, bool kMasked, class R>
+GQLA_VBMI static inline void vbmi_pv_tile(const uint16_t* pb, int n, R v, int dv, int d, float* acc, const float* corr,
+                                          PrefetchStream* pf, const int* visible, const E4m3Lut& L) {
     __m512 a[RB * 4];
     GQLA_UNROLL
     for (int r = 0; r < RB; ++r) {
@@ -163,11 +159,10 @@ GQLA_VBMI static inline void vbmi_pv_tile(const uint16_t* pb, int n, const uint8
             pf->step();
             pf->step();
         }
-        const uint8_t* v0 = v + static_cast<int64_t>(j) * dv + d;
         const bool pair = j + 1 < n;
         __m512i a0, c0, a1 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
-        e4m3x64_to_bf16(_mm512_loadu_si512(v0), L, a0, c0);
-        if (pair) e4m3x64_to_bf16(_mm512_loadu_si512(v0 + dv), L, a1, c1);
+        e4m3x64_to_bf16(_mm512_loadu_si512(v[j] + d), L, a0, c0);
+        if (pair) e4m3x64_to_bf16(_mm512_loadu_si512(v[j + 1] + d), L, a1, c1);
         const __m512i v4[4] = {_mm512_unpacklo_epi16(a0, a1), _mm512_unpackhi_epi16(a0, a1),
                                _mm512_unpacklo_epi16(c0, c1), _mm512_unpackhi_epi16(c0, c1)};
         [[maybe_unused]] __m512i s4[4];
@@ -198,10 +193,9 @@ GQLA_VBMI static inline void vbmi_pv_tile(const uint16_t* pb, int n, const uint8
     for (int k = 0; k < 4; ++k) _mm512_storeu_ps(acc + int64_t(r) * dv + d + 16 * k, a[r * 4 + k]);
 }
 
-template <int RB, bool kMasked>
-GQLA_VBMI static inline void vbmi_pv_rows(const GqaItem& it, int r0, int64_t t, int n, const uint8_t* v,
-                                          const uint16_t* pb, const float* s, const float* corr, PrefetchStream* pf,
-                                          const E4m3Lut& L) {
+template <int RB, bool kMasked, class R>
+GQLA_VBMI static inline void vbmi_pv_rows(const GqaItem& it, int r0, int64_t t, int n, R v, const uint16_t* pb,
+                                          const float* s, const float* corr, PrefetchStream* pf, const E4m3Lut& L) {
     const int dv = it.dv;
     const int chunked = dv / 64 * 64;
     float* acc = it.acc + static_cast<int64_t>(r0) * dv;
@@ -220,19 +214,18 @@ GQLA_VBMI static inline void vbmi_pv_rows(const GqaItem& it, int r0, int64_t t, 
     if (d == dv) return;
     const float* ps = s + r0 * kGqaTokenBlock;
     for (; d + Simd::W <= dv; d += Simd::W)
-        gqa_pv_tile<GQLA_DTYPE_FP8_E4M3, RB, 1, kMasked>(ps, n, run_rows(v, dv), dv, d, acc, cr, nullptr, visible);
+        gqa_pv_tile<GQLA_DTYPE_FP8_E4M3, RB, 1, kMasked>(ps, n, v, dv, d, acc, cr, nullptr, visible);
     for (; d < dv; ++d) GQLA_UNROLL
     for (int r = 0; r < RB; ++r) {
         float x = acc[static_cast<int64_t>(r) * dv + d] * cr[r];
-        for (int j = 0; j < visible[r]; ++j)
-            x += ps[r * kGqaTokenBlock + j] * e4m3_raw_scalar(v[static_cast<int64_t>(j) * dv + d]);
+        for (int j = 0; j < visible[r]; ++j) x += ps[r * kGqaTokenBlock + j] * e4m3_raw_scalar(v[j][d]);
         acc[static_cast<int64_t>(r) * dv + d] = x;
     }
 }
 
-template <bool kMasked>
-GQLA_VBMI static inline void vbmi_pv_block(const GqaItem& it, int64_t t, int n, const uint8_t* v, const uint16_t* pb,
-                                           const float* s, const float* corr, PrefetchStream* pf, const E4m3Lut& L) {
+template <bool kMasked, class R>
+GQLA_VBMI static inline void vbmi_pv_block(const GqaItem& it, int64_t t, int n, R v, const uint16_t* pb, const float* s,
+                                           const float* corr, PrefetchStream* pf, const E4m3Lut& L) {
     constexpr int RBmax = kRows;
     int r0 = 0;
     for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
@@ -252,7 +245,8 @@ GQLA_VBMI static inline void vbmi_pv_block(const GqaItem& it, int64_t t, int n, 
     }
 }
 
-[[gnu::noinline]] GQLA_VBMI static void vbmi_pv_block_masked(const GqaItem& it, int64_t t, int n, const uint8_t* v,
+template <class R>
+[[gnu::noinline]] GQLA_VBMI static void vbmi_pv_block_masked(const GqaItem& it, int64_t t, int n, R v,
                                                              const uint16_t* pb, const float* s, const float* corr,
                                                              const E4m3Lut& L) {
     vbmi_pv_block<true>(it, t, n, v, pb, s, corr, nullptr, L);
@@ -284,11 +278,56 @@ static inline void vbmi_unpermute(const GqaItem& it) {
 // area after them); tiny key dims go to gqa_attend_fp8_dot.
 static inline bool vbmi_fits(const GqaItem& it) { return it.d1 + it.d2 >= 32; }
 
-GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
-    if (!vbmi_fits(it)) {
-        gqa_attend_fp8_dot(it);
-        return;
+// One block of tokens for the VBMI walk: its key, rope-key and value rows
+// as accessors, and its per-token scales. A page's contiguous rows
+// (VbmiRunBlock), or gathered rows with their scales listed per token
+// (VbmiListBlock: GqaItem's k1_rows, k1_scale[t], v_scale[t]).
+struct VbmiRunBlock {
+    RunRows<uint8_t> k1, v;
+    RunRows<uint16_t> k2;
+    const float* ks;
+    const float* vs;
+    int n;
+    Fp8GqaBlock raw;
+    static inline VbmiRunBlock at(const GqaItem& it, int64_t t) {
+        const Fp8GqaBlock b = Fp8GqaBlock::at(it, t, it.t1, kGqaTokenBlock);
+        return {run_rows(b.k1, it.d1), run_rows(b.v, it.dv), run_rows(b.k2, it.d2), b.ks, b.vs, b.n, b};
     }
+    inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const { raw.prefetch_values(it, pf); }
+    inline void prefetch(const GqaItem& it, PrefetchStream* pf) const { raw.prefetch(it, pf); }
+};
+
+struct VbmiListBlock {
+    ListRows<uint8_t> k1, v;
+    ListRows<uint16_t> k2;
+    const float* ks;
+    const float* vs;
+    int n;
+    static inline VbmiListBlock at(const GqaItem& it, int64_t t) {
+        VbmiListBlock b;
+        b.n = static_cast<int>(lmin(it.t1 - t, kGqaTokenBlock));
+        b.k1 = {reinterpret_cast<const uint8_t* const*>(it.k1_rows) + t};
+        b.v = {reinterpret_cast<const uint8_t* const*>(it.v_rows) + t};
+        // No rope key (d2 == 0): an accessor that is never read.
+        b.k2 = {reinterpret_cast<const uint16_t* const*>(it.d2 ? it.k2_rows : it.k1_rows) + t};
+        b.ks = it.k1_scale + t;
+        b.vs = it.v_scale + t;
+        return b;
+    }
+    inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add_rows(reinterpret_cast<const void* const*>(v.rows), n, it.dv);
+        pf->add(vs, int64_t(n) * 4);
+    }
+    inline void prefetch(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add_rows(reinterpret_cast<const void* const*>(k1.rows), n, it.d1);
+        if (it.d2) pf->add_rows(reinterpret_cast<const void* const*>(k2.rows), n, it.d2 * int64_t(2));
+        pf->add(ks, int64_t(n) * 4);
+        prefetch_values(it, pf);
+    }
+};
+
+template <class Block>
+GQLA_VBMI static void vbmi_attend_blocks(const GqaItem& it) {
     constexpr int RBmax = kRows;
     for (int r = 0; r < it.rows; ++r) {
         it.m[r] = kMaxFloor;
@@ -307,11 +346,11 @@ GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
     vbmi_queries(it, qb, qb_ld);
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
-    Fp8GqaBlock cur = Fp8GqaBlock::at(it, it.t0, it.t1, kGqaTokenBlock);
+    Block cur = Block::at(it, it.t0);
     for (int64_t t = it.t0; t < it.t1;) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
-        const Fp8GqaBlock next = has_next ? Fp8GqaBlock::at(it, t + n, it.t1, kGqaTokenBlock) : cur;
+        const Block next = has_next ? Block::at(it, t + n) : cur;
         PrefetchStream ahead;
         prefetch_ahead(it, cur, has_next ? &next : nullptr, t == it.t0, n / 2 + n % 2 + n, &ahead);
         for (int j = 0; j < n; ++j) {
@@ -349,4 +388,17 @@ GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
         cur = next;
     }
     vbmi_unpermute(it);
+}
+
+// Contiguous pages, or gathered rows (sparse attention: k1_rows with a scale
+// per listed token, see GqaItem) - the latter only where vbmi_fits.
+GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
+    if (!vbmi_fits(it)) {
+        gqa_attend_fp8_dot(it);
+        return;
+    }
+    if (it.k1_rows != nullptr)
+        vbmi_attend_blocks<VbmiListBlock>(it);
+    else
+        vbmi_attend_blocks<VbmiRunBlock>(it);
 }

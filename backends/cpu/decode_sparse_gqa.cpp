@@ -7,7 +7,8 @@
 // rows, which the kernel reads where they lie in the cache (gathered
 // tokens: one row address per position) - except in GQA_TRANSIENT, where
 // each group's key and value rows are first up-projected from the latent
-// into a staging block.
+// into a staging block, and over an 8-bit cache on tables whose fp8 kernel
+// does not read gathered rows, where they are widened into bf16 staging.
 #include <algorithm>
 #include <cstring>
 
@@ -94,8 +95,10 @@ Source source_of(const CpuContext* ctx, const gqla_decode_args* a) {
 
 // Floats of each part of a thread's area.
 struct AreaSizes {
-    int64_t q, state, kout, limits, kscratch, pos, row_lists, stage, expand, widen;
-    int64_t total() const { return q + state + kout + limits + kscratch + pos + row_lists + stage + expand + widen; }
+    int64_t q, state, kout, limits, kscratch, pos, row_lists, stage, expand, widen, scales;
+    int64_t total() const {
+        return q + state + kout + limits + kscratch + pos + row_lists + stage + expand + widen + scales;
+    }
 };
 
 struct Area {
@@ -118,6 +121,8 @@ struct Area {
     char* v;
     float* expand;  // transient: the expansion's scratch, then its f32 rows [kExpandTokens][d1 + dv]
     float* widen;   // transient over an 8-bit cache: f32 latent rows [kExpandTokens][r], e4m3 times scales
+    float* ks;      // 8-bit rows read in place: the block's key and value scales of one group, [kBlock] each
+    float* vs;
 };
 
 class GqaSparse {
@@ -128,11 +133,15 @@ public:
         G_ = d_.num_kv_heads;
         n_rep_ = H_ / G_;
         dk_ = src_.d1 + src_.d2;
-        // 8-bit caches: rows widened (times their scales) into bf16 staging,
-        // read by the bf16 kernel; the rope key is bf16 in the cache already.
-        wdt_ = ctx->fp8() ? GQLA_DTYPE_BF16 : d_.cache_dtype;
+        // 8-bit caches: the fp8 kernel reads the listed rows in place with
+        // their scales gathered per block (fp8_gqa_lists), or they are
+        // widened (times their scales) into bf16 staging for the bf16
+        // kernel; the rope key is bf16 in the cache already.
+        fp8_lists_ = ctx->fp8() && !a->transient && fp8_gqa_reads_lists(*ctx->kernels, src_.d1, src_.d2);
+        fp8_staged_ = ctx->fp8() && !a->transient && !fp8_lists_;
+        wdt_ = ctx->fp8() && !fp8_lists_ ? GQLA_DTYPE_BF16 : d_.cache_dtype;
         wes_ = dtype_size(wdt_);
-        staged_ = a->transient || ctx->fp8();
+        staged_ = a->transient || fp8_staged_;
         if (a->transient) lw_ = &ctx->weights[static_cast<size_t>(a->layer)];
         const int64_t N = src_.d1 + src_.dv;
         sz_.q = round16(int64_t(H_) * dk_);
@@ -145,6 +154,7 @@ public:
         sz_.stage = staged_ ? round16((int64_t(kBlock) * (src_.d1 + src_.dv) * static_cast<int64_t>(wes_) + 3) / 4) : 0;
         sz_.expand = a->transient ? expand_scratch_floats(src_.r, N) + round16(N * int64_t(kExpandTokens)) : 0;
         sz_.widen = ctx->fp8() && a->transient ? round16(int64_t(kExpandTokens) * src_.r) : 0;
+        sz_.scales = fp8_lists_ ? round16(2 * int64_t(kBlock)) : 0;
         partial_floats_ = round16(int64_t(H_) * (src_.dv + 2) + 1);
     }
 
@@ -156,6 +166,7 @@ private:
     void run_item(const Query& q, int64_t i0, int64_t i1, int g0, int g1, const Area& ar, float* partial) const;
     void list_group_rows(int g, const Located& l, const Area& ar) const;
     void stage_group_fp8(int g, const Located& l, const Area& ar) const;
+    void gather_group_scales(int g, const Located& l, const Area& ar) const;
     void prefetch_group(int g, const Located& l) const;
     void list_rope_rows(const Located& l, const Area& ar) const;
     void expand_group(int g, const Located& l, const Area& ar) const;
@@ -172,7 +183,9 @@ private:
     int H_, G_, n_rep_, dk_;
     gqla_dtype wdt_;  // the kernel's element type (and the staged rows')
     size_t wes_;
-    bool staged_;  // the kernel reads staged key and value rows
+    bool staged_;      // the kernel reads staged key and value rows
+    bool fp8_lists_;   // 8-bit rows read in place, scales gathered per block
+    bool fp8_staged_;  // 8-bit rows widened into bf16 staging
     AreaSizes sz_;
     int64_t partial_floats_;
 };
@@ -197,6 +210,8 @@ Area GqaSparse::area(float* base) const {
     ar.v = ar.k1 + size_t(kBlock) * src_.d1 * wes_;
     ar.expand = reinterpret_cast<float*>(ar.k1) + sz_.stage;
     ar.widen = ar.expand + sz_.expand;
+    ar.ks = ar.widen + sz_.widen;
+    ar.vs = ar.ks + kBlock;
     return ar;
 }
 
@@ -240,6 +255,16 @@ void GqaSparse::stage_group_fp8(int g, const Located& l, const Area& ar) const {
     }
 }
 
+// 8-bit rows read in place: group g's key and value scales of the block's
+// positions, in list order (prefetch_group asked for them).
+void GqaSparse::gather_group_scales(int g, const Located& l, const Area& ar) const {
+    for (int t = 0; t < l.n; ++t) {
+        const int64_t row = int64_t(g) * d_.page_size + l.slot[t];  // one scale per (group, slot) of a page
+        ar.ks[t] = *src_.k1_pool->scales(src_.k1, l.page[t], row);
+        ar.vs[t] = *src_.v_pool->scales(src_.v, l.page[t], row);
+    }
+}
+
 void GqaSparse::list_rope_rows(const Located& l, const Area& ar) const {
     for (int t = 0; t < l.n; ++t) ar.k2_rows[t] = row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, src_.k2_es);
 }
@@ -264,8 +289,15 @@ void GqaSparse::prefetch_group(int g, const Located& l) const {
         return;
     }
     // Staged 8-bit rows are read by stage_group_fp8, not by the kernel (whose
-    // prefetches cover the staging): all of them.
-    const int first = ctx_->fp8() ? l.n : std::min(l.n, kGqaTokenBlock);
+    // prefetches cover the staging): all of them. Rows read in place: the
+    // scales of all of them (gather_group_scales reads them at once).
+    const int first = fp8_staged_ ? l.n : std::min(l.n, kGqaTokenBlock);
+    if (fp8_lists_)
+        for (int t = 0; t < l.n; ++t) {
+            const int64_t row = int64_t(g) * d_.page_size + l.slot[t];
+            prefetch_bytes(src_.k1_pool->scales(src_.k1, l.page[t], row), 4);
+            prefetch_bytes(src_.v_pool->scales(src_.v, l.page[t], row), 4);
+        }
     for (int t = 0; t < first; ++t) {
         prefetch_bytes(row_at(src_.k1, l, t, src_.k1_page, g * src_.k1_group, src_.d1, src_.k1_es),
                        src_.d1 * int64_t(src_.k1_es));
@@ -345,10 +377,11 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, int g0, int g1,
         for (int g = g0; g < g1; ++g) {
             if (a_->transient)
                 expand_group(g, *cur, ar);
-            else if (ctx_->fp8())
+            else if (fp8_staged_)
                 stage_group_fp8(g, *cur, ar);
             else
                 list_group_rows(g, *cur, ar);
+            if (fp8_lists_) gather_group_scales(g, *cur, ar);
             if (g + 1 < g1)
                 prefetch_group(g + 1, *cur);
             else if (next->n > 0)
@@ -375,6 +408,10 @@ void GqaSparse::run_item(const Query& q, int64_t i0, int64_t i1, int g0, int g1,
             it.k1_rows = ar.k1_rows;
             it.k2_rows = ar.k2_rows;
             it.v_rows = ar.v_rows;
+            if (fp8_lists_) {
+                it.k1_scale = ar.ks;
+                it.v_scale = ar.vs;
+            }
             it.acc = ar.kacc;
             it.m = ar.km;
             it.l = ar.kl;

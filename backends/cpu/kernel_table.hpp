@@ -111,8 +111,9 @@ struct GqaItem {
     // Gathered tokens (sparse attention): when k1_rows is set, token t of
     // [t0, t1) has its rows at k1_rows[t], k2_rows[t] (when d2 > 0) and
     // v_rows[t], anywhere in memory; page_table, page_size and the page
-    // strides are then unused, and blocks are not cut at page ends.
-    // f32, f16 and bf16 caches only (8-bit caches need a scale per row).
+    // strides are then unused, and blocks are not cut at page ends. f32,
+    // f16 and bf16 caches; 8-bit ones where the table says so
+    // (fp8_gqa_lists), with token t's scales at k1_scale[t] and v_scale[t].
     const void* const* k1_rows = nullptr;
     const void* const* k2_rows = nullptr;
     const void* const* v_rows = nullptr;
@@ -215,7 +216,13 @@ struct KernelTable {
     GemmBf16Fn gemm_bf16;
     Fp8RowFn fp8_rows;
     Fp8RowBf16Fn fp8_rows_bf16;
+    // gqa_attend[3] reads gathered e4m3 rows (GqaItem::k1_rows) of items
+    // with d1 + d2 >= 32 (fp8_gqa_reads_lists); elsewhere sparse calls
+    // widen the listed rows into bf16 first.
+    bool fp8_gqa_lists = false;
 };
+
+inline bool fp8_gqa_reads_lists(const KernelTable& k, int d1, int d2) { return k.fp8_gqa_lists && d1 + d2 >= 32; }
 
 const KernelTable& scalar_kernels();
 const KernelTable& avx2_kernels();

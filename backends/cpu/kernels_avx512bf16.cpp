@@ -44,10 +44,12 @@ KernelTable make_bf16_table(Bf16GqaScores scores) {
     t.gqa_attend_wide[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::gqa_attend_wide_bf16;
     t.expand[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::expand_latent_bf16;
     t.absorb_attend[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::absorb_attend_bf16;
-    // e4m3 widening by byte lookups where the host has AVX512-VBMI.
-    t.gqa_attend[GQLA_DTYPE_FP8_E4M3 - 1] = __builtin_cpu_supports("avx512vbmi")
-                                                ? avx512bf16_isa::bf16dot::gqa_attend_fp8_vbmi
-                                                : avx512bf16_isa::bf16dot::gqa_attend_fp8_dot;
+    // e4m3 widening by byte lookups where the host has AVX512-VBMI; that
+    // kernel also reads the gathered rows of sparse calls in place.
+    const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+    t.gqa_attend[GQLA_DTYPE_FP8_E4M3 - 1] =
+        vbmi ? avx512bf16_isa::bf16dot::gqa_attend_fp8_vbmi : avx512bf16_isa::bf16dot::gqa_attend_fp8_dot;
+    t.fp8_gqa_lists = vbmi;
     t.absorb_attend[GQLA_DTYPE_FP8_E4M3 - 1] = avx512bf16_isa::bf16dot::absorb_attend_fp8_dot;
     t.fp8_rows_bf16 = avx512bf16_isa::bf16dot::fp8_rows_to_bf16_dot;
     return t;
