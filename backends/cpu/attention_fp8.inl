@@ -103,30 +103,29 @@ static void fp8_rows_to_bf16(const uint8_t* src, int n, const float* scales, int
 // ----------------------------------------------------- GQA form, narrow
 // Scores of rows r0.. against n tokens: the e4m3 part into s (unscaled),
 // the bf16 rope part (if any) into s2.
-template <int RB>
-static inline void fp8_scores_rows(const GqaItem& it, int r0, int n, const uint8_t* k1, const uint16_t* k2, float* s,
-                                   float* s2, PrefetchStream* pf) {
+template <int RB, class R1, class R2>
+static inline void fp8_scores_rows(const GqaItem& it, int r0, int n, R1 k1, R2 k2, float* s, float* s2,
+                                   PrefetchStream* pf) {
     constexpr int NT = Simd::kScoreTokens;
     const float* q = it.q + static_cast<int64_t>(r0) * it.q_ld;
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        const auto k = run_rows(k1 + static_cast<int64_t>(j) * it.d1, it.d1);
+        const auto k = k1.from(j);
         gqa_score_tile<GQLA_DTYPE_FP8_E4M3, RB, NT>(q, it.q_ld, k, it.d1, k, 0, srow + j, kGqaTokenBlock);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        const auto k = run_rows(k1 + static_cast<int64_t>(j) * it.d1, it.d1);
+        const auto k = k1.from(j);
         gqa_score_tile<GQLA_DTYPE_FP8_E4M3, RB, 1>(q, it.q_ld, k, it.d1, k, 0, srow + j, kGqaTokenBlock);
     }
-    if (!k2) return;
+    if (it.d2 == 0) return;
     float* s2row = s2 + r0 * kGqaTokenBlock;
-    const auto kr = run_rows(k2, it.d2);
     for (j = 0; j + NT <= n; j += NT)
-        gqa_score_tile<kDtBf16Natural, RB, NT>(q + it.d1, it.q_ld, kr.from(j), it.d2, kr, 0, s2row + j, kGqaTokenBlock);
+        gqa_score_tile<kDtBf16Natural, RB, NT>(q + it.d1, it.q_ld, k2.from(j), it.d2, k2, 0, s2row + j, kGqaTokenBlock);
     for (; j < n; ++j)
-        gqa_score_tile<kDtBf16Natural, RB, 1>(q + it.d1, it.q_ld, kr.from(j), it.d2, kr, 0, s2row + j, kGqaTokenBlock);
+        gqa_score_tile<kDtBf16Natural, RB, 1>(q + it.d1, it.q_ld, k2.from(j), it.d2, k2, 0, s2row + j, kGqaTokenBlock);
 }
 
 // Cache rows and scales of one block of n tokens at position t (one page).
@@ -164,13 +163,63 @@ struct Fp8GqaBlock {
     }
 };
 
-template <int RB>
-static inline void fp8_scores_group(const GqaItem& it, int r0, int n, const Fp8GqaBlock& b, float* s, float* s2,
+// One block of tokens for the narrow fp8 walks (gqa_attend_fp8 and the VBMI
+// kernel): its key, rope-key and value rows as accessors, and its per-token
+// scales. A page's contiguous rows (Fp8RunBlock), or gathered rows with
+// their scales listed per token (Fp8ListBlock: GqaItem's k1_rows,
+// k1_scale[t], v_scale[t]).
+struct Fp8RunBlock {
+    RunRows<uint8_t> k1, v;
+    RunRows<uint16_t> k2;
+    const float* ks;
+    const float* vs;
+    int n;
+    Fp8GqaBlock raw;
+    static inline Fp8RunBlock at(const GqaItem& it, int64_t t) {
+        const Fp8GqaBlock b = Fp8GqaBlock::at(it, t, it.t1, kGqaTokenBlock);
+        return {run_rows(b.k1, it.d1), run_rows(b.v, it.dv), run_rows(b.k2, it.d2), b.ks, b.vs, b.n, b};
+    }
+    inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const { raw.prefetch_values(it, pf); }
+    inline void prefetch(const GqaItem& it, PrefetchStream* pf) const { raw.prefetch(it, pf); }
+};
+
+struct Fp8ListBlock {
+    ListRows<uint8_t> k1, v;
+    ListRows<uint16_t> k2;
+    const float* ks;
+    const float* vs;
+    int n;
+    static inline Fp8ListBlock at(const GqaItem& it, int64_t t) {
+        Fp8ListBlock b;
+        b.n = static_cast<int>(lmin(it.t1 - t, kGqaTokenBlock));
+        b.k1 = {reinterpret_cast<const uint8_t* const*>(it.k1_rows) + t};
+        b.v = {reinterpret_cast<const uint8_t* const*>(it.v_rows) + t};
+        // No rope key (d2 == 0): an accessor that is never read.
+        b.k2 = {reinterpret_cast<const uint16_t* const*>(it.d2 ? it.k2_rows : it.k1_rows) + t};
+        b.ks = it.k1_scale + t;
+        b.vs = it.v_scale + t;
+        return b;
+    }
+    inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add_rows(reinterpret_cast<const void* const*>(v.rows), n, it.dv);
+        pf->add(vs, int64_t(n) * 4);
+    }
+    inline void prefetch(const GqaItem& it, PrefetchStream* pf) const {
+        pf->add_rows(reinterpret_cast<const void* const*>(k1.rows), n, it.d1);
+        if (it.d2) pf->add_rows(reinterpret_cast<const void* const*>(k2.rows), n, it.d2 * int64_t(2));
+        pf->add(ks, int64_t(n) * 4);
+        prefetch_values(it, pf);
+    }
+};
+
+template <int RB, class Block>
+static inline void fp8_scores_group(const GqaItem& it, int r0, int n, const Block& b, float* s, float* s2,
                                     PrefetchStream* pf) {
     fp8_scores_rows<RB>(it, r0, n, b.k1, b.k2, s, s2, pf);
 }
 
-static void gqa_attend_fp8(const GqaItem& it) {
+template <class Block>
+[[gnu::always_inline]] inline void gqa_attend_fp8_blocks(const GqaItem& it) {
     constexpr int RBmax = Simd::kScoreRows;
     constexpr int E = GQLA_DTYPE_FP8_E4M3;
     for (int r = 0; r < it.rows; ++r) {
@@ -184,11 +233,11 @@ static void gqa_attend_fp8(const GqaItem& it) {
     float* scale = s2 + round16(int64_t(it.rows) * kGqaTokenBlock);  // [2][kGqaTokenBlock]: keys, values
     if (it.t0 >= it.t1) return;
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
-    Fp8GqaBlock cur = Fp8GqaBlock::at(it, it.t0, it.t1, kGqaTokenBlock);
+    Block cur = Block::at(it, it.t0);
     for (int64_t t = it.t0; t < it.t1;) {
         const int n = cur.n;
         const bool has_next = t + n < it.t1;
-        const Fp8GqaBlock next = has_next ? Fp8GqaBlock::at(it, t + n, it.t1, kGqaTokenBlock) : cur;
+        const Block next = has_next ? Block::at(it, t + n) : cur;
         PrefetchStream ahead;
         prefetch_ahead(it, cur, has_next ? &next : nullptr, t == it.t0, gqa_score_steps(n) + n, &ahead);
         for (int j = 0; j < n; ++j) {
@@ -214,7 +263,7 @@ static void gqa_attend_fp8(const GqaItem& it) {
         }
         for (int r = 0; r < it.rows; ++r) {
             float* sr = s + r * kGqaTokenBlock;
-            if (cur.k2) {
+            if (it.d2 > 0) {
                 const float* s2r = s2 + r * kGqaTokenBlock;
                 for (int j = 0; j < n; ++j) sr[j] = sr[j] * scale[j] + s2r[j];
             } else {
@@ -228,12 +277,24 @@ static void gqa_attend_fp8(const GqaItem& it) {
             for (int j = 0; j < n; ++j) pr[j] *= scale[kGqaTokenBlock + j];
         }
         if (t + n - 1 > min_limit)
-            gqa_pv_block_masked<E>(it, t, n, run_rows(cur.v, it.dv), s, corr);
+            gqa_pv_block_masked<E>(it, t, n, cur.v, s, corr);
         else
-            gqa_pv_block<E, false>(it, t, n, run_rows(cur.v, it.dv), s, corr, &ahead);
+            gqa_pv_block<E, false>(it, t, n, cur.v, s, corr, &ahead);
         t += n;
         cur = next;
     }
+}
+
+// Contiguous pages, or gathered rows with a scale per listed token (sparse
+// attention, see GqaItem).
+[[gnu::noinline]] static void gqa_attend_fp8_lists(const GqaItem& it) { gqa_attend_fp8_blocks<Fp8ListBlock>(it); }
+
+static void gqa_attend_fp8(const GqaItem& it) {
+    if (it.k1_rows != nullptr) {
+        gqa_attend_fp8_lists(it);
+        return;
+    }
+    gqa_attend_fp8_blocks<Fp8RunBlock>(it);
 }
 
 // ------------------------------------------------------- GQA form, wide

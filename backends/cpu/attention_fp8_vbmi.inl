@@ -278,54 +278,6 @@ static inline void vbmi_unpermute(const GqaItem& it) {
 // area after them); tiny key dims go to gqa_attend_fp8_dot.
 static inline bool vbmi_fits(const GqaItem& it) { return it.d1 + it.d2 >= 32; }
 
-// One block of tokens for the VBMI walk: its key, rope-key and value rows
-// as accessors, and its per-token scales. A page's contiguous rows
-// (VbmiRunBlock), or gathered rows with their scales listed per token
-// (VbmiListBlock: GqaItem's k1_rows, k1_scale[t], v_scale[t]).
-struct VbmiRunBlock {
-    RunRows<uint8_t> k1, v;
-    RunRows<uint16_t> k2;
-    const float* ks;
-    const float* vs;
-    int n;
-    Fp8GqaBlock raw;
-    static inline VbmiRunBlock at(const GqaItem& it, int64_t t) {
-        const Fp8GqaBlock b = Fp8GqaBlock::at(it, t, it.t1, kGqaTokenBlock);
-        return {run_rows(b.k1, it.d1), run_rows(b.v, it.dv), run_rows(b.k2, it.d2), b.ks, b.vs, b.n, b};
-    }
-    inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const { raw.prefetch_values(it, pf); }
-    inline void prefetch(const GqaItem& it, PrefetchStream* pf) const { raw.prefetch(it, pf); }
-};
-
-struct VbmiListBlock {
-    ListRows<uint8_t> k1, v;
-    ListRows<uint16_t> k2;
-    const float* ks;
-    const float* vs;
-    int n;
-    static inline VbmiListBlock at(const GqaItem& it, int64_t t) {
-        VbmiListBlock b;
-        b.n = static_cast<int>(lmin(it.t1 - t, kGqaTokenBlock));
-        b.k1 = {reinterpret_cast<const uint8_t* const*>(it.k1_rows) + t};
-        b.v = {reinterpret_cast<const uint8_t* const*>(it.v_rows) + t};
-        // No rope key (d2 == 0): an accessor that is never read.
-        b.k2 = {reinterpret_cast<const uint16_t* const*>(it.d2 ? it.k2_rows : it.k1_rows) + t};
-        b.ks = it.k1_scale + t;
-        b.vs = it.v_scale + t;
-        return b;
-    }
-    inline void prefetch_values(const GqaItem& it, PrefetchStream* pf) const {
-        pf->add_rows(reinterpret_cast<const void* const*>(v.rows), n, it.dv);
-        pf->add(vs, int64_t(n) * 4);
-    }
-    inline void prefetch(const GqaItem& it, PrefetchStream* pf) const {
-        pf->add_rows(reinterpret_cast<const void* const*>(k1.rows), n, it.d1);
-        if (it.d2) pf->add_rows(reinterpret_cast<const void* const*>(k2.rows), n, it.d2 * int64_t(2));
-        pf->add(ks, int64_t(n) * 4);
-        prefetch_values(it, pf);
-    }
-};
-
 template <class Block>
 GQLA_VBMI static void vbmi_attend_blocks(const GqaItem& it) {
     constexpr int RBmax = kRows;
@@ -398,7 +350,7 @@ GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
         return;
     }
     if (it.k1_rows != nullptr)
-        vbmi_attend_blocks<VbmiListBlock>(it);
+        vbmi_attend_blocks<Fp8ListBlock>(it);
     else
-        vbmi_attend_blocks<VbmiRunBlock>(it);
+        vbmi_attend_blocks<Fp8RunBlock>(it);
 }

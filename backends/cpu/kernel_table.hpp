@@ -217,8 +217,9 @@ struct KernelTable {
     Fp8RowFn fp8_rows;
     Fp8RowBf16Fn fp8_rows_bf16;
     // gqa_attend[3] reads gathered e4m3 rows (GqaItem::k1_rows) of items
-    // with d1 + d2 >= 32 (fp8_gqa_reads_lists); elsewhere sparse calls
-    // widen the listed rows into bf16 first.
+    // with d1 + d2 >= 32 (fp8_gqa_reads_lists): the f32 tables' kernel and
+    // the VBMI one; elsewhere (the AVX512-BF16 table without VBMI) sparse
+    // calls widen the listed rows into bf16 first.
     bool fp8_gqa_lists = false;
 };
 
