@@ -167,6 +167,15 @@ private:
     void list_group_rows(int g, const Located& l, const Area& ar) const;
     void stage_group_fp8(int g, const Located& l, const Area& ar) const;
     void gather_group_scales(int g, const Located& l, const Area& ar) const;
+    // 8-bit pools keep one scale per (group, slot) of a page: group g's key
+    // and value scales of block position t.
+    int64_t scale_row(int g, const Located& l, int t) const { return int64_t(g) * d_.page_size + l.slot[t]; }
+    const float* key_scale(int g, const Located& l, int t) const {
+        return src_.k1_pool->scales(src_.k1, l.page[t], scale_row(g, l, t));
+    }
+    const float* value_scale(int g, const Located& l, int t) const {
+        return src_.v_pool->scales(src_.v, l.page[t], scale_row(g, l, t));
+    }
     void prefetch_group(int g, const Located& l) const;
     void list_rope_rows(const Located& l, const Area& ar) const;
     void expand_group(int g, const Located& l, const Area& ar) const;
@@ -234,24 +243,20 @@ void GqaSparse::list_group_rows(int g, const Located& l, const Area& ar) const {
 // their (token, group) scales into the staged bf16 rows.
 void GqaSparse::stage_group_fp8(int g, const Located& l, const Area& ar) const {
     const int64_t kg = g * src_.k1_group, vg = g * src_.v_group;
-    // Scales: one per (group, slot) of a page.
-    const auto scale_row = [&](int t) { return int64_t(g) * d_.page_size + l.slot[t]; };
     for (int t = 0; t < l.n; ++t) {
         if (t + kPrefetchAhead < l.n) {  // what prefetch_group did not bring yet
             const int u = t + kPrefetchAhead;
             prefetch_bytes(row_at(src_.k1, l, u, src_.k1_page, kg, src_.d1, 1), src_.d1);
             prefetch_bytes(row_at(src_.v, l, u, src_.v_page, vg, src_.dv, 1), src_.dv);
-            prefetch_bytes(src_.k1_pool->scales(src_.k1, l.page[u], scale_row(u)), 4);
-            prefetch_bytes(src_.v_pool->scales(src_.v, l.page[u], scale_row(u)), 4);
+            prefetch_bytes(key_scale(g, l, u), 4);
+            prefetch_bytes(value_scale(g, l, u), 4);
         }
         ctx_->kernels->fp8_rows_bf16(
             reinterpret_cast<const uint8_t*>(row_at(src_.k1, l, t, src_.k1_page, kg, src_.d1, 1)), src_.d1,
-            src_.k1_pool->scales(src_.k1, l.page[t], scale_row(t)), src_.d1,
-            reinterpret_cast<uint16_t*>(ar.k1 + size_t(t) * src_.d1 * wes_));
+            key_scale(g, l, t), src_.d1, reinterpret_cast<uint16_t*>(ar.k1 + size_t(t) * src_.d1 * wes_));
         ctx_->kernels->fp8_rows_bf16(
             reinterpret_cast<const uint8_t*>(row_at(src_.v, l, t, src_.v_page, vg, src_.dv, 1)), src_.dv,
-            src_.v_pool->scales(src_.v, l.page[t], scale_row(t)), src_.dv,
-            reinterpret_cast<uint16_t*>(ar.v + size_t(t) * src_.dv * wes_));
+            value_scale(g, l, t), src_.dv, reinterpret_cast<uint16_t*>(ar.v + size_t(t) * src_.dv * wes_));
     }
 }
 
@@ -259,9 +264,8 @@ void GqaSparse::stage_group_fp8(int g, const Located& l, const Area& ar) const {
 // positions, in list order (prefetch_group asked for them).
 void GqaSparse::gather_group_scales(int g, const Located& l, const Area& ar) const {
     for (int t = 0; t < l.n; ++t) {
-        const int64_t row = int64_t(g) * d_.page_size + l.slot[t];  // one scale per (group, slot) of a page
-        ar.ks[t] = *src_.k1_pool->scales(src_.k1, l.page[t], row);
-        ar.vs[t] = *src_.v_pool->scales(src_.v, l.page[t], row);
+        ar.ks[t] = *key_scale(g, l, t);
+        ar.vs[t] = *value_scale(g, l, t);
     }
 }
 
@@ -294,9 +298,8 @@ void GqaSparse::prefetch_group(int g, const Located& l) const {
     const int first = fp8_staged_ ? l.n : std::min(l.n, kGqaTokenBlock);
     if (fp8_lists_)
         for (int t = 0; t < l.n; ++t) {
-            const int64_t row = int64_t(g) * d_.page_size + l.slot[t];
-            prefetch_bytes(src_.k1_pool->scales(src_.k1, l.page[t], row), 4);
-            prefetch_bytes(src_.v_pool->scales(src_.v, l.page[t], row), 4);
+            prefetch_bytes(key_scale(g, l, t), 4);
+            prefetch_bytes(value_scale(g, l, t), 4);
         }
     for (int t = 0; t < first; ++t) {
         prefetch_bytes(row_at(src_.k1, l, t, src_.k1_page, g * src_.k1_group, src_.d1, src_.k1_es),

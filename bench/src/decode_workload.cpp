@@ -237,7 +237,7 @@ double DecodeWorkload::time_calls(const CallShape& shape, int reps, double max_t
     double spent = 0;
     constexpr int kMaxReps = 100000;
     for (int i = 0; i < kMaxReps && (i < reps || spent < min_total_s); ++i) {
-        spent += timed_call(shape, hot);
+        spent += timed_call(shape);
         if (spent > max_total_s && timed_calls() >= 3) break;
     }
     return end_timing();
@@ -249,6 +249,7 @@ void DecodeWorkload::begin_timing(const CallShape& shape, bool hot) {
     for (int64_t i = 0; i < warmup; ++i) call(next_first(shape.batch, hot), shape);
     times_.clear();
     device_times_.clear();
+    hot_ = hot;
     sweep_caches_ = !hot && device() == GQLA_DEVICE_CPU;
 }
 
@@ -259,8 +260,8 @@ int64_t DecodeWorkload::next_first(int batch, bool hot) {
     return g * batch;
 }
 
-double DecodeWorkload::timed_call(const CallShape& shape, bool hot) {
-    const int64_t first = next_first(shape.batch, hot);
+double DecodeWorkload::timed_call(const CallShape& shape) {
+    const int64_t first = next_first(shape.batch, hot_);
     double spent = 0;
     if (sweep_caches_) {
         const double f0 = now_s();
@@ -291,7 +292,7 @@ std::vector<double> time_interleaved(const std::vector<DecodeWorkload*>& works, 
     double spent = 0;
     const double budget = max_total_s * static_cast<double>(works.size());
     for (int i = 0; i < reps; ++i) {
-        for (DecodeWorkload* w : works) spent += w->timed_call(shape, hot);
+        for (DecodeWorkload* w : works) spent += w->timed_call(shape);
         if (spent > budget && i + 1 >= 3) break;
     }
     std::vector<double> medians;

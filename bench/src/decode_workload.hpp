@@ -85,7 +85,7 @@ public:
     // seconds it spent including the sweep, end_timing returns the median
     // and sets the last_* figures.
     void begin_timing(const CallShape& shape, bool hot);
-    double timed_call(const CallShape& shape, bool hot);
+    double timed_call(const CallShape& shape);
     double end_timing();
     int timed_calls() const { return static_cast<int>(times_.size()); }
     // The form the last gqla_attention call ran on (GQA, ABSORB or
@@ -122,6 +122,7 @@ private:
     std::unique_ptr<CudaIoBuffer> q_dev_, o_dev_;
     std::unique_ptr<CudaEventTimer> timer_;
     std::vector<double> times_, device_times_;  // of the timing in progress
+    bool hot_ = false;                          // of the timing in progress: one group, no sweep
     bool sweep_caches_ = false;                 // cold CPU timing: sweep before each call
     double last_device_s_ = 0;
     double last_p99_s_ = 0;

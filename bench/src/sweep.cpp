@@ -231,10 +231,8 @@ std::vector<std::vector<CaseResult>> time_cases(const Preset& p, const Options& 
             std::vector<double> seconds;
             {
                 const BusyThreads busy(opt.busy);
-                if (timed.size() == 1)
-                    seconds.push_back(timed[0]->time_calls(call, opt.reps, 3.0, opt.hot));
-                else if (!timed.empty())
-                    seconds = time_interleaved(timed, call, opt.reps, 3.0, opt.hot);
+                // One workload: the same loop as time_calls.
+                if (!timed.empty()) seconds = time_interleaved(timed, call, opt.reps, 3.0, opt.hot);
             }
             const std::vector<int32_t> q_lens =
                 call.q_lens.empty() ? std::vector<int32_t>(static_cast<size_t>(call.batch), call.s_q) : call.q_lens;
