@@ -7,9 +7,13 @@ bytes and FLOPs of both paths (bytes_gqa, flops_gqa, bytes_absorb,
 flops_absorb), the bandwidth and peak the session priced them with
 (read_gbps, peak_gflops) and the measured times (meas_gqa_ms, meas_absorb_ms).
 
-Model (core/cost_model.cpp), per path:
-    time = max(bytes / (read_gbps * memory), flops / (peak_gflops * compute)) + overhead
-For each path, a grid search followed by a finer grid around the best point
+Model (core/cost_model.cpp), per path, with m = bytes / (bandwidth * memory)
+and c = flops / (peak_gflops * compute):
+    time = max(m, c) + serial_share * min(m, c) + overhead
+where bandwidth is the row's read_gbps, capped at --read-cap-gbps (the
+backend's thread_read_gbps times the session's threads) when given, and
+serial_share is --serial-share (0: the terms overlap; 1: they add up). For
+each path, a grid search followed by a finer grid around the best point
 minimizes the mean squared log error of predicted against measured time (log
 error weighs a 10 us call and a 10 ms call alike). Then it reports how AUTO
 would do with the fitted factors: the fraction of rows where the cheaper
@@ -17,7 +21,9 @@ predicted path is the measured-faster one, the mean and max regret (measured
 time of the pick over the best, minus 1) and the fraction of predictions
 within +-35% of measured.
 
-Usage: fit_efficiency.py RESULTS.json [--old MEMORY_GQA,MEMORY_ABSORB,...]
+Usage: fit_efficiency.py RESULTS.json [RESULTS.json ...] [--serial-share S]
+                         [--read-cap-gbps X] [--old MEMORY_GQA,MEMORY_ABSORB,...]
+Several files are fitted together; the verdicts are also given per file.
 """
 import argparse
 import json
@@ -39,17 +45,26 @@ def load_rows(path):
     return doc, rows
 
 
+READ_CAP_GBPS = None  # set by --read-cap-gbps
+SERIAL_SHARE = 0.0  # set by --serial-share
+
+
 def roofline_terms(rows, path):
     """Pure-roofline memory and compute seconds and measured seconds of a path."""
-    memory = np.array([r[f"bytes_{path}"] / (r["read_gbps"] * 1e9) for r in rows])
+    cap = READ_CAP_GBPS if READ_CAP_GBPS else float("inf")
+    memory = np.array([r[f"bytes_{path}"] / (min(r["read_gbps"], cap) * 1e9) for r in rows])
     compute = np.array([r[f"flops_{path}"] / (r["peak_gflops"] * 1e9) for r in rows])
     measured = np.array([r[f"meas_{path}_ms"] * 1e-3 for r in rows])
     return memory, compute, measured
 
 
+def combine(memory_s, compute_s):
+    return np.maximum(memory_s, compute_s) + SERIAL_SHARE * np.minimum(memory_s, compute_s)
+
+
 def predict(memory, compute, factors):
     mem_eff, comp_eff, overhead = factors
-    return np.maximum(memory / mem_eff, compute / comp_eff) + overhead
+    return combine(memory / mem_eff, compute / comp_eff) + overhead
 
 
 def msle(memory, compute, measured, factors):
@@ -62,7 +77,7 @@ def grid_search(memory, compute, measured, mem_grid, comp_grid, overhead_grid):
     log_meas = np.log(measured)[:, None]
     for m in mem_grid:
         for c in comp_grid:
-            roof = np.maximum(memory / m, compute / c)[:, None]
+            roof = combine(memory / m, compute / c)[:, None]
             err = np.mean((np.log(roof + overhead_grid[None, :]) - log_meas) ** 2, axis=0)
             k = int(np.argmin(err))
             if err[k] < best[0]:
@@ -114,11 +129,17 @@ def parse_factors(text):
 
 
 def main():
+    global READ_CAP_GBPS, SERIAL_SHARE
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results")
+    ap.add_argument("results", nargs="+")
     ap.add_argument("--old", help="factors to compare against: mg,ma,cg,ca,og_us,oa_us")
+    ap.add_argument("--serial-share", type=float, default=0.0, help="share of the smaller term added (0..1)")
+    ap.add_argument("--read-cap-gbps", type=float, default=None, help="price reads at min(read_gbps, this)")
     args = ap.parse_args()
-    doc, rows = load_rows(args.results)
+    READ_CAP_GBPS, SERIAL_SHARE = args.read_cap_gbps, args.serial_share
+    files = [load_rows(path) for path in args.results]
+    doc = files[0][0]
+    rows = [r for _, file_rows in files for r in file_rows]
 
     fitted = {}
     out = {"device": doc.get("device"), "dtype": doc.get("dtype"), "paths": {}}
@@ -128,6 +149,8 @@ def main():
         out["paths"][p] = {"memory": round(factors[0], 4), "compute": round(factors[1], 4),
                            "overhead_us": round(factors[2] * 1e6, 2), "msle": round(err, 5)}
     out["fitted"] = summary(rows, fitted)
+    if len(files) > 1:
+        out["fitted_per_file"] = {path: summary(file_rows, fitted) for path, (_, file_rows) in zip(args.results, files)}
     if args.old:
         out["old"] = summary(rows, parse_factors(args.old))
     print(json.dumps(out, indent=2))

@@ -46,7 +46,7 @@
 extern "C" {
 #endif
 
-#define GQLA_BACKEND_ABI_VERSION 4u
+#define GQLA_BACKEND_ABI_VERSION 5u
 
 /* Optional features a backend declares in gqla_backend_vtable.features. The
  * core refuses (UNSUPPORTED, naming the backend) a session or call that
@@ -98,8 +98,9 @@ typedef struct gqla_backend_desc {
 } gqla_backend_desc;
 
 /* How close a backend's kernels come to the roofline, per path: index 0 is
- * the GQA path, 1 the absorb path. Predicted time of a decode call =
- * max(bytes / (bandwidth * memory), flops / (peak * compute)) + overhead_s.
+ * the GQA path, 1 the absorb path. Predicted time of a decode call, with
+ * m = bytes / (bandwidth * memory) and c = flops / (peak * compute):
+ * max(m, c) + serial_share * min(m, c) + overhead_s.
  * The core ignores efficiencies outside (0, 1] and negative overheads. */
 typedef struct gqla_backend_efficiency {
     double memory[2];     /* achieved / peak read bandwidth */
@@ -126,6 +127,17 @@ typedef struct gqla_backend_efficiency {
      * the prefill kernel, its rows padded to prefill_min_rows; priced at
      * prefill_compute x rows / prefill_min_rows. 0: no such calls. */
     int32_t prefill_half_rows;
+    /* How much of the smaller of a call's memory and compute times adds to
+     * the larger: 0 (the default) when the kernels overlap them fully (GPU
+     * kernels keep enough loads in flight), 1 when they add up (CPU kernels,
+     * bound by the latency of their own misses between the arithmetic). */
+    double serial_share;
+    /* Read bandwidth one of the backend's threads pulls at most, GB/s: its
+     * kernels wait on their own misses (CPU cores keep a bounded number in
+     * flight), so cache reads are priced at min(probe read_gbps, threads x
+     * this), threads being the session's (cfg num_threads, else the probe's
+     * affinity cores). 0 (the default): the probe's bandwidth alone. */
+    double thread_read_gbps;
 } gqla_backend_efficiency;
 
 /* One sequence's slice of an append call. */

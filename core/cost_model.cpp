@@ -34,6 +34,18 @@ Dims dims_of(const gqla_config& cfg) {
 
 double bytes_per_second(const gqla_probe_info& probe) { return probe.read_gbps * 1e9; }
 
+// The probe with read_gbps lowered to what the session's threads pull at most
+// (Efficiency::thread_read_gbps): every price below reads it from there.
+gqla_probe_info priced_probe(const gqla_config& cfg, const gqla_probe_info& probe, const Efficiency& eff) {
+    gqla_probe_info p = probe;
+    if (eff.thread_read_gbps > 0 && probe.device == GQLA_DEVICE_CPU) {
+        const int32_t cores = std::max<int32_t>(1, probe.affinity_cores);
+        const int32_t threads = cfg.num_threads > 0 ? std::min(cfg.num_threads, cores) : cores;
+        p.read_gbps = std::min(p.read_gbps, threads * eff.thread_read_gbps);
+    }
+    return p;
+}
+
 gqla_path_cost price(double bytes, double flops, const Efficiency& eff, int path, const gqla_probe_info& probe,
                      double peak_flops) {
     gqla_path_cost c{};
@@ -44,7 +56,8 @@ gqla_path_cost price(double bytes, double flops, const Efficiency& eff, int path
     c.overhead_s = eff.overhead_s[path];
     const double achieved_memory_s = c.memory_s / eff.memory[path];
     const double achieved_compute_s = c.compute_s / eff.compute[path];
-    c.time_s = std::max(achieved_memory_s, achieved_compute_s) + c.overhead_s;
+    c.time_s = std::max(achieved_memory_s, achieved_compute_s) +
+               eff.serial_share * std::min(achieved_memory_s, achieved_compute_s) + c.overhead_s;
     c.bound = achieved_compute_s > achieved_memory_s ? GQLA_BOUND_COMPUTE : GQLA_BOUND_MEMORY;
     return c;
 }
@@ -103,8 +116,9 @@ double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe) 
     return probe.peak_gflops_f32;
 }
 
-ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& probe, double tokens,
+ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& measured, double tokens,
                              const Efficiency& eff) {
+    const gqla_probe_info probe = priced_probe(cfg, measured, eff);
     ExpansionCost e;
     if (cfg.kind != GQLA_KIND_GQLA || !(tokens > 0)) return e;
     const Dims d = dims_of(cfg);
@@ -163,8 +177,9 @@ gqla_path_cost transient_cost(const gqla_config& cfg, const gqla_probe_info& pro
 
 }  // namespace
 
-gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& probe, const gqla_workload& w,
+gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& measured, const gqla_workload& w,
                               const Efficiency& eff) {
+    const gqla_probe_info probe = priced_probe(cfg, measured, eff);
     gqla_cost_report rep{};
     rep.struct_size = sizeof(rep);
     const Dims d = dims_of(cfg);

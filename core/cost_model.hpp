@@ -37,6 +37,12 @@ struct Efficiency {
     // Calls of at least this many queries and rows per group, fewer rows than
     // prefill_min_rows, run on the prefill kernel with padded rows (0: none).
     int prefill_half_rows = 0;
+    // Share of the smaller of memory and compute time that adds to the
+    // larger (0: they overlap, the time is their maximum; 1: their sum).
+    double serial_share = 0.0;
+    // Read bandwidth one backend thread pulls at most (GB/s; 0: no limit
+    // beyond the probe's): see gqla_backend_efficiency.
+    double thread_read_gbps = 0.0;
 
     static constexpr int kGqaPath = 0;
     static constexpr int kAbsorbPath = 1;

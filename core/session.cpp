@@ -87,6 +87,8 @@ Efficiency backend_efficiency(const gqla_backend_vtable& vt, const gqla_backend_
     reported.sparse_gqa_memory = e.sparse_gqa_memory;
     reported.transient_overhead_s = e.transient_overhead_s;
     reported.prefill_half_rows = e.prefill_half_rows;
+    reported.serial_share = e.serial_share;
+    reported.thread_read_gbps = e.thread_read_gbps;
     vt.efficiency(&desc, &reported);
     auto fraction = [](double v) { return v > 0 && v <= 1; };
     for (int path = 0; path < 2; ++path) {
@@ -104,6 +106,8 @@ Efficiency backend_efficiency(const gqla_backend_vtable& vt, const gqla_backend_
     if (fraction(reported.sparse_gqa_memory)) e.sparse_gqa_memory = reported.sparse_gqa_memory;
     if (reported.transient_overhead_s >= 0 && reported.transient_overhead_s < 1)
         e.transient_overhead_s = reported.transient_overhead_s;
+    if (reported.serial_share >= 0 && reported.serial_share <= 1) e.serial_share = reported.serial_share;
+    if (reported.thread_read_gbps >= 0) e.thread_read_gbps = reported.thread_read_gbps;
     return e;
 }
 

@@ -157,3 +157,17 @@ TEST_CASE("calibration: the probe says which numbers were measured") {
     if (!(cal.measured & GQLA_MEASURED_READ_GBPS)) CHECK(cal.read_gbps == est.read_gbps);
     if (!(cal.measured & GQLA_MEASURED_PEAK)) CHECK(cal.peak_gflops_f32 == est.peak_gflops_f32);
 }
+
+TEST_CASE("calibration: cache reads are measured as page-sized runs at random places, after the sweeps") {
+    const gqla::CpuCalibration c =
+        gqla::calibrate_cpu(gqla::cpu_identity(), gqla::cpu_topology(), gqla::cpu_isa_flags());
+    MESSAGE("sweeps " << c.stream_gbps << " GB/s, 8 KiB runs at random places " << c.read_gbps << " GB/s");
+    if (c.stream_gbps == 0) {  // the buffers could not be faulted in within the budget (busy host): neither
+        CHECK(c.read_gbps == 0);
+        return;
+    }
+    // The runs read the buffers the sweeps filled: measured whenever the sweeps were.
+    CHECK(c.read_gbps > 0);
+    // Runs of 8 KiB in random order cannot stream much faster than whole buffers in order.
+    CHECK(c.read_gbps < 2 * c.stream_gbps);
+}

@@ -239,6 +239,49 @@ TEST_CASE("cost model: memory and compute efficiencies scale their own term") {
     CHECK(slow.gqa.bound == GQLA_BOUND_COMPUTE);
 }
 
+TEST_CASE("cost model: serial_share adds that share of the smaller term to the larger") {
+    // GQA path at 1 GB/s, 1 GFLOP/s: memory 2912 ns, compute 5184 ns.
+    const gqla_config c = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_F32, GQLA_DTYPE_F32);
+    Efficiency e = pure_roofline();
+    const double overlapped = gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), e).gqa.time_s;
+    CHECK(overlapped == doctest::Approx(5184e-9));
+    e.serial_share = 1;
+    const gqla_cost_report sum = gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), e);
+    CHECK(sum.gqa.time_s == doctest::Approx(5184e-9 + 2912e-9));
+    CHECK(sum.gqa.bound == GQLA_BOUND_COMPUTE);  // still the larger term
+    e.serial_share = 0.5;
+    e.overhead_s[Efficiency::kGqaPath] = 1e-6;
+    CHECK(gqla::predict_cost(c, unit_cpu_probe(), workload(2, 10, 3), e).gqa.time_s ==
+          doctest::Approx(5184e-9 + 0.5 * 2912e-9 + 1e-6));
+}
+
+TEST_CASE("cost model: thread_read_gbps caps the CPU bandwidth at the session's threads") {
+    const gqla_config base = gqla_cfg(4, 2, 8, 4, 2, 6, GQLA_DTYPE_F32, GQLA_DTYPE_F32);
+    gqla_probe_info p = unit_cpu_probe();
+    p.read_gbps = 100;
+    p.peak_gflops_f32 = 1e6;  // memory-bound
+    p.affinity_cores = 4;
+    Efficiency e = pure_roofline();
+    const double uncapped = gqla::predict_cost(base, p, workload(2, 10, 3), e).gqa.time_s;
+    CHECK(uncapped == doctest::Approx(29.12e-9).epsilon(1e-3));
+    e.thread_read_gbps = 10;  // 4 threads pull 40 GB/s at most
+    CHECK(gqla::predict_cost(base, p, workload(2, 10, 3), e).gqa.time_s == doctest::Approx(uncapped * 100 / 40));
+    gqla_config two = base;
+    two.num_threads = 2;  // the session's own threads, not the machine's
+    CHECK(gqla::predict_cost(two, p, workload(2, 10, 3), e).gqa.time_s == doctest::Approx(uncapped * 100 / 20));
+    gqla_config many = base;
+    many.num_threads = 64;  // never more threads than the process may run on
+    CHECK(gqla::predict_cost(many, p, workload(2, 10, 3), e).gqa.time_s == doctest::Approx(uncapped * 100 / 40));
+    e.thread_read_gbps = 50;  // above the probe: the probe's bandwidth stands
+    CHECK(gqla::predict_cost(base, p, workload(2, 10, 3), e).gqa.time_s == doctest::Approx(uncapped));
+    // A GPU's bandwidth is not a sum over threads.
+    gqla_probe_info gpu = h100_like();
+    Efficiency g = pure_roofline();
+    const double gpu_time = gqla::predict_cost(llama3_8b_gqla(), gpu, workload(64, 4096, 1), g).gqa.time_s;
+    g.thread_read_gbps = 1;
+    CHECK(gqla::predict_cost(llama3_8b_gqla(), gpu, workload(64, 4096, 1), g).gqa.time_s == doctest::Approx(gpu_time));
+}
+
 TEST_CASE("cost model: sparse GQA-form calls take the backend's gather share of the memory factor") {
     // LLaMA-3-8B-GQLA on the H100-like probe, K = 2048 of 65536: the GQA
     // forms are memory-bound, so halving their memory factor doubles their

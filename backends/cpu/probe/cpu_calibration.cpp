@@ -54,8 +54,10 @@ CpuCalibration calibrate_cpu(const CpuIdentity& id, const CpuTopology& topo, uin
     c.peak_before_cap_gflops = peak.raw_gflops;
     c.clock_ghz = peak.clock_ghz;
     const size_t per_thread = std::max(calibration_buffer_bytes(topo) / cpus.size(), min_read_bytes_per_thread(topo));
-    c.read_gbps = measure_read_gbps(cpus, per_thread, min_read_bytes_per_thread(topo), isa_flags, start + kFillDeadline,
-                                    start + kReadDeadline);
+    const ReadReading read = measure_read_gbps(cpus, per_thread, min_read_bytes_per_thread(topo), isa_flags,
+                                               start + kFillDeadline, start + kReadDeadline);
+    c.read_gbps = read.scattered_gbps;
+    c.stream_gbps = read.stream_gbps;
     c.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return c;
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Measures what the CPU can actually stream from memory and compute, with one
+// Measures what the CPU can actually read from memory and compute, with one
 // pinned thread per CPU of the affinity mask, all running at once. Bounded in
 // time (~150 ms on an idle 2-core host; every phase stops at a deadline, so
 // ~250 ms at worst) so a probe stays cheap enough to run once per process.
@@ -16,8 +16,10 @@
 namespace gqla {
 
 struct CpuCalibration {
-    double read_gbps = 0;               // streaming read bandwidth, 1e9 B/s (0: could not
-                                        // fault in a buffer beyond the caches in time)
+    double read_gbps = 0;               // read bandwidth of page-sized runs at random places
+                                        // (what the cost model prices cache reads at), 1e9 B/s
+                                        // (0: could not fault in a buffer beyond the caches in time)
+    double stream_gbps = 0;             // the same buffers swept in order (diagnostic)
     double peak_gflops_f32 = 0;         // f32 FMA throughput, 1e9 FLOP/s, capped at
                                         // the cores' FMA peak at clock_ghz (0: not measured)
     double peak_before_cap_gflops = 0;  // the trials' statistic, before that cap

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -27,6 +29,17 @@ constexpr size_t kBlockBytes = kBlockFloats * sizeof(float);
 // cache, so it is not counted). The upper quartile of 6 is the 3rd best.
 constexpr int kSweeps = 6;
 constexpr int kMinSweeps = 3;
+// Scattered reads: runs of one 8 KiB page each (32 tokens of a 128-wide
+// bf16 row, or 16 of a 256-wide one: what the attention kernels read of a
+// paged cache per group and page) at random places in the first half of
+// each thread's buffer, the part the last sweep left least of in the cache;
+// each trial reads its own slice of that half, every run once, in random
+// order, with the run two ahead prefetched as the kernels prefetch the next
+// block. The upper quartile of the trials counts, as for the sweeps.
+constexpr size_t kRunBytes = 8192;
+constexpr size_t kRunFloats = kRunBytes / sizeof(float);
+constexpr int kScatterTrials = 5;
+constexpr int kPrefetchRunsAhead = 2;
 
 // Aligned to huge pages and advised to use them: faulting in a buffer of
 // hundreds of MiB in 4 KiB pages would cost most of the time budget.
@@ -50,10 +63,35 @@ void fill_block(float* p, size_t block) {
     for (size_t i = 0; i < kBlockFloats; ++i) p[i] = base + static_cast<float>(i & 255) * 1e-3f;
 }
 
+// Run indices [first, first + count) in a random order (a fixed seed per
+// thread and trial: the same order on every call, no two threads alike).
+std::vector<uint32_t> shuffled_runs(size_t first, size_t count, uint64_t seed) {
+    std::vector<uint32_t> runs(count);
+    for (size_t i = 0; i < count; ++i) runs[i] = static_cast<uint32_t>(first + i);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = count; i > 1; --i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+        std::swap(runs[i - 1], runs[static_cast<size_t>(x % i)]);
+    }
+    return runs;
+}
+
+float read_runs(const float* base, const std::vector<uint32_t>& runs, ReadLoopFn read) {
+    float sum = 0.0f;
+    for (size_t i = 0; i < runs.size(); ++i) {
+        if (i + kPrefetchRunsAhead < runs.size()) {
+            const char* ahead = reinterpret_cast<const char*>(base + runs[i + kPrefetchRunsAhead] * kRunFloats);
+            for (size_t line = 0; line < kRunBytes; line += 64) __builtin_prefetch(ahead + line, 0, 2);
+        }
+        sum += read(base + runs[i] * kRunFloats, kRunFloats);
+    }
+    return sum;
+}
+
 }  // namespace
 
-double measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, size_t min_bytes_per_thread,
-                         uint64_t isa_flags, Clock::time_point fill_deadline, Clock::time_point deadline) {
+ReadReading measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, size_t min_bytes_per_thread,
+                              uint64_t isa_flags, Clock::time_point fill_deadline, Clock::time_point deadline) {
     const size_t n = cpus.size();
     const size_t blocks_wanted = std::max<size_t>(1, bytes_per_thread / kBlockBytes);
     const size_t blocks_needed = std::min(blocks_wanted, (min_bytes_per_thread + kBlockBytes - 1) / kBlockBytes);
@@ -68,6 +106,8 @@ double measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, 
     std::vector<size_t> blocks_filled(n, 0);
     std::vector<std::vector<ThreadSample>> sweeps(kSweeps + 1, std::vector<ThreadSample>(n));
     std::vector<int> sweeps_run(n, 0);
+    std::vector<std::vector<ThreadSample>> scatters(kScatterTrials, std::vector<ThreadSample>(n));
+    std::vector<int> scatters_run(n, 0);
     std::vector<float> sinks(n, 0.0f);
 
     run_pinned(cpus, [&](size_t t) {
@@ -94,6 +134,20 @@ double measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, 
             s.units = static_cast<double>(blocks * kBlockBytes);
             sweeps_run[t] = k + 1;
         }
+        // Scattered runs once the sweeps are done (a few ms: not bounded by
+        // the deadline, which only stops sweeps from starting).
+        const size_t runs_per_trial = blocks * kBlockBytes / 2 / kRunBytes / kScatterTrials;
+        if (runs_per_trial < 16) return;
+        for (int k = 0; k < kScatterTrials; ++k) {
+            const std::vector<uint32_t> runs = shuffled_runs(k * runs_per_trial, runs_per_trial, t * 131 + k + 1);
+            barrier.wait();
+            ThreadSample& s = scatters[k][t];
+            s.start = Clock::now();
+            sinks[t] += read_runs(buf.data, runs, read);
+            s.end = Clock::now();
+            s.units = static_cast<double>(runs_per_trial * kRunBytes);
+            scatters_run[t] = k + 1;
+        }
     });
 
     const int done = *std::min_element(sweeps_run.begin(), sweeps_run.end());
@@ -106,9 +160,20 @@ double measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, 
         if (long_enough_to_time(std::chrono::duration<double>(last - first).count(), resolution))
             rates.push_back(wall_rate(sweeps[k]));
     }
+    std::vector<double> scattered;
+    const int scatter_done = *std::min_element(scatters_run.begin(), scatters_run.end());
+    for (int k = 0; k < scatter_done; ++k) {
+        Clock::time_point first = scatters[k][0].start, last = scatters[k][0].end;
+        for (const ThreadSample& s : scatters[k]) first = std::min(first, s.start), last = std::max(last, s.end);
+        if (long_enough_to_time(std::chrono::duration<double>(last - first).count(), resolution))
+            scattered.push_back(wall_rate(scatters[k]));
+    }
     volatile float keep = 0;
     for (float s : sinks) keep = keep + s;
-    return static_cast<int>(rates.size()) >= kMinSweeps ? upper_quartile(rates) : 0;
+    ReadReading r;
+    r.stream_gbps = static_cast<int>(rates.size()) >= kMinSweeps ? upper_quartile(rates) : 0;
+    r.scattered_gbps = static_cast<int>(scattered.size()) >= kMinSweeps ? upper_quartile(scattered) : 0;
+    return r;
 }
 
 }  // namespace gqla

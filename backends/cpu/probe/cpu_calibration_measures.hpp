@@ -29,14 +29,25 @@ struct PeakReading {
 PeakReading measure_peak_gflops(const std::vector<int>& cpus, const CpuIdentity& id, const CpuTopology& topo,
                                 uint64_t isa_flags, CalibrationClock::time_point deadline);
 
-// Streaming read bandwidth (1e9 B/s; 0: not measured). Each thread allocates
-// and writes its own bytes_per_thread buffer (so its pages are local and
-// real), then all threads sweep their whole buffers at once, several times;
-// the statistic is the upper quartile of the sweeps. Buffers are filled until
-// fill_deadline: when some thread got fewer than min_bytes_per_thread (reads
-// could then come from the cache) nothing is reported.
-double measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, size_t min_bytes_per_thread,
-                         uint64_t isa_flags, CalibrationClock::time_point fill_deadline,
-                         CalibrationClock::time_point deadline);
+// Read bandwidths, 1e9 B/s (0: not measured).
+struct ReadReading {
+    double stream_gbps = 0;     // whole buffers swept in order
+    double scattered_gbps = 0;  // 8 KiB runs at random places, the next ones prefetched
+};
+
+// Read bandwidth two ways. Each thread allocates and writes its own
+// bytes_per_thread buffer (so its pages are local and real), then all threads
+// sweep their whole buffers at once, several times (the statistic: the upper
+// quartile of the sweeps), and then read page-sized runs of them in random
+// order, as the attention kernels read a paged cache (the upper quartile of
+// several trials). On some virtual machines a buffer streams at one of two speeds
+// that differ by 1.6x from one allocation to the next while the kernels' own
+// speed barely changes; the scattered reading moves much less with it.
+// Buffers are filled until fill_deadline: when some thread got fewer than
+// min_bytes_per_thread (reads could then come from the cache) nothing is
+// reported.
+ReadReading measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, size_t min_bytes_per_thread,
+                              uint64_t isa_flags, CalibrationClock::time_point fill_deadline,
+                              CalibrationClock::time_point deadline);
 
 }  // namespace gqla

@@ -14,10 +14,11 @@ namespace gqla {
 
 namespace {
 
-// Version 2: records of the warmed-up, capped calibration with full-sweep
-// bandwidth; version 1 files may hold readings from cache hits or a cold
-// core, so they are measured anew rather than trusted.
-constexpr const char* kHeader = "gqla-probe-cache 2";
+// Version 3: read_gbps is the scattered-run bandwidth (page-sized runs at
+// random places). Version 2 files hold the streaming bandwidth and version 1
+// files may hold readings from cache hits or a cold core, so both are
+// measured anew rather than trusted.
+constexpr const char* kHeader = "gqla-probe-cache 3";
 
 }  // namespace
 

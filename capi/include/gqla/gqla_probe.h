@@ -57,7 +57,9 @@ typedef struct gqla_probe_info {
     int32_t clock_mhz, mem_clock_mhz, bus_width_bits;
     double mem_gb;
     /* Roofline numbers used by the cost model */
-    double read_gbps;        /* memory read bandwidth, GB/s (1e9) */
+    double read_gbps;        /* memory read bandwidth, GB/s (1e9); CPU: of page-sized
+                                (8 KiB) runs read at random places, as the attention
+                                kernels read a paged cache; CUDA: streaming */
     double peak_gflops_f32;  /* FMA peak, all threads / SIMT f32 */
     double peak_gflops_bf16; /* tensor-core bf16 peak (CUDA); CPU: bf16 dot peak or f32 peak */
     int32_t calibrated;      /* 1: read_gbps/peaks were measured, 0: estimated from specs */
