@@ -96,12 +96,14 @@ typedef enum gqla_bound { GQLA_BOUND_MEMORY = 0, GQLA_BOUND_COMPUTE = 1 } gqla_b
 typedef struct gqla_path_cost {
     double bytes; /* bytes read + written by one decode step */
     double flops;
-    double memory_s;   /* bytes / bandwidth */
+    double memory_s;   /* bytes / bandwidth (a CPU session's: the probe's, at most
+                              what its threads pull, docs/cost-model.md) */
     double compute_s;  /* flops / peak */
     double overhead_s; /* fixed per-call overhead */
-    double time_s;     /* predicted: max(memory_s / memory efficiency,
-                              compute_s / compute efficiency) + overhead_s, the
-                              efficiencies being the backend's measured ones */
+    double time_s;     /* predicted: with m = memory_s / memory efficiency and
+                              c = compute_s / compute efficiency, max(m, c) +
+                              share * min(m, c) + overhead_s, the efficiencies and
+                              the share being the backend's measured ones */
     gqla_bound bound;  /* the term that dominates time_s */
 } gqla_path_cost;
 
