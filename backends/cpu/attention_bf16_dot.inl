@@ -155,12 +155,12 @@ static inline void scores_rows(const GqaItem& it, int r0, int n, const uint16_t*
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
-        if (pf) pf->step();
+        if (pf) pf->step_out_of_line();
         score_tile<RB, NT, kSplit>(q, q_lo, qb_ld, scale, k1.from(j), it.d1, k2.from(j), it.d2, srow + j,
                                    kGqaTokenBlock);
     }
     for (; j < n; ++j) {
-        if (pf) pf->step();
+        if (pf) pf->step_out_of_line();
         score_tile<RB, 1, kSplit>(q, q_lo, qb_ld, scale, k1.from(j), it.d1, k2.from(j), it.d2, srow + j,
                                   kGqaTokenBlock);
     }
@@ -221,8 +221,8 @@ static inline void pv_tile(const uint16_t* pb, int n, R v, int dv, int d, float*
     }
     for (int j = 0; j < n; j += 2) {
         if (pf) {
-            pf->step();
-            pf->step();
+            pf->step_out_of_line();
+            pf->step_out_of_line();
         }
         const uint16_t* v0 = v[j] + d;
         const bool pair = j + 1 < n;

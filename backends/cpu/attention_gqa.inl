@@ -94,11 +94,11 @@ static inline void gqa_scores_rows(const GqaItem& it, int r0, int n, R k1, R k2,
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
-        if (pf) pf->step();
+        if (pf) pf->step_out_of_line();
         gqa_score_tile<DT, RB, NT>(q, it.q_ld, k1.from(j), it.d1, k2.from(j), it.d2, srow + j, kGqaTokenBlock);
     }
     for (; j < n; ++j) {
-        if (pf) pf->step();
+        if (pf) pf->step_out_of_line();
         gqa_score_tile<DT, RB, 1>(q, it.q_ld, k1.from(j), it.d1, k2.from(j), it.d2, srow + j, kGqaTokenBlock);
     }
 }
@@ -156,7 +156,7 @@ static inline void gqa_pv_tile(const float* p, int n, R v, int dv, int d, float*
             a[r * NC + c] = Simd::mul(Simd::load(acc + static_cast<int64_t>(r) * dv + d + c * W), cr);
     }
     for (int j = 0; j < n; ++j) {
-        if (pf) pf->step();
+        if (pf) pf->step_out_of_line();
         V vv[NC];
         if constexpr (NC % 2 == 0) {
             // Whole 2W blocks: the accumulators of this tile hold them in pair order.
