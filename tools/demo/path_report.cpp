@@ -16,7 +16,11 @@ void print_one(const char* name, const gqla_path_cost& c) {
 }  // namespace
 
 void print_path_costs(const gqla_workload& w, const gqla_cost_report& r) {
-    std::printf("  batch %d, context %lld, s_q %d:\n", w.batch, static_cast<long long>(w.context), w.q_len);
+    // The bandwidth the reads were priced at: the probe's, or on a CPU what
+    // the session's threads pull at most when that is less (docs/cost-model.md).
+    const double priced_gbps = r.gqa.memory_s > 0 ? r.gqa.bytes / r.gqa.memory_s / 1e9 : 0.0;
+    std::printf("  batch %d, context %lld, s_q %d (reads priced at %.1f GB/s):\n", w.batch,
+                static_cast<long long>(w.context), w.q_len, priced_gbps);
     print_one("gqa", r.gqa);
     print_one("absorb", r.absorb);
     const bool absorb = r.chosen == GQLA_PATH_ABSORB;
