@@ -116,9 +116,11 @@ double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe) 
     return probe.peak_gflops_f32;
 }
 
-ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& measured, double tokens,
-                             const Efficiency& eff) {
-    const gqla_probe_info probe = priced_probe(cfg, measured, eff);
+namespace {
+
+// expansion_cost on a probe priced_probe already capped.
+ExpansionCost expansion_cost_priced(const gqla_config& cfg, const gqla_probe_info& probe, double tokens,
+                                    const Efficiency& eff) {
     ExpansionCost e;
     if (cfg.kind != GQLA_KIND_GQLA || !(tokens > 0)) return e;
     const Dims d = dims_of(cfg);
@@ -142,6 +144,13 @@ ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& meas
     return e;
 }
 
+}  // namespace
+
+ExpansionCost expansion_cost(const gqla_config& cfg, const gqla_probe_info& measured, double tokens,
+                             const Efficiency& eff) {
+    return expansion_cost_priced(cfg, priced_probe(cfg, measured, eff), tokens, eff);
+}
+
 namespace {
 
 // The GQA form over latent rows up-projected for one call: the expansion of
@@ -161,7 +170,7 @@ gqla_path_cost transient_cost(const gqla_config& cfg, const gqla_probe_info& pro
         tokens * ((spills ? cache_row_bytes(cfg, expanded_width, 2.0 * d.G) : 0.0) + rope_row_bytes(cfg, d.d_r)) +
         qo_bytes;
     const gqla_path_cost attend = price(attention_bytes, attention_flops, eff, Efficiency::kGqaPath, probe, peak);
-    const ExpansionCost e = expansion_cost(cfg, probe, tokens, eff);
+    const ExpansionCost e = expansion_cost_priced(cfg, probe, tokens, eff);
     gqla_path_cost c{};
     c.bytes = attend.bytes + e.bytes;
     c.flops = attend.flops + e.flops;
@@ -245,7 +254,8 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& mea
     // A tie goes to absorb: it needs no expanded cache.
     rep.chosen = rep.gqa.time_s < rep.absorb.time_s ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
 
-    ExpansionCost e = expansion_cost(cfg, probe, cached_tokens, eff);  // in double: batch * context may pass int64
+    ExpansionCost e =
+        expansion_cost_priced(cfg, probe, cached_tokens, eff);  // in double: batch * context may pass int64
     rep.expand_bytes = e.bytes;
     rep.expand_flops = e.flops;
     rep.expand_s = e.seconds;

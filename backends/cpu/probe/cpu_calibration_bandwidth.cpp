@@ -88,6 +88,22 @@ float read_runs(const float* base, const std::vector<uint32_t>& runs, ReadLoopFn
     return sum;
 }
 
+// Wall rates of trials [first, the fewest any thread ran): a trial too short
+// to time (a coarse clock) would give a rate with no bound, so none of those
+// count.
+std::vector<double> trial_rates(const std::vector<std::vector<ThreadSample>>& trials, int first,
+                                const std::vector<int>& trials_run, double resolution) {
+    const int done = *std::min_element(trials_run.begin(), trials_run.end());
+    std::vector<double> rates;
+    for (int k = first; k < done; ++k) {
+        Clock::time_point begin = trials[k][0].start, end = trials[k][0].end;
+        for (const ThreadSample& s : trials[k]) begin = std::min(begin, s.start), end = std::max(end, s.end);
+        if (long_enough_to_time(std::chrono::duration<double>(end - begin).count(), resolution))
+            rates.push_back(wall_rate(trials[k]));
+    }
+    return rates;
+}
+
 }  // namespace
 
 ReadReading measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, size_t min_bytes_per_thread,
@@ -150,24 +166,9 @@ ReadReading measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thr
         }
     });
 
-    const int done = *std::min_element(sweeps_run.begin(), sweeps_run.end());
-    std::vector<double> rates;
-    for (int k = 1; k < done; ++k) {  // sweep 0 warms up
-        Clock::time_point first = sweeps[k][0].start, last = sweeps[k][0].end;
-        for (const ThreadSample& s : sweeps[k]) first = std::min(first, s.start), last = std::max(last, s.end);
-        // A sweep too short to time (a coarse clock) would give a rate with
-        // no bound; none of those count.
-        if (long_enough_to_time(std::chrono::duration<double>(last - first).count(), resolution))
-            rates.push_back(wall_rate(sweeps[k]));
-    }
-    std::vector<double> scattered;
-    const int scatter_done = *std::min_element(scatters_run.begin(), scatters_run.end());
-    for (int k = 0; k < scatter_done; ++k) {
-        Clock::time_point first = scatters[k][0].start, last = scatters[k][0].end;
-        for (const ThreadSample& s : scatters[k]) first = std::min(first, s.start), last = std::max(last, s.end);
-        if (long_enough_to_time(std::chrono::duration<double>(last - first).count(), resolution))
-            scattered.push_back(wall_rate(scatters[k]));
-    }
+    // Sweep 0 warms up; the scattered trials start on a warm core.
+    const std::vector<double> rates = trial_rates(sweeps, 1, sweeps_run, resolution);
+    const std::vector<double> scattered = trial_rates(scatters, 0, scatters_run, resolution);
     volatile float keep = 0;
     for (float s : sinks) keep = keep + s;
     ReadReading r;
