@@ -107,7 +107,8 @@ std::vector<double> trial_rates(const std::vector<std::vector<ThreadSample>>& tr
 }  // namespace
 
 ReadReading measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, size_t min_bytes_per_thread,
-                              uint64_t isa_flags, Clock::time_point fill_deadline, Clock::time_point deadline) {
+                              uint64_t isa_flags, Clock::time_point fill_deadline, Clock::time_point fill_cap,
+                              Clock::time_point deadline) {
     const size_t n = cpus.size();
     const size_t blocks_wanted = std::max<size_t>(1, bytes_per_thread / kBlockBytes);
     const size_t blocks_needed = std::min(blocks_wanted, (min_bytes_per_thread + kBlockBytes - 1) / kBlockBytes);
@@ -133,6 +134,7 @@ ReadReading measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thr
         if (buf.data) {
             size_t b = 0;
             while (b < blocks_wanted && Clock::now() < fill_deadline) fill_block(buf.data + b * kBlockFloats, b), ++b;
+            while (b < blocks_needed && Clock::now() < fill_cap) fill_block(buf.data + b * kBlockFloats, b), ++b;
             blocks_filled[t] = b;
         }
         barrier.wait();
