@@ -144,30 +144,33 @@ uint64_t cap_isa_flags(uint64_t flags, const char* max_isa) {
     return flags;  // "amx", "all" or unknown: no cap
 }
 
-int isa_flag_names(uint64_t flags, const char** names, int max) {
-    static const struct {
-        uint64_t bit;
-        const char* name;
-    } kNames[] = {
-        {GQLA_ISA_SSE42, "sse4.2"},
-        {GQLA_ISA_AVX, "avx"},
-        {GQLA_ISA_AVX2, "avx2"},
-        {GQLA_ISA_FMA, "fma"},
-        {GQLA_ISA_F16C, "f16c"},
-        {GQLA_ISA_AVX512F, "avx512f"},
-        {GQLA_ISA_AVX512BW, "avx512bw"},
-        {GQLA_ISA_AVX512VL, "avx512vl"},
-        {GQLA_ISA_AVX512BF16, "avx512_bf16"},
-        {GQLA_ISA_AVX512FP16, "avx512_fp16"},
-        {GQLA_ISA_AMX, "amx"},
-    };
-    int n = 0;
-    for (const auto& e : kNames) {
-        if (!(flags & e.bit)) continue;
-        if (n < max && names) names[n] = e.name;
-        ++n;
+const char* isa_flag_name(uint64_t flag) {
+    switch (flag) {
+        case GQLA_ISA_SSE42:
+            return "sse4.2";
+        case GQLA_ISA_AVX:
+            return "avx";
+        case GQLA_ISA_AVX2:
+            return "avx2";
+        case GQLA_ISA_FMA:
+            return "fma";
+        case GQLA_ISA_F16C:
+            return "f16c";
+        case GQLA_ISA_AVX512F:
+            return "avx512f";
+        case GQLA_ISA_AVX512BW:
+            return "avx512bw";
+        case GQLA_ISA_AVX512VL:
+            return "avx512vl";
+        case GQLA_ISA_AVX512BF16:
+            return "avx512_bf16";
+        case GQLA_ISA_AVX512FP16:
+            return "avx512_fp16";
+        case GQLA_ISA_AMX:
+            return "amx";
+        default:
+            return nullptr;
     }
-    return n;
 }
 
 }  // namespace gqla

@@ -38,8 +38,9 @@ constexpr uint64_t kIsaAvx512Kernels =
 constexpr uint64_t kIsaBf16Dot = GQLA_ISA_AVX512F | GQLA_ISA_AVX512BW | GQLA_ISA_AVX512VL | GQLA_ISA_AVX512BF16;
 constexpr bool isa_has(uint64_t flags, uint64_t need) { return (flags & need) == need; }
 
-// Names of the set bits in order ("sse4.2", "avx", ..., "amx"); writes up to
-// `max` pointers to static strings and returns how many bits are set.
-int isa_flag_names(uint64_t flags, const char** names, int max);
+// The name of one GQLA_ISA_* bit as /proc/cpuinfo spells it ("sse4.2",
+// "avx512_bf16"), a static string; nullptr for 0, several bits or an
+// undefined bit (gqla_isa_name).
+const char* isa_flag_name(uint64_t flag);
 
 }  // namespace gqla

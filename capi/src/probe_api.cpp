@@ -2,6 +2,7 @@
 // Device count and probe, routed through the backend registry.
 #include "capi/src/api_guard.hpp"
 #include "core/backend_registry.hpp"
+#include "core/cpu_features.hpp"
 #include "core/enum_value.hpp"
 
 using gqla::capi::guarded;
@@ -18,6 +19,8 @@ gqla_status gqla_device_count(gqla_device_type device, int32_t* out_count) {
         *out_count = gqla::visible_device_count(device);
     });
 }
+
+const char* gqla_isa_name(uint64_t isa_flag) { return gqla::isa_flag_name(isa_flag); }
 
 gqla_status gqla_probe(gqla_device_type device, int32_t device_index, uint32_t flags, gqla_probe_info* out) {
     return guarded("gqla_probe", [&] {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "harness.hpp"
 
@@ -152,6 +153,27 @@ TEST_CASE("a session resolves its config") {
     CHECK(st.page_size == 16);
     CHECK(st.device == GQLA_DEVICE_CPU);
     gqla_session_destroy(s);
+}
+
+TEST_CASE("every ISA bit of the header has one name, and nothing else has") {
+    const uint64_t defined[] = {GQLA_ISA_SSE42,      GQLA_ISA_AVX,        GQLA_ISA_AVX2,     GQLA_ISA_FMA,
+                                GQLA_ISA_F16C,       GQLA_ISA_AVX512F,    GQLA_ISA_AVX512BW, GQLA_ISA_AVX512VL,
+                                GQLA_ISA_AVX512BF16, GQLA_ISA_AVX512FP16, GQLA_ISA_AMX};
+    uint64_t all = 0;
+    std::vector<std::string> names;
+    for (uint64_t bit : defined) {
+        all |= bit;
+        const char* name = gqla_isa_name(bit);
+        REQUIRE(name != nullptr);
+        CHECK(std::strlen(name) > 0);
+        for (const std::string& earlier : names) CHECK(earlier != name);
+        names.emplace_back(name);
+    }
+    CHECK(std::string(gqla_isa_name(GQLA_ISA_AVX512BF16)) == "avx512_bf16");  // as /proc/cpuinfo
+    for (int b = 0; b < 64; ++b)
+        if (!(all & (uint64_t{1} << b))) CHECK(gqla_isa_name(uint64_t{1} << b) == nullptr);
+    CHECK(gqla_isa_name(0) == nullptr);
+    CHECK(gqla_isa_name(GQLA_ISA_AVX2 | GQLA_ISA_FMA) == nullptr);
 }
 
 TEST_CASE("probe reports a sane CPU") {

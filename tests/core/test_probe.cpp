@@ -220,13 +220,14 @@ TEST_CASE("probe: the bf16-dot table's GQA scores are forced or raced") {
                                                                                                  : "f32 FMAs"));
 }
 
-TEST_CASE("probe: ISA names follow the bits") {
-    const char* names[16] = {};
-    const int n = gqla::isa_flag_names(GQLA_ISA_SSE42 | GQLA_ISA_AVX2 | GQLA_ISA_AMX, names, 16);
-    REQUIRE(n == 3);
-    CHECK(std::string(names[0]) == "sse4.2");
-    CHECK(std::string(names[1]) == "avx2");
-    CHECK(std::string(names[2]) == "amx");
+TEST_CASE("probe: ISA names follow the bits, one bit at a time") {
+    CHECK(std::string(gqla::isa_flag_name(GQLA_ISA_SSE42)) == "sse4.2");
+    CHECK(std::string(gqla::isa_flag_name(GQLA_ISA_AVX2)) == "avx2");
+    CHECK(std::string(gqla::isa_flag_name(GQLA_ISA_AVX512BF16)) == "avx512_bf16");
+    CHECK(std::string(gqla::isa_flag_name(GQLA_ISA_AMX)) == "amx");
+    CHECK(gqla::isa_flag_name(0) == nullptr);
+    CHECK(gqla::isa_flag_name(GQLA_ISA_AVX | GQLA_ISA_AVX2) == nullptr);
+    CHECK(gqla::isa_flag_name(uint64_t{1} << 40) == nullptr);
 }
 
 TEST_CASE("probe: estimates follow ISA width and cores") {

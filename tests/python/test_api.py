@@ -118,3 +118,14 @@ def test_threads_share_a_session(rng):
             t.join()
         assert not errors
         assert all(np.array_equal(r, expected) for r in results)
+
+
+def test_isa_names_come_from_the_library():
+    info = gqla.probe("cpu", calibrate=False)
+    flags = info["isa_flags"]
+    # One name per set bit the library knows, in bit order, spelled as /proc/cpuinfo does.
+    expected = [gqla._gqla.isa_name(1 << b) for b in range(64) if flags >> b & 1]
+    assert info["isa"] == [n for n in expected if n is not None]
+    assert gqla._gqla.isa_name(1 << 8) == "avx512_bf16"
+    assert gqla._gqla.isa_name(0) is None
+    assert gqla._gqla.isa_name(3) is None

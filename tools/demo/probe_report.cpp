@@ -8,25 +8,10 @@ namespace gqla::demo {
 namespace {
 
 std::string isa_list(uint64_t flags) {
-    static const struct {
-        uint64_t bit;
-        const char* name;
-    } kIsa[] = {
-        {GQLA_ISA_SSE42, "sse4.2"},
-        {GQLA_ISA_AVX, "avx"},
-        {GQLA_ISA_AVX2, "avx2"},
-        {GQLA_ISA_FMA, "fma"},
-        {GQLA_ISA_F16C, "f16c"},
-        {GQLA_ISA_AVX512F, "avx512f"},
-        {GQLA_ISA_AVX512BW, "avx512bw"},
-        {GQLA_ISA_AVX512VL, "avx512vl"},
-        {GQLA_ISA_AVX512BF16, "avx512bf16"},
-        {GQLA_ISA_AVX512FP16, "avx512fp16"},
-        {GQLA_ISA_AMX, "amx"},
-    };
     std::string out;
-    for (const auto& i : kIsa)
-        if (flags & i.bit) out += (out.empty() ? "" : " ") + std::string(i.name);
+    for (int bit = 0; bit < 64; ++bit)
+        if (const char* name = (flags >> bit) & 1u ? gqla_isa_name(uint64_t{1} << bit) : nullptr)
+            out += (out.empty() ? "" : " ") + std::string(name);
     return out.empty() ? "none" : out;
 }
 

@@ -21,23 +21,23 @@ static void usage(FILE* out) {
             "GQLA_PROBE_CACHE=FILE keeps CPU calibration results across runs.\n");
 }
 
-static const struct {
-    uint64_t bit;
-    const char* name;
-} kIsaNames[] = {
-    {GQLA_ISA_SSE42, "sse4.2"},
-    {GQLA_ISA_AVX, "avx"},
-    {GQLA_ISA_AVX2, "avx2"},
-    {GQLA_ISA_FMA, "fma"},
-    {GQLA_ISA_F16C, "f16c"},
-    {GQLA_ISA_AVX512F, "avx512f"},
-    {GQLA_ISA_AVX512BW, "avx512bw"},
-    {GQLA_ISA_AVX512VL, "avx512vl"},
-    {GQLA_ISA_AVX512BF16, "avx512_bf16"},
-    {GQLA_ISA_AVX512FP16, "avx512_fp16"},
-    {GQLA_ISA_AMX, "amx"},
-};
-#define ISA_NAME_COUNT (sizeof kIsaNames / sizeof kIsaNames[0])
+/* Calls print_one(name, first) for every set bit the library names. */
+static void for_each_isa_name(uint64_t flags, void (*print_one)(const char* name, int first)) {
+    int bit, first = 1;
+    for (bit = 0; bit < 64; ++bit) {
+        const char* name = (flags >> bit) & 1u ? gqla_isa_name((uint64_t)1 << bit) : NULL;
+        if (name == NULL) continue;
+        print_one(name, first);
+        first = 0;
+    }
+}
+
+static void print_isa_word(const char* name, int first) {
+    (void)first;
+    printf(" %s", name);
+}
+
+static void print_isa_json(const char* name, int first) { printf("%s\"%s\"", first ? "" : ", ", name); }
 
 /* JSON string with the escapes RFC 8259 requires. */
 static void print_json_string(const char* s) {
@@ -80,14 +80,12 @@ static const char* origin(const gqla_probe_info* info, uint32_t bit) {
 static const char* json_bool(int value) { return value ? "true" : "false"; }
 
 static void print_cpu_table(const gqla_probe_info* c) {
-    size_t i;
     printf("CPU\n");
     printf("  model            %s (%s)\n", c->name, c->vendor);
     printf("  cores            %d logical, %d physical, %d usable by this process\n", c->logical_cores,
            c->physical_cores, c->affinity_cores);
     printf("  ISA             ");
-    for (i = 0; i < ISA_NAME_COUNT; ++i)
-        if (c->isa_flags & kIsaNames[i].bit) printf(" %s", kIsaNames[i].name);
+    for_each_isa_name(c->isa_flags, print_isa_word);
     if (c->isa_flags == 0) printf(" (baseline only)");
     printf("\n");
     printf("  caches           L1d %d KiB, L2 %d KiB, L3 %d KiB\n", c->l1d_kb, c->l2_kb, c->l3_kb);
@@ -107,8 +105,6 @@ static void print_cuda_table(const gqla_probe_info* g) {
 }
 
 static void print_cpu_json(const gqla_probe_info* c) {
-    size_t i;
-    int first = 1;
     printf("{\"vendor\": ");
     print_json_string(c->vendor);
     printf(", \"model\": ");
@@ -116,11 +112,7 @@ static void print_cpu_json(const gqla_probe_info* c) {
     printf(", \"cores\": %d, \"physical_cores\": %d, \"affinity_cores\": %d", c->logical_cores, c->physical_cores,
            c->affinity_cores);
     printf(", \"isa\": [");
-    for (i = 0; i < ISA_NAME_COUNT; ++i) {
-        if (!(c->isa_flags & kIsaNames[i].bit)) continue;
-        printf("%s\"%s\"", first ? "" : ", ", kIsaNames[i].name);
-        first = 0;
-    }
+    for_each_isa_name(c->isa_flags, print_isa_json);
     printf("], \"l1d_kb\": %d, \"l2_kb\": %d, \"l3_kb\": %d", c->l1d_kb, c->l2_kb, c->l3_kb);
     printf(", \"read_gbps\": %.3f, \"peak_gflops_f32\": %.3f, \"peak_gflops_bf16\": %.3f, \"calibrated\": %s",
            c->read_gbps, c->peak_gflops_f32, c->peak_gflops_bf16, json_bool(c->calibrated));

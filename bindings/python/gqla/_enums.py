@@ -21,13 +21,6 @@ _DTYPE_ALIASES = {
     "float8_e4m3fn": "fp8_e4m3", "e4m3": "fp8_e4m3",
 }
 
-ISA_FLAGS = {
-    "sse4.2": 1 << 0, "avx": 1 << 1, "avx2": 1 << 2, "fma": 1 << 3, "f16c": 1 << 4,
-    "avx512f": 1 << 5, "avx512bw": 1 << 6, "avx512vl": 1 << 7, "avx512_bf16": 1 << 8,
-    "avx512_fp16": 1 << 9, "amx": 1 << 10,
-}
-
-
 def _lookup(table, value, what):
     key = str(value).lower()
     if key not in table:

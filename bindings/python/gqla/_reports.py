@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Readable dicts from the extension's raw report dicts (enum codes -> names)."""
 
-from . import _enums
+from . import _enums, _gqla
 
 
 def cost_report(raw, kind):
@@ -25,7 +25,9 @@ def stats_report(raw):
 def probe_report(raw):
     info = dict(raw)
     info["device"] = _enums.name_of(_enums.DEVICE, raw["device"])
-    info["isa"] = [name for name, bit in _enums.ISA_FLAGS.items() if raw["isa_flags"] & bit]
+    # Names as the library spells them (gqla_isa_name), one per set bit it knows.
+    bits = [1 << b for b in range(64) if raw["isa_flags"] >> b & 1]
+    info["isa"] = [name for name in map(_gqla.isa_name, bits) if name is not None]
     return info
 
 

@@ -110,6 +110,13 @@ PYBIND11_MODULE(_gqla, m) {
     m.def(
         "status_string", [](int status) { return gqla_status_string(static_cast<gqla_status>(status)); },
         "Static English name of a status code.");
+    m.def(
+        "isa_name",
+        [](uint64_t flag) -> py::object {
+            const char* name = gqla_isa_name(flag);
+            return name ? py::object(py::str(name)) : py::object(py::none());
+        },
+        py::arg("flag"), "gqla_isa_name: the name of one GQLA_ISA_* bit, or None.");
     m.def("config_defaults", &config_defaults, py::arg("kind"), "gqla_config_default(kind) as a dict.");
     m.def("validate_config", &validate_config, py::arg("config"), "gqla_config_validate on a config dict.");
     m.def("probe", &probe, py::arg("device"), py::arg("index"), py::arg("calibrate"), "gqla_probe as a dict.");

@@ -32,6 +32,12 @@ extern "C" {
 #define GQLA_ISA_AVX512FP16 (1u << 9)
 #define GQLA_ISA_AMX (1u << 10)
 
+/* The name of one GQLA_ISA_* bit as Linux's /proc/cpuinfo spells it
+ * ("sse4.2", "avx2", "avx512_bf16", ...): a static string. NULL for 0, for
+ * several bits at once and for a bit this version does not define (a later
+ * version may name more). Every binding and tool prints these names. */
+GQLA_API const char* gqla_isa_name(uint64_t isa_flag);
+
 /* Probe flags */
 #define GQLA_PROBE_CALIBRATE (1u << 0) /* measure bandwidth and peak (cached per process) */
 
@@ -73,8 +79,9 @@ typedef struct gqla_probe_info {
 GQLA_API gqla_status gqla_device_count(gqla_device_type device, int32_t* out_count);
 
 /* Describe a device. Without GQLA_PROBE_CALIBRATE the numbers are estimated
- * from specs (fast); with it they are measured once per process (<= 200 ms
- * CPU, <= 300 ms CUDA) and cached. Errors: INVALID_ARGUMENT, UNSUPPORTED. */
+ * from specs (fast); with it they are measured once per process (~0.2 s CPU,
+ * up to ~0.7 s where the host must first back the buffer's memory; <= 300 ms
+ * CUDA) and cached. Errors: INVALID_ARGUMENT, UNSUPPORTED. */
 GQLA_API gqla_status gqla_probe(gqla_device_type device, int32_t device_index, uint32_t flags, gqla_probe_info* out);
 
 /* ------------------------------------------------------------------- cost */

@@ -1485,6 +1485,9 @@ extern "C" {
         out_lse: *mut gqla_tensor,
     ) -> gqla_status;
 }
+extern "C" {
+    pub fn gqla_isa_name(isa_flag: u64) -> *const ::std::os::raw::c_char;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct gqla_probe_info {

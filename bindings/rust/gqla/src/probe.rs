@@ -14,7 +14,9 @@ use crate::error::{check, Result};
 pub struct Isa(pub u64);
 
 impl Isa {
-    /// Every flag the header defines, with its name.
+    /// Every flag this crate's header defines, with the library's name for
+    /// it (as `/proc/cpuinfo` spells it; `tests` check it against
+    /// [`Isa::name_of`]).
     pub const ALL: [(u32, &'static str); 11] = [
         (ffi::GQLA_ISA_SSE42, "sse4.2"),
         (ffi::GQLA_ISA_AVX, "avx"),
@@ -24,8 +26,8 @@ impl Isa {
         (ffi::GQLA_ISA_AVX512F, "avx512f"),
         (ffi::GQLA_ISA_AVX512BW, "avx512bw"),
         (ffi::GQLA_ISA_AVX512VL, "avx512vl"),
-        (ffi::GQLA_ISA_AVX512BF16, "avx512bf16"),
-        (ffi::GQLA_ISA_AVX512FP16, "avx512fp16"),
+        (ffi::GQLA_ISA_AVX512BF16, "avx512_bf16"),
+        (ffi::GQLA_ISA_AVX512FP16, "avx512_fp16"),
         (ffi::GQLA_ISA_AMX, "amx"),
     ];
 
@@ -34,12 +36,24 @@ impl Isa {
         self.0 & u64::from(flag) == u64::from(flag)
     }
 
-    /// Names of the flags that are set.
+    /// The library's name of one `GQLA_ISA_*` bit (`gqla_isa_name`); `None`
+    /// for 0, several bits, or a bit the library does not define.
+    pub fn name_of(flag: u64) -> Option<&'static str> {
+        // SAFETY: gqla_isa_name returns NULL or a static NUL-terminated
+        // string of the library, which stays loaded while the process runs.
+        let name = unsafe { ffi::gqla_isa_name(flag) };
+        if name.is_null() {
+            return None;
+        }
+        unsafe { std::ffi::CStr::from_ptr(name) }.to_str().ok()
+    }
+
+    /// Names of the flags that are set, as the library spells them.
     pub fn names(self) -> Vec<&'static str> {
-        Isa::ALL
-            .iter()
-            .filter(|(bit, _)| self.has(*bit))
-            .map(|(_, name)| *name)
+        (0..64)
+            .map(|b| 1u64 << b)
+            .filter(|bit| self.0 & bit != 0)
+            .filter_map(Isa::name_of)
             .collect()
     }
 }

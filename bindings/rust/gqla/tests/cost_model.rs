@@ -155,3 +155,16 @@ fn session_prediction_uses_its_device() {
     assert_eq!(report.chosen, Path::Gqa);
     assert_eq!(report.absorb.bytes, 0.0, "GQA kind has no absorb path");
 }
+
+#[test]
+fn isa_names_are_the_librarys() {
+    for (bit, name) in gqla::Isa::ALL {
+        assert_eq!(gqla::Isa::name_of(u64::from(bit)), Some(name));
+    }
+    assert_eq!(gqla::Isa::name_of(0), None);
+    assert_eq!(gqla::Isa::name_of(1 << 40), None);
+    let cpu = gqla::probe(Device::Cpu, false).unwrap();
+    let expected: Vec<&str> =
+        gqla::Isa::ALL.iter().filter(|(bit, _)| cpu.isa.has(*bit)).map(|(_, n)| *n).collect();
+    assert_eq!(cpu.isa.names(), expected);
+}
