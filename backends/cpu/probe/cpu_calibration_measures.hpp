@@ -45,9 +45,9 @@ struct ReadReading {
 // speed barely changes; the scattered reading moves much less with it.
 // Buffers are filled until fill_deadline, and a buffer still short of
 // min_bytes_per_thread then goes on to that size until fill_cap (a first
-// touch can cost far more than the write itself: cpu_calibration.cpp). When some thread got fewer than
-// min_bytes_per_thread even so (reads could then come from the cache)
-// nothing is reported.
+// touch can cost far more than the write itself: cpu_calibration.cpp).
+// When some thread got fewer than min_bytes_per_thread even so (reads could
+// then come from the cache) nothing is reported.
 ReadReading measure_read_gbps(const std::vector<int>& cpus, size_t bytes_per_thread, size_t min_bytes_per_thread,
                               uint64_t isa_flags, CalibrationClock::time_point fill_deadline,
                               CalibrationClock::time_point fill_cap, CalibrationClock::time_point deadline);
