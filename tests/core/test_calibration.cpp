@@ -173,29 +173,33 @@ TEST_CASE("calibration: cache reads are measured as page-sized runs at random pl
     CHECK(c.read_gbps < 2 * c.stream_gbps);
 }
 
-TEST_CASE("calibration: a buffer whose first touch outlasts the fill deadline is still read") {
-    // A guest whose host reclaimed its free memory faults pages in at a
-    // fraction of the write speed; the fill then goes on past its deadline to
-    // the minimum size (up to the cap) instead of giving up on the reading.
+namespace {
+
+// measure_read_gbps with 32 MiB per thread wanted, 16 MiB the minimum, the
+// fill deadline (and the sweeps') already past when it starts and the fill
+// cap `cap` after that.
+gqla::ReadReading read_past_fill_deadline(std::chrono::seconds cap) {
     std::vector<int> cpus = gqla::cpu_topology().affinity_cpus;
     if (cpus.empty()) cpus.push_back(0);
     const size_t min_bytes = size_t(16) << 20;
     const auto now = gqla::CalibrationClock::now();
-    const gqla::ReadReading r =
-        gqla::measure_read_gbps(cpus, 2 * min_bytes, min_bytes, gqla::cpu_isa_flags(),
-                                now /* fill deadline already past */, now + std::chrono::seconds(20), now);
+    return gqla::measure_read_gbps(cpus, 2 * min_bytes, min_bytes, gqla::cpu_isa_flags(), now, now + cap, now);
+}
+
+}  // namespace
+
+TEST_CASE("calibration: a buffer whose first touch outlasts the fill deadline is still read") {
+    // A guest whose host reclaimed its free memory faults pages in at a
+    // fraction of the write speed; the fill then goes on past its deadline to
+    // the minimum size (up to the cap) instead of giving up on the reading.
+    const gqla::ReadReading r = read_past_fill_deadline(std::chrono::seconds(20));
     MESSAGE("sweeps " << r.stream_gbps << " GB/s, runs " << r.scattered_gbps << " GB/s");
     CHECK(r.stream_gbps > 0);
     CHECK(r.scattered_gbps > 0);
 }
 
 TEST_CASE("calibration: no reading when even the cap leaves the buffer short") {
-    std::vector<int> cpus = gqla::cpu_topology().affinity_cpus;
-    if (cpus.empty()) cpus.push_back(0);
-    const size_t min_bytes = size_t(16) << 20;
-    const auto now = gqla::CalibrationClock::now();
-    const gqla::ReadReading r =
-        gqla::measure_read_gbps(cpus, 2 * min_bytes, min_bytes, gqla::cpu_isa_flags(), now, now, now);
+    const gqla::ReadReading r = read_past_fill_deadline(std::chrono::seconds(0));
     CHECK(r.stream_gbps == 0);
     CHECK(r.scattered_gbps == 0);
 }
