@@ -9,8 +9,8 @@ namespace {
 
 std::string isa_list(uint64_t flags) {
     std::string out;
-    for (int bit = 0; bit < 64; ++bit)
-        if (const char* name = (flags >> bit) & 1u ? gqla_isa_name(uint64_t{1} << bit) : nullptr)
+    for (int bit = 0; bit < 64; ++bit)  // a clear bit asks for gqla_isa_name(0): NULL
+        if (const char* name = gqla_isa_name(flags & (uint64_t{1} << bit)))
             out += (out.empty() ? "" : " ") + std::string(name);
     return out.empty() ? "none" : out;
 }

@@ -21,11 +21,12 @@ static void usage(FILE* out) {
             "GQLA_PROBE_CACHE=FILE keeps CPU calibration results across runs.\n");
 }
 
-/* Calls print_one(name, first) for every set bit the library names. */
+/* Calls print_one(name, first) for every set bit the library names (a
+ * clear bit gives gqla_isa_name(0), which is NULL). */
 static void for_each_isa_name(uint64_t flags, void (*print_one)(const char* name, int first)) {
     int bit, first = 1;
     for (bit = 0; bit < 64; ++bit) {
-        const char* name = (flags >> bit) & 1u ? gqla_isa_name((uint64_t)1 << bit) : NULL;
+        const char* name = gqla_isa_name(flags & ((uint64_t)1 << bit));
         if (name == NULL) continue;
         print_one(name, first);
         first = 0;

@@ -25,9 +25,10 @@ def stats_report(raw):
 def probe_report(raw):
     info = dict(raw)
     info["device"] = _enums.name_of(_enums.DEVICE, raw["device"])
-    # Names as the library spells them (gqla_isa_name), one per set bit it knows.
-    bits = [1 << b for b in range(64) if raw["isa_flags"] >> b & 1]
-    info["isa"] = [name for name in map(_gqla.isa_name, bits) if name is not None]
+    # Names as the library spells them (gqla_isa_name), one per set bit it
+    # knows; a clear bit asks for the name of 0, which is None.
+    names = (_gqla.isa_name(raw["isa_flags"] & (1 << b)) for b in range(64))
+    info["isa"] = [name for name in names if name is not None]
     return info
 
 

@@ -41,20 +41,19 @@ impl Isa {
     pub fn name_of(flag: u64) -> Option<&'static str> {
         // SAFETY: gqla_isa_name returns NULL or a static NUL-terminated
         // string of the library, which stays loaded while the process runs.
-        let name = unsafe { ffi::gqla_isa_name(flag) };
-        if name.is_null() {
-            return None;
+        unsafe {
+            let name = ffi::gqla_isa_name(flag);
+            if name.is_null() {
+                return None;
+            }
+            std::ffi::CStr::from_ptr(name).to_str().ok()
         }
-        unsafe { std::ffi::CStr::from_ptr(name) }.to_str().ok()
     }
 
-    /// Names of the flags that are set, as the library spells them.
+    /// Names of the flags that are set, as the library spells them (a clear
+    /// bit asks for the name of 0, which is `None`).
     pub fn names(self) -> Vec<&'static str> {
-        (0..64)
-            .map(|b| 1u64 << b)
-            .filter(|bit| self.0 & bit != 0)
-            .filter_map(Isa::name_of)
-            .collect()
+        (0..64).filter_map(|b| Isa::name_of(self.0 & (1u64 << b))).collect()
     }
 }
 
