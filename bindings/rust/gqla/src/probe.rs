@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Hardware probe: what the cost model knows about a device.
 
-use std::os::raw::c_char;
 use std::mem::size_of;
+use std::os::raw::c_char;
 
 use gqla_sys as ffi;
 
@@ -53,7 +53,9 @@ impl Isa {
     /// Names of the flags that are set, as the library spells them (a clear
     /// bit asks for the name of 0, which is `None`).
     pub fn names(self) -> Vec<&'static str> {
-        (0..64).filter_map(|b| Isa::name_of(self.0 & (1u64 << b))).collect()
+        (0..64)
+            .filter_map(|b| Isa::name_of(self.0 & (1u64 << b)))
+            .collect()
     }
 }
 

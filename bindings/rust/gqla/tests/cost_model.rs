@@ -164,7 +164,10 @@ fn isa_names_are_the_librarys() {
     assert_eq!(gqla::Isa::name_of(0), None);
     assert_eq!(gqla::Isa::name_of(1 << 40), None);
     let cpu = gqla::probe(Device::Cpu, false).unwrap();
-    let expected: Vec<&str> =
-        gqla::Isa::ALL.iter().filter(|(bit, _)| cpu.isa.has(*bit)).map(|(_, n)| *n).collect();
+    let expected: Vec<&str> = gqla::Isa::ALL
+        .iter()
+        .filter(|(bit, _)| cpu.isa.has(*bit))
+        .map(|(_, n)| *n)
+        .collect();
     assert_eq!(cpu.isa.names(), expected);
 }
