@@ -135,7 +135,11 @@ fn from_pkg_config_program(tried: &mut Vec<String>) -> ProgramAnswer {
         let why = String::from_utf8_lossy(&output.stderr);
         tried.push(format!(
             "`{program} --variable=libdir gqla` ({}; {})",
-            why.trim().lines().next().unwrap_or("failed").trim_end_matches('.'),
+            why.trim()
+                .lines()
+                .next()
+                .unwrap_or("failed")
+                .trim_end_matches('.'),
             describe_search_path()
         ));
         return ProgramAnswer::NotFound;

@@ -65,14 +65,22 @@ pub fn merge_attention_states<T: Element>(
         if part.output.len() != rows * dim {
             return Err(Error::invalid_argument(
                 &format!("parts[{i}].output"),
-                format!("{} values (rows {rows} x dim {dim}), got {}", rows * dim, part.output.len()),
+                format!(
+                    "{} values (rows {rows} x dim {dim}), got {}",
+                    rows * dim,
+                    part.output.len()
+                ),
             ));
         }
     }
     if out.len() != rows * dim {
         return Err(Error::invalid_argument(
             "out",
-            format!("{} values (rows {rows} x dim {dim}), got {}", rows * dim, out.len()),
+            format!(
+                "{} values (rows {rows} x dim {dim}), got {}",
+                rows * dim,
+                out.len()
+            ),
         ));
     }
     let num_states = i32::try_from(parts.len())
@@ -104,6 +112,12 @@ pub fn merge_attention_states<T: Element>(
     // SAFETY: the tensors describe slices whose lengths were checked above;
     // out and out_lse are exclusive borrows, so they overlap no input.
     check(unsafe {
-        ffi::gqla_merge_attention_states(num_states, outputs.as_ptr(), lses.as_ptr(), &mut to, tl_ptr)
+        ffi::gqla_merge_attention_states(
+            num_states,
+            outputs.as_ptr(),
+            lses.as_ptr(),
+            &mut to,
+            tl_ptr,
+        )
     })
 }

@@ -33,7 +33,13 @@ impl Session {
         let mut needed = 0usize;
         // SAFETY: a size query writes only `needed`.
         check(unsafe {
-            ffi::gqla_sequence_export(self.as_raw(), seq.raw(), std::ptr::null_mut(), 0, &mut needed)
+            ffi::gqla_sequence_export(
+                self.as_raw(),
+                seq.raw(),
+                std::ptr::null_mut(),
+                0,
+                &mut needed,
+            )
         })?;
         let mut bytes = vec![0u8; needed];
         // SAFETY: `bytes` holds `needed` writable bytes.

@@ -144,8 +144,11 @@ impl DecodeShape {
         o_elems: usize,
         lse_elems: Option<usize>,
     ) -> Result<DecodeShape> {
-        let (heads, query_dim, value_dim) =
-            (config.served_heads(), config.query_dim(), config.value_dim());
+        let (heads, query_dim, value_dim) = (
+            config.served_heads(),
+            config.query_dim(),
+            config.value_dim(),
+        );
         if batch == 0 {
             return Err(Error::invalid_argument("seqs", "the batch is empty"));
         }
@@ -250,8 +253,11 @@ impl PackedShape {
             .enumerate()
             .map(|(i, &n)| to_i32(&format!("q_lens[{i}]"), n))
             .collect::<Result<Vec<i32>>>()?;
-        let (heads, query_dim, value_dim) =
-            (config.served_heads(), config.query_dim(), config.value_dim());
+        let (heads, query_dim, value_dim) = (
+            config.served_heads(),
+            config.query_dim(),
+            config.value_dim(),
+        );
         // Entries fit i32, so neither the sum nor the products below overflow
         // a 64-bit usize; checked anyway, for 32-bit targets.
         let too_many =

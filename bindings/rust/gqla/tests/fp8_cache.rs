@@ -48,7 +48,9 @@ fn stored(values: &[f32], group: usize) -> Vec<f32> {
         .flat_map(|row| {
             let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
             let scale = if amax > 0.0 { amax / 448.0 } else { 1.0 };
-            row.iter().map(move |&v| e4m3_round(v / scale) * scale).collect::<Vec<_>>()
+            row.iter()
+                .map(move |&v| e4m3_round(v / scale) * scale)
+                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -76,20 +78,48 @@ fn fp8_cache_decode_matches_the_reference() {
         row[3] *= 50.0; // an outlier channel
     }
     let v = rng.vec(len * G * DV, 1.0);
-    session.append(0, seq, &k[..20 * G * D], &v[..20 * G * DV]).unwrap();
-    session.append(0, seq, &k[20 * G * D..], &v[20 * G * DV..]).unwrap();
+    session
+        .append(0, seq, &k[..20 * G * D], &v[..20 * G * DV])
+        .unwrap();
+    session
+        .append(0, seq, &k[20 * G * D..], &v[20 * G * DV..])
+        .unwrap();
     let s_q = 2;
     let q = rng.vec(s_q * H * D, 1.0);
     let mut o = vec![f32::NAN; s_q * H * DV];
     let mut lse = vec![f32::NAN; s_q * H];
-    session.decode_with_lse(0, &[seq], &q, &mut o, &mut lse).unwrap();
+    session
+        .decode_with_lse(0, &[seq], &q, &mut o, &mut lse)
+        .unwrap();
     let scale = 1.0 / (D as f64).sqrt();
-    let at_stored = reference::gqa(&stored(&k, D), &stored(&v, DV), &q, len, s_q, H, G, D, DV, scale);
+    let at_stored = reference::gqa(
+        &stored(&k, D),
+        &stored(&v, DV),
+        &q,
+        len,
+        s_q,
+        H,
+        G,
+        D,
+        DV,
+        scale,
+    );
     let as_given = reference::gqa(&k, &v, &q, len, s_q, H, G, D, DV, scale);
     let hint = rng.replay_hint();
-    assert!(rel_l2(&o, &at_stored.o) <= STORED_BOUND, "o vs stored: {} ({hint})", rel_l2(&o, &at_stored.o));
-    assert!(lse_error(&lse, &at_stored.lse) <= STORED_BOUND, "lse ({hint})");
-    assert!(rel_l2(&o, &as_given.o) <= GIVEN_BOUND, "o vs given: {} ({hint})", rel_l2(&o, &as_given.o));
+    assert!(
+        rel_l2(&o, &at_stored.o) <= STORED_BOUND,
+        "o vs stored: {} ({hint})",
+        rel_l2(&o, &at_stored.o)
+    );
+    assert!(
+        lse_error(&lse, &at_stored.lse) <= STORED_BOUND,
+        "lse ({hint})"
+    );
+    assert!(
+        rel_l2(&o, &as_given.o) <= GIVEN_BOUND,
+        "o vs given: {} ({hint})",
+        rel_l2(&o, &as_given.o)
+    );
 }
 
 #[test]

@@ -60,13 +60,21 @@ fn two_parts_merge_into_the_union() {
     let q = rng.vec(H * D);
     let decode = |seq| {
         let (mut o, mut lse) = (vec![f32::NAN; H * DV], vec![f32::NAN; H]);
-        session.decode_with_lse(0, &[seq], &q, &mut o, &mut lse).unwrap();
+        session
+            .decode_with_lse(0, &[seq], &q, &mut o, &mut lse)
+            .unwrap();
         (o, lse)
     };
     let ((ox, lx), (oy, ly), (ou, lu)) = (decode(x), decode(y), decode(u));
     let parts = [
-        PartialState { output: &ox, lse: &lx },
-        PartialState { output: &oy, lse: &ly },
+        PartialState {
+            output: &ox,
+            lse: &lx,
+        },
+        PartialState {
+            output: &oy,
+            lse: &ly,
+        },
     ];
     let (mut o, mut lse) = (vec![f32::NAN; H * DV], vec![f32::NAN; H]);
     merge_attention_states(&parts, DV, &mut o, Some(&mut lse)).unwrap();
@@ -76,9 +84,16 @@ fn two_parts_merge_into_the_union() {
         num += (f64::from(*a) - f64::from(*b)).powi(2);
         den += f64::from(*b).powi(2);
     }
-    assert!((num / den).sqrt() <= 1e-5, "seed {seed}: rel. error {}", (num / den).sqrt());
+    assert!(
+        (num / den).sqrt() <= 1e-5,
+        "seed {seed}: rel. error {}",
+        (num / den).sqrt()
+    );
     for (a, b) in lse.iter().zip(&lu) {
-        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "seed {seed}: lse {a} vs {b}");
+        assert!(
+            (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+            "seed {seed}: lse {a} vs {b}"
+        );
     }
 }
 
@@ -86,13 +101,23 @@ fn two_parts_merge_into_the_union() {
 fn mismatched_parts_are_refused() {
     let (a, b, lse) = ([0.0f32; 4], [0.0f32; 6], [0.0f32; 2]);
     let parts = [
-        PartialState { output: &a[..], lse: &lse },
-        PartialState { output: &b[..], lse: &lse },
+        PartialState {
+            output: &a[..],
+            lse: &lse,
+        },
+        PartialState {
+            output: &b[..],
+            lse: &lse,
+        },
     ];
     let mut out = [0.0f32; 4];
     let err = merge_attention_states(&parts, 2, &mut out, None).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    assert!(err.message().contains("parts[1].output"), "{}", err.message());
+    assert!(
+        err.message().contains("parts[1].output"),
+        "{}",
+        err.message()
+    );
     let none: [PartialState<'_, f32>; 0] = [];
     let err = merge_attention_states(&none, 2, &mut out, None).unwrap_err();
     assert!(err.message().contains("parts"), "{}", err.message());

@@ -10,7 +10,14 @@ use common::reference::{self, GqlaDims};
 use common::{rel_l2, Rng};
 use gqla::{Config, DType, Device, ErrorKind, Path, Session};
 
-const DIMS: GqlaDims = GqlaDims { heads: 8, groups: 4, r: 40, dc: 16, dr: 8, dv: 12 };
+const DIMS: GqlaDims = GqlaDims {
+    heads: 8,
+    groups: 4,
+    r: 40,
+    dc: 16,
+    dr: 8,
+    dv: 12,
+};
 const SHARDS: [(usize, usize); 3] = [(0, 1), (1, 2), (3, 1)];
 
 fn shard(begin: usize, count: usize, keep_latent: bool, path: Path) -> Session {
@@ -49,7 +56,8 @@ fn check_shards(keep_latent: bool, path: Path) {
         if i % 2 == 0 {
             s.set_weights(0, &w).unwrap();
         } else {
-            s.set_weights(0, &w[begin * per_group..(begin + count) * per_group]).unwrap();
+            s.set_weights(0, &w[begin * per_group..(begin + count) * per_group])
+                .unwrap();
         }
         let seq = s.add_sequence().unwrap();
         s.append(0, seq, &c, &kr).unwrap();
@@ -63,11 +71,19 @@ fn check_shards(keep_latent: bool, path: Path) {
         s.decode(0, &[seq], &q_shard, &mut o_shard).unwrap();
         for row in 0..s_q {
             let dst = (row * DIMS.heads + h0) * DIMS.dv;
-            o[dst..dst + heads * DIMS.dv].copy_from_slice(&o_shard[row * heads * DIMS.dv..][..heads * DIMS.dv]);
+            o[dst..dst + heads * DIMS.dv]
+                .copy_from_slice(&o_shard[row * heads * DIMS.dv..][..heads * DIMS.dv]);
         }
         let stats = s.stats().unwrap();
-        assert_eq!(stats.expanded_bytes_per_token, (count * (DIMS.dc + DIMS.dv) * 4) as u64);
-        let kept = if keep_latent { DIMS.r + DIMS.dr } else { DIMS.dr };
+        assert_eq!(
+            stats.expanded_bytes_per_token,
+            (count * (DIMS.dc + DIMS.dv) * 4) as u64
+        );
+        let kept = if keep_latent {
+            DIMS.r + DIMS.dr
+        } else {
+            DIMS.dr
+        };
         assert_eq!(stats.kept_bytes_per_token, (kept * 4) as u64);
         if !keep_latent {
             let err = s.select_path(Path::Absorb).unwrap_err();
@@ -77,7 +93,11 @@ fn check_shards(keep_latent: bool, path: Path) {
     }
     let want = reference::gqla(DIMS, &w, &c, &kr, &q, len, s_q, DIMS.default_scale());
     let err = rel_l2(&o, &want.o);
-    assert!(err <= 1e-5, "shards vs reference: rel L2 {err:.3e} ({})", rng.replay_hint());
+    assert!(
+        err <= 1e-5,
+        "shards vs reference: rel L2 {err:.3e} ({})",
+        rng.replay_hint()
+    );
 }
 
 #[test]
@@ -102,5 +122,9 @@ fn bad_shards_are_refused_naming_the_field() {
         .groups(3, 2)
         .build()
         .unwrap_err();
-    assert!(err.message().contains("config.group_begin"), "{}", err.message());
+    assert!(
+        err.message().contains("config.group_begin"),
+        "{}",
+        err.message()
+    );
 }
