@@ -144,6 +144,14 @@ constexpr int kNarrowClusterMergeBytes = 16 + 4 * kNarrowClusterMergeFloats + 16
 // merge region is added here, as at launch).
 int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes,
                                int cluster_splits, int warps = kNarrowWarps);
+// 8-bit (e4m3) caches (attention_narrow_fp8_kernel.cuh): the narrow kernel
+// reads one key part and values multiples of 16 wide, groups of at most
+// max_rows rows, dense calls; one row block per CTA of kNarrowWarps warps,
+// padded byte rows (NarrowRows::Padded), no clusters. Its kernels are the
+// narrow_kernel() of cache dtype FP8_E4M3 (128/128 widths fixed, any other
+// read at run time).
+bool narrow_kernel_reads_fp8(const AttentionParams& p, int max_rows);
+const void* narrow_fp8_kernel(int slots, NarrowDims dims);
 // maps: the layer's (read only by the TmaBoxes layout). p.cluster_merge:
 // launched with clusters of grid.z CTAs. warps: kNarrowWarps, or
 // kNarrowWideWarps where narrow_wide_compiled. row_blocks > 1: shared rings

@@ -62,6 +62,9 @@ const void* narrow_shared_kernel_of(int row_blocks) {
 // (narrow_wide_compiled, narrow_shared_compiled).
 const void* narrow_kernel(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims = NarrowDims::Runtime,
                           int warps = kNarrowWarps, int row_blocks = 1) {
+    if (cache == GQLA_DTYPE_FP8_E4M3)
+        return rows == NarrowRows::Padded && warps == kNarrowWarps && row_blocks == 1 ? narrow_fp8_kernel(slots, dims)
+                                                                                      : nullptr;
     if (row_blocks != 1)
         return !narrow_shared_compiled(slots, rows, dims, warps, row_blocks) ? nullptr
                : cache == GQLA_DTYPE_F16 ? narrow_shared_kernel_of<__half>(row_blocks)
@@ -119,6 +122,8 @@ NarrowDims narrow_fixed_dims(const AttentionParams& p) {
 }
 
 int narrow_smem_bytes(const AttentionParams& p, int slots, NarrowRows rows, int warps, int row_blocks) {
+    if (p.cache_dtype == GQLA_DTYPE_FP8_E4M3)
+        return narrow_fp8_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, warps).bytes;
     return narrow_layout(p.k1.dim + p.k2.dim, p.v.dim, slots, rows, warps, row_blocks).bytes;
 }
 
@@ -155,6 +160,9 @@ void prepare_narrow_kernels(int smem_optin, bool clusters) {
             prepare(narrow_kernel(t, kNarrowSharedSlots, NarrowRows::TmaBoxes, NarrowDims::K128V128, kNarrowSharedWarps,
                                   row_blocks));
     }
+    for (int st = kNarrowSlotsMin; st <= kNarrowSlotsMax; ++st)
+        for (NarrowDims dims : {NarrowDims::Runtime, NarrowDims::K128V128})
+            prepare(narrow_kernel(GQLA_DTYPE_FP8_E4M3, st, NarrowRows::Padded, dims));
 }
 
 int narrow_blocks_per_sm(gqla_dtype cache, int slots, NarrowRows rows, NarrowDims dims, int smem_bytes, int warps,
@@ -188,14 +196,19 @@ void launch_attention_narrow(gqla_dtype cache, int slots, NarrowRows rows, Narro
         throw BackendError(GQLA_ERR_INTERNAL,
                            "CUDA decode: narrow kernel with shared rings not compiled for this plan");
     if (row_blocks == 1 && !narrow_wide_compiled(slots, rows, dims)) warps = kNarrowWarps;
+    // (The 8-bit kernel takes p alone: the launch reads its one parameter.)
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<NarrowTmaMaps*>(&maps)};
+    if (cache == GQLA_DTYPE_FP8_E4M3 &&
+        (rows != NarrowRows::Padded || p.cluster_merge || warps != kNarrowWarps || row_blocks != 1))
+        throw BackendError(GQLA_ERR_INTERNAL,
+                           "CUDA decode: the 8-bit narrow kernel is planned as one padded row block");
     if (p.cluster_merge) smem_bytes += kNarrowClusterMergeBytes;
     LaunchAttrs attrs;
     cudaLaunchConfig_t cfg = make_launch_config(grid, dim3(static_cast<unsigned>(warps * 32)), smem_bytes,
                                                 p.cluster_merge != 0, false, attrs);
     cfg.stream = stream;
     check_cuda(cudaLaunchKernelExC(&cfg, narrow_kernel(cache, slots, rows, dims, warps, row_blocks), args),
-               "launch attention_narrow_kernel");
+               cache == GQLA_DTYPE_FP8_E4M3 ? "launch attention_narrow_fp8_kernel" : "launch attention_narrow_kernel");
 }
 
 }  // namespace gqla::cuda

@@ -14,6 +14,7 @@ struct NarrowLayout {
     int slot_elems, warp_bytes, o_off, f_off, bar_off, bytes;
     int merge_off;  // a cluster launch's merge region (kNarrowClusterMergeBytes more)
     int o_stride;   // floats between rows of a warp's (or the merged) O
+    int q_pow_off;  // 8-bit caches: the query rows' powers of two (narrow_fp8_layout)
     bool swizzle, boxes;
 };
 
@@ -60,6 +61,30 @@ __host__ __device__ inline NarrowLayout narrow_layout(int dk, int dv, int slots,
     if (L.boxes) L.bytes += bar_bytes + 1024;
     // Past the barriers, within the slack kNarrowClusterMergeBytes adds.
     L.merge_off = (L.bar_off + bar_bytes + 15) / 16 * 16;
+    return L;
+}
+
+// The 8-bit-cache kernel (attention_narrow_fp8_kernel.cuh): a slot holds 16
+// rows of stored bytes (K or V; strides and slot_elems count bytes) an odd
+// number of 16-byte pieces apart, so the 8 rows an ldmatrix reads hit
+// distinct banks, then the 16 rows' f32 scales. Warp 0's first slot holds
+// the staged f16 query rows before its first half (16 (dk + 8) bytes, less
+// than a slot), and the rows' powers of two follow the row statistics
+// (q_pow_off). No barriers, no boxes: cp.async copies.
+__host__ __device__ inline NarrowLayout narrow_fp8_layout(int dk, int dv, int slots, int warps) {
+    NarrowLayout L{};
+    const int widest = dk > dv ? dk : dv, pieces = (widest + 15) / 16, dv16 = (dv + 15) / 16 * 16;
+    L.k_stride = L.v_stride = 16 * (pieces | 1);
+    L.slot_elems = 16 * L.k_stride + 16 * 4;
+    L.warp_bytes = slots * L.slot_elems;
+    L.o_off = 0;
+    L.o_stride = dv16 + 4;
+    const int kv_bytes = warps * L.warp_bytes, o_bytes = (warps + 1) * kNarrowRows * L.o_stride * 4;
+    L.f_off = kv_bytes > o_bytes ? kv_bytes : o_bytes;
+    L.bar_off = L.f_off + (2 * warps * kNarrowRows + 2 * kNarrowRows) * 4 + kNarrowRows * 8;
+    L.q_pow_off = L.bar_off;
+    L.bytes = L.q_pow_off + kNarrowRows * 4;
+    L.merge_off = (L.bytes + 15) / 16 * 16;
     return L;
 }
 

@@ -317,11 +317,13 @@ __device__ __forceinline__ void merge_warps(const MergeSmem& sm, int o_stride, c
 #pragma unroll
     for (int i = 0; i < S::MAX_VT; ++i) {
         if (i >= d.v_tiles()) continue;
-        const int col = i * 16 + fr;
+        // O^T rows fr and fr + 8 of tile i: value columns 16i + fr and
+        // 16i + fr + 8, or 16i + 2fr and 16i + 2fr + 1 (Shape::FP8).
+        const int col = S::FP8 ? i * 16 + 2 * fr : i * 16 + fr, col_hi = S::FP8 ? col + 1 : col + 8;
         own[(2 * fc) * o_stride + col] = acc[i][0] * scale[0];
         own[(2 * fc + 1) * o_stride + col] = acc[i][1] * scale[1];
-        own[(2 * fc) * o_stride + col + 8] = acc[i][2] * scale[0];
-        own[(2 * fc + 1) * o_stride + col + 8] = acc[i][3] * scale[1];
+        own[(2 * fc) * o_stride + col_hi] = acc[i][2] * scale[0];
+        own[(2 * fc + 1) * o_stride + col_hi] = acc[i][3] * scale[1];
     }
     __syncthreads();
 }

@@ -15,11 +15,14 @@
 namespace gqla::cuda::narrow {
 
 // Compile-time shape of a kernel instantiation (attention_narrow_kernel says
-// what R, ROWS, DK, DV, NW and RB are).
-template <typename T_, int R_, NarrowRows ROWS_, int DK_, int DV_, int NW_, int RB_>
+// what R, ROWS, DK, DV, NW and RB are). FP8: the 8-bit-cache kernel
+// (attention_narrow_fp8_kernel.cuh), whose value tiles hold value columns
+// 2r and 2r + 1 in their rows r and r + 8 (T: __half, what it widens to).
+template <typename T_, int R_, NarrowRows ROWS_, int DK_, int DV_, int NW_, int RB_, bool FP8_ = false>
 struct Shape {
     using T = T_;
     static constexpr int R = R_, DK = DK_, DV = DV_, NW = NW_, RB = RB_;
+    static constexpr bool FP8 = FP8_;
     // TW token lanes (a ring each), each read by RB warps (one per row block).
     static constexpr int TW = NW / RB;
     static constexpr int NT = NW * 32, TILE = 16 * TW, MAX_KS = kNarrowMaxDk / 16, MAX_VT = kNarrowMaxDv / 16;

@@ -154,8 +154,23 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
     if (cache == GQLA_DTYPE_FP8_E4M3) {
-        // The per-warp kernel reads 8-bit caches (the session refused other
-        // shapes at create, session.cpp), in blocks of 16 rows per group.
+        // The narrow kernel reads 8-bit caches of up to narrow_max_rows rows
+        // per group with keys and values multiples of 16 wide, like 16-bit
+        // ones (its widening in registers keeps it near the read roofline);
+        // the per-warp kernel every other shape the session took at create
+        // (session.cpp), in blocks of 16 rows per group.
+        const NarrowDims dims = s.use_narrow_fixed_dims ? narrow_fixed_dims(p) : NarrowDims::Runtime;
+        if (s.use_narrow_kernel && narrow_kernel_reads_fp8(p, s.narrow_max_rows) &&
+            plan_streaming_kernel(
+                s, cache, narrow_slot(NarrowRows::Padded, kNarrowSlotsMin), kNarrowSlotsMin, kNarrowSlotsMax,
+                [&](int st) { return narrow_smem_bytes(p, st, NarrowRows::Padded); }, &plan, dims)) {
+            plan.narrow = true;
+            plan.narrow_rows = NarrowRows::Padded;
+            plan.narrow_dims = dims;
+            plan.rows_per_cta = kNarrowRows;
+            plan.tile_tokens = narrow_step_tokens(kNarrowWarps);
+            return plan;
+        }
         if (!warp_kernel_reads_fp8(p) || !plan_streaming_kernel(
                                              s, cache, kWarpSlot0, kWarpStagesMin, kWarpStagesMax,
                                              [&](int st) { return warp_smem_bytes(p, st); }, &plan))
@@ -375,7 +390,8 @@ bool cluster_merge_pays(const Session& s, const AttentionPlan& plan, int64_t bas
     if (plan.latent_wgmma)
         return splits <= kMaxLatentClusterSplits && base_ctas <= s.latent_clusters[static_cast<size_t>(splits)];
     const int64_t slots = static_cast<int64_t>(s.sm_count) * plan.blocks_per_sm;
-    return plan.narrow && plan.narrow_row_blocks == 1 && splits <= kMaxClusterSplits && 2 * base_ctas * splits <= slots;
+    return plan.narrow && plan.narrow_row_blocks == 1 && s.desc.cache_dtype != GQLA_DTYPE_FP8_E4M3 &&
+           splits <= kMaxClusterSplits && 2 * base_ctas * splits <= slots;
 }
 
 bool cluster_merge_fits(Session& s, const AttentionPlan& plan, int64_t base_ctas, int splits) {

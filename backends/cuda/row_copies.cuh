@@ -60,6 +60,19 @@ __device__ __forceinline__ void copy_scattered_rows16(T* tile, SmemRows rows, in
     }
 }
 
+// 16 rows of `bytes` bytes (a multiple of 16; 8-bit cache rows) from rows
+// `row_stride` bytes apart starting at `src` (rows >= valid_rows are
+// zero-filled) into a byte tile whose rows are `stride` bytes apart.
+__device__ __forceinline__ void copy_contiguous_byte_rows16(unsigned char* tile, int stride, const unsigned char* src,
+                                                            int row_stride, int bytes, int valid_rows, int lane) {
+    const int per_row = bytes >> 4;
+    for (int piece = lane; piece < 16 * per_row; piece += 32) {
+        const int r = piece / per_row, c = (piece - r * per_row) << 4;
+        const bool valid = r < valid_rows;
+        cp_async_16(tile + r * stride + c, valid ? src + static_cast<int64_t>(r) * row_stride + c : src, valid);
+    }
+}
+
 // 16 rows of `bytes` bytes (a multiple of 8; 8-bit cache rows) from the
 // per-lane sources of copy_scattered_rows16 into a byte tile whose rows are
 // `stride` bytes apart: 16-byte pieces where the rows allow, else 8-byte ones.

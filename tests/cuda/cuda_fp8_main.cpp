@@ -72,6 +72,43 @@ TEST_CASE("cuda fp8: LLaMA-3-8B shapes, s_q 1 to 8 (up to two 16-row blocks per 
     }
 }
 
+TEST_CASE("cuda fp8: key and value widths, page sizes and row counts of the narrow kernel and beyond") {
+    // Widths of an odd and an even number of 16-byte pieces (the slots'
+    // row strides differ), pages not a multiple of 16 tokens (rows looked up
+    // one by one), groups of 2 to 64 rows (1 to 8 row blocks; past 32 the
+    // per-warp kernel), sequences around the 16-token chunks and 64-token
+    // steps, and long enough to be split.
+    struct Shape {
+        int32_t heads, kv_heads, head_dim, value_dim, page_size;
+    };
+    const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    CAPTURE(seed);
+    for (const Shape& sh : {Shape{4, 2, 16, 16, 24}, Shape{6, 3, 48, 80, 16}, Shape{12, 3, 80, 112, 40},
+                            Shape{8, 1, 256, 128, 64}, Shape{32, 8, 128, 128, 7}}) {
+        CAPTURE(sh.head_dim);
+        CAPTURE(sh.value_dim);
+        CAPTURE(sh.page_size);
+        gqla_config c = llama3_8b();
+        c.num_heads = sh.heads;
+        c.num_kv_heads = sh.kv_heads;
+        c.head_dim = sh.head_dim;
+        c.value_dim = sh.value_dim;
+        c.page_size = sh.page_size;
+        c.max_tokens = 16384;
+        Fp8Session s(c, seed, sh.heads == 12);
+        std::vector<gqla_seq_id> ids;
+        for (int64_t len : {1, 15, 17, 64, 200, 5000}) {
+            ids.push_back(s.add());
+            s.append(ids.back(), len);
+        }
+        check(s.attend(ids, {1}, GQLA_PATH_AUTO, false), "s_q 1");
+        std::vector<gqla_seq_id> longer(ids.begin() + 3, ids.end());
+        for (int32_t s_q : {2, 3, 8})
+            check(s.attend(longer, {s_q}, GQLA_PATH_AUTO, false), "s_q " + std::to_string(s_q));
+        check(s.attend({ids[5], ids[2], ids[4]}, {8, 1, 5}, GQLA_PATH_AUTO, true), "ragged");
+    }
+}
+
 TEST_CASE("cuda fp8: GQLA sessions and shapes the kernels do not read are refused naming the field") {
     gqla_config g;
     gqla_config_default(&g, GQLA_KIND_GQLA);
