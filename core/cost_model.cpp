@@ -110,8 +110,11 @@ gqla_dtype weight_storage_dtype(const gqla_config& cfg, gqla_device_type device)
 }
 
 double priced_peak_gflops(const gqla_config& cfg, const gqla_probe_info& probe) {
-    const bool sixteen_bit = cfg.cache_dtype == GQLA_DTYPE_BF16 || cfg.cache_dtype == GQLA_DTYPE_F16;
-    if (probe.device == GQLA_DEVICE_CUDA && sixteen_bit && probe.peak_gflops_bf16 > 0) return probe.peak_gflops_bf16;
+    // The CUDA kernels widen 8-bit caches to f16 for the same tensor-core
+    // products as 16-bit ones.
+    const bool tensor_cores = cfg.cache_dtype == GQLA_DTYPE_BF16 || cfg.cache_dtype == GQLA_DTYPE_F16 ||
+                              cfg.cache_dtype == GQLA_DTYPE_FP8_E4M3;
+    if (probe.device == GQLA_DEVICE_CUDA && tensor_cores && probe.peak_gflops_bf16 > 0) return probe.peak_gflops_bf16;
     if (cpu_bf16_dot(cfg, probe)) return 2.0 * probe.peak_gflops_f32;
     return probe.peak_gflops_f32;
 }

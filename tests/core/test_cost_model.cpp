@@ -158,6 +158,10 @@ TEST_CASE("cost model: peak by device and cache dtype") {
     f32.cache_dtype = GQLA_DTYPE_F32;
     CHECK(gqla::priced_peak_gflops(bf16, gpu) == doctest::Approx(100e3));
     CHECK(gqla::priced_peak_gflops(f32, gpu) == doctest::Approx(100e3 / 16));
+    gqla_config fp8 = bf16;
+    fp8.kind = GQLA_KIND_GQA;
+    fp8.cache_dtype = GQLA_DTYPE_FP8_E4M3;
+    CHECK(gqla::priced_peak_gflops(fp8, gpu) == doctest::Approx(100e3));  // widened to f16 for the tensor cores
     gqla_probe_info cpu = unit_cpu_probe();
     CHECK(gqla::priced_peak_gflops(bf16, cpu) == doctest::Approx(1));
     // AVX512-BF16 hosts run bf16 caches on bf16 dot products: twice the f32
