@@ -151,11 +151,7 @@ __device__ __forceinline__ void stage_queries(const AttentionParams& p, __half* 
     }
 #pragma unroll
     for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    int e = 0;
-    if (amax > 0.f) {
-        frexpf(amax, &e);  // amax < 2^e
-        e -= 15;
-    }
+    const int e = f16_query_exponent(amax);
     const int q_stride = d.dk16() + 8;
     for (int c = sub * 8; c < d.dk16(); c += 128) {
         float v[8];

@@ -101,11 +101,7 @@ __device__ __forceinline__ void stage_queries(const AttentionParams& p, const Ct
         }
 #pragma unroll
         for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        int e = 0;
-        if (amax > 0.f) {
-            frexpf(amax, &e);  // amax < 2^e
-            e -= 15;
-        }
+        const int e = f16_query_exponent(amax);
         for (int c = sub; c < dk16; c += 8)
             sQ[m * k_stride + c] = from_float<T>(real && c < dk ? ldexpf(load_elem(p.q, p.q_dtype, q0 + c), -e) : 0.f);
         if (sub == 0) sRowQ[m] = ldexpf(1.f, e);

@@ -30,6 +30,19 @@ __device__ __forceinline__ uint8_t quantize_e4m3(float x, float scale) {
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
 }
 
+// Queries against an 8-bit cache run in f16: a row whose largest finite
+// magnitude is amax is divided by 2^e, e from here, which puts it in
+// [2^14, 2^15) (f16 holds any query that way, with its full precision);
+// 0 for a row of zeros.
+__device__ __forceinline__ int f16_query_exponent(float amax) {
+    int e = 0;
+    if (amax > 0.f) {
+        frexpf(amax, &e);  // amax < 2^e
+        e -= 15;
+    }
+    return e;
+}
+
 // 8 stored bytes (8-byte aligned) -> 8 f16 (one 16-byte store, aligned),
 // one cvt.rn.f16x2.e4m3x2 per pair: exact, subnormals and NaN included.
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t two) {
