@@ -227,7 +227,8 @@ void allocate_decode_workspace(Session* s) {
 }
 
 // What the CUDA kernels read from an 8-bit (e4m3) cache today: the GQA
-// kind, through the per-warp kernel (warp_kernel_reads_fp8).
+// kind, through the narrow kernel (narrow_kernel_reads_fp8) or, for every
+// other shape taken here, the per-warp kernel (warp_kernel_reads_fp8).
 void check_fp8_support(const gqla_backend_desc& d) {
     if (d.cache_dtype != GQLA_DTYPE_FP8_E4M3) return;
     if (d.kind != GQLA_KIND_GQA)
