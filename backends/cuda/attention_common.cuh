@@ -138,6 +138,11 @@ __device__ __forceinline__ int64_t token_base(const int32_t* table, int j, int p
 __device__ __forceinline__ int64_t cta_token(const AttentionParams& p, const CtaWork& w, int j) {
     return w.list ? __ldg(w.list + j) : token_base(w.table, j, p.page_size, p.page_shift);
 }
+// 8-bit pools: byte offset of the f32 scale of (page, group g, slot).
+__device__ __forceinline__ int64_t pool_scale_offset(const PoolView& pv, int64_t page, int g, int page_size,
+                                                     int64_t slot) {
+    return page * pv.page_stride + pv.scale_offset + 4 * (int64_t(g) * page_size + slot);
+}
 __device__ __forceinline__ int64_t pool_offset(const PoolView& pv, int64_t tb, int g) {
     int64_t page = tb >> 32;
     int slot = static_cast<int>(tb & 0xffffffff);

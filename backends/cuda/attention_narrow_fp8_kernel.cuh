@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, 4)
 #pragma unroll
     for (int i = 0; i < S::MAX_VT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     float run_m[2] = {-INFINITY, -INFINITY}, run_l[2] = {0.f, 0.f};
-    narrow_fp8::ValueExp ve;
+    ValuePower vp;
 
     int64_t ids[3] = {first_ids[1], first_ids[2], first_ids[3]};  // ids[i]: chunk c + 1 + i
     for (int c = 0; c < ch.count; ++c) {
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, 4)
 
         if (tok0 + 16 > first_hidden && first_hidden < ch.length)
             narrow_fp8::scrub_tail<S>(s, tV, d, rg.stride, limit, tok0, ln);
-        narrow_fp8::apply_value_scales(s, alpha, ve, narrow_fp8::slot_scales(tV, rg.stride), ln.fr);
+        narrow_fp8::apply_value_scales(s, alpha, vp, narrow_fp8::slot_scales(tV, rg.stride), ln.fr);
         narrow_fp8::accumulate_values<S>(acc, s, alpha, tV, d, rg.stride, lane);
         narrow_fp8::release_half<S>(p, ch, rg, d, 2 * c + 1, c + (R + 1) / 2 < ch.count, ids[(R + 1) / 2 - 1]);
         ids[0] = ids[1];
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kNarrowWarps * 32, 4)
 
     // The outputs back from over 2^v_exp (each warp's own power), then the
     // 16-bit kernel's merge and epilogue.
-    const float unit = ldexpf(1.f, ve.v_exp);
+    const float unit = ldexpf(1.f, vp.v_exp);
 #pragma unroll
     for (int i = 0; i < S::MAX_VT; ++i)
 #pragma unroll

@@ -76,8 +76,7 @@ __device__ __forceinline__ void issue_half(const AttentionParams& p, const Chunk
         copy_contiguous_byte_rows16(dst, rg.stride,
                                     pool + pool_offset(pv, (page << 32) | static_cast<uint32_t>(slot), rg.grp),
                                     pv.row_stride, bytes, valid_rows, lane);
-        const unsigned char* scales =
-            pool + page * pv.page_stride + pv.scale_offset + 4 * (int64_t(rg.grp) * p.page_size + slot);
+        const unsigned char* scales = pool + pool_scale_offset(pv, page, rg.grp, p.page_size, slot);
         if (valid_rows == 16) {
             if (lane < 4) cp_async_16(sc + 4 * lane, scales + 16 * lane, true);
         } else if (lane < 16) {
@@ -90,9 +89,7 @@ __device__ __forceinline__ void issue_half(const AttentionParams& p, const Chunk
                                    lane);
         if (lane < 16) {
             const int64_t page = valid ? f >> 32 : 0, slot = valid ? f & 0xffffffff : 0;
-            cp_async_4(sc + lane,
-                       pool + page * pv.page_stride + pv.scale_offset + 4 * (int64_t(rg.grp) * p.page_size + slot),
-                       valid);
+            cp_async_4(sc + lane, pool + pool_scale_offset(pv, page, rg.grp, p.page_size, slot), valid);
         }
     }
 }
@@ -220,35 +217,20 @@ __device__ __forceinline__ void apply_key_scales(float (&s)[4], const float* ksc
     s[3] *= hi * rq[1];
 }
 
-// The running power of two 2^v_exp the outputs are divided by (v_exp_max:
-// the largest so far): probabilities times value scales stay <= 1 in f16.
-struct ValueExp {
-    int v_exp = 0, v_exp_max = -1000;
-};
-
-// Value scales (vsc: the V half's): the chunk's power of two 2^ev above its
-// largest scale (at least 2^-64 of the largest so far, so that the outputs
-// divided by it stay far inside f32's range); the outputs so far are
-// rescaled from the previous power through alpha, and each probability
-// multiplied by its token's scale over 2^ev. Slots past the end have zero
-// scales and keep the power.
-__device__ __forceinline__ void apply_value_scales(float (&s)[4], float (&alpha)[2], ValueExp& ve, const float* vsc,
+// Value scales (vsc: the V half's): the outputs so far rescaled through
+// alpha to the chunk's power of two (ValuePower), and each probability
+// multiplied by its token's scale over that power.
+__device__ __forceinline__ void apply_value_scales(float (&s)[4], float (&alpha)[2], ValuePower& vp, const float* vsc,
                                                    int fr) {
     const float lo = vsc[fr], hi = vsc[fr + 8];
     float vmax = fmaxf(lo, hi);
     vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 4));
     vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 8));
     vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 16));
-    int ev = ve.v_exp;
-    if (vmax > 0.f) {
-        frexpf(vmax, &ev);  // vmax < 2^ev
-        ev = max(ev, ve.v_exp_max - 64);
-    }
-    ve.v_exp_max = max(ve.v_exp_max, ev);
-    const float rescale = ldexpf(1.f, ve.v_exp - ev), inv = ldexpf(1.f, -ev);
+    float inv;
+    const float rescale = vp.advance(vmax, &inv);
     alpha[0] *= rescale;
     alpha[1] *= rescale;
-    ve.v_exp = ev;
     s[0] *= lo * inv;
     s[1] *= lo * inv;
     s[2] *= hi * inv;

@@ -105,8 +105,6 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
     // the accumulated outputs are divided by.
     Fp8Rows fp8;
     fp8.row_q[0] = fp8.row_q[1] = 1.f;
-    fp8.v_exp = 0;
-    fp8.v_exp_max = -1000;
     if constexpr (FP8) {
         fp8.row_q[0] = sRowQ[lane >> 2];
         fp8.row_q[1] = sRowQ[(lane >> 2) + 8];
@@ -151,7 +149,7 @@ __global__ void __launch_bounds__(kWarpKernelWarps * 32)
     // Merge the warps: row max over warps, then each warp adds its rescaled O.
     const MergeRows merge{sWarpM, sWarpL, sRowL, sRowM};
     float scale[2];
-    merge_row_stats<FP8>(scale, run_m, run_l, fp8.v_exp, merge, tid);
+    merge_row_stats<FP8>(scale, run_m, run_l, fp8.vp.v_exp, merge, tid);
     merge_outputs<MAX_NT>(sO, acc, scale, dv16, tid);
     write_rows(p, w, sO, merge, dv, dv16, tid);
 }

@@ -166,10 +166,9 @@ __device__ __forceinline__ void copy_chunk(const AttentionParams& p, const Chunk
         copy_scattered_byte_rows16(ws.raw_v(stage), ws.dv16, valid ? vbb + pool_offset(p.v, base, g) : nullptr, src.dv,
                                    vbb, lane);
         if (half == 0) {
-            const int64_t scale_row = 4 * (int64_t(g) * p.page_size + slot);
             float* sc = ws.raw_scales(stage);
-            cp_async_4(sc + row, kb + page * p.k1.page_stride + p.k1.scale_offset + scale_row, valid);
-            cp_async_4(sc + 16 + row, vbb + page * p.v.page_stride + p.v.scale_offset + scale_row, valid);
+            cp_async_4(sc + row, kb + pool_scale_offset(p.k1, page, g, p.page_size, slot), valid);
+            cp_async_4(sc + 16 + row, vbb + pool_scale_offset(p.v, page, g, p.page_size, slot), valid);
         }
         return;
     }
@@ -224,11 +223,10 @@ __device__ __forceinline__ void chunk_scores(float (&s)[2][4], const T* sQ, cons
 }
 
 // 8-bit caches: the scales of this lane's two query rows, and the power of
-// two 2^v_exp the accumulated outputs are divided by (v_exp_max: the largest
-// so far).
+// two the accumulated outputs are divided by.
 struct Fp8Rows {
     float row_q[2];
-    int v_exp, v_exp_max;
+    ValuePower vp;
 };
 
 // Online softmax of the chunk (first token tok0): scores scaled to log2
@@ -293,26 +291,18 @@ __device__ __forceinline__ void scrub_hidden_tokens(float (&s)[2][4], T* tV, int
     }
 }
 
-// 8-bit caches, value scales: the chunk's power of two 2^ev > its largest
-// value scale (at least 2^-64 of the largest so far, so that the outputs
-// divided by it stay far inside f32's range); the outputs so far are
-// rescaled from the previous chunk's power (v_exp) through alpha, and each
-// probability multiplied by its token's value scale over 2^ev.
+// 8-bit caches, value scales: the outputs so far rescaled through alpha to
+// the chunk's power of two (ValuePower), and each probability multiplied by
+// its token's value scale over that power.
 __device__ __forceinline__ void apply_value_scales(float (&s)[2][4], float (&alpha)[2], Fp8Rows& fp8,
                                                    const float* scales, int lane) {
     float vmax = scales[16 + (lane & 15)];
 #pragma unroll
     for (int o = 8; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
-    int ev = fp8.v_exp;  // a chunk of slots past the end (zero scales) keeps it
-    if (vmax > 0.f) {
-        frexpf(vmax, &ev);  // vmax < 2^ev
-        ev = max(ev, fp8.v_exp_max - 64);
-    }
-    fp8.v_exp_max = max(fp8.v_exp_max, ev);
-    const float rescale = ldexpf(1.f, fp8.v_exp - ev), inv = ldexpf(1.f, -ev);
+    float inv;
+    const float rescale = fp8.vp.advance(vmax, &inv);
     alpha[0] *= rescale;
     alpha[1] *= rescale;
-    fp8.v_exp = ev;
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll

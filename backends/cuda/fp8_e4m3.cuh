@@ -43,6 +43,33 @@ __device__ __forceinline__ int f16_query_exponent(float amax) {
     return e;
 }
 
+// The power of two 2^v_exp an 8-bit-cache kernel's running outputs are
+// divided by, so that probabilities times value scales stay <= 1 in f16
+// (v_exp_max: the largest so far); the outputs carry it like the softmax
+// maximum.
+struct ValuePower {
+    int v_exp = 0, v_exp_max = -1000;
+
+    // Moves to a chunk whose largest value scale is vmax: a power 2^ev above
+    // it (at least 2^-64 of the largest so far, so that the outputs divided
+    // by it stay far inside f32's range; a chunk of zero scales, slots past
+    // the end, keeps the power). Returns the factor the outputs so far are
+    // rescaled by; *inv = 2^-ev multiplies each probability with its
+    // token's value scale.
+    __device__ __forceinline__ float advance(float vmax, float* inv) {
+        int ev = v_exp;
+        if (vmax > 0.f) {
+            frexpf(vmax, &ev);  // vmax < 2^ev
+            ev = max(ev, v_exp_max - 64);
+        }
+        v_exp_max = max(v_exp_max, ev);
+        const float rescale = ldexpf(1.f, v_exp - ev);
+        *inv = ldexpf(1.f, -ev);
+        v_exp = ev;
+        return rescale;
+    }
+};
+
 // 8 stored bytes (8-byte aligned) -> 8 f16 (one 16-byte store, aligned),
 // one cvt.rn.f16x2.e4m3x2 per pair: exact, subnormals and NaN included.
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t two) {
