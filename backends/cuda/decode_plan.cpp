@@ -126,6 +126,9 @@ const char* kernel_name(const AttentionPlan& plan) {
     if (plan.prefill_wgmma) return "prefill-wgmma";
     if (plan.latent_wgmma)
         return plan.rows_per_cta == kLatentRowsTransposed ? "latent-wgmma-transposed" : "latent-wgmma";
+    if (plan.narrow && plan.reads_fp8)
+        return plan.narrow_dims == NarrowDims::K128V128 ? "narrow-fp8-128/128" : "narrow-fp8";
+    if (plan.per_warp && plan.reads_fp8) return "per-warp-fp8";
     if (plan.narrow) {
         if (plan.narrow_rows == NarrowRows::Padded) return "narrow";
         if (plan.narrow_rows == NarrowRows::Swizzled) return "narrow-swizzled";
@@ -154,6 +157,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
     if (cache == GQLA_DTYPE_FP8_E4M3) {
+        plan.reads_fp8 = true;
         // The narrow kernel reads 8-bit caches of up to narrow_max_rows rows
         // per group with keys and values multiples of 16 wide, like 16-bit
         // ones (its widening in registers keeps it near the read roofline);
