@@ -39,8 +39,8 @@ constexpr int kWarpStagesMin = 2, kWarpStagesMax = 4;
 bool warp_kernel_fits(const AttentionParams& p);
 // Whether the per-warp kernel reads this launch's 8-bit (e4m3) cache: one
 // key part (GQA kind), key and value widths multiples of 8, values up to
-// 128 wide. It is the only kernel that reads such caches; any number of
-// rows per group (in 16-row blocks).
+// 128 wide. It reads every such launch the narrow kernel does not take
+// (narrow_kernel_reads_fp8); any number of rows per group (in 16-row blocks).
 bool warp_kernel_reads_fp8(const AttentionParams& p);
 constexpr int kWarpKernelMaxValueDim = 128;
 int warp_smem_bytes(const AttentionParams& p, int stages);
@@ -146,7 +146,7 @@ int narrow_max_active_clusters(gqla_dtype cache, int slots, NarrowRows rows, Nar
                                int cluster_splits, int warps = kNarrowWarps);
 // 8-bit (e4m3) caches (attention_narrow_fp8_kernel.cuh): the narrow kernel
 // reads one key part and values multiples of 16 wide, groups of at most
-// max_rows rows, dense calls; one row block per CTA of kNarrowWarps warps,
+// max_rows rows, dense and sparse calls; one row block per CTA of kNarrowWarps warps,
 // padded byte rows (NarrowRows::Padded), no clusters. Its kernels are the
 // narrow_kernel() of cache dtype FP8_E4M3 (128/128 widths fixed, any other
 // read at run time).

@@ -20,9 +20,11 @@ const void* narrow_fp8_kernel_of(int slots) {
 
 }  // namespace
 
+// Sparse launches included: their rows are gathered one by one through the
+// list (narrow::page_of, cta_token), with each row's scale beside it.
 bool narrow_kernel_reads_fp8(const AttentionParams& p, int max_rows) {
     return p.k2.dim == 0 && p.k1.dim % 16 == 0 && p.v.dim % 16 == 0 && p.k1.dim <= kNarrowMaxDk &&
-           p.v.dim <= kNarrowMaxDv && !p.v_aliases_k1 && p.rows <= max_rows && p.sparse_tokens == nullptr;
+           p.v.dim <= kNarrowMaxDv && !p.v_aliases_k1 && p.rows <= max_rows;
 }
 
 // Fixed widths for GQA's 128-wide heads only (the others read theirs at run time).

@@ -221,8 +221,11 @@ const gqla_backend_vtable kVtable = {
     vt_synchronize,
     vt_efficiency,
     vt_read_rows,
-    // 8-bit caches: GQA kind only (session.cpp refuses the rest at create).
-    GQLA_BACKEND_FEATURE_DROP_LATENT | GQLA_BACKEND_FEATURE_FP8_CACHE | GQLA_BACKEND_FEATURE_SPARSE,
+    // 8-bit caches: GQA kind only (session.cpp refuses the rest at create),
+    // sparse calls included (the narrow and per-warp kernels gather listed
+    // rows and their scales as they gather a page table's).
+    GQLA_BACKEND_FEATURE_DROP_LATENT | GQLA_BACKEND_FEATURE_FP8_CACHE | GQLA_BACKEND_FEATURE_SPARSE |
+        GQLA_BACKEND_FEATURE_SPARSE_FP8,
 };
 
 }  // namespace

@@ -3,8 +3,9 @@
 // cases on the GPU (odd shapes: the mma, per-warp, narrow and SIMT kernels;
 // ctest passes the case names), plus model shapes that reach the latent
 // wgmma kernel (r 512, d_r 64; 32-row transposed and 64-row layouts) and the
-// narrow kernel at LLaMA-3-8B's 128-wide heads, with lists long enough to be
-// split across CTAs, rows without a visible entry and ragged calls. Every
+// narrow kernel at LLaMA-3-8B's 128-wide heads (16-bit and 8-bit caches),
+// with lists long enough to be split across CTAs, rows without a visible
+// entry and ragged calls. Every
 // call against the float64 sparse reference (docs/sparse-attention.md).
 // Calls captured in a CUDA graph replay new lists and queries.
 // Exits 77 (skipped) where no GPU is visible.
@@ -243,6 +244,17 @@ TEST_CASE("cuda sparse: LLaMA-3-8B GQA heads, page sizes 16 and 64 (aligned) and
     for (int32_t page : {16, 24, 64}) {
         CAPTURE(page);
         Fixture fx(llama_config(GQLA_DTYPE_BF16, page), Form::Gqa);
+        run_model_cases(fx, 900);
+    }
+}
+
+// The 8-bit narrow kernel gathering listed byte rows and their scales (and,
+// run with GQLA_CUDA_NARROW_KERNEL=0, the per-warp kernel); checked against
+// the reference on the dequantized rows (the bf16 bound).
+TEST_CASE("cuda sparse: LLaMA-3-8B GQA heads over an fp8_e4m3 cache, page sizes 16, 24 and 64") {
+    for (int32_t page : {16, 24, 64}) {
+        CAPTURE(page);
+        Fixture fx(llama_config(GQLA_DTYPE_FP8_E4M3, page), Form::Gqa);
         run_model_cases(fx, 900);
     }
 }
