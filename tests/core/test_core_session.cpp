@@ -409,3 +409,63 @@ TEST_CASE("session: a failing backend create is reported") {
     CHECK(status_of([&] { gqla::Session s(small_gqla(64), fake::vtable()); }, &msg) == GQLA_ERR_OUT_OF_MEMORY);
     CHECK(msg == "fake backend: create failed: injected create failure");
 }
+
+TEST_CASE("session: a backend without the sparse features refuses indices before the backend runs") {
+    // The CPU and CUDA backends have both features; a backend module built
+    // before them (here the fake, its feature bits cleared or set) must be
+    // refused by the core, naming the argument, with nothing changed.
+    gqla_config c = gqla::default_config(GQLA_KIND_GQA);
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 8;
+    c.page_size = kPage;
+    c.max_tokens = 64;
+    std::vector<float> k(3 * 2 * 8, 1.f), v(3 * 2 * 8, 2.f), q(4 * 8, 0.5f), o(4 * 8, 0.f);
+    gqla_tensor tk = host_tensor(k, {3, 2, 8}), tv = host_tensor(v, {3, 2, 8});
+    gqla_tensor tq = host_tensor(q, {1, 1, 4, 8}), to = host_tensor(o, {1, 1, 4, 8});
+    std::vector<int32_t> idx = {0, 2};
+    gqla_tensor ti{};
+    ti.struct_size = sizeof(ti);
+    ti.data = idx.data();
+    ti.dtype = GQLA_DTYPE_I32;
+    ti.device = GQLA_DEVICE_CPU;
+    ti.ndim = 2;
+    ti.shape[0] = 1;
+    ti.shape[1] = 2;
+    ti.strides[0] = 2;
+    ti.strides[1] = 1;
+    struct Case {
+        gqla_dtype cache;
+        uint32_t features;
+        const char* names;
+    };
+    const Case cases[] = {
+        {GQLA_DTYPE_F32, 0u, "indices (sparse attention)"},
+        {GQLA_DTYPE_FP8_E4M3, GQLA_BACKEND_FEATURE_FP8_CACHE | GQLA_BACKEND_FEATURE_SPARSE, "fp8_e4m3"},
+    };
+    for (const Case& cs : cases) {
+        CAPTURE(cs.names);
+        gqla_backend_vtable vt = *fake::vtable();
+        vt.features = cs.features;
+        c.cache_dtype = cs.cache;
+        gqla::Session s(c, &vt);
+        gqla_seq_id a = s.add_sequence();
+        s.append(0, a, &tk, &tv);
+        gqla::Session::AttentionCall call;
+        call.batch = 1;
+        call.ids = &a;
+        call.q = &tq;
+        call.o = &to;
+        call.indices = &ti;
+        const int decodes = fake::last_created()->decode_calls;
+        std::string msg;
+        CHECK(status_of([&] { s.attention(call); }, &msg) == GQLA_ERR_UNSUPPORTED);
+        CHECK(msg.find("indices") != std::string::npos);
+        CHECK(msg.find(cs.names) != std::string::npos);
+        CHECK(fake::last_created()->decode_calls == decodes);
+        // The same call without indices runs.
+        call.indices = nullptr;
+        s.attention(call);
+        CHECK(fake::last_created()->decode_calls == decodes + 1);
+    }
+}
