@@ -35,6 +35,18 @@ gqla_config small_gqla(int64_t max_tokens, int layers = 2) {
     return c;
 }
 
+// GQA kind: 4 heads over 2 KV heads of 8, 16 pages.
+gqla_config small_gqa(gqla_dtype cache) {
+    gqla_config c = gqla::default_config(GQLA_KIND_GQA);
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 8;
+    c.page_size = kPage;
+    c.max_tokens = 64;
+    c.cache_dtype = cache;
+    return c;
+}
+
 gqla_tensor host_tensor(std::vector<float>& data, std::vector<int64_t> shape) {
     gqla_tensor t{};
     t.struct_size = sizeof(t);
@@ -373,13 +385,7 @@ TEST_CASE("session: weights are required and switching to the GQA path is all-or
 }
 
 TEST_CASE("session: GQA kind rejects weights and the absorb path") {
-    gqla_config c = gqla::default_config(GQLA_KIND_GQA);
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 8;
-    c.page_size = kPage;
-    c.max_tokens = 64;
-    c.cache_dtype = GQLA_DTYPE_F32;
+    const gqla_config c = small_gqa(GQLA_DTYPE_F32);
     gqla::Session s(c, fake::vtable());
     std::vector<float> w(64);
     gqla_tensor wt = host_tensor(w, {8, 8});
@@ -414,12 +420,6 @@ TEST_CASE("session: a backend without the sparse features refuses indices before
     // The CPU and CUDA backends have both features; a backend module built
     // before them (here the fake, its feature bits cleared or set) must be
     // refused by the core, naming the argument, with nothing changed.
-    gqla_config c = gqla::default_config(GQLA_KIND_GQA);
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 8;
-    c.page_size = kPage;
-    c.max_tokens = 64;
     std::vector<float> k(3 * 2 * 8, 1.f), v(3 * 2 * 8, 2.f), q(4 * 8, 0.5f), o(4 * 8, 0.f);
     gqla_tensor tk = host_tensor(k, {3, 2, 8}), tv = host_tensor(v, {3, 2, 8});
     gqla_tensor tq = host_tensor(q, {1, 1, 4, 8}), to = host_tensor(o, {1, 1, 4, 8});
@@ -447,8 +447,7 @@ TEST_CASE("session: a backend without the sparse features refuses indices before
         CAPTURE(cs.names);
         gqla_backend_vtable vt = *fake::vtable();
         vt.features = cs.features;
-        c.cache_dtype = cs.cache;
-        gqla::Session s(c, &vt);
+        gqla::Session s(small_gqa(cs.cache), &vt);
         gqla_seq_id a = s.add_sequence();
         s.append(0, a, &tk, &tv);
         gqla::Session::AttentionCall call;
