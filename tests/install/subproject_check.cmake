@@ -31,7 +31,7 @@ endif()
 # `all` must be the library and the parent's program only.
 cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
 run(WHAT "build the parent" COMMAND ${CMAKE_COMMAND} --build "${build}" --parallel ${cores})
-foreach(absent gqla-probe gqla-bench gqla-demo gqla_abi_tests gqla_core_tests gqla_example_c)
+foreach(absent gqla-probe gqla-bench gqla-gather-floor gqla-demo gqla_abi_tests gqla_core_tests gqla_example_c)
   file(GLOB_RECURSE built "${build}/*/${absent}")
   if(built)
     message(FATAL_ERROR "the parent's build made ${absent}: ${built}")
