@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
@@ -47,11 +48,12 @@ gqla_config small_gqa(gqla_dtype cache) {
     return c;
 }
 
-gqla_tensor host_tensor(std::vector<float>& data, std::vector<int64_t> shape) {
+// A dense row-major host tensor over `data`.
+gqla_tensor host_tensor(void* data, gqla_dtype dtype, std::vector<int64_t> shape) {
     gqla_tensor t{};
     t.struct_size = sizeof(t);
-    t.data = data.data();
-    t.dtype = GQLA_DTYPE_F32;
+    t.data = data;
+    t.dtype = dtype;
     t.device = GQLA_DEVICE_CPU;
     t.ndim = static_cast<int32_t>(shape.size());
     int64_t stride = 1;
@@ -61,6 +63,9 @@ gqla_tensor host_tensor(std::vector<float>& data, std::vector<int64_t> shape) {
         stride *= shape[static_cast<size_t>(i)];
     }
     return t;
+}
+gqla_tensor host_tensor(std::vector<float>& data, std::vector<int64_t> shape) {
+    return host_tensor(data.data(), GQLA_DTYPE_F32, std::move(shape));
 }
 
 // Latent rows whose first element is first, first+1, ... (the fake keeps it).
@@ -424,16 +429,7 @@ TEST_CASE("session: a backend without the sparse features refuses indices before
     gqla_tensor tk = host_tensor(k, {3, 2, 8}), tv = host_tensor(v, {3, 2, 8});
     gqla_tensor tq = host_tensor(q, {1, 1, 4, 8}), to = host_tensor(o, {1, 1, 4, 8});
     std::vector<int32_t> idx = {0, 2};
-    gqla_tensor ti{};
-    ti.struct_size = sizeof(ti);
-    ti.data = idx.data();
-    ti.dtype = GQLA_DTYPE_I32;
-    ti.device = GQLA_DEVICE_CPU;
-    ti.ndim = 2;
-    ti.shape[0] = 1;
-    ti.shape[1] = 2;
-    ti.strides[0] = 2;
-    ti.strides[1] = 1;
+    gqla_tensor ti = host_tensor(idx.data(), GQLA_DTYPE_I32, {1, 2});
     struct Case {
         gqla_dtype cache;
         uint32_t features;
