@@ -23,6 +23,17 @@
 //   Checked after the fit: two consecutive bf16 runs 56 and 56 of 57 (max
 //   regret 3.4% / 10.5%), the f32 tables (AVX-512 without BF16) 56 of 57
 //   (max 10.6%).
+//   * bf16 caches on AMD family 25 (Zen 4: AVX-512 split into two 256-bit
+//     halves, for `vdpbf16ps` as for FMAs) have their own set: with the Zen
+//     5 set, two consecutive validate-auto runs on a 2-vCPU Zen 4 EPYC
+//     (2026-12-06) picked right in 52 and 55 of 57 cells, max regret 21.5% /
+//     12.2%: its absorb calls ran at 0.81-0.85 of their price at 4096 tokens
+//     and more (a Zen 4 core keeps more of its bf16 dot peak in the absorb
+//     kernel than a Zen 5 core, whose peak is twice as high), and the
+//     misses were MLA-shaped s_q = 2 cells where the priced paths nearly
+//     tie. Fitted on those two runs (bench/results/cpu_zen4_fit_2026-12-06/,
+//     same --serial-share 0.5 --read-cap-gbps 32): 112 of 114 in-sample,
+//     max 11.8%; out-of-sample check in docs/cost-model.md.
 //
 // Earlier factors and what they were fitted on (history; the max() model
 // with the probe's streaming bandwidth, no cap):
@@ -88,8 +99,23 @@
 //     5%; the latent-only picks 20 of 20).
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/kernel_table.hpp"
+#include "core/cpu_features.hpp"
 
 namespace gqla::cpu {
+
+namespace {
+
+// AMD family 25 with the AVX512-BF16 table: Zen 4 (Zen 3, the same family,
+// has no AVX-512). Read once: the identity does not change in a process.
+bool is_zen4() {
+    static const bool zen4 = [] {
+        const CpuIdentity id = cpu_identity();
+        return id.vendor == "AuthenticAMD" && id.family == 25;
+    }();
+    return zen4;
+}
+
+}  // namespace
 
 void efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
     inout->serial_share = 0.5;
@@ -102,6 +128,15 @@ void efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
     inout->compute[1] = 0.796;
     inout->overhead_s[1] = 118.3e-6;
     if (desc && desc->cache_dtype == GQLA_DTYPE_BF16 && best_kernels().isa == Isa::Avx512Bf16) {
+        if (is_zen4()) {
+            inout->memory[0] = 0.962;
+            inout->compute[0] = 0.447;
+            inout->overhead_s[0] = 44.9e-6;
+            inout->memory[1] = 0.624;
+            inout->compute[1] = 0.5175;
+            inout->overhead_s[1] = 89.5e-6;
+            return;
+        }
         inout->compute[0] = 0.33;
         inout->overhead_s[0] = 34.2e-6;
         inout->compute[1] = 0.452;
