@@ -105,6 +105,17 @@ namespace gqla::cpu {
 
 namespace {
 
+// Memory and compute factors and the overhead per call of one path.
+struct PathFactors {
+    double memory, compute, overhead_s;
+};
+// [0] the GQA path, [1] absorb.
+using FactorSet = PathFactors[2];
+
+constexpr FactorSet kF32Tables = {{1.0, 0.66, 40.2e-6}, {1.0, 0.796, 118.3e-6}};
+constexpr FactorSet kBf16Dot = {{1.0, 0.33, 34.2e-6}, {1.0, 0.452, 119.3e-6}};
+constexpr FactorSet kBf16DotZen4 = {{0.962, 0.447, 44.9e-6}, {0.624, 0.5175, 89.5e-6}};
+
 // AMD family 25 with the AVX512-BF16 table: Zen 4 (Zen 3, the same family,
 // has no AVX-512). Read once: the identity does not change in a process.
 bool is_zen4() {
@@ -121,26 +132,12 @@ void efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
     inout->serial_share = 0.5;
     inout->thread_read_gbps = 16.0;
     inout->sparse_gqa_memory = 0.75;
-    inout->memory[0] = 1.0;
-    inout->compute[0] = 0.66;
-    inout->overhead_s[0] = 40.2e-6;
-    inout->memory[1] = 1.0;
-    inout->compute[1] = 0.796;
-    inout->overhead_s[1] = 118.3e-6;
-    if (desc && desc->cache_dtype == GQLA_DTYPE_BF16 && best_kernels().isa == Isa::Avx512Bf16) {
-        if (is_zen4()) {
-            inout->memory[0] = 0.962;
-            inout->compute[0] = 0.447;
-            inout->overhead_s[0] = 44.9e-6;
-            inout->memory[1] = 0.624;
-            inout->compute[1] = 0.5175;
-            inout->overhead_s[1] = 89.5e-6;
-            return;
-        }
-        inout->compute[0] = 0.33;
-        inout->overhead_s[0] = 34.2e-6;
-        inout->compute[1] = 0.452;
-        inout->overhead_s[1] = 119.3e-6;
+    const bool bf16_dot = desc && desc->cache_dtype == GQLA_DTYPE_BF16 && best_kernels().isa == Isa::Avx512Bf16;
+    const FactorSet& f = !bf16_dot ? kF32Tables : is_zen4() ? kBf16DotZen4 : kBf16Dot;
+    for (int path = 0; path < 2; ++path) {
+        inout->memory[path] = f[path].memory;
+        inout->compute[path] = f[path].compute;
+        inout->overhead_s[path] = f[path].overhead_s;
     }
 }
 
