@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <numeric>
 #include <random>
 #include <string>
@@ -136,7 +137,12 @@ bool parse(int argc, char** argv, Shape* s) {
         else
             return false;
     }
-    return s->topk <= s->context && s->context % s->page == 0 && s->context <= INT32_MAX;
+    // Bounds that keep every size below in range (a cache of up to 2^31
+    // tokens of at most 1 MiB each, a rotation of at most 1 TiB).
+    const int64_t kMaxBytes = int64_t(1) << 20;
+    return s->topk <= s->context && s->context % s->page == 0 && s->context <= INT32_MAX &&
+           s->groups * (s->key_bytes + s->value_bytes) + s->shared_bytes <= kMaxBytes && s->threads <= 1024 &&
+           s->cold_mib <= kMaxBytes && s->reps <= 100000;
 }
 
 }  // namespace
@@ -144,12 +150,13 @@ bool parse(int argc, char** argv, Shape* s) {
 int main(int argc, char** argv) {
     Shape s;
     if (!parse(argc, argv, &s)) {
-        std::fprintf(stderr,
-                     "usage: gqla-gather-floor [--groups G] [--key-bytes B] [--value-bytes B] [--shared-bytes B]\n"
-                     "                         [--page-size P] [--context T] [--topk K] [--threads N] [--reps R] "
-                     "[--cold-mib M]\n"
-                     "all values positive (--shared-bytes 0: no shared row); K <= T; T a multiple of P (defaults: "
-                     "LLaMA-3-8B-GQLA GQA path, bf16)\n");
+        std::fprintf(
+            stderr,
+            "usage: gqla-gather-floor [--groups G] [--key-bytes B] [--value-bytes B] [--shared-bytes B]\n"
+            "                         [--page-size P] [--context T] [--topk K] [--threads N] [--reps R] "
+            "[--cold-mib M]\n"
+            "all values positive (--shared-bytes 0: no shared row); K <= T < 2^31; T a multiple of P; at most 1 MiB "
+            "per token, 1024 threads, --cold-mib 1048576 (defaults: LLaMA-3-8B-GQLA GQA path, bf16)\n");
         return 2;
     }
     const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
@@ -160,11 +167,18 @@ int main(int argc, char** argv) {
     // every cache).
     int caches = static_cast<int>(std::max<int64_t>(2, (s.cold_mib << 20) / seq_bytes + 1));
     if (caches % kPatterns == 0) ++caches;
-    std::vector<Cache> cache(static_cast<size_t>(caches));
-    for (Cache& c : cache) {  // written once so every page is backed
-        c.key.assign(static_cast<size_t>(std::max(pages * s.groups * s.page * s.key_bytes, seq_bytes)), 1);
-        c.value.assign(static_cast<size_t>(pages * s.groups * s.page * s.value_bytes), 2);
-        c.shared.assign(static_cast<size_t>(pages * s.page * s.shared_bytes), 3);
+    std::vector<Cache> cache;
+    try {
+        cache.resize(static_cast<size_t>(caches));
+        for (Cache& c : cache) {  // written once so every page is backed
+            c.key.assign(static_cast<size_t>(std::max(pages * s.groups * s.page * s.key_bytes, seq_bytes)), 1);
+            c.value.assign(static_cast<size_t>(pages * s.groups * s.page * s.value_bytes), 2);
+            c.shared.assign(static_cast<size_t>(pages * s.page * s.shared_bytes), 3);
+        }
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "gqla-gather-floor: cannot allocate %d caches of %.1f MB (--context, --cold-mib)\n",
+                     caches, static_cast<double>(seq_bytes) / 1e6);
+        return 1;
     }
     std::vector<int32_t> all(static_cast<size_t>(s.context)), sparse(static_cast<size_t>(s.topk)),
         dense(static_cast<size_t>(s.topk));
