@@ -223,9 +223,15 @@ int main(int argc, char** argv) {
     const char* names[kPatterns] = {"sparse, page layout", "dense, page layout", "sparse, token-major"};
     const double dense_ms = median(ms[kDense]);
     std::printf("%-22s %9s %8s %14s\n", "pattern", "ms", "GB/s", "x dense");
+    bool timed = true;  // every median a positive, finite time
     for (int p = 0; p < kPatterns; ++p) {
         const double m = median(ms[p]);
+        timed = timed && m > 0 && m < 1e9;
         std::printf("%-22s %9.3f %8.1f %14.2f\n", names[p], m, bytes / m / 1e6, m / dense_ms);
+    }
+    if (!timed) {
+        std::fprintf(stderr, "gqla-gather-floor: a pattern has no positive time (clock too coarse?)\n");
+        return 1;
     }
     return sink == 0xfeedfacecafebeefull ? 3 : 0;  // keeps the reads
 }
