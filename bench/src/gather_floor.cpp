@@ -13,9 +13,11 @@
 //   sparse, token-major  the same positions with all of a token's rows
 //                        contiguous (a layout gqla does not use): what the
 //                        page layout costs a gather
-// The ratio sparse/dense of the first two is the floor of the bench's
-// sparse/dense ratio for that cache: reads alone take that much longer when
-// the rows come a few hundred bytes at a time.
+// The first pattern's time is the floor of a sparse call's time over that
+// cache; the ratio of the first two is how much longer reads alone take when
+// the rows come a few hundred bytes at a time than in page runs
+// (gqla-bench --topk can show a lower ratio: its dense call is slower than
+// its reads alone).
 // Defaults: LLaMA-3-8B-GQLA on the GQA path in bf16 (8 groups, 128-byte
 // keys, 256-byte values, a 128-byte rope key shared by the groups), pages of
 // 64 tokens, K = 2048 of T = 65536.
