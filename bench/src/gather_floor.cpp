@@ -36,8 +36,11 @@
 #include <vector>
 
 #include "core/cpu_features.hpp"
+#include "support.hpp"
 
 namespace {
+
+using gqla::bench::median;
 
 struct Shape {
     int64_t groups = 8, key_bytes = 128, value_bytes = 256, shared_bytes = 128;
@@ -103,11 +106,6 @@ uint64_t read_token_major(const Shape& s, const Cache& c, const int32_t* pos, in
         acc = touch(c.key.data() + pos[i] * tb, tb, acc);
     }
     return acc;
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
 }
 
 bool parse(int argc, char** argv, Shape* s) {
