@@ -16,6 +16,9 @@ packages+=(python3-pip python3-setuptools python3-wheel python3-venv python3-mat
 packages+=(clang libclang-rt-14-dev libomp-dev)
 # tools/check_format.sh (a stage of tools/test.sh) checks the sources with clang-format.
 packages+=(clang-format)
+# tools/test.sh compiles through ccache, so that the install tests' fresh
+# Release builds reuse the objects of the Release build it made first.
+packages+=(ccache)
 # The Rust stage of tools/test.sh needs cargo: Debian's where none is on
 # PATH (nor a rustup one under ~/.cargo/bin, which tools/test.sh also finds).
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then packages+=(cargo); fi

@@ -76,8 +76,19 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then cuda_flag
 
 must "dependencies" tools/install_deps.sh
 check "format (clang-format, .clang-format)" tools/check_format.sh
+# The Release build compiles through ccache: gqla.install.multiarch (a test of
+# that build) configures and builds the same sources with the same flags
+# again, and takes the objects from the cache instead of compiling them a
+# second time. The cache lives in the tree (build-ccache/) unless CCACHE_DIR
+# names another; the sanitizer and clang builds share no flags with it and
+# compile directly.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_DIR=${CCACHE_DIR:-$root/build-ccache}
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 must "configure Release (CUDA module $cuda_flag)" \
-  configure build -DCMAKE_BUILD_TYPE=Release -DGQLA_WITH_CUDA=$cuda_flag -DGQLA_CUDA_ARCHS=90
+  configure build -DCMAKE_BUILD_TYPE=Release -DGQLA_WITH_CUDA=$cuda_flag -DGQLA_CUDA_ARCHS=90 "${launcher[@]}"
 must "build Release" cmake --build build --parallel "$jobs"
 check "ctest Release" ctest --test-dir build --no-tests=error --output-on-failure --parallel "$jobs"
 

@@ -123,7 +123,8 @@ function(check_installed_program bindir name expected_rpath)
 endfunction()
 
 # fresh_build_args(<var>): the configure arguments of a fresh gqla build that
-# match the tree under test (WITH_ONEDNN, DNNL_DIR from the test's command line).
+# match the tree under test (WITH_ONEDNN, DNNL_DIR, COMPILER_LAUNCHER from the
+# test's command line).
 function(fresh_build_args var)
   if(NOT DEFINED WITH_ONEDNN)
     set(WITH_ONEDNN ON)
@@ -131,6 +132,9 @@ function(fresh_build_args var)
   set(args "-DGQLA_WITH_ONEDNN=${WITH_ONEDNN}")
   if(DNNL_DIR AND EXISTS "${DNNL_DIR}")
     list(APPEND args "-Ddnnl_DIR=${DNNL_DIR}")
+  endif()
+  if(COMPILER_LAUNCHER)
+    list(APPEND args "-DCMAKE_C_COMPILER_LAUNCHER=${COMPILER_LAUNCHER}" "-DCMAKE_CXX_COMPILER_LAUNCHER=${COMPILER_LAUNCHER}")
   endif()
   set(${var} ${args} PARENT_SCOPE)
 endfunction()
