@@ -9,7 +9,8 @@
 // attention_gqa.inl (GQA-form decode), attention_absorb.inl (absorb-form
 // decode), gemm_kernels.inl (projection and expansion GEMMs),
 // attention_wide.inl (many query rows: prefill chunks), expansion_kernels.inl
-// and attention_fp8.inl (8-bit caches); then the unit's kernel table.
+// and attention_fp8.inl (8-bit caches). The unit's table of them is
+// kernel_table_entries.inl.
 //
 // Conventions: scores are kept in the log2 domain (q is pre-multiplied by
 // scale * log2(e)) so the softmax uses exp2. Running maxima start at a large
@@ -261,22 +262,3 @@ struct PrefetchStream {
 #include "backends/cpu/attention_wide.inl"
 #include "backends/cpu/expansion_kernels.inl"
 #include "backends/cpu/attention_fp8.inl"
-
-static const KernelTable& make_table(Isa isa, const char* name) {
-    static const KernelTable table = {
-        isa,
-        name,
-        {gqa_attend<GQLA_DTYPE_F32>, gqa_attend<GQLA_DTYPE_F16>, gqa_attend<GQLA_DTYPE_BF16>, gqa_attend_fp8},
-        {gqa_attend_wide<GQLA_DTYPE_F32>, gqa_attend_wide<GQLA_DTYPE_F16>, gqa_attend_wide<GQLA_DTYPE_BF16>,
-         gqa_attend_wide_fp8},
-        {absorb_attend<GQLA_DTYPE_F32>, absorb_attend<GQLA_DTYPE_F16>, absorb_attend<GQLA_DTYPE_BF16>,
-         absorb_attend_fp8},
-        {expand_latent<GQLA_DTYPE_F32>, expand_latent<GQLA_DTYPE_F16>, expand_latent<GQLA_DTYPE_BF16>},
-        gemm_any<GQLA_DTYPE_F32>,
-        gemm_any<GQLA_DTYPE_BF16>,
-        fp8_rows_to_f32,
-        fp8_rows_to_bf16,
-        true,  // gqa_attend_fp8 reads gathered rows
-    };
-    return table;
-}

@@ -122,6 +122,7 @@ struct Simd {
 };
 
 #include "backends/cpu/attention_kernels.inl"
+#include "backends/cpu/kernel_table_entries.inl"
 
 }  // namespace avx2_isa
 

@@ -18,6 +18,7 @@ namespace avx512_isa {
 
 #include "backends/cpu/simd_avx512.inl"
 #include "backends/cpu/attention_kernels.inl"
+#include "backends/cpu/kernel_table_entries.inl"
 
 }  // namespace avx512_isa
 

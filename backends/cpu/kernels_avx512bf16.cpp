@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// AVX-512 kernels plus AVX512-BF16 dot products for both attention forms
-// over a bf16 cache (attention_bf16_dot.inl, attention_wide_bf16.inl), for
-// the narrow GQA form over an 8-bit cache (attention_fp8_dot.inl) and for
-// the transient up-projection (expansion_bf16.inl); every other entry
-// is the plain AVX-512 kernel, compiled again in this unit's own namespace.
+// AVX512-BF16 dot products for both attention forms over a bf16 cache
+// (attention_bf16_dot.inl, attention_wide_bf16.inl), for the narrow GQA form
+// over an 8-bit cache (attention_fp8_dot.inl, attention_fp8_vbmi.inl) and
+// for the transient up-projection (expansion_bf16.inl). Every other entry of
+// the table is the plain AVX-512 kernel of kernels_avx512.cpp: this unit
+// includes the AVX-512 kernels only for the helpers and fallbacks its own
+// kernels call, so it compiles no second copy of the rest.
 // GCC 12's AVX-512 headers build conversions on `__m512 __Y = __Y;`
 // (_mm512_undefined_*), which -Wuninitialized reports at every inlined use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Of the AVX-512 kernels included below, those no bf16 kernel calls are
+// never used here (the table takes them from kernels_avx512.cpp).
+#pragma GCC diagnostic ignored "-Wunused-function"
 #include <immintrin.h>
 
 #include <cstdint>
@@ -38,7 +43,9 @@ namespace {
 
 KernelTable make_bf16_table(Bf16GqaScores scores) {
     const bool dot = scores == Bf16GqaScores::Dot;
-    KernelTable t = avx512bf16_isa::make_table(Isa::Avx512Bf16, dot ? "avx512-bf16" : "avx512-bf16 (fma scores)");
+    KernelTable t = avx512_kernels();
+    t.isa = Isa::Avx512Bf16;
+    t.name = dot ? "avx512-bf16" : "avx512-bf16 (fma scores)";
     t.gqa_attend[GQLA_DTYPE_BF16 - 1] =
         dot ? avx512bf16_isa::bf16dot::gqa_attend_bf16 : avx512bf16_isa::bf16dot::gqa_attend_bf16_fma_scores;
     t.gqa_attend_wide[GQLA_DTYPE_BF16 - 1] = avx512bf16_isa::bf16dot::gqa_attend_wide_bf16;

@@ -87,6 +87,7 @@ struct Simd {
 };
 
 #include "backends/cpu/attention_kernels.inl"
+#include "backends/cpu/kernel_table_entries.inl"
 
 inline Simd::V Simd::load_e4m3(const uint8_t* p) { return e4m3_raw_scalar(*p); }
 
