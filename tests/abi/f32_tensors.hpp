@@ -16,7 +16,7 @@
 namespace abi {
 
 inline void require_ok(gqla_status st) {
-    INFO(gqla_last_error_message());
+    INFO(std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
 }
 

@@ -18,15 +18,13 @@ namespace abi {
 
 // ------------------------------------------------------------------ data
 
-Rng::Rng() {
-    if (const char* replay = std::getenv("GQLA_TEST_SEED")) {
-        seed_ = std::strtoull(replay, nullptr, 10);
-    } else {
-        std::random_device rd;
-        seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    }
-    gen_.seed(seed_);
+uint64_t test_seed() {
+    if (const char* replay = std::getenv("GQLA_TEST_SEED")) return std::strtoull(replay, nullptr, 10);
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
+
+Rng::Rng() : seed_(test_seed()) { gen_.seed(seed_); }
 
 std::vector<double> Rng::normal(size_t n, double stddev) {
     std::normal_distribution<double> dist(0.0, stddev);
@@ -189,7 +187,7 @@ bool names_argument(const std::string& message, const std::vector<std::string>& 
 }
 
 void require_ok(gqla_status st, const char* call) {
-    INFO(call << ": " << gqla_last_error_message());
+    INFO(std::string(call) << ": " << std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
 }
 
@@ -234,7 +232,7 @@ std::vector<int64_t> strides_for(const std::vector<int64_t>& shape, Layout layou
 Harness::Harness(const gqla_config& cfg, bool set_all_weights) : cfg_(cfg) {
     INFO(replay_hint(rng_.seed()));
     const gqla_status st = gqla_session_create(&cfg_, &session_);
-    INFO("gqla_session_create: " << gqla_last_error_message());
+    INFO("gqla_session_create: " << std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
     REQUIRE(session_ != nullptr);
     if (is_gqla() && set_all_weights)
@@ -272,7 +270,7 @@ void Harness::set_weights(int32_t layer) {
                           1.0 / std::sqrt(static_cast<double>(cfg_.latent_dim)));
     gqla_tensor t = view(w, {rows, cfg_.latent_dim});
     const gqla_status st = gqla_set_weights(session_, layer, &t);
-    INFO("gqla_set_weights: " << gqla_last_error_message());
+    INFO("gqla_set_weights: " << std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
     weights_[layer] = values_of(w);
 }
@@ -280,7 +278,7 @@ void Harness::set_weights(int32_t layer) {
 gqla_seq_id Harness::add() {
     gqla_seq_id id = -1;
     const gqla_status st = gqla_sequence_add(session_, &id);
-    INFO("gqla_sequence_add: " << gqla_last_error_message());
+    INFO("gqla_sequence_add: " << std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
     live_.push_back(id);
     for (int32_t layer = 0; layer < cfg_.num_layers; ++layer) rows_[{id, layer}] = Rows{};
@@ -298,7 +296,7 @@ gqla_status Harness::append(gqla_seq_id seq, int32_t layer, int64_t n) {
 
 void Harness::append_ok(gqla_seq_id seq, int32_t layer, int64_t n) {
     const gqla_status st = append(seq, layer, n);
-    INFO("gqla_append of " << n << " tokens: " << gqla_last_error_message());
+    INFO("gqla_append of " << n << " tokens: " << std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
 }
 
@@ -334,7 +332,7 @@ void Harness::record(gqla_seq_id seq, int32_t layer, const std::vector<double>& 
 gqla_seq_id Harness::fork(gqla_seq_id parent) {
     gqla_seq_id child = -1;
     const gqla_status st = gqla_sequence_fork(session_, parent, &child);
-    INFO("gqla_sequence_fork: " << gqla_last_error_message());
+    INFO("gqla_sequence_fork: " << std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
     live_.push_back(child);
     for (int32_t layer = 0; layer < cfg_.num_layers; ++layer) rows_[{child, layer}] = rows_.at({parent, layer});
@@ -343,7 +341,7 @@ gqla_seq_id Harness::fork(gqla_seq_id parent) {
 
 void Harness::release(gqla_seq_id seq) {
     const gqla_status st = gqla_sequence_release(session_, seq);
-    INFO("gqla_sequence_release: " << gqla_last_error_message());
+    INFO("gqla_sequence_release: " << std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
     live_.erase(std::remove(live_.begin(), live_.end(), seq), live_.end());
     for (int32_t layer = 0; layer < cfg_.num_layers; ++layer) rows_.erase({seq, layer});
@@ -356,7 +354,7 @@ int64_t Harness::mirrored_length(gqla_seq_id seq, int32_t layer) const {
 int64_t Harness::length(gqla_seq_id seq, int32_t layer) const {
     int64_t n = -1;
     const gqla_status st = gqla_sequence_length(session_, seq, layer, &n);
-    INFO("gqla_sequence_length: " << gqla_last_error_message());
+    INFO("gqla_sequence_length: " << std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
     return n;
 }
@@ -460,7 +458,7 @@ gqla_stats Harness::stats() const {
     std::memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
     const gqla_status st = gqla_session_stats(session_, &s);
-    INFO("gqla_session_stats: " << gqla_last_error_message());
+    INFO("gqla_session_stats: " << std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
     return s;
 }

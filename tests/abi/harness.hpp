@@ -67,6 +67,10 @@ double quantization_tolerance(gqla_dtype cache_dtype, gqla_dtype io_dtype);
 // every |ref| >= 1 this is the relative L2 error. +inf on a NaN or inf.
 double lse_error(const double* lse, const double* ref, size_t n);
 
+// GQLA_TEST_SEED when set (every test of the process then draws from it),
+// otherwise a fresh seed per call.
+uint64_t test_seed();
+
 // For doctest's INFO: which seed replays a failure.
 std::string replay_hint(uint64_t seed);
 
@@ -201,17 +205,17 @@ gqla_path active_path(gqla_session* s, gqla_path* requested = nullptr);
 // matched the reference on the stored inputs within `tol` (and the one on the
 // given inputs within the looser bound). Result types: abi::DecodeResult,
 // attention::Result (same fields).
-#define CHECK_RESULT_MATCHES(call, result, tol)          \
-    do {                                                 \
-        const auto& r_ = (result);                       \
-        INFO(call << ": " << gqla_last_error_message()); \
-        INFO(::abi::replay_hint(r_.seed));               \
-        REQUIRE(r_.status == GQLA_OK);                   \
-        CHECK(r_.o_err <= (tol));                        \
-        CHECK(r_.lse_err <= (tol));                      \
-        CHECK(r_.o_err_given <= r_.given_tol);           \
-        CHECK(r_.lse_err_given <= r_.given_tol);         \
-        CHECK(r_.gaps_untouched);                        \
+#define CHECK_RESULT_MATCHES(call, result, tol)                                    \
+    do {                                                                           \
+        const auto& r_ = (result);                                                 \
+        INFO(std::string(call) << ": " << std::string(gqla_last_error_message())); \
+        INFO(::abi::replay_hint(r_.seed));                                         \
+        REQUIRE(r_.status == GQLA_OK);                                             \
+        CHECK(r_.o_err <= (tol));                                                  \
+        CHECK(r_.lse_err <= (tol));                                                \
+        CHECK(r_.o_err_given <= r_.given_tol);                                     \
+        CHECK(r_.lse_err_given <= r_.given_tol);                                   \
+        CHECK(r_.gaps_untouched);                                                  \
     } while (0)
 
 #define CHECK_DECODE_MATCHES(result, tol) CHECK_RESULT_MATCHES("gqla_decode", result, tol)

@@ -206,14 +206,14 @@ public:
     Session(Kind kind, gqla_dtype dtype, int64_t max_tokens = 1 << 14)
         : kind_(kind), cfg_(config_for(kind, dtype, max_tokens)) {
         CAPTURE(rng_.seed());
-        INFO("gqla_session_create: " << gqla_last_error_message());
+        INFO("gqla_session_create: " << std::string(gqla_last_error_message()));
         REQUIRE(gqla_session_create(&cfg_, &session_) == GQLA_OK);
         if (gqla()) {
             const int64_t rows = int64_t(cfg_.num_kv_heads) * (cfg_.nope_dim + cfg_.value_dim);
             abi::Buffer w = abi::make_input(rng_, GQLA_DTYPE_F32, size_t(rows * cfg_.latent_dim),
                                             1.0 / std::sqrt(double(cfg_.latent_dim)));
             gqla_tensor t = abi::view(w, {rows, cfg_.latent_dim});
-            INFO("gqla_set_weights: " << gqla_last_error_message());
+            INFO("gqla_set_weights: " << std::string(gqla_last_error_message()));
             REQUIRE(gqla_set_weights(session_, 0, &t) == GQLA_OK);
             weights_ = abi::values_of(w);
         }
@@ -237,7 +237,7 @@ public:
     // in two calls (the second starts mid-page).
     gqla_seq_id add(const SequenceSpec& spec) {
         gqla_seq_id id = -1;
-        INFO("gqla_sequence_add: " << gqla_last_error_message());
+        INFO("gqla_sequence_add: " << std::string(gqla_last_error_message()));
         REQUIRE(gqla_sequence_add(session_, &id) == GQLA_OK);
         const int64_t L = spec.length;
         abi::Buffer a = abi::make_input(rng_, GQLA_DTYPE_F32, size_t(L * a_cols()));
@@ -264,7 +264,7 @@ public:
     }
 
     void release(gqla_seq_id id) {
-        INFO("gqla_sequence_release: " << gqla_last_error_message());
+        INFO("gqla_sequence_release: " << std::string(gqla_last_error_message()));
         REQUIRE(gqla_sequence_release(session_, id) == GQLA_OK);
         mirrors_.erase(std::remove_if(mirrors_.begin(), mirrors_.end(), [&](const auto& m) { return m.first == id; }),
                        mirrors_.end());
@@ -287,7 +287,7 @@ public:
         abi::Buffer lse = abi::make_poisoned(GQLA_DTYPE_F32, size_t(B * s_q * Hh));
         gqla_tensor tq = abi::view(q, {B, s_q, Hh, q_dim()}), to = abi::view(o, {B, s_q, Hh, out_dim()}),
                     tl = abi::view(lse, {B, s_q, Hh});
-        INFO("gqla_decode: " << gqla_last_error_message());
+        INFO("gqla_decode: " << std::string(gqla_last_error_message()));
         REQUIRE(gqla_decode(session_, 0, int32_t(B), seqs.data(), &tq, &to, &tl) == GQLA_OK);
 
         const size_t q_per = size_t(s_q * Hh * q_dim()), o_per = size_t(s_q * Hh * out_dim()), l_per = size_t(s_q * Hh);
@@ -321,7 +321,7 @@ private:
         std::vector<int64_t> sb = gqla() ? std::vector<int64_t>{n, cfg_.rope_dim}
                                          : std::vector<int64_t>{n, cfg_.num_kv_heads, cfg_.value_dim};
         gqla_tensor ta = abi::view(pa, sa), tb = abi::view(pb, sb);
-        INFO("gqla_append: " << gqla_last_error_message());
+        INFO("gqla_append: " << std::string(gqla_last_error_message()));
         REQUIRE(gqla_append(session_, 0, id, &ta, &tb) == GQLA_OK);
     }
 

@@ -11,7 +11,7 @@
 namespace shards {
 
 void ok(gqla_status st) {
-    INFO(gqla_last_error_message());
+    INFO(std::string(gqla_last_error_message()));
     REQUIRE(st == GQLA_OK);
 }
 
@@ -30,11 +30,6 @@ gqla_stats stats_of(gqla_session* s) {
 }
 
 namespace {
-
-uint64_t fresh_seed() {
-    if (const char* env = std::getenv("GQLA_TEST_SEED")) return std::strtoull(env, nullptr, 10);
-    return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-}
 
 std::vector<float> normal(std::mt19937_64& rng, size_t n) {
     std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -101,7 +96,7 @@ gqla_config gqa_layer(gqla_dtype cache) {
 }
 
 Fixture::Fixture(const gqla_config& full, Options opt)
-    : cfg_(full), opt_(std::move(opt)), seed_(opt_.seed ? opt_.seed : fresh_seed()), rng_(seed_) {
+    : cfg_(full), opt_(std::move(opt)), seed_(opt_.seed ? opt_.seed : abi::test_seed()), rng_(seed_) {
     ok(gqla_session_create(&cfg_, &full_));
     ok(gqla_session_get_config(full_, &cfg_));  // resolved dims
     for (const Shard& sh : opt_.shards) {
@@ -310,7 +305,7 @@ void Fixture::check_call(int32_t layer, const std::vector<int>& seqs, int32_t s_
     const std::vector<float> q = queries(lens);
     Output full, sharded;
     INFO(abi::replay_hint(seed_));
-    INFO("path " << abi::path_label(path) << ", s_q " << s_q << ", ragged " << !q_lens.empty());
+    INFO("path " << std::string(abi::path_label(path)) << ", s_q " << s_q << ", ragged " << !q_lens.empty());
     ok(run_full(layer, seqs, s_q, q_lens, q, path, full));
     ok(run_shards(layer, seqs, s_q, q_lens, q, path, sharded));
     std::vector<double> ref_o, ref_lse;

@@ -51,7 +51,7 @@ Fixture::Fixture(const gqla_config& cfg, Form form) : cfg_(cfg), form_(form), pi
         cfg_.path = GQLA_PATH_GQA;
     else if (form != Form::Gqa)
         cfg_.path = GQLA_PATH_ABSORB;
-    INFO("gqla_session_create: " << gqla_last_error_message());
+    INFO("gqla_session_create: " << std::string(gqla_last_error_message()));
     REQUIRE(gqla_session_create(&cfg_, &s_) == GQLA_OK);
     REQUIRE(gqla_session_get_config(s_, &cfg_) == GQLA_OK);
     if (cfg_.kind != GQLA_KIND_GQLA) return;
@@ -61,7 +61,7 @@ Fixture::Fixture(const gqla_config& cfg, Form form) : cfg_(cfg), form_(form), pi
     for (double& x : w_) x = static_cast<float>(x);
     std::vector<float> w = to_f32(w_);
     gqla_tensor wt = f32_tensor(w, {rows, cfg_.latent_dim});
-    INFO("gqla_set_weights: " << gqla_last_error_message());
+    INFO("gqla_set_weights: " << std::string(gqla_last_error_message()));
     REQUIRE(gqla_set_weights(s_, 0, &wt) == GQLA_OK);
 }
 
@@ -108,7 +108,7 @@ Seq& Fixture::add(int64_t length) {
             bs = {n, cfg_.rope_dim};
         }
         gqla_tensor at = f32_tensor(af, as), bt = f32_tensor(bf, bs);
-        INFO("gqla_append: " << gqla_last_error_message());
+        INFO("gqla_append: " << std::string(gqla_last_error_message()));
         REQUIRE(gqla_append(s_, 0, s.id, &at, &bt) == GQLA_OK);
         if (cfg_.cache_dtype == GQLA_DTYPE_FP8_E4M3) {
             store_fp8(af, bf, n, &s);

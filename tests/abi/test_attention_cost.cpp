@@ -104,7 +104,7 @@ TEST_CASE("session cost reports fill the transient form and the call's choice") 
         std::memset(&old, 0xcd, sizeof old);
         old.struct_size = offsetof(gqla_cost_report, transient);
         {
-            INFO(gqla_last_error_message());
+            INFO(std::string(gqla_last_error_message()));
             CHECK(gqla_session_predict_cost(s, &w, &old) == GQLA_OK);
         }
         CHECK(old.struct_size == offsetof(gqla_cost_report, transient));

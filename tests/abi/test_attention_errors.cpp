@@ -88,18 +88,18 @@ gqla_config resolved_config(gqla_session* s) {
 // EXPECT_ATTENTION_ERROR(session, call, expected status, {accepted argument names}):
 // the status, a fresh message naming the argument, no output written and
 // the session's stats unchanged.
-#define EXPECT_ATTENTION_ERROR(h, c, expected, ...)                                   \
-    do {                                                                              \
-        const gqla_stats before_ = (h).stats();                                       \
-        const std::string marker_ = plant_marker_message();                           \
-        const gqla_status got_ = gqla_attention((h).session(), &(c).args);            \
-        const std::string msg_ = gqla_last_error_message();                           \
-        INFO("-> " << gqla_status_string(got_) << "\n  message: \"" << msg_ << "\""); \
-        CHECK(got_ == (expected));                                                    \
-        CHECK(msg_ != marker_);                                                       \
-        CHECK(abi::names_argument(msg_, std::vector<std::string> __VA_ARGS__));       \
-        CHECK((c).untouched());                                                       \
-        CHECK(same_stats(before_, (h).stats()));                                      \
+#define EXPECT_ATTENTION_ERROR(h, c, expected, ...)                                                \
+    do {                                                                                           \
+        const gqla_stats before_ = (h).stats();                                                    \
+        const std::string marker_ = plant_marker_message();                                        \
+        const gqla_status got_ = gqla_attention((h).session(), &(c).args);                         \
+        const std::string msg_ = gqla_last_error_message();                                        \
+        INFO("-> " << std::string(gqla_status_string(got_)) << "\n  message: \"" << msg_ << "\""); \
+        CHECK(got_ == (expected));                                                                 \
+        CHECK(msg_ != marker_);                                                                    \
+        CHECK(abi::names_argument(msg_, std::vector<std::string> __VA_ARGS__));                    \
+        CHECK((c).untouched());                                                                    \
+        CHECK(same_stats(before_, (h).stats()));                                                   \
     } while (0)
 
 TEST_CASE("attention args defaults") {
@@ -136,7 +136,7 @@ TEST_CASE("attention rejects bad inputs precisely and leaves the session unchang
         h.append_ok(u, 0, 9);
         {  // valid: sum(q_lens) == max_q_tokens, entries up to max_q_len and the length
             Call ok(h, {s, t}, {4, 6});
-            INFO(gqla_last_error_message());
+            INFO(std::string(gqla_last_error_message()));
             CHECK(gqla_attention(h.session(), &ok.args) == GQLA_OK);
             CHECK(ok.taken != kUnwritten);
         }
@@ -245,7 +245,7 @@ TEST_CASE("attention rejects bad inputs precisely and leaves the session unchang
             const std::string marker = plant_marker_message();
             const gqla_status st = gqla_decode(h.session(), 0, 2, c.seqs.data(), &c.tq, &c.to, &c.tl);
             const std::string msg = gqla_last_error_message();
-            INFO("gqla_decode: " << gqla_status_string(st) << " \"" << msg << "\"");
+            INFO("gqla_decode: " << std::string(gqla_status_string(st)) << " \"" << msg << "\"");
             CHECK(st == GQLA_ERR_INVALID_ARGUMENT);
             CHECK(msg != marker);
             CHECK(abi::names_argument(msg, {"q", "max_q_tokens", "s_q", "batch"}));
@@ -295,7 +295,7 @@ TEST_CASE("GQLA layers without weights are refused with INVALID_STATE") {
         c.args.layer = 1;
         c.args.path = p;
         const gqla_status st = gqla_attention(h.session(), &c.args);
-        INFO(gqla_last_error_message());
+        INFO(std::string(gqla_last_error_message()));
         CHECK((st == GQLA_ERR_INVALID_STATE || st == GQLA_ERR_INVALID_ARGUMENT));
         CHECK(c.untouched());
     }

@@ -65,7 +65,7 @@ TEST_CASE("a NaN in a chunk's causal tail reaches only the queries that see it")
             rq.check = false;  // compared below, NaN by NaN
             abi::Buffer q = random_rows(h, 7);
             const Result r = attend(h, rq, q);
-            INFO("gqla_attention: " << gqla_last_error_message());
+            INFO("gqla_attention: " << std::string(gqla_last_error_message()));
             INFO(abi::replay_hint(r.seed));
             REQUIRE(r.status == GQLA_OK);
 

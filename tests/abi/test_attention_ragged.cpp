@@ -318,7 +318,7 @@ TEST_CASE("a prompt of more than 4096 tokens attended as one chunk") {
         rq.check = false;  // rows checked below
         abi::Buffer q = random_rows(h, rq.total_rows());
         const Result r = attend(h, rq, q);
-        INFO("gqla_attention: " << gqla_last_error_message());
+        INFO("gqla_attention: " << std::string(gqla_last_error_message()));
         INFO(abi::replay_hint(r.seed));
         REQUIRE(r.status == GQLA_OK);
         CHECK(r.taken == form);

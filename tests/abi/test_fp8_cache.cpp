@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fp8_support.hpp"
+#include "harness.hpp"
 #include "nonfinite_support.hpp"
 
 namespace {
@@ -22,8 +23,6 @@ using fp8test::Errors;
 using fp8test::Fp8Session;
 using fp8test::kGivenBound;
 using fp8test::kStoredBound;
-
-uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
 
 gqla_config odd_gqa() {
     gqla_config c;
@@ -87,8 +86,8 @@ std::vector<gqla_seq_id> sequences(Fp8Session& s, const std::vector<int64_t>& le
 }  // namespace
 
 TEST_CASE("fp8 GQA kind: decode, prefill tiles, ragged calls and forks on every ISA") {
-    const uint64_t seed = fresh_seed();
-    CAPTURE(seed);
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
     for (bool outlier : {false, true}) {
         CAPTURE(outlier);
         nonfinite::for_each_isa([&](const char*) {
@@ -110,8 +109,8 @@ TEST_CASE("fp8 GQA kind: decode, prefill tiles, ragged calls and forks on every 
 }
 
 TEST_CASE("fp8 GQLA: absorb, GQA path, GQA_TRANSIENT and path switches on every ISA") {
-    const uint64_t seed = fresh_seed();
-    CAPTURE(seed);
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
     for (bool outlier : {false, true}) {
         CAPTURE(outlier);
         nonfinite::for_each_isa([&](const char*) {
@@ -125,7 +124,7 @@ TEST_CASE("fp8 GQLA: absorb, GQA path, GQA_TRANSIENT and path switches on every 
                       "transient ragged");
                 // Switch to the GQA path: the expanded cache is built from the
                 // stored latent and quantized per (token, group).
-                INFO("gqla_select_path: " << gqla_last_error_message());
+                INFO("gqla_select_path: " << std::string(gqla_last_error_message()));
                 REQUIRE(gqla_select_path(s.session(), GQLA_PATH_GQA) == GQLA_OK);
                 check(s.attend(ids, {1}, GQLA_PATH_GQA, false), "GQA path s_q 1");
                 s.append(ids[2], 9);  // appended while expanded: written in both
@@ -140,8 +139,8 @@ TEST_CASE("fp8 GQLA: absorb, GQA path, GQA_TRANSIENT and path switches on every 
 }
 
 TEST_CASE("fp8 saturation: large rows stay finite and accurate") {
-    const uint64_t seed = fresh_seed();
-    CAPTURE(seed);
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
     nonfinite::for_each_isa([&](const char*) {
         // Values of 1e30 (f32 io): each row's scale takes them to <= 448, so
         // nothing saturates to a wrong value and nothing overflows.
@@ -198,7 +197,7 @@ TEST_CASE("fp8: an io dtype of fp8 and sequence export are refused with a messag
     CHECK(gqla_session_create(&c, &s) == GQLA_ERR_INVALID_ARGUMENT);
     CHECK(std::string(gqla_last_error_message()).find("io_dtype") != std::string::npos);
 
-    Fp8Session f(odd_gqa(), fresh_seed());
+    Fp8Session f(odd_gqa(), abi::test_seed());
     const gqla_seq_id id = f.add();
     f.append(id, 3);
     size_t needed = 0;
@@ -210,8 +209,8 @@ TEST_CASE("fp8: an io dtype of fp8 and sequence export are refused with a messag
 }
 
 TEST_CASE("fp8 GQA kind with bf16 io") {
-    const uint64_t seed = fresh_seed();
-    CAPTURE(seed);
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
     gqla_config c = odd_gqa();
     c.io_dtype = GQLA_DTYPE_BF16;
     Fp8Session s(c, seed, false);
@@ -220,8 +219,8 @@ TEST_CASE("fp8 GQA kind with bf16 io") {
 }
 
 TEST_CASE("fp8 head dims past 64 (whole 64-element chunks plus a tail) on every ISA") {
-    const uint64_t seed = fresh_seed();
-    CAPTURE(seed);
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
     nonfinite::for_each_isa([&](const char*) {
         gqla_config g = odd_gqa();
         g.num_heads = 4;

@@ -183,7 +183,7 @@ TEST_CASE("probe reports a sane CPU") {
     gqla_probe_info p;
     std::memset(&p, 0, sizeof p);
     p.struct_size = sizeof p;
-    INFO(gqla_last_error_message());
+    INFO(std::string(gqla_last_error_message()));
     REQUIRE(gqla_probe(GQLA_DEVICE_CPU, 0, 0, &p) == GQLA_OK);
     CHECK(p.device == GQLA_DEVICE_CPU);
     CHECK(std::strlen(p.vendor) > 0);
@@ -291,7 +291,7 @@ TEST_CASE("predict_cost: absorb reads fewer bytes, fields agree, the worked chec
         gqla_cost_report r;
         std::memset(&r, 0, sizeof r);
         r.struct_size = sizeof r;
-        INFO(gqla_last_error_message());
+        INFO(std::string(gqla_last_error_message()));
         REQUIRE(gqla_predict_cost(&cfg, &h100, &w, &r) == GQLA_OK);
         CHECK(r.absorb.bytes < r.gqa.bytes);
         check_consistent(r.gqa);

@@ -13,6 +13,7 @@
 
 #include "core/dtype.hpp"
 #include "f32_tensors.hpp"
+#include "harness.hpp"
 #include "gqla/gqla.h"
 
 namespace {
@@ -22,7 +23,7 @@ constexpr int H = 6, G = 2, D = 40, DV = 24;
 using abi::host_f32;
 using abi::random_vector;
 using abi::rel_l2;
-constexpr auto ok = abi::require_ok;
+constexpr void (*ok)(gqla_status) = abi::require_ok;
 
 struct Partials {
     std::vector<float> o_x, lse_x, o_y, lse_y, o_union, lse_union;
@@ -80,7 +81,9 @@ void check_lse(const std::vector<float>& got, const std::vector<float>& ref, dou
 }  // namespace
 
 TEST_CASE("merge: two partial decodes equal the decode over their union") {
-    std::mt19937_64 rng(std::random_device{}());
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     for (auto [nx, ny] : {std::pair<int64_t, int64_t>{1, 1}, {37, 70}, {16, 5}, {200, 33}}) {
         CAPTURE(nx);
         CAPTURE(ny);
@@ -103,7 +106,9 @@ TEST_CASE("merge: two partial decodes equal the decode over their union") {
 }
 
 TEST_CASE("merge: bf16 output, a single part, and empty parts") {
-    std::mt19937_64 rng(std::random_device{}());
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     Partials p = decode_partials(rng, 29, 41);
     // One part: the identity.
     {
@@ -145,7 +150,9 @@ TEST_CASE("merge: bf16 output, a single part, and empty parts") {
 }
 
 TEST_CASE("merge: a NaN lse poisons its row only") {
-    std::mt19937_64 rng(std::random_device{}());
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     Partials p = decode_partials(rng, 8, 9);
     p.lse_y[2] = std::numeric_limits<float>::quiet_NaN();
     std::vector<float> o(H * DV), lse(H);

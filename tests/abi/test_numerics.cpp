@@ -172,7 +172,7 @@ TEST_CASE("strided append inputs are honoured") {
         a_str[0] = ac + pad;
         b_str[0] = bc + pad;
         gqla_tensor ta = abi::view(a, as, a_str), tb = abi::view(b, bs, b_str);
-        INFO(gqla_last_error_message());
+        INFO(std::string(gqla_last_error_message()));
         REQUIRE(gqla_append(h.session(), 0, s, &ta, &tb) == GQLA_OK);
         std::vector<double> ad(av.begin(), av.end()), bd(bv.begin(), bv.end());
         for (auto& x : ad) x = static_cast<float>(x);

@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "f32_tensors.hpp"
+#include "harness.hpp"
 #include "gqla/gqla.h"
 
 namespace {
 
 using abi::random_vector;
 using abi::rel_l2;
-constexpr auto ok = abi::require_ok;
+constexpr void (*ok)(gqla_status) = abi::require_ok;
 
 struct Shape {
     gqla_kind kind;
@@ -111,7 +112,9 @@ void check_unchanged(const gqla_stats& before, const gqla_stats& after) {
 }  // namespace
 
 TEST_CASE("sequence export: round trips are bit-exact for every kind and cache dtype") {
-    std::mt19937_64 rng(std::random_device{}());
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     const uint64_t weight_seed = rng();
     for (gqla_kind kind : {GQLA_KIND_GQA, GQLA_KIND_GQLA})
         for (gqla_dtype dt : {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16}) {
@@ -161,7 +164,9 @@ TEST_CASE("sequence export: round trips are bit-exact for every kind and cache d
 }
 
 TEST_CASE("sequence export: size queries, small buffers and forked sequences") {
-    std::mt19937_64 rng(std::random_device{}());
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     const gqla_config c = config_of({GQLA_KIND_GQA, GQLA_DTYPE_BF16, 16});
     gqla_session* s = make_session(c, 1);
     gqla_seq_id seq, child;
@@ -189,7 +194,9 @@ TEST_CASE("sequence export: size queries, small buffers and forked sequences") {
 }
 
 TEST_CASE("sequence import: every single-byte mutation is refused and changes nothing") {
-    std::mt19937_64 rng(std::random_device{}());
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     const gqla_config c = config_of({GQLA_KIND_GQLA, GQLA_DTYPE_BF16, 16});
     gqla_session* s = make_session(c, 3);
     gqla_seq_id seq;
@@ -226,7 +233,9 @@ TEST_CASE("sequence import: every single-byte mutation is refused and changes no
 }
 
 TEST_CASE("sequence import: foreign shapes, versions and full sessions are refused") {
-    std::mt19937_64 rng(std::random_device{}());
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     const gqla_config c = config_of({GQLA_KIND_GQLA, GQLA_DTYPE_F16, 16});
     gqla_session* s = make_session(c, 5);
     gqla_seq_id seq;
@@ -302,7 +311,9 @@ TEST_CASE("sequence import: foreign shapes, versions and full sessions are refus
 #include "gqla/gqla.hpp"
 
 TEST_CASE("gqla.hpp: export, import and merge through the C++ wrapper") {
-    std::mt19937_64 rng(std::random_device{}());
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    std::mt19937_64 rng(seed);
     gqla_config cfg = gqla::make_gqa_config(4, 2, 16);
     cfg.cache_dtype = GQLA_DTYPE_F32;
     cfg.device = GQLA_DEVICE_CPU;

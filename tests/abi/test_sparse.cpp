@@ -33,7 +33,7 @@ gqla_config config_for(Form f, gqla_dtype cache) {
 #define CHECK_SPARSE(fx, res)                                                          \
     do {                                                                               \
         const CallCheck& r_ = (res);                                                   \
-        INFO("gqla_attention: " << gqla_last_error_message());                         \
+        INFO("gqla_attention: " << std::string(gqla_last_error_message()));            \
         INFO(abi::replay_hint((fx).rng().seed()));                                     \
         REQUIRE(r_.status == GQLA_OK);                                                 \
         const double tol_ = abi::tolerance((fx).config().cache_dtype, GQLA_DTYPE_F32); \
@@ -262,7 +262,7 @@ TEST_CASE("sparse attention: an older gqla_attention_args without indices is a d
     args.q = &qt;
     args.o = &ot;
     args.indices = &bad;
-    INFO(gqla_last_error_message());
+    INFO(std::string(gqla_last_error_message()));
     CHECK(gqla_attention(fx.session(), &args) == GQLA_OK);
 }
 
@@ -280,7 +280,7 @@ TEST_CASE("sparse attention over an fp8 cache: every form on the CPU, the GQA ki
             cfg.device = sparse_test::device();
             if (cfg.device != GQLA_DEVICE_CPU && form != Form::Gqa) continue;
             gqla_session* probe = nullptr;
-            INFO(gqla_last_error_message());
+            INFO(std::string(gqla_last_error_message()));
             REQUIRE(gqla_session_create(&cfg, &probe) == GQLA_OK);
             gqla_session_destroy(probe);
             Fixture fx(cfg, form);
@@ -318,7 +318,7 @@ TEST_CASE("the cost model prices a sparse step at min(topk, visible) positions p
         w.topk = topk;
         gqla_cost_report r{};
         r.struct_size = sizeof r;
-        INFO(gqla_last_error_message());
+        INFO(std::string(gqla_last_error_message()));
         REQUIRE(gqla_predict_cost(&cfg, &probe, &w, &r) == GQLA_OK);
         return r;
     };

@@ -50,12 +50,12 @@ const gqla_path kUnwritten = GQLA_PATH_AUTO;
 void require(gqla_status st, const char* what) {
     const std::string detail =
         st == GQLA_OK ? std::string() : std::string(gqla_status_string(st)) + " (" + gqla_last_error_message() + ")";
-    INFO(what << ": " << detail);
+    INFO(std::string(what) << ": " << detail);
     REQUIRE(st == GQLA_OK);
 }
 
 void cuda_check(cudaError_t e, const char* what) {
-    INFO(what << ": " << cudaGetErrorString(e));
+    INFO(std::string(what) << ": " << std::string(cudaGetErrorString(e)));
     REQUIRE(e == cudaSuccess);
 }
 

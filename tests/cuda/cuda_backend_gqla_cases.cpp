@@ -159,7 +159,7 @@ void test_absorb_device_io(gqla_dtype io, int H, int G, int r, int dc, int dr, i
     std::snprintf(name, sizeof name, "gqla absorb device io %s H=%d G=%d dc=%d dv=%d s_q=%d%s", gqla::dtype_name(io), H,
                   G, dc, dv, s_q, even_tokens ? " even tokens" : "");
     check_error(std::string(name) + " o", gqla::ref::rel_l2(o.data(), ref.data(), o.size()), tolerance(io));
-    INFO(name << " padding untouched");
+    INFO(std::string(name) << " padding untouched");
     CHECK(padding_touched == 0);
 }
 

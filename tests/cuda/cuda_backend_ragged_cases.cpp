@@ -161,7 +161,7 @@ void test_call_limits(gqla_dtype cache) {
     const gqla_status st = h.vt->create(&big, &ctx, err, sizeof err);
     if (ctx) h.vt->destroy(ctx);
     const bool named = st == GQLA_ERR_OUT_OF_MEMORY && std::strstr(err, "config.max_q_tokens = 4194304");
-    INFO("create said (status " << int(st) << "): " << err);
+    INFO("create said (status " << int(st) << "): " << std::string(err));
     CHECK_MESSAGE(named, "workspace failure names config.max_q_tokens " << dt);
 }
 

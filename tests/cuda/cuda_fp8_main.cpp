@@ -19,6 +19,7 @@
 #include "gqla/gqla.h"
 #include "tests/cuda/gpu_doctest_main.hpp"
 #include "tests/abi/fp8_support.hpp"
+#include "tests/abi/harness.hpp"
 
 namespace {
 
@@ -50,8 +51,8 @@ gqla_config llama3_8b() {
 }  // namespace
 
 TEST_CASE("cuda fp8: LLaMA-3-8B shapes, s_q 1 to 8 (up to two 16-row blocks per group), forks") {
-    const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-    CAPTURE(seed);
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
     for (bool outlier : {false, true}) {
         CAPTURE(outlier);
         Fp8Session s(llama3_8b(), seed, outlier);
@@ -81,8 +82,8 @@ TEST_CASE("cuda fp8: key and value widths, page sizes and row counts of the narr
     struct Shape {
         int32_t heads, kv_heads, head_dim, value_dim, page_size;
     };
-    const uint64_t seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-    CAPTURE(seed);
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
     for (const Shape& sh : {Shape{4, 2, 16, 16, 24}, Shape{6, 3, 48, 80, 16}, Shape{12, 3, 80, 112, 40},
                             Shape{8, 1, 256, 128, 64}, Shape{32, 8, 128, 128, 7}}) {
         CAPTURE(sh.head_dim);

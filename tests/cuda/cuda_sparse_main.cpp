@@ -31,7 +31,7 @@ using sparse_test::Form;
 
 void check(Fixture& fx, const CallCheck& r, const std::string& what) {
     CAPTURE(what);
-    INFO("gqla_attention: " << gqla_last_error_message());
+    INFO("gqla_attention: " << std::string(gqla_last_error_message()));
     INFO(abi::replay_hint(fx.rng().seed()));
     REQUIRE(r.status == GQLA_OK);
     const double tol = abi::tolerance(fx.config().cache_dtype, GQLA_DTYPE_F32);
@@ -112,7 +112,7 @@ void run_model_cases(Fixture& fx, int32_t topk) {
 }
 
 void cuda_ok(cudaError_t e, const char* what) {
-    INFO(what << ": " << cudaGetErrorString(e));
+    INFO(std::string(what) << ": " << std::string(cudaGetErrorString(e)));
     REQUIRE(e == cudaSuccess);
 }
 

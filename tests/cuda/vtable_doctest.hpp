@@ -25,7 +25,7 @@ namespace gqla::test {
 // showing `what` and the backend's message).
 inline void require_ok(const Harness& h, gqla_status st, const char* what) {
     const std::string message = st == GQLA_OK ? std::string() : h.vt->error_message(h.ctx);
-    INFO(what << ": status " << int(st) << " " << message);
+    INFO(std::string(what) << ": status " << int(st) << " " << message);
     REQUIRE(st == GQLA_OK);
 }
 
