@@ -40,7 +40,7 @@ Fp8Session::Fp8Session(gqla_config cfg, uint64_t seed, bool outlier) : gen_(seed
     cfg.cache_dtype = GQLA_DTYPE_FP8_E4M3;
     cfg.device = g_device;
     if (cfg.num_threads == 0) cfg.num_threads = 2;
-    INFO("gqla_session_create: " << gqla_last_error_message());
+    INFO("gqla_session_create: " << std::string(gqla_last_error_message()));
     REQUIRE(gqla_session_create(&cfg, &s_) == GQLA_OK);
     cfg_.struct_size = sizeof cfg_;
     REQUIRE(gqla_session_get_config(s_, &cfg_) == GQLA_OK);
@@ -48,10 +48,19 @@ Fp8Session::Fp8Session(gqla_config cfg, uint64_t seed, bool outlier) : gen_(seed
     const int64_t rows = int64_t(cfg_.num_kv_heads) * (cfg_.nope_dim + cfg_.value_dim);
     for (int32_t l = 0; l < cfg_.num_layers; ++l) {
         std::vector<double> w = random(size_t(rows * cfg_.latent_dim), 1.0 / std::sqrt(double(cfg_.latent_dim)));
+        // With an outlier channel the latent carries it (what its per-block
+        // scales are for) and the weights undo it, as trained up-projections
+        // of a normed latent do: with plain random weights the one channel
+        // would dominate every up-projected key, the keys of a sequence would
+        // be nearly collinear and a short sequence's softmax would turn on a
+        // scalar, so 2% of rounding in the keys could move a head's output by
+        // 25% (docs/fp8-cache.md: the conditioning of the GQA path).
+        if (outlier_)
+            for (int64_t i = 0; i < rows; ++i) w[size_t(i * cfg_.latent_dim + kOutlierChannel)] /= kOutlierFactor;
         std::vector<float> wf(w.begin(), w.end());
         for (size_t i = 0; i < w.size(); ++i) w[i] = wf[i];
         gqla_tensor t = tensor(wf.data(), GQLA_DTYPE_F32, {rows, cfg_.latent_dim});
-        INFO("gqla_set_weights: " << gqla_last_error_message());
+        INFO("gqla_set_weights: " << std::string(gqla_last_error_message()));
         REQUIRE(gqla_set_weights(s_, l, &t) == GQLA_OK);
         weights_[l] = std::move(w);
     }
@@ -77,7 +86,7 @@ gqla_seq_id Fp8Session::add() {
 
 gqla_seq_id Fp8Session::fork(gqla_seq_id parent) {
     gqla_seq_id id = 0;
-    INFO("gqla_sequence_fork: " << gqla_last_error_message());
+    INFO("gqla_sequence_fork: " << std::string(gqla_last_error_message()));
     REQUIRE(gqla_sequence_fork(s_, parent, &id) == GQLA_OK);
     for (int32_t l = 0; l < cfg_.num_layers; ++l)
         if (rows_.count({parent, l})) rows_[{id, l}] = rows_[{parent, l}];
@@ -89,11 +98,11 @@ void Fp8Session::append(gqla_seq_id seq, int64_t n, double magnitude) {
         std::vector<double> a = random(size_t(n * a_cols()), magnitude);
         std::vector<double> b = random(size_t(n * b_cols()), gqla() ? 1.0 : magnitude);
         if (outlier_) {
-            // Channel 3 of every row group 50x the others.
+            // One channel of every row group kOutlierFactor x the others.
             const int64_t wa = gqla() ? cfg_.latent_dim : cfg_.head_dim;
-            for (size_t i = 3; i < a.size(); i += size_t(wa)) a[i] *= 50.0;
+            for (size_t i = kOutlierChannel; i < a.size(); i += size_t(wa)) a[i] *= kOutlierFactor;
             if (!gqla())
-                for (size_t i = 3; i < b.size(); i += size_t(cfg_.value_dim)) b[i] *= 50.0;
+                for (size_t i = kOutlierChannel; i < b.size(); i += size_t(cfg_.value_dim)) b[i] *= kOutlierFactor;
         }
         for (double& x : a) x = through_io(x, cfg_.io_dtype);
         for (double& x : b) x = through_io(x, cfg_.io_dtype);
@@ -102,7 +111,7 @@ void Fp8Session::append(gqla_seq_id seq, int64_t n, double magnitude) {
                                 : tensor(ab.data(), cfg_.io_dtype, {n, cfg_.num_kv_heads, cfg_.head_dim});
         gqla_tensor bt = gqla() ? tensor(bb.data(), cfg_.io_dtype, {n, cfg_.rope_dim})
                                 : tensor(bb.data(), cfg_.io_dtype, {n, cfg_.num_kv_heads, cfg_.value_dim});
-        INFO("gqla_append: " << gqla_last_error_message());
+        INFO("gqla_append: " << std::string(gqla_last_error_message()));
         REQUIRE(gqla_append(s_, l, seq, &at, &bt) == GQLA_OK);
         Rows& r = rows_[{seq, l}];
         r.a.insert(r.a.end(), a.begin(), a.end());
@@ -176,7 +185,7 @@ Errors Fp8Session::attend(const std::vector<gqla_seq_id>& seqs, const std::vecto
     args.path = path;
     gqla_path taken = GQLA_PATH_AUTO;
     args.path_taken = &taken;
-    INFO("gqla_attention: " << gqla_last_error_message());
+    INFO("gqla_attention: " << std::string(gqla_last_error_message()));
     REQUIRE(gqla_attention(s_, &args) == GQLA_OK);
     const gqla_path form = gqla() ? taken : GQLA_PATH_GQA;
 

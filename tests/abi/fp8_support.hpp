@@ -23,6 +23,11 @@ namespace fp8test {
 constexpr double kStoredBound = 1e-2;
 constexpr double kGivenBound = 6e-2;
 
+// Outlier data: this channel of every appended row group is this many times
+// the others.
+constexpr int kOutlierChannel = 3;
+constexpr double kOutlierFactor = 50.0;
+
 // x rounded through the io dtype (what the library receives).
 inline double through_io(double x, gqla_dtype io) {
     if (io == GQLA_DTYPE_BF16) return gqla::bf16_to_f32(gqla::f32_to_bf16(static_cast<float>(x)));
@@ -80,7 +85,8 @@ struct Errors {
 class Fp8Session {
 public:
     // cfg: cache_dtype is set to FP8_E4M3 here. outlier: one channel of every
-    // appended row is 50x the others.
+    // appended row is kOutlierFactor x the others (for GQLA, in the latent,
+    // and the weights' column of that channel is divided by it).
     Fp8Session(gqla_config cfg, uint64_t seed, bool outlier = false);
     ~Fp8Session();
     Fp8Session(const Fp8Session&) = delete;
