@@ -196,6 +196,24 @@ std::string plant_marker_message() {
     return gqla_last_error_message();
 }
 
+void expect_refusal(const char* file, int line, const char* call, gqla_status got, gqla_status expected,
+                    const std::string& marker, const std::string& msg, const std::vector<std::string>& names,
+                    const std::vector<RefusalCheck>& more) {
+    std::string failed;
+    if (got != expected) failed += std::string("\n  expected status ") + gqla_status_string(expected);
+    if (msg == marker) failed += "\n  the call set no message of its own";
+    if (!names_argument(msg, names)) {
+        failed += "\n  the message names none of:";
+        for (const std::string& n : names) failed += " " + n;
+    }
+    for (const RefusalCheck& c : more)
+        if (!c.ok) failed += std::string("\n  ") + c.failure;
+    if (failed.empty()) return;
+    const std::string report =
+        std::string(call) + "\n  -> " + gqla_status_string(got) + "\n  message: \"" + msg + "\"" + failed;
+    ADD_FAIL_CHECK_AT(file, line, report);
+}
+
 gqla_path active_path(gqla_session* s, gqla_path* requested) {
     gqla_path active = GQLA_PATH_AUTO, req = GQLA_PATH_AUTO;
     require_ok(gqla_get_path(s, &active, &req), "gqla_get_path");

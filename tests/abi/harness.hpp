@@ -195,6 +195,23 @@ void require_ok(gqla_status st, const char* call);
 // its own message cannot pass on a stale one; returns that message.
 std::string plant_marker_message();
 
+// A further condition of an expected refusal: what is wrong when it is false.
+struct RefusalCheck {
+    const char* failure;
+    bool ok;
+};
+
+// The checks of an expected refusal (the EXPECT_*_ERROR macros of the error
+// tests): status `expected`, a message `msg` (gqla_last_error_message() read
+// right after the call) set by the call (not `marker`) that names one of
+// `names`, and every check in `more`. Out of line, so a call
+// site expands to one function call instead of doctest's assertion code
+// (those files have hundreds); a failure is reported at `file`:`line` with
+// `call`, the status and the message.
+void expect_refusal(const char* file, int line, const char* call, gqla_status got, gqla_status expected,
+                    const std::string& marker, const std::string& msg, const std::vector<std::string>& names,
+                    const std::vector<RefusalCheck>& more = {});
+
 // The session's active path (gqla_get_path), and the requested one through
 // `requested` when given.
 gqla_path active_path(gqla_session* s, gqla_path* requested = nullptr);

@@ -88,18 +88,16 @@ gqla_config resolved_config(gqla_session* s) {
 // EXPECT_ATTENTION_ERROR(session, call, expected status, {accepted argument names}):
 // the status, a fresh message naming the argument, no output written and
 // the session's stats unchanged.
-#define EXPECT_ATTENTION_ERROR(h, c, expected, ...)                                                \
-    do {                                                                                           \
-        const gqla_stats before_ = (h).stats();                                                    \
-        const std::string marker_ = plant_marker_message();                                        \
-        const gqla_status got_ = gqla_attention((h).session(), &(c).args);                         \
-        const std::string msg_ = gqla_last_error_message();                                        \
-        INFO("-> " << std::string(gqla_status_string(got_)) << "\n  message: \"" << msg_ << "\""); \
-        CHECK(got_ == (expected));                                                                 \
-        CHECK(msg_ != marker_);                                                                    \
-        CHECK(abi::names_argument(msg_, std::vector<std::string> __VA_ARGS__));                    \
-        CHECK((c).untouched());                                                                    \
-        CHECK(same_stats(before_, (h).stats()));                                                   \
+#define EXPECT_ATTENTION_ERROR(h, c, expected, ...)                                               \
+    do {                                                                                          \
+        const gqla_stats before_ = (h).stats();                                                   \
+        const std::string marker_ = plant_marker_message();                                       \
+        const gqla_status got_ = gqla_attention((h).session(), &(c).args);                        \
+        const std::string msg_ = gqla_last_error_message();                                       \
+        abi::expect_refusal(__FILE__, __LINE__, #c, got_, (expected), marker_, msg_,              \
+                            std::vector<std::string> __VA_ARGS__,                                 \
+                            {{"the output was written", (c).untouched()},                         \
+                             {"the session's stats changed", same_stats(before_, (h).stats())}}); \
     } while (0)
 
 TEST_CASE("attention args defaults") {
