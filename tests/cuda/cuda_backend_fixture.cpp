@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What every case of gqla_cuda_backend_test shares (cuda_backend_fixture.hpp).
 #include "cuda_backend_fixture.hpp"
+#include "run_seed.hpp"
 
 #include <doctest/doctest.h>
 
@@ -9,8 +10,8 @@
 
 namespace gqla::test {
 
-std::mt19937 rng(12345);
-void reseed_rng() { rng.seed(12345); }
+std::mt19937 rng;
+void reseed_rng() { rng.seed(run_seed()); }
 
 std::vector<float> randn(size_t n, float scale) { return randn(rng, n, scale); }
 

@@ -19,8 +19,9 @@
 
 namespace gqla::test {
 
-// The suite's random engine, reset to its seed before every case
-// (cuda_suite_main.hpp): a case's inputs do not depend on the filter.
+// The suite's random engine, reset to the run's seed (run_seed.hpp: fresh
+// per run, GQLA_TEST_SEED replays) before every case (cuda_suite_main.hpp):
+// within a run, a case's inputs do not depend on the filter.
 extern std::mt19937 rng;
 void reseed_rng();
 

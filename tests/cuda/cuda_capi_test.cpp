@@ -8,13 +8,14 @@
 #include <random>
 #include <vector>
 
+#include "tests/cuda/run_seed.hpp"
 #include "tests/reference/reference.hpp"
 #include "gqla/gqla.h"
 
 namespace {
 
 int failures = 0;
-std::mt19937 rng(99);
+std::mt19937 rng;  // seeded in main (run_seed)
 
 std::vector<float> randn(size_t n, float scale = 1.f) {
     std::normal_distribution<float> d(0.f, scale);
@@ -145,6 +146,7 @@ int main() {
         std::printf("no CUDA device (or CUDA module) visible: skipping\n");
         return 77;
     }
+    rng.seed(gqla::test::run_seed());
     for (gqla_dtype t : {GQLA_DTYPE_F32, GQLA_DTYPE_BF16}) {
         run_case({GQLA_KIND_GQA, t, GQLA_PATH_GQA});
         run_case({GQLA_KIND_GQLA, t, GQLA_PATH_ABSORB});

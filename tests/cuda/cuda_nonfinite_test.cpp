@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "cuda_suite_main.hpp"
+#include "run_seed.hpp"
 #include "vtable_doctest.hpp"
 
 using namespace gqla::test;
@@ -47,9 +48,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kPoison = -777.f;  // outputs before a run: finite, far from any result
 
-// Reset to its seed before every case (cuda_suite_main.hpp).
-std::mt19937 rng(20260601);
-void reseed_rng() { rng.seed(20260601); }
+// Reset to the run's seed before every case (cuda_suite_main.hpp).
+std::mt19937 rng;
+void reseed_rng() { rng.seed(run_seed()); }
 
 const char* dtype_name(gqla_dtype t) { return t == GQLA_DTYPE_F32 ? "f32" : t == GQLA_DTYPE_F16 ? "f16" : "bf16"; }
 

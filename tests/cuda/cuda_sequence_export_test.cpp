@@ -9,11 +9,12 @@
 #include <vector>
 
 #include "gqla/gqla.h"
+#include "tests/cuda/run_seed.hpp"
 
 namespace {
 
 int failures = 0;
-std::mt19937_64 rng(std::random_device{}());
+std::mt19937_64 rng;  // seeded in main (run_seed)
 
 std::vector<float> randn(size_t n) {
     std::normal_distribution<float> d(0.f, 1.f);
@@ -133,6 +134,7 @@ int main() {
         std::printf("no CUDA device: skipped\n");
         return 77;
     }
+    rng.seed(gqla::test::run_seed());
     for (gqla_dtype dt : {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16}) {
         run(GQLA_KIND_GQA, dt, GQLA_PATH_AUTO);
         run(GQLA_KIND_GQLA, dt, GQLA_PATH_ABSORB);
