@@ -116,9 +116,9 @@ std::string replay_hint(uint64_t seed) {
     return "random seed " + std::to_string(seed) + " (replay with GQLA_TEST_SEED=" + std::to_string(seed) + ")";
 }
 
-const char* dtype_label(gqla_dtype t) { return gqla::dtype_name(t); }
+std::string dtype_label(gqla_dtype t) { return gqla::dtype_name(t); }
 
-const char* path_label(gqla_path p) {
+std::string path_label(gqla_path p) {
     switch (p) {
         case GQLA_PATH_AUTO:
             return "auto";

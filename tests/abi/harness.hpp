@@ -74,8 +74,10 @@ uint64_t test_seed();
 // For doctest's INFO: which seed replays a failure.
 std::string replay_hint(uint64_t seed);
 
-const char* dtype_label(gqla_dtype t);
-const char* path_label(gqla_path p);
+// Names for CAPTURE and INFO: std::string, as doctest prints a const char*
+// as an address.
+std::string dtype_label(gqla_dtype t);
+std::string path_label(gqla_path p);
 
 // Elements spanned by a strided view, and the offset of each element in
 // row-major logical order.

@@ -13,7 +13,7 @@
 
 namespace sparse_test {
 
-const char* form_label(Form f) {
+std::string form_label(Form f) {
     switch (f) {
         case Form::Gqa:
             return "GQA kind";

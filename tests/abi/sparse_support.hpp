@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gqla/gqla.h"
@@ -21,7 +22,7 @@ gqla_device_type device();
 
 // Which form a call runs on.
 enum class Form { Gqa, Absorb, GqlaGqaKept, Transient };
-const char* form_label(Form f);
+std::string form_label(Form f);  // std::string: doctest prints a const char* as an address
 
 // One sequence: its length and rows as the cache stores them.
 struct Seq {
