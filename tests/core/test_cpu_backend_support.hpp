@@ -414,7 +414,7 @@ constexpr KernelChoice kAllKernels[] = {
     {gqla::cpu::Isa::Avx512Bf16, gqla::cpu::Bf16GqaScores::Fma},
 };
 
-inline const char* kernels_label(KernelChoice k) {
+inline std::string kernels_label(KernelChoice k) {  // std::string: doctest prints a const char* as an address
     switch (k.isa) {
         case gqla::cpu::Isa::Scalar:
             return "scalar";

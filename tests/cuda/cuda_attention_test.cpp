@@ -59,7 +59,7 @@ void cuda_check(cudaError_t e, const char* what) {
     REQUIRE(e == cudaSuccess);
 }
 
-const char* form_name(gqla_path p) {
+std::string form_name(gqla_path p) {  // std::string: doctest prints a const char* as an address
     switch (p) {
         case GQLA_PATH_AUTO:
             return "auto";
