@@ -103,14 +103,6 @@ must "configure sanitizers" \
 must "build sanitizers" cmake --build build-asan --parallel "$jobs"
 # The install test builds out-of-tree consumers without the sanitizer
 # flags (they could not link the instrumented library); it ran above.
-# ctest starts the costliest tests first when it has timings; a fresh build
-# has none and would start them in declaration order, so the two GQLA suites
-# that take ~65 s each under ASan could start last and run alone at the
-# end. The Release run's timings (same test names) order them instead.
-asan_costs=build-asan/Testing/Temporary/CTestCostData.txt
-if [ ! -f "$asan_costs" ] && [ -f build/Testing/Temporary/CTestCostData.txt ]; then
-  mkdir -p "$(dirname "$asan_costs")" && cp build/Testing/Temporary/CTestCostData.txt "$asan_costs"
-fi
 check "ctest sanitizers" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --no-tests=error --output-on-failure --parallel "$jobs" --label-exclude 'install|fuzz'
 check "fuzz api-sequence (ASan+UBSan, 60 s)" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
