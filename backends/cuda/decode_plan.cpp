@@ -123,7 +123,7 @@ void fit_shared_rings(Session& s, const AttentionParams& p, int64_t launch_batch
 }  // namespace
 
 const char* kernel_name(const AttentionPlan& plan) {
-    if (plan.prefill_wgmma) return "prefill-wgmma";
+    if (plan.prefill_wgmma) return plan.reads_fp8 ? "prefill-wgmma-fp8" : "prefill-wgmma";
     if (plan.latent_wgmma)
         return plan.rows_per_cta == kLatentRowsTransposed ? "latent-wgmma-transposed" : "latent-wgmma";
     if (plan.narrow && plan.reads_fp8)
@@ -150,6 +150,20 @@ bool plans_latent_kernel(const Session& s, const AttentionParams& p) {
     return s.use_latent_wgmma && latent_wgmma_fits(p);
 }
 
+// Prefill chunks: a full 128-row block per group or more, compute-bound;
+// or at least half a block of a chunk of as many query tokens. True (and
+// *plan set) where the prefill kernel takes the launch.
+bool plan_prefill_kernel(const Session& s, const AttentionParams& p, AttentionPlan* plan) {
+    const bool prefill_rows = p.rows >= kPrefillRows || (p.rows >= kPrefillHalfRows && p.q_len >= kPrefillHalfRows);
+    if (!s.use_prefill_wgmma || p.q_len < kPrefillMinQueries || !prefill_rows || !prefill_wgmma_fits(p)) return false;
+    plan->prefill_wgmma = true;
+    plan->rows_per_cta = kPrefillRows;
+    plan->tile_tokens = kPrefillTile;
+    plan->smem_bytes = prefill_wgmma_smem_bytes(s.desc.cache_dtype, p.k1.dim + p.k2.dim);
+    plan->blocks_per_sm = 1;
+    return true;
+}
+
 AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma, int64_t launch_batch,
                              int64_t max_len) {
     AttentionPlan plan;
@@ -158,6 +172,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
     if (cache == GQLA_DTYPE_FP8_E4M3) {
         plan.reads_fp8 = true;
+        if (plan_prefill_kernel(s, p, &plan)) return plan;
         // The narrow kernel reads 8-bit caches of up to narrow_max_rows rows
         // per group with keys and values multiples of 16 wide, like 16-bit
         // ones (its widening in registers keeps it near the read roofline);
@@ -194,17 +209,7 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         plan.blocks_per_sm = 1;
         return plan;
     }
-    // Prefill chunks: a full 128-row block per group or more, compute-bound;
-    // or at least half a block of a chunk of as many query tokens.
-    const bool prefill_rows = p.rows >= kPrefillRows || (p.rows >= kPrefillHalfRows && p.q_len >= kPrefillHalfRows);
-    if (s.use_prefill_wgmma && p.q_len >= kPrefillMinQueries && prefill_rows && prefill_wgmma_fits(p)) {
-        plan.prefill_wgmma = true;
-        plan.rows_per_cta = kPrefillRows;
-        plan.tile_tokens = kPrefillTile;
-        plan.smem_bytes = prefill_wgmma_smem_bytes(p.k1.dim + p.k2.dim);
-        plan.blocks_per_sm = 1;
-        return plan;
-    }
+    if (plan_prefill_kernel(s, p, &plan)) return plan;
     if (tensor_cores && s.use_narrow_kernel && narrow_kernel_fits(p, s.narrow_max_rows)) {
         // Padded or swizzled rows (where the dims allow): the layout that fits
         // more CTAs per SM, ties keeping the padded one. A pinned swizzle

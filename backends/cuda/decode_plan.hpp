@@ -19,7 +19,7 @@ struct AttentionPlan {
     int narrow_row_blocks = 1;                     // narrow kernel: row blocks per CTA (> 1: shared rings)
     bool latent_wgmma = false;                     // absorb path on Hopper warpgroup MMAs
     bool prefill_wgmma = false;                    // many query rows per group on Hopper warpgroup MMAs
-    bool reads_fp8 = false;                        // narrow / per-warp kernel over stored e4m3 bytes
+    bool reads_fp8 = false;                        // the kernel reads stored e4m3 bytes
     int stages = 0;  // per-warp kernel: K/V chunks buffered per warp; narrow: K/V half-chunk slots
     MmaVariant variant = MmaVariant::Small;
     int rows_per_cta = 0;

@@ -5,7 +5,8 @@
 // query tokens into the rows of 128-row blocks (rows = heads per group x
 // query tokens, head fastest), so each K/V tile is read once per block of
 // 128 rows. Keys 128 or 192 wide (GQA head dim 128; [nope | rope] = 64 + 64
-// or 128 + 64), values 128 wide, bf16/f16 caches. Built only when the module
+// or 128 + 64), values 128 wide, bf16/f16 caches; 8-bit (e4m3) GQA caches
+// of 128-wide keys, widened into bf16 tiles as they stream. Built only when the module
 // targets sm_90 (as sm_90a code); other shapes, dtypes and GPUs keep the
 // mma.sync kernels. The kernel itself is described in
 // sm90a/prefill_wgmma_kernel.cu.
@@ -37,8 +38,10 @@ constexpr int kPrefillHalfRows = 64;
 bool prefill_wgmma_available(int cc_major, int cc_minor);
 // True when the launch's dims and dtype are ones the kernel is built for.
 bool prefill_wgmma_fits(const AttentionParams& p);
-// Dynamic shared memory for keys key_dim wide (128 or 192).
-int prefill_wgmma_smem_bytes(int key_dim);
+// Dynamic shared memory for keys key_dim wide (128 or 192) in a `cache` pool.
+int prefill_wgmma_smem_bytes(gqla_dtype cache, int key_dim);
+// The most any variant of the kernel takes.
+int prefill_wgmma_max_smem_bytes();
 // Raises the kernels' shared-memory limit (where available).
 void prepare_prefill_wgmma_kernels();
 // grid = (groups x row blocks of kPrefillRows, sequences, splits). maps:
@@ -50,7 +53,8 @@ void launch_prefill_wgmma(gqla_dtype cache, const AttentionParams& p, const Narr
 #else
 inline bool prefill_wgmma_available(int, int) { return false; }
 inline bool prefill_wgmma_fits(const AttentionParams&) { return false; }
-inline int prefill_wgmma_smem_bytes(int) { return 0; }
+inline int prefill_wgmma_smem_bytes(gqla_dtype, int) { return 0; }
+inline int prefill_wgmma_max_smem_bytes() { return 0; }
 inline void prepare_prefill_wgmma_kernels() {}
 inline void launch_prefill_wgmma(gqla_dtype, const AttentionParams&, const NarrowTmaMaps&, bool, dim3, cudaStream_t) {}
 #endif

@@ -80,8 +80,7 @@ bool prefill_wgmma_serves(const Tuning& t, int device) {
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
            cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-           prefill_wgmma_available(major, minor) &&
-           smem_optin >= std::max(prefill_wgmma_smem_bytes(128), prefill_wgmma_smem_bytes(192));
+           prefill_wgmma_available(major, minor) && smem_optin >= prefill_wgmma_max_smem_bytes();
 }
 
 }  // namespace gqla::cuda

@@ -2,8 +2,8 @@
 // 8-bit (e4m3) caches on CUDA sessions: the GQA-kind cases of
 // tests/abi/test_fp8_cache.cpp on the GPU (ctest passes the case names),
 // plus the GPU's own: LLaMA-3-8B shapes through 16-byte copies and several
-// 16-row blocks per group, and the refusals of what the CUDA kernels do not
-// read. Both bounds of docs/numerics.md: the bf16 bound against the float64
+// 16-row blocks per group, prefill chunks through the wgmma prefill kernel,
+// and the refusals of what the CUDA kernels do not read. Both bounds of docs/numerics.md: the bf16 bound against the float64
 // reference on the dequantized cache, 6e-2 against the inputs as given.
 // Exits 77 (skipped) where no GPU is visible.
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -108,6 +108,96 @@ TEST_CASE("cuda fp8: key and value widths, page sizes and row counts of the narr
             check(s.attend(longer, {s_q}, GQLA_PATH_AUTO, false), "s_q " + std::to_string(s_q));
         check(s.attend({ids[5], ids[2], ids[4]}, {8, 1, 5}, GQLA_PATH_AUTO, true), "ragged");
     }
+}
+
+TEST_CASE("cuda fp8: prefill chunks of 128-wide heads (the wgmma prefill kernel widening 8-bit tiles)") {
+    // Rows per group (4 heads x s_q) of a whole 128-row block or more take
+    // the prefill kernel: its staging double buffer over several tiles,
+    // causal diagonal tiles, sequences ending inside a tile, a whole prompt
+    // in one chunk (n = L), ragged calls beside decode steps, pages of 16
+    // and of 40 tokens (rows looked up one by one), and long sequences that
+    // split their tiles.
+    // H 8, G 2: LLaMA-3-8B's four heads per group with a quarter of its
+    // groups, which keeps the float64 reference short.
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    for (int32_t page : {16, 40}) {
+        const bool outlier = page == 40;
+        CAPTURE(page);
+        CAPTURE(outlier);
+        gqla_config c = llama3_8b();
+        c.num_heads = 8;
+        c.num_kv_heads = 2;
+        c.page_size = page;
+        c.max_q_len = 256;
+        c.max_tokens = 8192;
+        Fp8Session s(c, seed, outlier);
+        std::vector<gqla_seq_id> ids;
+        for (int64_t len : {32, 129, 300, 700, 1500}) {
+            ids.push_back(s.add());
+            s.append(ids.back(), len);
+        }
+        check(s.attend(ids, {32}, GQLA_PATH_AUTO, false), "s_q 32");
+        check(s.attend({ids[2], ids[3]}, {160}, GQLA_PATH_AUTO, false), "s_q 160");
+        check(s.attend({ids[1]}, {129}, GQLA_PATH_AUTO, false), "whole prompt");
+        check(s.attend({ids[4], ids[0], ids[2]}, {256, 1, 40}, GQLA_PATH_AUTO, true), "ragged");
+    }
+}
+
+TEST_CASE("cuda fp8: a NaN in a prefill chunk's causal tail reaches only the queries that see it") {
+    // H 8, G 2, D = Dv = 128, L = 300, s_q 64: each group's 256 rows are
+    // two blocks of the prefill kernel. Token 299's value has NaN in column
+    // 3 of KV head 1: only the last query sees it. Token 10's value has NaN
+    // in column 5 of KV head 0: every query sees it, in that column only.
+    gqla_config c;
+    gqla_config_default(&c, GQLA_KIND_GQA);
+    c.num_heads = 8;
+    c.num_kv_heads = 2;
+    c.head_dim = 128;
+    c.max_tokens = 1024;
+    c.max_q_len = 64;
+    c.cache_dtype = GQLA_DTYPE_FP8_E4M3;
+    c.device = GQLA_DEVICE_CUDA;
+    gqla_session* s = nullptr;
+    REQUIRE(gqla_session_create(&c, &s) == GQLA_OK);
+    gqla_seq_id seq = 0;
+    REQUIRE(gqla_sequence_add(s, &seq) == GQLA_OK);
+    const int64_t L = 300, G = 2, H = 8, D = 128, n = 64;
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    std::mt19937_64 gen(seed);
+    std::normal_distribution<float> dist(0.f, 1.f);
+    std::vector<float> k(L * G * D), v(L * G * D), q(n * H * D), o(n * H * D, -7.f);
+    for (float& x : k) x = dist(gen);
+    for (float& x : v) x = dist(gen);
+    for (float& x : q) x = dist(gen);
+    v[((L - 1) * G + 1) * D + 3] = std::numeric_limits<float>::quiet_NaN();
+    v[(10 * G + 0) * D + 5] = std::numeric_limits<float>::quiet_NaN();
+    const int64_t kv_shape[3] = {L, G, D}, q_shape[4] = {1, n, H, D};
+    gqla_tensor tk, tv, tq, to;
+    REQUIRE(gqla_tensor_init(&tk, k.data(), GQLA_DTYPE_F32, 3, kv_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&tv, v.data(), GQLA_DTYPE_F32, 3, kv_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&tq, q.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&to, o.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
+    REQUIRE(gqla_append(s, 0, seq, &tk, &tv) == GQLA_OK);
+    REQUIRE(gqla_decode(s, 0, 1, &seq, &tq, &to, nullptr) == GQLA_OK);
+    REQUIRE(gqla_session_synchronize(s) == GQLA_OK);
+    int64_t wrong = 0;  // counted, not CHECKed per element: 65536 outputs
+    for (int64_t qi = 0; qi < n; ++qi)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t col = 0; col < D; ++col) {
+                const float x = o[(qi * H + h) * D + col];
+                bool ok;
+                if (h / 4 == 0)
+                    ok = std::isnan(x) == (col == 5);  // token 10: visible to every query
+                else if (qi < n - 1)
+                    ok = std::isfinite(x);  // token 299 is hidden from all but the last query
+                else
+                    ok = col != 3 || std::isnan(x);
+                if (!ok && wrong++ < 8) MESSAGE("query " << qi << " head " << h << " column " << col << ": " << x);
+            }
+    CHECK(wrong == 0);
+    gqla_session_destroy(s);
 }
 
 TEST_CASE("cuda fp8: GQLA sessions and shapes the kernels do not read are refused naming the field") {
