@@ -60,16 +60,16 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     if "ms" not in r:
         continue
-    key = (r.get("preset", ""), r["path"], r["batch"], r["context"], r.get("s_q", 1))
+    key = (r.get("preset", ""), r["path"], r.get("dtype", ""), r["batch"], r["context"], r.get("s_q", 1))
     t[key][r["ab_side"]].append((r.get("device_ms") or r["ms"]) * 1e3)
     err[key] = max(err.get(key, 0), r.get("rel_err") or 0)  # null with --no-check
-print(f"{'preset':<16}{'path':<7}{'B':>4}{'T':>7}{'s_q':>4}{'new_us':>9}{'old_us':>9}{'new/old':>9}{'rel_err':>9}")
+print(f"{'preset':<16}{'path':<10}{'dtype':<9}{'B':>4}{'T':>7}{'s_q':>6}{'new_us':>9}{'old_us':>9}{'new/old':>9}{'rel_err':>9}")
 worst = 0
 for key, sides in t.items():
     if not sides["new"] or not sides["old"]:
         continue
     n, o = statistics.median(sides["new"]), statistics.median(sides["old"])
     worst = max(worst, n / o)
-    print(f"{key[0]:<16}{key[1]:<7}{key[2]:>4}{key[3]:>7}{key[4]:>4}{n:>9.1f}{o:>9.1f}{n / o:>9.3f}{err[key]:>9.1e}")
+    print(f"{key[0]:<16}{key[1]:<10}{key[2]:<9}{key[3]:>4}{key[4]:>7}{key[5]:>6}{n:>9.1f}{o:>9.1f}{n / o:>9.3f}{err[key]:>9.1e}")
 print(f"slowest row new/old: {worst:.3f}")
 PY
