@@ -18,12 +18,6 @@ namespace abi {
 
 // ------------------------------------------------------------------ data
 
-uint64_t test_seed() {
-    if (const char* replay = std::getenv("GQLA_TEST_SEED")) return std::strtoull(replay, nullptr, 10);
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-}
-
 Rng::Rng() : seed_(test_seed()) { gen_.seed(seed_); }
 
 std::vector<double> Rng::normal(size_t n, double stddev) {
@@ -110,10 +104,6 @@ double lse_error(const double* lse, const double* ref, size_t n) {
         floor += scale * scale;
     }
     return n ? std::sqrt(diff / floor) : 0.0;
-}
-
-std::string replay_hint(uint64_t seed) {
-    return "random seed " + std::to_string(seed) + " (replay with GQLA_TEST_SEED=" + std::to_string(seed) + ")";
 }
 
 std::string dtype_label(gqla_dtype t) { return gqla::dtype_name(t); }

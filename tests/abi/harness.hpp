@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gqla/gqla.h"
+#include "tests/test_seed.hpp"
 
 namespace abi {
 
@@ -67,12 +68,10 @@ double quantization_tolerance(gqla_dtype cache_dtype, gqla_dtype io_dtype);
 // every |ref| >= 1 this is the relative L2 error. +inf on a NaN or inf.
 double lse_error(const double* lse, const double* ref, size_t n);
 
-// GQLA_TEST_SEED when set (every test of the process then draws from it),
-// otherwise a fresh seed per call.
-uint64_t test_seed();
-
-// For doctest's INFO: which seed replays a failure.
-std::string replay_hint(uint64_t seed);
+// GQLA_TEST_SEED when set, otherwise a fresh seed per call; and the line
+// that tells how to replay a failure (tests/test_seed.hpp).
+using gqla::test::replay_hint;
+using gqla::test::test_seed;
 
 // Names for CAPTURE and INFO: std::string, as doctest prints a const char*
 // as an address.

@@ -305,7 +305,7 @@ void Fixture::check_call(int32_t layer, const std::vector<int>& seqs, int32_t s_
     const std::vector<float> q = queries(lens);
     Output full, sharded;
     INFO(abi::replay_hint(seed_));
-    INFO("path " << std::string(abi::path_label(path)) << ", s_q " << s_q << ", ragged " << !q_lens.empty());
+    INFO("path " << abi::path_label(path) << ", s_q " << s_q << ", ragged " << !q_lens.empty());
     ok(run_full(layer, seqs, s_q, q_lens, q, path, full));
     ok(run_shards(layer, seqs, s_q, q_lens, q, path, sharded));
     std::vector<double> ref_o, ref_lse;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Seeds and error measures shared by the core tests: every randomized test
-// draws from a fresh seed, prints it when a check fails, and replays it when
-// GQLA_TEST_SEED is set.
+// draws from a fresh seed (tests/test_seed.hpp), prints it when a check
+// fails, and replays it when GQLA_TEST_SEED is set.
 #pragma once
 
 #include <algorithm>
@@ -12,20 +12,12 @@
 #include <random>
 #include <string>
 
+#include "tests/test_seed.hpp"
+
 namespace core_test {
 
-// GQLA_TEST_SEED when set (every generator of the process then starts from
-// it), otherwise a fresh one.
-inline uint64_t random_seed() {
-    if (const char* replay = std::getenv("GQLA_TEST_SEED")) return std::strtoull(replay, nullptr, 10);
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-}
-
-// For doctest's INFO: what to set to replay a failure.
-inline std::string replay_hint(uint64_t seed) {
-    return "random seed " + std::to_string(seed) + " (replay with GQLA_TEST_SEED=" + std::to_string(seed) + ")";
-}
+using gqla::test::replay_hint;
+using gqla::test::test_seed;
 
 // Error of lse against ref over n values: ||lse - ref|| / ||max(1, |ref|)||
 // (L2 norms, max taken per element). lse is a log, so a relative error of

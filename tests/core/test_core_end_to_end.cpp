@@ -19,7 +19,7 @@
 namespace {
 
 struct Rng {
-    uint64_t seed = core_test::random_seed();
+    uint64_t seed = core_test::test_seed();
     std::mt19937_64 gen{seed};
     std::vector<float> normal(size_t n, double stddev = 1.0) {
         std::normal_distribution<double> d(0.0, stddev);

@@ -108,7 +108,7 @@ struct Errors {
 class Driver {
 public:
     explicit Driver(const gqla_backend_desc& d)
-        : desc_(d), vt_(gqla_cpu_backend()), seed_(core_test::random_seed()), rng_(seed_) {
+        : desc_(d), vt_(gqla_cpu_backend()), seed_(core_test::test_seed()), rng_(seed_) {
         char err[256] = {0};
         status_ = vt_->create(&desc_, &ctx_, err, sizeof err);
         for (int32_t p = 0; p < d.num_pages; ++p) free_.push_back(p);

@@ -29,6 +29,7 @@
 #include "gqla/gqla.h"
 #include "tests/cuda/cuda_suite_main.hpp"
 #include "tests/cuda/gpu_test_support.hpp"
+#include "tests/test_seed.hpp"
 
 namespace {
 
@@ -560,13 +561,8 @@ TEST_CASE("graph bf16") { graph(GQLA_DTYPE_BF16); }
 int main(int argc, char** argv) {
     int32_t n = 0;
     const bool gpu = gqla_device_count(GQLA_DEVICE_CUDA, &n) == GQLA_OK && n > 0;
-    if (const char* replay = std::getenv("GQLA_TEST_SEED"))
-        seed = std::strtoull(replay, nullptr, 10);
-    else
-        seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-    if (gpu && !gqla::test::doctest_query_only(argc, argv))
-        std::printf("random seed %llu (replay with GQLA_TEST_SEED=%llu)\n", (unsigned long long)seed,
-                    (unsigned long long)seed);
+    seed = gqla::test::test_seed();
+    if (gpu && !gqla::test::doctest_query_only(argc, argv)) std::printf("%s\n", gqla::test::replay_hint(seed).c_str());
     return gqla::test::cuda_suite_main(argc, argv, gpu, "no CUDA device (or CUDA module) visible: skipping",
                                        reseed_rng);
 }

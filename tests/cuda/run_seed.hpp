@@ -1,20 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// The random seed of one run of a GPU test program: GQLA_TEST_SEED when set
-// (to replay a run), otherwise a fresh one, so every run draws new inputs.
-// Printed on first use, so the output of a failing run says how to replay it.
+// The random seed of one run of a GPU test program (tests/test_seed.hpp:
+// GQLA_TEST_SEED when set, to replay a run, otherwise a fresh one, so every
+// run draws new inputs), fixed for the process and printed on first use, so
+// the output of a failing run says how to replay it.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <random>
+
+#include "tests/test_seed.hpp"
 
 namespace gqla::test {
 
 inline uint32_t run_seed() {
     static const uint32_t seed = [] {
-        const char* replay = std::getenv("GQLA_TEST_SEED");
-        const uint32_t s = replay ? static_cast<uint32_t>(std::strtoull(replay, nullptr, 10)) : std::random_device{}();
+        const uint32_t s = static_cast<uint32_t>(test_seed());
         std::printf("random seed %u (replay with GQLA_TEST_SEED=%u)\n", s, s);
         std::fflush(stdout);
         return s;
