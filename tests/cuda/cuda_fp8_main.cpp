@@ -9,6 +9,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -46,6 +47,51 @@ gqla_config llama3_8b() {
     c.max_batch = 8;
     c.io_dtype = GQLA_DTYPE_BF16;
     return c;
+}
+
+// A NaN written into element `col` of KV head `kv_head`'s value of token `token`.
+struct ValueNan {
+    int64_t token, kv_head, col;
+};
+
+// The outputs (f32, [n][H][D]) of one call of n random queries on a GPU
+// session of the GQA kind with an 8-bit cache (H heads over G KV heads, keys
+// and values D wide) over one sequence of L random tokens whose values have
+// NaN at `nans` (each row's scale comes from its finite elements).
+std::vector<float> outputs_over_nans(int64_t H, int64_t G, int64_t D, int64_t L, int64_t n,
+                                     const std::vector<ValueNan>& nans, uint64_t seed) {
+    gqla_config c;
+    gqla_config_default(&c, GQLA_KIND_GQA);
+    c.num_heads = static_cast<int32_t>(H);
+    c.num_kv_heads = static_cast<int32_t>(G);
+    c.head_dim = static_cast<int32_t>(D);
+    c.max_tokens = 1024;
+    c.max_q_len = std::max<int32_t>(c.max_q_len, static_cast<int32_t>(n));
+    c.cache_dtype = GQLA_DTYPE_FP8_E4M3;
+    c.device = GQLA_DEVICE_CUDA;
+    gqla_session* s = nullptr;
+    REQUIRE(gqla_session_create(&c, &s) == GQLA_OK);
+    gqla_seq_id seq = 0;
+    REQUIRE(gqla_sequence_add(s, &seq) == GQLA_OK);
+    std::mt19937_64 gen(seed);
+    std::normal_distribution<float> dist(0.f, 1.f);
+    std::vector<float> k(L * G * D), v(L * G * D), q(n * H * D), o(n * H * D, -7.f);
+    for (float& x : k) x = dist(gen);
+    for (float& x : v) x = dist(gen);
+    for (float& x : q) x = dist(gen);
+    for (const ValueNan& at : nans)
+        v[(at.token * G + at.kv_head) * D + at.col] = std::numeric_limits<float>::quiet_NaN();
+    const int64_t kv_shape[3] = {L, G, D}, q_shape[4] = {1, n, H, D};
+    gqla_tensor tk, tv, tq, to;
+    REQUIRE(gqla_tensor_init(&tk, k.data(), GQLA_DTYPE_F32, 3, kv_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&tv, v.data(), GQLA_DTYPE_F32, 3, kv_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&tq, q.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&to, o.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
+    REQUIRE(gqla_append(s, 0, seq, &tk, &tv) == GQLA_OK);
+    REQUIRE(gqla_decode(s, 0, 1, &seq, &tq, &to, nullptr) == GQLA_OK);
+    REQUIRE(gqla_session_synchronize(s) == GQLA_OK);
+    gqla_session_destroy(s);
+    return o;
 }
 
 }  // namespace
@@ -149,39 +195,10 @@ TEST_CASE("cuda fp8: a NaN in a prefill chunk's causal tail reaches only the que
     // two blocks of the prefill kernel. Token 299's value has NaN in column
     // 3 of KV head 1: only the last query sees it. Token 10's value has NaN
     // in column 5 of KV head 0: every query sees it, in that column only.
-    gqla_config c;
-    gqla_config_default(&c, GQLA_KIND_GQA);
-    c.num_heads = 8;
-    c.num_kv_heads = 2;
-    c.head_dim = 128;
-    c.max_tokens = 1024;
-    c.max_q_len = 64;
-    c.cache_dtype = GQLA_DTYPE_FP8_E4M3;
-    c.device = GQLA_DEVICE_CUDA;
-    gqla_session* s = nullptr;
-    REQUIRE(gqla_session_create(&c, &s) == GQLA_OK);
-    gqla_seq_id seq = 0;
-    REQUIRE(gqla_sequence_add(s, &seq) == GQLA_OK);
     const int64_t L = 300, G = 2, H = 8, D = 128, n = 64;
     const uint64_t seed = abi::test_seed();
     INFO(abi::replay_hint(seed));
-    std::mt19937_64 gen(seed);
-    std::normal_distribution<float> dist(0.f, 1.f);
-    std::vector<float> k(L * G * D), v(L * G * D), q(n * H * D), o(n * H * D, -7.f);
-    for (float& x : k) x = dist(gen);
-    for (float& x : v) x = dist(gen);
-    for (float& x : q) x = dist(gen);
-    v[((L - 1) * G + 1) * D + 3] = std::numeric_limits<float>::quiet_NaN();
-    v[(10 * G + 0) * D + 5] = std::numeric_limits<float>::quiet_NaN();
-    const int64_t kv_shape[3] = {L, G, D}, q_shape[4] = {1, n, H, D};
-    gqla_tensor tk, tv, tq, to;
-    REQUIRE(gqla_tensor_init(&tk, k.data(), GQLA_DTYPE_F32, 3, kv_shape) == GQLA_OK);
-    REQUIRE(gqla_tensor_init(&tv, v.data(), GQLA_DTYPE_F32, 3, kv_shape) == GQLA_OK);
-    REQUIRE(gqla_tensor_init(&tq, q.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
-    REQUIRE(gqla_tensor_init(&to, o.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
-    REQUIRE(gqla_append(s, 0, seq, &tk, &tv) == GQLA_OK);
-    REQUIRE(gqla_decode(s, 0, 1, &seq, &tq, &to, nullptr) == GQLA_OK);
-    REQUIRE(gqla_session_synchronize(s) == GQLA_OK);
+    const std::vector<float> o = outputs_over_nans(H, G, D, L, n, {{L - 1, 1, 3}, {10, 0, 5}}, seed);
     int64_t wrong = 0;  // counted, not CHECKed per element: 65536 outputs
     for (int64_t qi = 0; qi < n; ++qi)
         for (int64_t h = 0; h < H; ++h)
@@ -197,7 +214,6 @@ TEST_CASE("cuda fp8: a NaN in a prefill chunk's causal tail reaches only the que
                 if (!ok && wrong++ < 8) MESSAGE("query " << qi << " head " << h << " column " << col << ": " << x);
             }
     CHECK(wrong == 0);
-    gqla_session_destroy(s);
 }
 
 TEST_CASE("cuda fp8: GQLA sessions and shapes the kernels do not read are refused naming the field") {
@@ -236,38 +252,10 @@ TEST_CASE("cuda fp8: a NaN reaches exactly the outputs that read it, and never a
     // element reaches its own column of every row that reads it; one in the
     // causal tail (scrubbed for the queries that may not see it) reaches the
     // whole rows of those that may.
-    gqla_config c;
-    gqla_config_default(&c, GQLA_KIND_GQA);
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 16;
-    c.max_tokens = 256;
-    c.cache_dtype = GQLA_DTYPE_FP8_E4M3;
-    c.device = GQLA_DEVICE_CUDA;
-    gqla_session* s = nullptr;
-    REQUIRE(gqla_session_create(&c, &s) == GQLA_OK);
-    gqla_seq_id seq = 0;
-    REQUIRE(gqla_sequence_add(s, &seq) == GQLA_OK);
     const int64_t L = 70, G = 2, H = 4, D = 16;
     const uint64_t seed = abi::test_seed();
     INFO(abi::replay_hint(seed));
-    std::mt19937_64 gen(seed);
-    std::normal_distribution<float> dist(0.f, 1.f);
-    std::vector<float> k(L * G * D), v(L * G * D), q(2 * H * D), o(2 * H * D, -7.f);
-    for (float& x : k) x = dist(gen);
-    for (float& x : v) x = dist(gen);
-    for (float& x : q) x = dist(gen);
-    v[((L - 1) * G + 1) * D + 3] = std::numeric_limits<float>::quiet_NaN();
-    v[(10 * G + 0) * D + 5] = std::numeric_limits<float>::quiet_NaN();
-    const int64_t kv_shape[3] = {L, G, D}, q_shape[4] = {1, 2, H, D};
-    gqla_tensor tk, tv, tq, to;
-    REQUIRE(gqla_tensor_init(&tk, k.data(), GQLA_DTYPE_F32, 3, kv_shape) == GQLA_OK);
-    REQUIRE(gqla_tensor_init(&tv, v.data(), GQLA_DTYPE_F32, 3, kv_shape) == GQLA_OK);
-    REQUIRE(gqla_tensor_init(&tq, q.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
-    REQUIRE(gqla_tensor_init(&to, o.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
-    REQUIRE(gqla_append(s, 0, seq, &tk, &tv) == GQLA_OK);
-    REQUIRE(gqla_decode(s, 0, 1, &seq, &tq, &to, nullptr) == GQLA_OK);
-    REQUIRE(gqla_session_synchronize(s) == GQLA_OK);
+    const std::vector<float> o = outputs_over_nans(H, G, D, L, 2, {{L - 1, 1, 3}, {10, 0, 5}}, seed);
     for (int64_t qi = 0; qi < 2; ++qi)
         for (int64_t h = 0; h < H; ++h)
             for (int64_t col = 0; col < D; ++col) {
@@ -284,7 +272,6 @@ TEST_CASE("cuda fp8: a NaN reaches exactly the outputs that read it, and never a
                     CHECK(std::isnan(x));
                 }
             }
-    gqla_session_destroy(s);
 }
 
 int main(int argc, char** argv) { return gpu_doctest_main(argc, argv, fp8test::use_device); }
