@@ -10,6 +10,8 @@ measures), TFLOP/s counts the causal pairs of the form that ran (gqla-bench's
 column is its fastest SDPA backend and form; torch/gqla > 1: gqla faster.
 DeepSeek-V3 rows compare with SDPA on the expanded MHA form (H=128, qk 192, v
 128); LLaMA-3-8B-GQLA rows with GQA 32/8 D128, the shape of its expanded form.
+GQA rows over an fp8_e4m3 cache (where the JSON has them) compare with the
+same bf16 SDPA row: torch has no 8-bit cache.
 
 Usage: prefill_table.py GQLA.jsonl PEER.json
 """
@@ -73,9 +75,11 @@ def main():
         peer = []
     print(f"{'prefill, B=1 T=4096':<42} {'gqla_us':>10} {'torch_us':>10} {'torch/gqla':>9} {'TFLOP/s':>8} "
           f"{'%peak':>7} {'rel_err':>8}  torch backend")
-    for s_q in (128, 512, 2048):
-        line(f"GQA 32/8 D128 s_q={s_q}", find(gqla, preset="llama3-8b", api="attention", s_q=s_q, q_lens=None),
-             torch_row(peer, "gqa 32/8 D128", "prefill", s_q))
+    for dtype, label in (("bf16", ""), ("fp8_e4m3", " fp8")):
+        for s_q in (128, 512, 2048):
+            g = find(gqla, preset="llama3-8b", api="attention", s_q=s_q, q_lens=None, dtype=dtype)
+            if g is not None or dtype == "bf16":
+                line(f"GQA 32/8 D128{label} s_q={s_q}", g, torch_row(peer, "gqa 32/8 D128", "prefill", s_q))
     for preset, label, peer_name in [("deepseek-v3", "DeepSeek-V3", "dsv3 MHA expanded (H128, qk 192, v 128)"),
                                      ("llama3-8b-gqla", "LLaMA-3-8B-GQLA", "gqa 32/8 D128")]:
         t = torch_row(peer, peer_name, "prefill", 2048)
@@ -87,7 +91,7 @@ def main():
     t_ragged = torch_row(peer, "gqa 32/8 D128 ragged 1x47,2048x1", "ragged")
     line("GQA ragged 1x47,2048x1, one call", ragged, t_ragged)
     decode = find(gqla, preset="llama3-8b", api="decode", batch=47, s_q=1)
-    chunk = find(gqla, preset="llama3-8b", api="attention", s_q=2048, q_lens=None)
+    chunk = find(gqla, preset="llama3-8b", api="attention", s_q=2048, q_lens=None, dtype="bf16")
     if decode and chunk:
         line("  as 2 gqla calls (B=47 decode + chunk)", None, t_ragged, us=gqla_us(decode) + gqla_us(chunk))
         if ragged:

@@ -10,7 +10,7 @@
 # Without `test` only gqla-bench and the CUDA module are built.
 # Logs go to $OUT (or ./gpu-out); a short table is printed last.
 # Usage: bench/cuda/run_on_gpu.sh [test] [bench] [peer] [auto] [prefill] [sparse]   (default: all)
-#   prefill: gqla-bench on prefill chunks (GQA 32/8 s_q 128/512/2048; DeepSeek-V3 and
+#   prefill: gqla-bench on prefill chunks (GQA 32/8 s_q 128/512/2048, bf16 and fp8 caches; DeepSeek-V3 and
 #   LLaMA-3-8B-GQLA s_q 2048 with AUTO per call, absorb and transient; a ragged
 #   1x47,2048x1 call and its two parts), the torch peer's prefill rows, and one
 #   side-by-side table (prefill_table.py).
@@ -64,7 +64,8 @@ for w in $what; do
     prefill)
       on_gpu=(--device cuda --io bf16)
       {
-        timeout 150 "$bench" "${on_gpu[@]}" --preset llama3-8b --batch 1 --context 4096 --s-q 128,512,2048 --json || status=1
+        timeout 150 "$bench" "${on_gpu[@]}" --preset llama3-8b --batch 1 --context 4096 --s-q 128,512,2048 \
+          --dtype bf16,fp8_e4m3 --json || status=1
         timeout 200 "$bench" "${on_gpu[@]}" --preset deepseek-v3,llama3-8b-gqla --path auto,absorb,transient \
           --batch 1 --context 4096 --s-q 2048 --json || status=1
         timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b --context 4096 --q-lens 1x47,2048x1 --json || status=1
