@@ -3,8 +3,9 @@
 // tests/abi/test_fp8_cache.cpp on the GPU (ctest passes the case names),
 // plus the GPU's own: LLaMA-3-8B shapes through 16-byte copies and several
 // 16-row blocks per group, prefill chunks through the wgmma prefill kernel,
-// and the refusals of what the CUDA kernels do not read. Both bounds of docs/numerics.md: the bf16 bound against the float64
-// reference on the dequantized cache, 6e-2 against the inputs as given.
+// and the refusals of what the CUDA kernels do not read. Both bounds of
+// docs/numerics.md: the bf16 bound against the float64 reference on the
+// dequantized cache, 6e-2 against the inputs as given.
 // Exits 77 (skipped) where no GPU is visible.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the doctest suites of this folder share: normal random inputs drawn
-// from a suite's own engine (each suite keeps its engine type; seeds: run_seed.hpp), the
-// cache dtypes' tolerances against the float64 reference, and a CHECK that
-// names what it measured.
+// from a suite's own engine (each suite keeps its engine type; its seed
+// comes from run_seed.hpp), the cache dtypes' tolerances against the float64
+// reference, and a CHECK that names what it measured.
 #pragma once
 
 #include <doctest/doctest.h>

@@ -15,7 +15,7 @@ namespace gqla::test {
 inline uint32_t run_seed() {
     static const uint32_t seed = [] {
         const uint32_t s = static_cast<uint32_t>(test_seed());
-        std::printf("random seed %u (replay with GQLA_TEST_SEED=%u)\n", s, s);
+        std::printf("%s\n", replay_hint(s).c_str());
         std::fflush(stdout);
         return s;
     }();
