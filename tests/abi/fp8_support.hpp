@@ -58,12 +58,8 @@ inline void expanded_cache_as_stored(int G, int r, int dc, int dr, int dv, int64
     std::vector<double> row(size_t(dc + dv));
     for (int64_t j = 0; j < L; ++j)
         for (int g = 0; g < G; ++g) {
-            for (int i = 0; i < dc + dv; ++i) {
-                double s = 0.0;
-                const double* w = W + (int64_t(g) * (dc + dv) + i) * r;
-                for (int k = 0; k < r; ++k) s += w[k] * C[j * r + k];
-                row[size_t(i)] = static_cast<float>(s);
-            }
+            for (int i = 0; i < dc + dv; ++i)
+                row[size_t(i)] = static_cast<float>(gqla::ref::dot(W + (int64_t(g) * (dc + dv) + i) * r, C + j * r, r));
             double* kd = K->data() + (j * G + g) * (dc + dr);
             fake_quantize(row.data(), dc, kd);
             for (int e = 0; e < dr; ++e) kd[dc + e] = KR[j * dr + e];

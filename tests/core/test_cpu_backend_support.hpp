@@ -308,23 +308,9 @@ private:
         const int64_t G = d.num_kv_heads, r = d.latent_dim, dc = d.nope_dim, dr = d.rope_dim, dv = d.value_dim;
         s.ek.resize(static_cast<size_t>(s.length * G * (dc + dr)));
         s.ev.resize(static_cast<size_t>(s.length * G * dv));
-        for (int64_t j = s.expanded; j < s.length; ++j) {
-            const double* c = s.a.data() + j * r;
-            for (int64_t g = 0; g < G; ++g) {
-                double* k = s.ek.data() + (j * G + g) * (dc + dr);
-                double* v = s.ev.data() + (j * G + g) * dv;
-                for (int64_t row = 0; row < dc + dv; ++row) {
-                    const double* w = weights_.data() + (g * (dc + dv) + row) * r;
-                    double acc = 0.0;
-                    for (int64_t x = 0; x < r; ++x) acc += w[x] * c[x];
-                    if (row < dc)
-                        k[row] = acc;
-                    else
-                        v[row - dc] = acc;
-                }
-                for (int64_t x = 0; x < dr; ++x) k[dc + x] = s.b[static_cast<size_t>(j * dr + x)];
-            }
-        }
+        for (int64_t j = s.expanded; j < s.length; ++j)
+            gqla::ref::gqla_token_rows(int(G), int(r), int(dc), int(dr), int(dv), weights_.data(), s.a.data() + j * r,
+                                       s.b.data() + j * dr, s.ek.data() + j * G * (dc + dr), s.ev.data() + j * G * dv);
         s.expanded = s.length;
     }
 

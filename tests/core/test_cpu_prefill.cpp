@@ -43,22 +43,10 @@ public:
         if (!e.first.empty()) return e;
         const gqla_backend_desc& d = drv.desc();
         const int64_t G = d.num_kv_heads, r = d.latent_dim, dc = d.nope_dim, dr = d.rope_dim, dv = d.value_dim;
-        const std::vector<double>& w = drv.weights();
         e.first.resize(static_cast<size_t>(s.length * G * (dc + dr)));
         e.second.resize(static_cast<size_t>(s.length * G * dv));
-        for (int64_t j = 0; j < s.length; ++j)
-            for (int64_t g = 0; g < G; ++g) {
-                double* k = e.first.data() + (j * G + g) * (dc + dr);
-                double* v = e.second.data() + (j * G + g) * dv;
-                for (int64_t row = 0; row < dc + dv; ++row) {
-                    const double* wr = w.data() + (g * (dc + dv) + row) * r;
-                    const double* c = s.a.data() + j * r;
-                    double acc = 0.0;
-                    for (int64_t x = 0; x < r; ++x) acc += wr[x] * c[x];
-                    (row < dc ? k[row] : v[row - dc]) = acc;
-                }
-                for (int64_t x = 0; x < dr; ++x) k[dc + x] = s.b[static_cast<size_t>(j * dr + x)];
-            }
+        gqla::ref::gqla_expanded_rows(int(G), int(r), int(dc), int(dr), int(dv), s.length, drv.weights().data(),
+                                      s.a.data(), s.b.data(), e.first.data(), e.second.data());
         return e;
     }
 

@@ -12,14 +12,14 @@
 namespace gqla::ref {
 namespace {
 
-// Softmax-weighted sum over the visible prefix [0, visible) of one head.
-// scores[j] are already scaled. Writes out[dv] and, when wanted, the lse.
+// Softmax-weighted sum over the visible prefix [0, visible) of one head,
+// value j at values + j * value_stride. scores[j] are already scaled. Writes out[dv] and, when wanted, the lse.
 // Positions past the prefix are never read, so whatever they hold (NaN, inf)
 // cannot reach the result; inside it, IEEE arithmetic decides: a NaN score or
 // value makes the result NaN, a +inf score gives exp(inf - inf) = NaN, a -inf
 // score weighs exactly 0.
-void attend(const std::vector<double>& scores, int64_t visible, const std::vector<double>& values, int dv, double* out,
-            double* lse) {
+void attend(const std::vector<double>& scores, int64_t visible, const double* values, size_t value_stride, int dv,
+            double* out, double* lse) {
     // std::max(m, NaN) is m: a NaN score stays out of the maximum and turns
     // its weight, and so the result, into NaN below.
     double max_score = -std::numeric_limits<double>::infinity();
@@ -29,7 +29,7 @@ void attend(const std::vector<double>& scores, int64_t visible, const std::vecto
     for (int64_t j = 0; j < visible; ++j) {
         const double w = std::exp(scores[j] - max_score);
         denom += w;
-        const double* v = &values[static_cast<size_t>(j) * dv];
+        const double* v = values + static_cast<size_t>(j) * value_stride;
         for (int d = 0; d < dv; ++d) acc[d] += w * v[d];
     }
     for (int d = 0; d < dv; ++d) out[d] = acc[d] / denom;
@@ -42,7 +42,6 @@ void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale, c
                 const double* V, double* o, double* lse) {
     const int n_rep = H / G;
     std::vector<double> scores(static_cast<size_t>(L));
-    std::vector<double> values(static_cast<size_t>(L) * Dv);
     for (int i = 0; i < s_q; ++i) {
         const int64_t visible = L - s_q + i + 1;  // positions j <= L - s_q + i
         for (int h = 0; h < H; ++h) {
@@ -50,14 +49,11 @@ void gqa_decode(int H, int G, int D, int Dv, int64_t L, int s_q, double scale, c
             const double* qh = q + (static_cast<size_t>(i) * H + h) * D;
             for (int64_t j = 0; j < visible; ++j) {
                 const double* k = K + (static_cast<size_t>(j) * G + g) * D;
-                double dot = 0.0;
-                for (int d = 0; d < D; ++d) dot += qh[d] * k[d];
-                scores[j] = scale * dot;
-                const double* v = V + (static_cast<size_t>(j) * G + g) * Dv;
-                for (int d = 0; d < Dv; ++d) values[static_cast<size_t>(j) * Dv + d] = v[d];
+                scores[j] = scale * dot(qh, k, D);
             }
             double* lse_ih = lse ? lse + static_cast<size_t>(i) * H + h : nullptr;
-            attend(scores, visible, values, Dv, o + (static_cast<size_t>(i) * H + h) * Dv, lse_ih);
+            attend(scores, visible, V + static_cast<size_t>(g) * Dv, static_cast<size_t>(G) * Dv, Dv,
+                   o + (static_cast<size_t>(i) * H + h) * Dv, lse_ih);
         }
     }
 }
@@ -71,17 +67,9 @@ void gqla_token_rows(int G, int r, int d_c, int d_r, int d_v, const double* W, c
         const double* w_uv = w_uk + static_cast<size_t>(d_c) * r;
         double* key = keys + static_cast<size_t>(g) * dq;
         double* val = vals + static_cast<size_t>(g) * d_v;
-        for (int row = 0; row < d_c; ++row) {
-            double sum = 0.0;
-            for (int t = 0; t < r; ++t) sum += w_uk[static_cast<size_t>(row) * r + t] * c[t];
-            key[row] = sum;
-        }
+        for (int row = 0; row < d_c; ++row) key[row] = dot(w_uk + static_cast<size_t>(row) * r, c, r);
         for (int d = 0; d < d_r; ++d) key[d_c + d] = kr[d];
-        for (int row = 0; row < d_v; ++row) {
-            double sum = 0.0;
-            for (int t = 0; t < r; ++t) sum += w_uv[static_cast<size_t>(row) * r + t] * c[t];
-            val[row] = sum;
-        }
+        for (int row = 0; row < d_v; ++row) val[row] = dot(w_uv + static_cast<size_t>(row) * r, c, r);
     }
 }
 
@@ -103,6 +91,19 @@ void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int 
     gqla_expanded_rows(G, r, d_c, d_r, d_v, L, W, C, KR, keys.data(), vals.data());
     // With keys and values formed, the score is q[h]·key and the rest is GQA.
     gqa_decode(H, G, dq, d_v, L, s_q, scale, q, keys.data(), vals.data(), o, lse);
+}
+
+double dot(const double* a, const double* b, int64_t n) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; ++i) s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
 }
 
 double rel_l2(const double* a, const double* ref, size_t n) {

@@ -41,6 +41,11 @@ void gqla_expanded_rows(int G, int r, int d_c, int d_r, int d_v, int64_t L, cons
 void gqla_decode(int H, int G, int r, int d_c, int d_r, int d_v, int64_t L, int s_q, double scale, const double* q,
                  const double* W, const double* C, const double* KR, double* o, double* lse);
 
+// sum of a[i] * b[i] over n elements, in four interleaved partial sums (a
+// float64 sum in any order is far inside every tolerance the tests use; one
+// running sum would make the references latency-bound).
+double dot(const double* a, const double* b, int64_t n);
+
 // ||a - ref|| / ||ref|| (L2 over n elements); returns +inf if a has a NaN/inf.
 double rel_l2(const double* a, const double* ref, size_t n);
 double rel_l2(const float* a, const double* ref, size_t n);

@@ -33,10 +33,7 @@ void attend_listed(const std::vector<int64_t>& pos, const double* qh, int dk, in
     std::vector<double> scores(pos.size());
     double max_score = -std::numeric_limits<double>::infinity();
     for (size_t t = 0; t < pos.size(); ++t) {
-        const double* k = key(pos[t]);
-        double dot = 0.0;
-        for (int d = 0; d < dk; ++d) dot += qh[d] * k[d];
-        scores[t] = scale * dot;
+        scores[t] = scale * dot(qh, key(pos[t]), dk);
         max_score = std::max(max_score, scores[t]);
     }
     double denom = 0.0;
