@@ -17,6 +17,7 @@
 
 #include "core/dtype.hpp"
 #include "tests/reference/reference.hpp"
+#include "tests/scoped_env.hpp"
 #include "harness.hpp"
 
 namespace nonfinite {
@@ -45,35 +46,13 @@ inline uint64_t probed_isa() {
     return info.isa_flags;
 }
 
-// Sets GQLA_MAX_ISA for the sessions created in its scope (the CPU backend
-// picks its kernel table at session creation), then restores it.
-class IsaScope {
-public:
-    explicit IsaScope(const char* cap) {
-        if (const char* old = std::getenv("GQLA_MAX_ISA")) saved_ = old, had_ = true;
-        setenv("GQLA_MAX_ISA", cap, 1);
-    }
-    ~IsaScope() {
-        if (had_)
-            setenv("GQLA_MAX_ISA", saved_.c_str(), 1);
-        else
-            unsetenv("GQLA_MAX_ISA");
-    }
-    IsaScope(const IsaScope&) = delete;
-    IsaScope& operator=(const IsaScope&) = delete;
-
-private:
-    std::string saved_;
-    bool had_ = false;
-};
-
 // Calls f(cap) once per kernel table the host (under any outer cap) offers.
 template <class F>
 void for_each_isa(F&& f) {
     const uint64_t host = probed_isa();
     for (const IsaCap& c : isa_caps()) {
         if ((host & c.needs) != c.needs) continue;
-        IsaScope scope(c.cap);
+        gqla::test::ScopedEnv scope("GQLA_MAX_ISA", c.cap);  // the CPU backend picks its table at create
         const std::string max_isa = c.cap;
         CAPTURE(max_isa);
         f(c.cap);

@@ -21,32 +21,11 @@
 #include "backends/cpu/probe/cpu_probe.hpp"
 #include "core/probe.hpp"
 #include "backends/cpu/probe/probe_cache_file.hpp"
+#include "tests/scoped_env.hpp"
 
 namespace {
 
-// Sets an environment variable for the scope of a test and restores it.
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        const char* old = std::getenv(name);
-        had_ = old != nullptr;
-        if (had_) old_ = old;
-        if (value)
-            setenv(name, value, 1);
-        else
-            unsetenv(name);
-    }
-    ~ScopedEnv() {
-        if (had_)
-            setenv(name_.c_str(), old_.c_str(), 1);
-        else
-            unsetenv(name_.c_str());
-    }
-
-private:
-    std::string name_, old_;
-    bool had_ = false;
-};
+using gqla::test::ScopedEnv;
 
 gqla_probe_info probe(uint32_t flags) {
     gqla_probe_info info{};
