@@ -74,7 +74,8 @@ void vt_memory_usage(void* ctx, int64_t out[4]) {
                                   s.part_lse2.bytes() + s.q_nope.bytes() + s.q_att.bytes() + s.o_att.bytes() +
                                   s.o_proj.bytes() + s.expand_in.bytes() + s.expand_out.bytes() + s.row_tokens.bytes() +
                                   s.staged_a.bytes() + s.staged_b.bytes() + s.transient_kc.bytes() +
-                                  s.transient_ve.bytes() + s.transient_tokens.bytes());
+                                  s.transient_ve.bytes() + s.transient_tokens.bytes() + s.widened_k.bytes() +
+                                  s.widened_v.bytes() + s.widened_table.bytes() + s.widened_lengths.bytes());
 }
 
 gqla_status vt_set_weights(void* ctx, int32_t layer, const gqla_view* w) {
@@ -156,10 +157,12 @@ gqla_status vt_synchronize(void* ctx) {
 //     blocks (kPrefillHalfRows): priced at 0.55 x rows / 128. DeepSeek-V3
 //     at B = 8, T = 4096, s_q 64 / 96: 812 / 830 us measured, 846 / 841
 //     priced (the streaming kernels before: 3895 / 7072 us).
-//     fp8_e4m3 caches (the 8-bit variant, keys 128): 0.28, the bf16 factor
-//     times the two variants' measured ratio (H100, GQA 32/8 B=1 T=4096,
-//     one run: s_q 512 / 2048 at 186 / 194 TFLOP/s against bf16's 362 /
-//     380: 0.51). Not refitted on a grid.
+//     fp8_e4m3 caches (keys 128): 0.38, the bf16 factor times the measured
+//     ratio to bf16 (H100, GQA 32/8 B=1 T=4096, one run): s_q 512 / 2048
+//     over pages widened to bf16 (fp8_widening.hpp) at 214 / 302 TFLOP/s
+//     against bf16's 361 / 379 (0.59 / 0.80); launches of fewer than 8 row
+//     blocks per group on the 8-bit variant at ~0.51 of bf16. Not refitted
+//     on a grid.
 //   Sparse calls in the GQA form (kept or transient) gather one row per
 //     group, position and query with cp.async instead of TMA pages: 0.5 of
 //     the GQA path's memory factor. On the H200's validate-auto sparse grid
@@ -197,7 +200,7 @@ void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout
     p.num_heads = desc->num_heads;
     p.heads_per_group = desc->num_heads / desc->num_kv_heads;
     if (!prefill_wgmma_fits(p)) return;
-    inout->prefill_compute = desc->cache_dtype == GQLA_DTYPE_FP8_E4M3 ? 0.28 : 0.55;
+    inout->prefill_compute = desc->cache_dtype == GQLA_DTYPE_FP8_E4M3 ? 0.38 : 0.55;
     inout->prefill_min_queries = kPrefillMinQueries;
     inout->prefill_min_rows = kPrefillRows;
     inout->prefill_half_rows = kPrefillHalfRows;

@@ -24,6 +24,7 @@
 #include "core/dtype.hpp"
 #include "decode_plan.hpp"
 #include "latent_wgmma.hpp"
+#include "fp8_widening.hpp"
 #include "prefill_wgmma.hpp"
 
 namespace gqla::cuda {
@@ -101,8 +102,10 @@ gqla_decode_args unfold_sparse_rows(Session& s, const gqla_decode_args& a, Atten
 
 // Launches attention (+ combine) over the whole batch in chunks of kMaxLaunchBatch.
 // narrow_maps: TMA maps of the layer's pools for the narrow kernel, or null.
+// slots_by_call_index: p's page table and lengths are indexed by each
+// sequence's place in the call (widened 8-bit pages), not by its slot.
 void run_attention(Session& s, AttentionParams p, const gqla_decode_args& call, int groups,
-                   const NarrowTmaMaps* narrow_maps = nullptr) {
+                   const NarrowTmaMaps* narrow_maps = nullptr, bool slots_by_call_index = false) {
     const bool sparse = call.indices.data != nullptr;
     const gqla_decode_args a = sparse ? unfold_sparse_rows(s, call, &p) : call;
     if (sparse) narrow_maps = nullptr;  // gathered rows, not page boxes
@@ -120,7 +123,7 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& call, 
         const int nb = std::min(kMaxLaunchBatch, a.batch - first);
         int64_t max_len = 0;
         for (int i = 0; i < nb; ++i) {
-            p.slots[i] = a.seqs[first + i].slot;
+            p.slots[i] = slots_by_call_index ? first + i : a.seqs[first + i].slot;
             max_len = std::max<int64_t>(max_len, a.seqs[first + i].length);
         }
         p.batch = nb;
@@ -141,29 +144,31 @@ void run_attention(Session& s, AttentionParams p, const gqla_decode_args& call, 
         p.num_splits = splits;
         p.cluster_merge = cluster ? 1 : 0;
         dim3 grid(groups * row_blocks, nb, p.num_splits);
+        const gqla_dtype cache = static_cast<gqla_dtype>(p.cache_dtype);  // what this launch reads
         if (s.trace)
             std::fprintf(
                 stderr,
-                "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld%s%s\n",
+                "gqla-cuda: attention %s rows=%d grid=(%u,%u,%u) smem=%d blocks/SM=%d stages=%d max_len=%lld%s%s%s\n",
                 kernel_name(plan), p.rows, grid.x, grid.y, grid.z, plan.smem_bytes, plan.blocks_per_sm, plan.stages,
-                (long long)max_len, p.cluster_merge ? " cluster-merge" : "", p.q_rope ? " q-in-place" : "");
+                (long long)max_len, p.cluster_merge ? " cluster-merge" : "", p.q_rope ? " q-in-place" : "",
+                slots_by_call_index ? " widened-fp8" : "");
         if (plan.prefill_wgmma)
-            launch_prefill_wgmma(s.desc.cache_dtype, p, narrow_maps ? *narrow_maps : NarrowTmaMaps{}, s.prefill_turns,
-                                 grid, s.stream);
+            launch_prefill_wgmma(cache, p, narrow_maps ? *narrow_maps : NarrowTmaMaps{}, s.prefill_turns, grid,
+                                 s.stream);
         else if (plan.latent_wgmma)
-            launch_latent_wgmma(s.desc.cache_dtype, p,
+            launch_latent_wgmma(cache, p,
                                 s.latent_maps.empty() ? LatentTmaMaps{} : s.latent_maps[static_cast<size_t>(a.layer)],
                                 grid, plan.rows_per_cta, s.latent_dependent_launch, s.stream);
         else if (plan.narrow)
-            launch_attention_narrow(s.desc.cache_dtype, plan.stages, plan.narrow_rows, plan.narrow_dims,
-                                    plan.narrow_warps, plan.narrow_row_blocks, p,
-                                    narrow_maps ? *narrow_maps : NarrowTmaMaps{}, grid, plan.smem_bytes, s.stream);
+            launch_attention_narrow(cache, plan.stages, plan.narrow_rows, plan.narrow_dims, plan.narrow_warps,
+                                    plan.narrow_row_blocks, p, narrow_maps ? *narrow_maps : NarrowTmaMaps{}, grid,
+                                    plan.smem_bytes, s.stream);
         else if (plan.per_warp)
-            launch_attention_warp(s.desc.cache_dtype, plan.stages, p, grid, plan.smem_bytes, s.stream);
+            launch_attention_warp(cache, plan.stages, p, grid, plan.smem_bytes, s.stream);
         else if (plan.simt)
             launch_attention_simt(p, grid, plan.smem_bytes, s.stream);
         else
-            launch_attention_mma(plan.variant, s.desc.cache_dtype, p, grid, plan.smem_bytes, s.stream);
+            launch_attention_mma(plan.variant, cache, p, grid, plan.smem_bytes, s.stream);
         if (p.num_splits > 1 && !p.cluster_merge) {
             CombineParams c{};
             c.batch = nb;
@@ -244,7 +249,9 @@ void decode_gqa_path(Session& s, const gqla_decode_args& a, const Rows3& q, cons
     p.lse_sQ = lse_s[1];
     p.lse_sH = lse_s[2];
     const size_t layer = static_cast<size_t>(a.layer);
-    run_attention(s, p, a, d.num_kv_heads, layer < maps->size() ? &(*maps)[layer] : nullptr);
+    const NarrowTmaMaps* layer_maps = layer < maps->size() ? &(*maps)[layer] : nullptr;
+    const bool widened = widen_fp8_for_prefill(s, a, &p, &layer_maps);
+    run_attention(s, p, a, d.num_kv_heads, layer_maps, widened);
 }
 
 void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, const Rows3& o, float* lse,

@@ -159,7 +159,7 @@ bool plan_prefill_kernel(const Session& s, const AttentionParams& p, AttentionPl
     plan->prefill_wgmma = true;
     plan->rows_per_cta = kPrefillRows;
     plan->tile_tokens = kPrefillTile;
-    plan->smem_bytes = prefill_wgmma_smem_bytes(s.desc.cache_dtype, p.k1.dim + p.k2.dim);
+    plan->smem_bytes = prefill_wgmma_smem_bytes(static_cast<gqla_dtype>(p.cache_dtype), p.k1.dim + p.k2.dim);
     plan->blocks_per_sm = 1;
     return true;
 }
@@ -167,7 +167,7 @@ bool plan_prefill_kernel(const Session& s, const AttentionParams& p, AttentionPl
 AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma, int64_t launch_batch,
                              int64_t max_len) {
     AttentionPlan plan;
-    const gqla_dtype cache = s.desc.cache_dtype;
+    const gqla_dtype cache = static_cast<gqla_dtype>(p.cache_dtype);
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
     if (cache == GQLA_DTYPE_FP8_E4M3) {

@@ -35,7 +35,12 @@ const char* kernel_name(const AttentionPlan& plan);
 // plans around it before p is complete: query_in_place).
 bool plans_latent_kernel(const Session& s, const AttentionParams& p);
 
-// p: dims, dtype, rows and heads filled in; narrow_tma: the layer's pools
+// Prefill chunks: whether the sm_90a prefill kernel takes the launch p (and
+// *plan set for it).
+bool plan_prefill_kernel(const Session& s, const AttentionParams& p, AttentionPlan* plan);
+
+// p: dims, dtype (p.cache_dtype: what the launch reads, which for widened
+// 8-bit pages is bf16), rows and heads filled in; narrow_tma: the layer's pools
 // have valid NarrowTmaMaps; launch_batch: sequences in the largest launch of
 // the call; max_len: the call's longest sequence (cached tokens).
 AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_tma, int64_t launch_batch,

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // e4m3 (8-bit float, docs/fp8-cache.md) on the device: the quantization of
-// appended rows (scale = amax / 448, round to nearest even, saturating) and
-// the exact widening of stored bytes into f16 for the tensor cores.
+// appended rows (scale = amax / 448, round to nearest even, saturating), the
+// exact widening of stored bytes into f16 for the tensor cores, and their
+// widening with the row's scale into bf16 (the prefill kernel's 8-bit tiles
+// and the widened pages of fp8_widening.hpp).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -81,6 +83,22 @@ __device__ __forceinline__ void widen8_e4m3_to_f16(const unsigned char* src, __h
     *reinterpret_cast<uint4*>(dst) = make_uint4(
         e4m3x2_to_f16x2(static_cast<uint16_t>(in.x & 0xffffu)), e4m3x2_to_f16x2(static_cast<uint16_t>(in.x >> 16)),
         e4m3x2_to_f16x2(static_cast<uint16_t>(in.y & 0xffffu)), e4m3x2_to_f16x2(static_cast<uint16_t>(in.y >> 16)));
+}
+
+// 8 stored bytes times their row's scale -> 8 bf16 (e4m3 -> f16 is exact,
+// then one f32 product and one rounding per element: the bf16 nearest to
+// the dequantized value; NaN stays NaN).
+__device__ __forceinline__ uint4 widen8_e4m3_scaled(uint2 bytes, float scale) {
+    uint32_t out[4];
+    const uint32_t words[2] = {bytes.x, bytes.y};
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+        const uint32_t f16x2 = e4m3x2_to_f16x2(static_cast<uint16_t>(words[h >> 1] >> (16 * (h & 1))));
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&f16x2));
+        const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+        out[h] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+    return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 }  // namespace gqla::cuda

@@ -273,7 +273,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     prepare_narrow_kernels(s->smem_optin, cc_major >= 9);
     s->dependent_launch = cc_major >= 9 && t.pdl;
     s->use_cluster_merge = cc_major >= 9 && t.cluster_merge;
-    // 8-bit caches are read by the per-warp kernel alone (decode_plan.cpp).
+    // 8-bit pools are copied slot by slot (no TMA boxes).
     s->narrow_tma =
         cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && d.cache_dtype != GQLA_DTYPE_FP8_E4M3 && t.narrow_tma;
     s->use_narrow_fixed_dims = t.narrow_fixed_dims;
@@ -283,6 +283,7 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
     s->use_prefill_wgmma = prefill_wgmma_serves(t, s->device);
     s->prefill_turns = t.prefill_turns;
+    s->fp8_widening = t.fp8_widen;
     if (s->use_prefill_wgmma) prepare_prefill_wgmma_kernels();
     s->latent_transposed = t.latent_transposed;
     s->use_query_in_place = t.query_in_place;

@@ -97,6 +97,14 @@ struct Session {
     // pool's single layer, the rope part from that layer's KR.
     std::vector<NarrowTmaMaps> transient_maps;
 
+    // GQA kind, 8-bit cache: prefill launches of several row blocks per
+    // group read their sequences' pages widened once to bf16
+    // (fp8_widening.hpp): keys [page][G][P][D] and values [page][G][P][Dv]
+    // for widened_pages pages, the launch's page table and lengths. Grow
+    // with the largest such call; counted as workspace.
+    DeviceBuffer widened_k, widened_v, widened_table, widened_lengths;
+    int64_t widened_pages = 0;
+
     // Sparse calls (sparse_lists.hpp; grow with the largest call seen):
     // host index lists staged, then each query row's visible tokens.
     DeviceBuffer sparse_indices;               // int32 [total_q][topk]
@@ -144,6 +152,11 @@ struct Session {
     // group (off: GQLA_CUDA_PREFILL_WGMMA=0).
     bool use_prefill_wgmma = false;
     bool prefill_turns = true;  // the prefill kernel's consumers take turns (Tuning::prefill_turns)
+    // 8-bit GQA caches: prefill launches widen their pages once
+    // (fp8_widening.hpp): -1 those of at least kFp8WidenMinRowBlocks row
+    // blocks per group, 0 none, 1 every launch the prefill kernel takes
+    // (GQLA_CUDA_FP8_WIDEN unset, 0, other).
+    int fp8_widening = -1;
     // Absorb with one head per weight block (MLA, or head_weights) and q in
     // the cache dtype, its tokens evenly spaced: the query projection and
     // the latent kernel read q where it lies, no pack pass (off:

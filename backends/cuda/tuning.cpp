@@ -46,6 +46,7 @@ Tuning read_tuning() {
     t.latent_pdl = knob_on("GQLA_CUDA_LATENT_PDL");
     t.prefill_wgmma = knob_on("GQLA_CUDA_PREFILL_WGMMA");
     t.prefill_turns = knob_on("GQLA_CUDA_PREFILL_TURNS");
+    t.fp8_widen = knob_choice("GQLA_CUDA_FP8_WIDEN");
     t.pdl = knob_on("GQLA_CUDA_PDL");
     t.cluster_merge = knob_on("GQLA_CUDA_CLUSTER_MERGE");
     t.query_in_place = knob_on("GQLA_CUDA_QUERY_IN_PLACE");
@@ -62,16 +63,16 @@ Tuning read_tuning() {
 }
 
 void print_tuning(const Tuning& t, std::FILE* out) {
-    std::fprintf(
-        out,
-        "gqla-cuda: tuning warp_kernel=%d narrow_kernel=%d narrow_tma=%d narrow_fixed_dims=%d "
-        "latent_wgmma=%d latent_tma=%d latent_pdl=%d prefill_wgmma=%d prefill_turns=%d pdl=%d cluster_merge=%d "
-        "query_in_place=%d head_weights=%d cublaslt=%d narrow_shared=%d narrow_swizzle=%d narrow_wide=%d "
-        "latent_transposed=%d stages=%d narrow_max_rows=%d max_splits=%d\n",
-        t.warp_kernel, t.narrow_kernel, t.narrow_tma, t.narrow_fixed_dims, t.latent_wgmma, t.latent_tma, t.latent_pdl,
-        t.prefill_wgmma, t.prefill_turns, t.pdl, t.cluster_merge, t.query_in_place, t.head_weights, t.cublaslt,
-        t.narrow_shared, t.narrow_swizzle, t.narrow_wide, t.latent_transposed, t.pinned_stages, t.narrow_max_rows,
-        t.max_splits);
+    std::fprintf(out,
+                 "gqla-cuda: tuning warp_kernel=%d narrow_kernel=%d narrow_tma=%d narrow_fixed_dims=%d "
+                 "latent_wgmma=%d latent_tma=%d latent_pdl=%d prefill_wgmma=%d prefill_turns=%d fp8_widen=%d "
+                 "pdl=%d cluster_merge=%d query_in_place=%d head_weights=%d cublaslt=%d narrow_shared=%d "
+                 "narrow_swizzle=%d narrow_wide=%d "
+                 "latent_transposed=%d stages=%d narrow_max_rows=%d max_splits=%d\n",
+                 t.warp_kernel, t.narrow_kernel, t.narrow_tma, t.narrow_fixed_dims, t.latent_wgmma, t.latent_tma,
+                 t.latent_pdl, t.prefill_wgmma, t.prefill_turns, t.fp8_widen, t.pdl, t.cluster_merge, t.query_in_place,
+                 t.head_weights, t.cublaslt, t.narrow_shared, t.narrow_swizzle, t.narrow_wide, t.latent_transposed,
+                 t.pinned_stages, t.narrow_max_rows, t.max_splits);
 }
 
 bool prefill_wgmma_serves(const Tuning& t, int device) {

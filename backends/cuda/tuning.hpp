@@ -26,6 +26,7 @@ struct Tuning {
     bool latent_pdl = true;         // GQLA_CUDA_LATENT_PDL
     bool prefill_wgmma = true;      // GQLA_CUDA_PREFILL_WGMMA
     bool prefill_turns = true;      // GQLA_CUDA_PREFILL_TURNS
+    int fp8_widen = -1;             // GQLA_CUDA_FP8_WIDEN: -1 planned, 0 never, 1 every prefill-kernel launch
     bool pdl = true;                // GQLA_CUDA_PDL
     bool cluster_merge = true;      // GQLA_CUDA_CLUSTER_MERGE
     bool query_in_place = true;     // GQLA_CUDA_QUERY_IN_PLACE

@@ -2,7 +2,9 @@
 // 8-bit (e4m3) caches on CUDA sessions: the GQA-kind cases of
 // tests/abi/test_fp8_cache.cpp on the GPU (ctest passes the case names),
 // plus the GPU's own: LLaMA-3-8B shapes through 16-byte copies and several
-// 16-row blocks per group, prefill chunks through the wgmma prefill kernel,
+// 16-row blocks per group, prefill chunks through the wgmma prefill kernel
+// (over pages widened to bf16 or on its 8-bit variant: ctests
+// cuda.fp8_widened, cuda.fp8_tiles),
 // and the refusals of what the CUDA kernels do not read. Both bounds of
 // docs/numerics.md: the bf16 bound against the float64 reference on the
 // dequantized cache, 6e-2 against the inputs as given.
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -22,6 +25,7 @@
 #include "tests/cuda/gpu_doctest_main.hpp"
 #include "tests/abi/fp8_support.hpp"
 #include "tests/abi/harness.hpp"
+#include "tests/scoped_env.hpp"
 
 namespace {
 
@@ -55,21 +59,29 @@ struct ValueNan {
     int64_t token, kv_head, col;
 };
 
+// A GPU session's config of the GQA kind with an 8-bit cache: H heads over
+// G KV heads, keys and values D wide, room for max_tokens tokens and calls
+// of up to n queries per sequence.
+gqla_config gpu_fp8_config(int64_t H, int64_t G, int64_t D, int64_t max_tokens, int64_t n) {
+    gqla_config c;
+    gqla_config_default(&c, GQLA_KIND_GQA);
+    c.num_heads = static_cast<int32_t>(H);
+    c.num_kv_heads = static_cast<int32_t>(G);
+    c.head_dim = static_cast<int32_t>(D);
+    c.max_tokens = max_tokens;
+    c.max_q_len = std::max<int32_t>(c.max_q_len, static_cast<int32_t>(n));
+    c.cache_dtype = GQLA_DTYPE_FP8_E4M3;
+    c.device = GQLA_DEVICE_CUDA;
+    return c;
+}
+
 // The outputs (f32, [n][H][D]) of one call of n random queries on a GPU
 // session of the GQA kind with an 8-bit cache (H heads over G KV heads, keys
 // and values D wide) over one sequence of L random tokens whose values have
 // NaN at `nans` (each row's scale comes from its finite elements).
 std::vector<float> outputs_over_nans(int64_t H, int64_t G, int64_t D, int64_t L, int64_t n,
                                      const std::vector<ValueNan>& nans, uint64_t seed) {
-    gqla_config c;
-    gqla_config_default(&c, GQLA_KIND_GQA);
-    c.num_heads = static_cast<int32_t>(H);
-    c.num_kv_heads = static_cast<int32_t>(G);
-    c.head_dim = static_cast<int32_t>(D);
-    c.max_tokens = 1024;
-    c.max_q_len = std::max<int32_t>(c.max_q_len, static_cast<int32_t>(n));
-    c.cache_dtype = GQLA_DTYPE_FP8_E4M3;
-    c.device = GQLA_DEVICE_CUDA;
+    const gqla_config c = gpu_fp8_config(H, G, D, 1024, n);
     gqla_session* s = nullptr;
     REQUIRE(gqla_session_create(&c, &s) == GQLA_OK);
     gqla_seq_id seq = 0;
@@ -93,6 +105,59 @@ std::vector<float> outputs_over_nans(int64_t H, int64_t G, int64_t D, int64_t L,
     REQUIRE(gqla_session_synchronize(s) == GQLA_OK);
     gqla_session_destroy(s);
     return o;
+}
+
+// o ([B][n][H][D] f32) and lse of one prefill call of n queries over three
+// sequences (lengths 300, 1000, 517, appended in turns of 64 tokens so that
+// their pages interleave in the pool) of a GPU session of the GQA kind with
+// an 8-bit cache, H 8 over G 2, D 128, pages of 16: 4 n / 128 row blocks
+// per group. widen: every such launch over widened pages, or none
+// (GQLA_CUDA_FP8_WIDEN for the session).
+void widened_prefill(bool widen, int64_t n, uint64_t seed, std::vector<float>* o, std::vector<float>* lse) {
+    const int64_t G = 2, H = 8, D = 128;
+    const std::vector<int64_t> lengths{300, 1000, 517};
+    gqla_config c = gpu_fp8_config(H, G, D, 2048, n);
+    c.page_size = 16;
+    gqla_session* s = nullptr;
+    {
+        gqla::test::ScopedEnv knob("GQLA_CUDA_FP8_WIDEN", widen ? "1" : "0");  // read at create
+        REQUIRE(gqla_session_create(&c, &s) == GQLA_OK);
+    }
+    std::mt19937_64 gen(seed);
+    std::normal_distribution<float> dist(0.f, 1.f);
+    std::vector<gqla_seq_id> seqs(lengths.size());
+    for (gqla_seq_id& id : seqs) REQUIRE(gqla_sequence_add(s, &id) == GQLA_OK);
+    std::vector<int64_t> written(lengths.size(), 0);
+    for (bool more = true; more;) {
+        more = false;
+        for (size_t i = 0; i < lengths.size(); ++i) {
+            const int64_t take = std::min<int64_t>(64, lengths[i] - written[i]);
+            if (take == 0) continue;
+            std::vector<float> k(take * G * D), v(take * G * D);
+            for (float& x : k) x = dist(gen);
+            for (float& x : v) x = 3.f * dist(gen);
+            const int64_t shape[3] = {take, G, D};
+            gqla_tensor tk, tv;
+            REQUIRE(gqla_tensor_init(&tk, k.data(), GQLA_DTYPE_F32, 3, shape) == GQLA_OK);
+            REQUIRE(gqla_tensor_init(&tv, v.data(), GQLA_DTYPE_F32, 3, shape) == GQLA_OK);
+            REQUIRE(gqla_append(s, 0, seqs[i], &tk, &tv) == GQLA_OK);
+            written[i] += take;
+            more = true;
+        }
+    }
+    const int64_t B = static_cast<int64_t>(lengths.size());
+    std::vector<float> q(B * n * H * D);
+    for (float& x : q) x = dist(gen);
+    o->assign(q.size(), -7.f);
+    lse->assign(B * n * H, -7.f);
+    const int64_t q_shape[4] = {B, n, H, D}, lse_shape[3] = {B, n, H};
+    gqla_tensor tq, to, tl;
+    REQUIRE(gqla_tensor_init(&tq, q.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&to, o->data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
+    REQUIRE(gqla_tensor_init(&tl, lse->data(), GQLA_DTYPE_F32, 3, lse_shape) == GQLA_OK);
+    REQUIRE(gqla_decode(s, 0, static_cast<int32_t>(B), seqs.data(), &tq, &to, &tl) == GQLA_OK);
+    REQUIRE(gqla_session_synchronize(s) == GQLA_OK);
+    gqla_session_destroy(s);
 }
 
 }  // namespace
@@ -157,7 +222,7 @@ TEST_CASE("cuda fp8: key and value widths, page sizes and row counts of the narr
     }
 }
 
-TEST_CASE("cuda fp8: prefill chunks of 128-wide heads (the wgmma prefill kernel widening 8-bit tiles)") {
+TEST_CASE("cuda fp8: prefill chunks of 128-wide heads (the wgmma prefill kernel, pages widened or 8-bit tiles)") {
     // Rows per group (4 heads x s_q) of a whole 128-row block or more take
     // the prefill kernel: its staging double buffer over several tiles,
     // causal diagonal tiles, sequences ending inside a tile, a whole prompt
@@ -188,6 +253,33 @@ TEST_CASE("cuda fp8: prefill chunks of 128-wide heads (the wgmma prefill kernel 
         check(s.attend({ids[2], ids[3]}, {160}, GQLA_PATH_AUTO, false), "s_q 160");
         check(s.attend({ids[1]}, {129}, GQLA_PATH_AUTO, false), "whole prompt");
         check(s.attend({ids[4], ids[0], ids[2]}, {256, 1, 40}, GQLA_PATH_AUTO, true), "ragged");
+    }
+}
+
+TEST_CASE("cuda fp8: prefill chunks over pages widened to bf16 give the 8-bit prefill kernel's outputs") {
+    // Both read the same bf16 tiles (each element the bf16 nearest to its
+    // dequantized value) and multiply them alike; only split counts may
+    // differ, which changes the order of a few f32 sums. s_q 32 is one row
+    // block per group, 100 four and 250 eight.
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    for (int64_t n : {32, 100, 250}) {
+        CAPTURE(n);
+        std::vector<float> o_wide, lse_wide, o_fp8, lse_fp8;
+        widened_prefill(true, n, seed, &o_wide, &lse_wide);
+        widened_prefill(false, n, seed, &o_fp8, &lse_fp8);
+        double diff = 0.0, norm = 0.0, lse_diff = 0.0;
+        for (size_t i = 0; i < o_wide.size(); ++i) {
+            diff += (double(o_wide[i]) - o_fp8[i]) * (double(o_wide[i]) - o_fp8[i]);
+            norm += double(o_fp8[i]) * o_fp8[i];
+        }
+        for (size_t i = 0; i < lse_wide.size(); ++i)
+            lse_diff = std::max(lse_diff, std::abs(double(lse_wide[i]) - lse_fp8[i]));
+        const double rel = std::sqrt(diff / norm);
+        MESSAGE("s_q " << n << ": widened vs 8-bit kernel rel_l2(o) " << rel << ", lse max diff " << lse_diff);
+        CHECK(std::isfinite(rel));
+        CHECK(rel <= 1e-5);
+        CHECK(lse_diff <= 1e-5);
     }
 }
 

@@ -76,22 +76,6 @@ __device__ __forceinline__ Fp8RowScales read_fp8_scales(const float* scales, int
     return s;
 }
 
-// 8 stored bytes times their row's scale -> 8 bf16 (e4m3 -> f16 is exact,
-// then one f32 product and one rounding per element: the bf16 nearest to
-// the dequantized value; NaN stays NaN).
-__device__ __forceinline__ uint4 widen8_e4m3_scaled(uint2 bytes, float scale) {
-    uint32_t out[4];
-    const uint32_t words[2] = {bytes.x, bytes.y};
-#pragma unroll
-    for (int h = 0; h < 4; ++h) {
-        const uint32_t f16x2 = e4m3x2_to_f16x2(static_cast<uint16_t>(words[h >> 1] >> (16 * (h & 1))));
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&f16x2));
-        const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
-        out[h] = *reinterpret_cast<const uint32_t*>(&b);
-    }
-    return make_uint4(out[0], out[1], out[2], out[3]);
-}
-
 // Staging (keys then values, row-major bytes) -> the bf16 key and value
 // tiles dK, dV (two swizzled 64-column atoms each): each thread widens the
 // 8-byte pieces `piece` of its rows, the layout copy_tile writes.
