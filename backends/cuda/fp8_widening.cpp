@@ -3,7 +3,6 @@
 #include "fp8_widening.hpp"
 
 #include <algorithm>
-#include <vector>
 
 #include "decode_plan.hpp"
 #include "prefill_wgmma.hpp"
@@ -77,13 +76,11 @@ bool widen_fp8_for_prefill(Session& s, const gqla_decode_args& a, AttentionParam
     if (capture != cudaStreamCaptureStatusNone) return false;
 
     // The call's pages, sequence after sequence.
-    std::vector<int32_t> first_page(static_cast<size_t>(a.batch));
+    const auto pages_of = [&](int i) { return (a.seqs[i].length + d.page_size - 1) / d.page_size; };
     int64_t pages = 0, most_pages = 0;
     for (int i = 0; i < a.batch; ++i) {
-        const int64_t n = (a.seqs[i].length + d.page_size - 1) / d.page_size;
-        first_page[static_cast<size_t>(i)] = static_cast<int32_t>(pages);
-        pages += n;
-        most_pages = std::max(most_pages, n);
+        pages += pages_of(i);
+        most_pages = std::max(most_pages, pages_of(i));
     }
     if (pages > INT32_MAX || !ensure_workspace(s, pages, a.batch, most_pages)) return false;
 
@@ -99,17 +96,18 @@ bool widen_fp8_for_prefill(Session& s, const gqla_decode_args& a, AttentionParam
     w.wide_lengths = s.widened_lengths.get<int32_t>();
     w.groups = d.num_kv_heads;
     w.page_size = d.page_size;
+    int32_t next_page = 0;  // widened page of the next sequence's first page
     for (int first = 0; first < a.batch; first += kWidenSequencesPerLaunch) {
         w.first = first;
         w.count = std::min(kWidenSequencesPerLaunch, a.batch - first);
         int32_t launch_pages = 0;
         for (int i = 0; i < w.count; ++i) {
-            const gqla_decode_seq& seq = a.seqs[first + i];
-            w.slot[i] = seq.slot;
-            w.length[i] = static_cast<int32_t>(seq.length);
-            w.first_page[i] = first_page[static_cast<size_t>(first + i)];
-            launch_pages =
-                std::max<int32_t>(launch_pages, static_cast<int32_t>((seq.length + d.page_size - 1) / d.page_size));
+            const int32_t n = static_cast<int32_t>(pages_of(first + i));
+            w.slot[i] = a.seqs[first + i].slot;
+            w.length[i] = static_cast<int32_t>(a.seqs[first + i].length);
+            w.first_page[i] = next_page;
+            next_page += n;
+            launch_pages = std::max(launch_pages, n);
         }
         launch_widen_fp8_pages(w, launch_pages, s.stream);
     }

@@ -4,10 +4,10 @@
 // plus the GPU's own: LLaMA-3-8B shapes through 16-byte copies and several
 // 16-row blocks per group, prefill chunks through the wgmma prefill kernel
 // (over pages widened to bf16 or on its 8-bit variant: ctests
-// cuda.fp8_widened, cuda.fp8_tiles),
-// and the refusals of what the CUDA kernels do not read. Both bounds of
-// docs/numerics.md: the bf16 bound against the float64 reference on the
-// dequantized cache, 6e-2 against the inputs as given.
+// cuda.fp8_widened, cuda.fp8_tiles), and the refusals of what the CUDA
+// kernels do not read. Both bounds of docs/numerics.md: the bf16 bound
+// against the float64 reference on the dequantized cache, 6e-2 against the
+// inputs as given.
 // Exits 77 (skipped) where no GPU is visible.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>

@@ -13,7 +13,8 @@ namespace gqla::ref {
 namespace {
 
 // Softmax-weighted sum over the visible prefix [0, visible) of one head,
-// value j at values + j * value_stride. scores[j] are already scaled. Writes out[dv] and, when wanted, the lse.
+// value j at values + j * value_stride. scores[j] are already scaled.
+// Writes out[dv] and, when wanted, the lse.
 // Positions past the prefix are never read, so whatever they hold (NaN, inf)
 // cannot reach the result; inside it, IEEE arithmetic decides: a NaN score or
 // value makes the result NaN, a +inf score gives exp(inf - inf) = NaN, a -inf
