@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The README's second command: everything that checks gqla, from a fresh clone.
-#   1. missing Debian packages; format   4. sanitizer build (ASan + UBSan, build-asan/) + ctest
+#   1. missing Debian packages; format   4. sanitizer build (clang, ASan + UBSan, build-asan/) + ctest
 #      (tools/check_format.sh)
-#   2. Release build (build/)            5. fuzzers: API sequences (build-asan/), libFuzzer
-#   3. ctest (cuda tests skip w/o GPU)      (clang, build-fuzz/), 60 s each, fixed seeds
+#   2. Release build (gcc, build/)       5. fuzzers from build-asan/: API sequences (60 s),
+#   3. ctest (cuda tests skip w/o GPU)      libFuzzer (fixed inputs), fixed seeds
 #                                        6. ThreadSanitizer: the thread tests (clang, build-tsan/)
 #                                        7. pytest (Python bindings, from build/)
 #                                        8. cargo test + the Rust example (against build/)
 # A failed install/configure/build stops the run (later stages need it); a
 # failed test stage is recorded and the remaining test stages still run. The
-# clang builds of stages 5 and 6 only gate their own stage.
+# ThreadSanitizer build of stage 6 only gates its own stage.
 # Prints the time of every stage and ends with a summary line; exits
 # non-zero when anything failed.
 set -euo pipefail
@@ -92,14 +92,22 @@ must "configure Release (CUDA module $cuda_flag)" \
 must "build Release" cmake --build build --parallel "$jobs"
 check "ctest Release" ctest --test-dir build --no-tests=error --output-on-failure --parallel "$jobs"
 
-# The sanitizer builds keep line tables only (-g1, clang -gline-tables-only):
-# enough for file:line in every report, and their compiles take ~25% less
-# time than with full debug information (kernels_avx512bf16.cpp under ASan:
-# 104 s against 140 s on one Zen 5 core).
-asan_flags="-O2 -g1 -DNDEBUG"
-must "configure sanitizers" \
-  configure build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGQLA_SANITIZE=ON -DGQLA_WITH_CUDA=OFF \
-  -DGQLA_BUILD_PYTHON=OFF -DCMAKE_C_FLAGS_RELWITHDEBINFO="$asan_flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$asan_flags"
+# The clang builds keep line tables only (-gline-tables-only): enough for
+# file:line in every report, and their compiles take ~25% less time than
+# with full debug information. CUDA, Python (and for ThreadSanitizer the
+# tools and examples) are off.
+clang_flags="-O2 -gline-tables-only -DNDEBUG"
+clang_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+             -DCMAKE_C_FLAGS_RELWITHDEBINFO="$clang_flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$clang_flags"
+             -DGQLA_WITH_CUDA=OFF -DGQLA_BUILD_PYTHON=OFF)
+
+# One ASan + UBSan build serves the sanitizer ctest and both fuzzers: built
+# by clang, the library's objects with libFuzzer's coverage instrumentation
+# (GQLA_LIBFUZZER), so the libFuzzer harness links against the same objects.
+# A separate gcc sanitizer build and clang libFuzzer build cost about 400 +
+# 160 s on 2 cores; this one ~230 s.
+must "configure sanitizers (clang, ASan+UBSan, libFuzzer coverage)" \
+  configure build-asan "${clang_build[@]}" -DGQLA_SANITIZE=ON -DGQLA_LIBFUZZER=ON
 must "build sanitizers" cmake --build build-asan --parallel "$jobs"
 # The install test builds out-of-tree consumers without the sanitizer
 # flags (they could not link the instrumented library); it ran above.
@@ -108,12 +116,6 @@ check "ctest sanitizers" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_sta
 check "fuzz api-sequence (ASan+UBSan, 60 s)" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --no-tests=error --output-on-failure --label-regex fuzz
 
-# The clang builds: the library and only the targets the stage runs; CUDA,
-# Python, tools and examples off.
-clang_flags="-O2 -gline-tables-only -DNDEBUG"
-clang_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
-             -DCMAKE_C_FLAGS_RELWITHDEBINFO="$clang_flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$clang_flags"
-             -DGQLA_WITH_CUDA=OFF -DGQLA_BUILD_PYTHON=OFF -DGQLA_BUILD_TOOLS=OFF -DGQLA_BUILD_EXAMPLES=OFF)
 # A fixed seed and a fixed number of inputs (not a time limit), starting from
 # an empty scratch corpus: every machine runs the same inputs, so this stage
 # cannot turn red by chance on a faster or slower machine. The kernels differ
@@ -121,13 +123,13 @@ clang_build=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_
 # capped (GQLA_MAX_ISA) at AVX2 and at the scalar fallback: a CI host of
 # another CPU generation then runs exactly what a developer ran. About 110 s
 # on 2 cores; the time limit only guards against a hang.
-run_libfuzzer() {  # run_libfuzzer ISA_CAP RUNS (cap "host": none); new inputs go to build-fuzz/, never the repo
-  local cap=$1 runs=$2 found=build-fuzz/fuzz-corpus-$1 artifacts=build-fuzz/fuzz-artifacts-$1/
+run_libfuzzer() {  # run_libfuzzer ISA_CAP RUNS (cap "host": none); new inputs go to build-asan/, never the repo
+  local cap=$1 runs=$2 found=build-asan/fuzz-corpus-$1 artifacts=build-asan/fuzz-artifacts-$1/
   local max_isa=$cap
   if [ "$cap" = host ]; then max_isa=; fi
   rm -rf "$found" && mkdir -p "$found" "$artifacts"
   env GQLA_MAX_ISA="$max_isa" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    build-fuzz/tests/fuzz/gqla_capi_libfuzzer -runs="$runs" -max_total_time=240 -seed=1 -print_final_stats=1 \
+    build-asan/tests/fuzz/gqla_capi_libfuzzer -runs="$runs" -max_total_time=240 -seed=1 -print_final_stats=1 \
     -artifact_prefix="$artifacts" "$found" tests/fuzz/corpus
 }
 libfuzzer_all_isas() {  # every "cap:runs" of libfuzzer_plan; fails if any run fails
@@ -139,19 +141,12 @@ libfuzzer_all_isas() {  # every "cap:runs" of libfuzzer_plan; fails if any run f
   return $status
 }
 libfuzzer_plan=(host:5000 avx2:2500 none:2500)
-# -fsanitize=fuzzer-no-link gives libFuzzer coverage of the library itself.
-if run_stage "configure libFuzzer (clang, ASan+UBSan)" configure build-fuzz "${clang_build[@]}" \
-     -DGQLA_SANITIZE=ON -DGQLA_LIBFUZZER=ON \
-     -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link &&
-   run_stage "build libFuzzer" cmake --build build-fuzz --parallel "$jobs" --target gqla_capi_libfuzzer; then
-  check "libFuzzer (5000 + 2x2500 inputs: host ISA, AVX2, scalar)" libfuzzer_all_isas
-else
-  failed=1
-fi
+check "libFuzzer (5000 + 2x2500 inputs: host ISA, AVX2, scalar)" libfuzzer_all_isas
 
 # TSan sees through gqla's own threads and locks; tests/tsan.supp names the
 # uninstrumented OpenMP runtimes (see there).
-if run_stage "configure ThreadSanitizer (clang)" configure build-tsan "${clang_build[@]}" -DGQLA_TSAN=ON &&
+if run_stage "configure ThreadSanitizer (clang)" configure build-tsan "${clang_build[@]}" -DGQLA_TSAN=ON \
+     -DGQLA_BUILD_TOOLS=OFF -DGQLA_BUILD_EXAMPLES=OFF &&
    run_stage "build ThreadSanitizer" cmake --build build-tsan --parallel "$jobs" --target gqla_thread_tests; then
   check "ThreadSanitizer" \
     env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$root/tests/tsan.supp" \

@@ -4,7 +4,9 @@
 // GCC 12's AVX-512 headers build conversions on `__m512 __Y = __Y;`
 // (_mm512_undefined_*), which -Wuninitialized reports at every inlined use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>

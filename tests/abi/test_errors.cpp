@@ -534,7 +534,9 @@ TEST_CASE("configs whose page bookkeeping would not fit are refused before alloc
     gqla_config by_budget = abi::odd_gqa_config(3);
     by_budget.max_tokens = 0;
     by_budget.memory_budget_bytes = INT64_MAX;
-    for (const auto& [cfg, field] : {std::pair{by_tokens, "max_tokens"}, std::pair{by_budget, "memory_budget_bytes"}}) {
+    for (const auto& named : {std::pair{by_tokens, "max_tokens"}, std::pair{by_budget, "memory_budget_bytes"}}) {
+        const gqla_config& cfg = named.first;
+        const char* field = named.second;  // not a structured binding: CAPTURE's lambda cannot take one in C++17
         CAPTURE(field);
         const auto start = std::chrono::steady_clock::now();
         EXPECT_GQLA_ERROR(gqla_config_validate(&cfg), GQLA_ERR_INVALID_ARGUMENT, {field});

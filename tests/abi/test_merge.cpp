@@ -84,7 +84,8 @@ TEST_CASE("merge: two partial decodes equal the decode over their union") {
     const uint64_t seed = abi::test_seed();
     INFO(abi::replay_hint(seed));
     std::mt19937_64 rng(seed);
-    for (auto [nx, ny] : {std::pair<int64_t, int64_t>{1, 1}, {37, 70}, {16, 5}, {200, 33}}) {
+    for (const auto& shape : {std::pair<int64_t, int64_t>{1, 1}, {37, 70}, {16, 5}, {200, 33}}) {
+        const int64_t nx = shape.first, ny = shape.second;  // named (CAPTURE cannot take a structured binding)
         CAPTURE(nx);
         CAPTURE(ny);
         Partials p = decode_partials(rng, nx, ny);
