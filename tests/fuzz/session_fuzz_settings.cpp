@@ -15,10 +15,14 @@ bool SessionFuzz::op_select_path() {
     run.op = "select_path";
     Expect e;
     const int64_t pick = r_.range(0, 12);
-    const gqla_path p = pick == 12 ? static_cast<gqla_path>(r_.chance(0.5) ? -1 : 3) : static_cast<gqla_path>(pick % 3);
-    const bool known = p == GQLA_PATH_AUTO || p == GQLA_PATH_GQA || p == GQLA_PATH_ABSORB;
-    if (!known || (cfg_.kind == GQLA_KIND_GQA && p == GQLA_PATH_ABSORB)) e.error(GQLA_ERR_INVALID_ARGUMENT);
-    if (!check_status("gqla_select_path", gqla_select_path(s_, p), e)) return false;
+    // An int until the call: a gqla_path variable holding -1 (outside the
+    // enum's values) would be undefined behaviour in this C++ program,
+    // though a C caller may pass it.
+    const int raw = pick == 12 ? (r_.chance(0.5) ? -1 : 3) : static_cast<int>(pick % 3);
+    const bool known = raw == GQLA_PATH_AUTO || raw == GQLA_PATH_GQA || raw == GQLA_PATH_ABSORB;
+    if (!known || (cfg_.kind == GQLA_KIND_GQA && raw == GQLA_PATH_ABSORB)) e.error(GQLA_ERR_INVALID_ARGUMENT);
+    if (!check_status("gqla_select_path", gqla_select_path(s_, static_cast<gqla_path>(raw)), e)) return false;
+    const gqla_path p = static_cast<gqla_path>(raw);  // accepted: one of the session paths
     requested_ = p;
     if (cfg_.kind == GQLA_KIND_GQA)
         expected_path_ = GQLA_PATH_GQA;
