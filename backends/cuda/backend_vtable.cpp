@@ -157,12 +157,12 @@ gqla_status vt_synchronize(void* ctx) {
 //     blocks (kPrefillHalfRows): priced at 0.55 x rows / 128. DeepSeek-V3
 //     at B = 8, T = 4096, s_q 64 / 96: 812 / 830 us measured, 846 / 841
 //     priced (the streaming kernels before: 3895 / 7072 us).
-//     fp8_e4m3 caches (keys 128): 0.38, the bf16 factor times the measured
-//     ratio to bf16 (H100, GQA 32/8 B=1 T=4096, one run): s_q 512 / 2048
-//     over pages widened to bf16 (fp8_widening.hpp) at 214 / 302 TFLOP/s
-//     against bf16's 361 / 379 (0.59 / 0.80); launches of fewer than 8 row
-//     blocks per group on the 8-bit variant at ~0.51 of bf16. Not refitted
-//     on a grid.
+//     fp8_e4m3 caches (keys 128): 0.50, the bf16 factor times the measured
+//     ratio to bf16 (H100, GQA 32/8 T=4096, one run): over pages widened to
+//     bf16 (fp8_widening.hpp, TMA boxes) B=1 s_q 512 / 2048 at 0.91 / 0.97
+//     of bf16's rate, B=8 s_q 512 at 0.89; launches of fewer than 4 row
+//     blocks per group on the 8-bit variant at 0.5-0.8. Not refitted on a
+//     grid.
 //   Sparse calls in the GQA form (kept or transient) gather one row per
 //     group, position and query with cp.async instead of TMA pages: 0.5 of
 //     the GQA path's memory factor. On the H200's validate-auto sparse grid
@@ -200,7 +200,7 @@ void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout
     p.num_heads = desc->num_heads;
     p.heads_per_group = desc->num_heads / desc->num_kv_heads;
     if (!prefill_wgmma_fits(p)) return;
-    inout->prefill_compute = desc->cache_dtype == GQLA_DTYPE_FP8_E4M3 ? 0.38 : 0.55;
+    inout->prefill_compute = desc->cache_dtype == GQLA_DTYPE_FP8_E4M3 ? 0.50 : 0.55;
     inout->prefill_min_queries = kPrefillMinQueries;
     inout->prefill_min_rows = kPrefillRows;
     inout->prefill_half_rows = kPrefillHalfRows;

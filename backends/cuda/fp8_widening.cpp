@@ -46,6 +46,14 @@ bool ensure_workspace(Session& s, int64_t pages, int64_t sequences, int64_t most
             s.widened_k.swap(k);
             s.widened_v.swap(v);
             s.widened_pages = capacity;
+            // The workspace is a one-layer bf16 pool: the prefill kernel loads
+            // its tiles by TMA boxes as it does a bf16 cache's.
+            s.widened_maps = NarrowTmaMaps{};
+            if (s.widened_tma)
+                s.widened_maps = narrow_tma_maps(
+                    GQLA_DTYPE_BF16, widened_view(s.widened_k.get(), d.num_kv_heads, d.page_size, d.head_dim),
+                    PoolView{}, widened_view(s.widened_v.get(), d.num_kv_heads, d.page_size, d.value_dim), d.page_size,
+                    capacity);
         }
         if (grow_table) {
             DeviceBuffer table, lengths;
@@ -120,7 +128,7 @@ bool widen_fp8_for_prefill(Session& s, const gqla_decode_args& a, AttentionParam
     p->page_tables = s.widened_table.get<int32_t>();
     p->table_stride = most_pages;
     p->lengths = s.widened_lengths.get<int32_t>();
-    *maps = nullptr;  // copied tiles: no TMA maps of the workspace yet
+    *maps = s.widened_maps.valid ? &s.widened_maps : nullptr;
     return true;
 }
 

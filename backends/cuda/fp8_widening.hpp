@@ -9,15 +9,16 @@
 // so it widens each tile that many times, on the cores the softmax needs:
 // measured at about half the bf16 kernel's rate. Widening the pages once
 // moves 3 bytes per element (1 read, 2 written) and lets the bf16 kernel
-// (three stages, P V deferred) run at its own rate. Its tiles are copied
-// (cp.async): the workspace has no TMA maps yet.
+// (three stages, P V deferred) run at its own rate, its tiles loaded by TMA
+// boxes as a bf16 cache's (the workspace's maps are made when it grows).
 //
 // Taken where the launch would run on the prefill kernel anyway with at
 // least kFp8WidenMinRowBlocks row blocks per group (below that each tile is
 // widened a few times at most and the 8-bit kernel saves the extra pass;
-// the threshold is where the two measured about even for one sequence,
-// docs/fp8-cache.md); GQLA_CUDA_FP8_WIDEN=1 widens every launch the
-// prefill kernel takes, =0 none. Not taken (the 8-bit kernel reads the
+// on an H100 the widened pages won at 4 row blocks for one sequence and
+// for eight, at 2 only for eight, docs/fp8-cache.md);
+// GQLA_CUDA_FP8_WIDEN=1 widens every launch the prefill kernel takes, =0
+// none. Not taken (the 8-bit kernel reads the
 // cache as it is) while the stream is being captured into a CUDA graph (a
 // replay may see longer sequences than the pages widened at capture) or
 // when the workspace would have to grow and cudaMalloc finds no room. The
@@ -46,7 +47,7 @@ struct NarrowTmaMaps;
 
 // Row blocks (kPrefillRows) per group from which a launch is widened when
 // GQLA_CUDA_FP8_WIDEN is unset.
-constexpr int kFp8WidenMinRowBlocks = 8;
+constexpr int kFp8WidenMinRowBlocks = 4;
 
 // Sequences per launch of the widening kernel.
 constexpr int kWidenSequencesPerLaunch = 128;
@@ -69,14 +70,15 @@ struct Fp8WideningParams {
 };
 
 // Widens every written row of the launch's sequences and fills their rows
-// of the widened page table and lengths. grid: (most pages of one sequence, count).
+// of the widened page table and lengths: one thread per 16 bytes of a row,
+// grid (most pages of one sequence x blocks of a page, count, 2 pools).
 void launch_widen_fp8_pages(const Fp8WideningParams& p, int32_t most_pages, cudaStream_t stream);
 
 // If this launch of the GQA kind over an 8-bit cache is one to widen (see
 // above), queues the widening on the session's stream and rewrites *p to
 // read the widened pages (bf16 pools, the widened page table and lengths,
-// slots = the sequences' places in the call) and *maps to null (no TMA
-// boxes). False (nothing changed) otherwise.
+// slots = the sequences' places in the call) and *maps to the workspace's
+// TMA maps (null where it has none). False (nothing changed) otherwise.
 bool widen_fp8_for_prefill(Session& s, const gqla_decode_args& a, AttentionParams* p, const NarrowTmaMaps** maps);
 
 }  // namespace gqla::cuda

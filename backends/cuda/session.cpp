@@ -276,6 +276,9 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     // 8-bit pools are copied slot by slot (no TMA boxes).
     s->narrow_tma =
         cc_major >= 9 && d.cache_dtype != GQLA_DTYPE_F32 && d.cache_dtype != GQLA_DTYPE_FP8_E4M3 && t.narrow_tma;
+    // The bf16 workspace an 8-bit cache's prefill pages are widened into
+    // (fp8_widening.hpp) is loaded by TMA boxes like a bf16 cache.
+    s->widened_tma = cc_major >= 9 && d.cache_dtype == GQLA_DTYPE_FP8_E4M3 && t.narrow_tma;
     s->use_narrow_fixed_dims = t.narrow_fixed_dims;
     s->use_latent_wgmma = t.latent_wgmma && latent_wgmma_available(cc_major, cc_minor) &&
                           s->smem_optin >= latent_wgmma_smem_bytes(kLatentRows) &&

@@ -104,6 +104,10 @@ struct Session {
     // with the largest such call; counted as workspace.
     DeviceBuffer widened_k, widened_v, widened_table, widened_lengths;
     int64_t widened_pages = 0;
+    // TMA maps of widened_k/v where the device has TMA (cc >= 9.0) and
+    // GQLA_CUDA_NARROW_TMA is on; valid 0: tiles copied by cp.async.
+    bool widened_tma = false;
+    NarrowTmaMaps widened_maps{};
 
     // Sparse calls (sparse_lists.hpp; grow with the largest call seen):
     // host index lists staged, then each query row's visible tokens.
