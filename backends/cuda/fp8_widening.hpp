@@ -16,12 +16,12 @@
 // least kFp8WidenMinRowBlocks row blocks per group (below that each tile is
 // widened a few times at most and the 8-bit kernel saves the extra pass;
 // on an H100 the widened pages won at 4 row blocks for one sequence and
-// for eight, at 2 only for eight, docs/fp8-cache.md);
-// GQLA_CUDA_FP8_WIDEN=1 widens every launch the prefill kernel takes, =0
-// none. Not taken (the 8-bit kernel reads the
-// cache as it is) while the stream is being captured into a CUDA graph (a
-// replay may see longer sequences than the pages widened at capture) or
-// when the workspace would have to grow and cudaMalloc finds no room. The
+// for eight, at 2 only for eight, docs/fp8-cache.md); GQLA_CUDA_FP8_WIDEN=1
+// widens every launch the prefill kernel takes, =0 none. Not taken (the
+// 8-bit kernel reads the cache as it is) while the stream is being
+// captured into a CUDA graph (a replay may see longer sequences than the
+// pages widened at capture) or when the workspace would have to grow and
+// cudaMalloc finds no room. The
 // results are the same either way: each element is widened to the bf16
 // nearest to its dequantized value (the rounding of the 8-bit kernel), and
 // both kernels multiply the same bf16 tiles.
