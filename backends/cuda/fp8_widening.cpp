@@ -22,6 +22,12 @@ PoolView widened_view(void* base, int64_t groups, int32_t page_size, int32_t dim
     v.dim = dim;
     return v;
 }
+PoolView widened_keys(const Session& s) {
+    return widened_view(s.widened_k.get(), s.desc.num_kv_heads, s.desc.page_size, s.desc.head_dim);
+}
+PoolView widened_values(const Session& s) {
+    return widened_view(s.widened_v.get(), s.desc.num_kv_heads, s.desc.page_size, s.desc.value_dim);
+}
 
 // Room for `pages` widened pages and a table of `sequences` x `most_pages`
 // (never called while the stream is captured: cudaMalloc is not part of a
@@ -50,10 +56,8 @@ bool ensure_workspace(Session& s, int64_t pages, int64_t sequences, int64_t most
             // its tiles by TMA boxes as it does a bf16 cache's.
             s.widened_maps = NarrowTmaMaps{};
             if (s.widened_tma)
-                s.widened_maps = narrow_tma_maps(
-                    GQLA_DTYPE_BF16, widened_view(s.widened_k.get(), d.num_kv_heads, d.page_size, d.head_dim),
-                    PoolView{}, widened_view(s.widened_v.get(), d.num_kv_heads, d.page_size, d.value_dim), d.page_size,
-                    capacity);
+                s.widened_maps = narrow_tma_maps(GQLA_DTYPE_BF16, widened_keys(s), PoolView{}, widened_values(s),
+                                                 d.page_size, capacity);
         }
         if (grow_table) {
             DeviceBuffer table, lengths;
@@ -121,10 +125,10 @@ bool widen_fp8_for_prefill(Session& s, const gqla_decode_args& a, AttentionParam
     }
 
     p->cache_dtype = GQLA_DTYPE_BF16;
-    p->k1 = widened_view(s.widened_k.get(), d.num_kv_heads, d.page_size, d.head_dim);
+    p->k1 = widened_keys(s);
     p->k2 = p->k1;
     p->k2.dim = 0;
-    p->v = widened_view(s.widened_v.get(), d.num_kv_heads, d.page_size, d.value_dim);
+    p->v = widened_values(s);
     p->page_tables = s.widened_table.get<int32_t>();
     p->table_stride = most_pages;
     p->lengths = s.widened_lengths.get<int32_t>();

@@ -67,8 +67,7 @@ void print_tuning(const Tuning& t, std::FILE* out) {
                  "gqla-cuda: tuning warp_kernel=%d narrow_kernel=%d narrow_tma=%d narrow_fixed_dims=%d "
                  "latent_wgmma=%d latent_tma=%d latent_pdl=%d prefill_wgmma=%d prefill_turns=%d fp8_widen=%d "
                  "pdl=%d cluster_merge=%d query_in_place=%d head_weights=%d cublaslt=%d narrow_shared=%d "
-                 "narrow_swizzle=%d narrow_wide=%d "
-                 "latent_transposed=%d stages=%d narrow_max_rows=%d max_splits=%d\n",
+                 "narrow_swizzle=%d narrow_wide=%d latent_transposed=%d stages=%d narrow_max_rows=%d max_splits=%d\n",
                  t.warp_kernel, t.narrow_kernel, t.narrow_tma, t.narrow_fixed_dims, t.latent_wgmma, t.latent_tma,
                  t.latent_pdl, t.prefill_wgmma, t.prefill_turns, t.fp8_widen, t.pdl, t.cluster_merge, t.query_in_place,
                  t.head_weights, t.cublaslt, t.narrow_shared, t.narrow_swizzle, t.narrow_wide, t.latent_transposed,

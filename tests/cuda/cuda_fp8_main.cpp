@@ -23,6 +23,7 @@
 
 #include "gqla/gqla.h"
 #include "tests/cuda/gpu_doctest_main.hpp"
+#include "tests/abi/f32_tensors.hpp"
 #include "tests/abi/fp8_support.hpp"
 #include "tests/abi/harness.hpp"
 #include "tests/scoped_env.hpp"
@@ -136,10 +137,7 @@ void widened_prefill(bool widen, int64_t n, uint64_t seed, std::vector<float>* o
             std::vector<float> k(take * G * D), v(take * G * D);
             for (float& x : k) x = dist(gen);
             for (float& x : v) x = 3.f * dist(gen);
-            const int64_t shape[3] = {take, G, D};
-            gqla_tensor tk, tv;
-            REQUIRE(gqla_tensor_init(&tk, k.data(), GQLA_DTYPE_F32, 3, shape) == GQLA_OK);
-            REQUIRE(gqla_tensor_init(&tv, v.data(), GQLA_DTYPE_F32, 3, shape) == GQLA_OK);
+            const gqla_tensor tk = abi::host_f32(k, {take, G, D}), tv = abi::host_f32(v, {take, G, D});
             REQUIRE(gqla_append(s, 0, seqs[i], &tk, &tv) == GQLA_OK);
             written[i] += take;
             more = true;
@@ -150,11 +148,8 @@ void widened_prefill(bool widen, int64_t n, uint64_t seed, std::vector<float>* o
     for (float& x : q) x = dist(gen);
     o->assign(q.size(), -7.f);
     lse->assign(B * n * H, -7.f);
-    const int64_t q_shape[4] = {B, n, H, D}, lse_shape[3] = {B, n, H};
-    gqla_tensor tq, to, tl;
-    REQUIRE(gqla_tensor_init(&tq, q.data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
-    REQUIRE(gqla_tensor_init(&to, o->data(), GQLA_DTYPE_F32, 4, q_shape) == GQLA_OK);
-    REQUIRE(gqla_tensor_init(&tl, lse->data(), GQLA_DTYPE_F32, 3, lse_shape) == GQLA_OK);
+    const gqla_tensor tq = abi::host_f32(q, {B, n, H, D});
+    gqla_tensor to = abi::host_f32(*o, {B, n, H, D}), tl = abi::host_f32(*lse, {B, n, H});
     REQUIRE(gqla_decode(s, 0, static_cast<int32_t>(B), seqs.data(), &tq, &to, &tl) == GQLA_OK);
     REQUIRE(gqla_session_synchronize(s) == GQLA_OK);
     gqla_session_destroy(s);
@@ -268,14 +263,10 @@ TEST_CASE("cuda fp8: prefill chunks over pages widened to bf16 give the 8-bit pr
         std::vector<float> o_wide, lse_wide, o_fp8, lse_fp8;
         widened_prefill(true, n, seed, &o_wide, &lse_wide);
         widened_prefill(false, n, seed, &o_fp8, &lse_fp8);
-        double diff = 0.0, norm = 0.0, lse_diff = 0.0;
-        for (size_t i = 0; i < o_wide.size(); ++i) {
-            diff += (double(o_wide[i]) - o_fp8[i]) * (double(o_wide[i]) - o_fp8[i]);
-            norm += double(o_fp8[i]) * o_fp8[i];
-        }
+        double lse_diff = 0.0;
         for (size_t i = 0; i < lse_wide.size(); ++i)
             lse_diff = std::max(lse_diff, std::abs(double(lse_wide[i]) - lse_fp8[i]));
-        const double rel = std::sqrt(diff / norm);
+        const double rel = abi::rel_l2(o_wide, o_fp8);
         MESSAGE("s_q " << n << ": widened vs 8-bit kernel rel_l2(o) " << rel << ", lse max diff " << lse_diff);
         CHECK(std::isfinite(rel));
         CHECK(rel <= 1e-5);
