@@ -6,6 +6,9 @@
 
 namespace gqla::cpu {
 
+// Writes appended rows into the cache (cache_writes.cpp): the GQA kind's K/V,
+// or the GQLA latent and rope key (and the expanded rows where they are kept;
+// a context without the latent expands each row and drops it).
 gqla_status append_tokens(CpuContext* ctx, const gqla_append_args* args);
 gqla_status expand_tokens(CpuContext* ctx, const gqla_expand_args* args);
 gqla_status copy_pages(CpuContext* ctx, int32_t n, const int32_t* src, const int32_t* dst);

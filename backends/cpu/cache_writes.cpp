@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Writing the cache: appended rows (converted from the io dtype to the cache
-// dtype), expanded rows built from the latent (KC/VE = W_UKV c), and page
-// copies for copy-on-write.
+// dtype), expanded rows built from the latent (KC/VE = W_UKV c), also for
+// contexts that drop the latent (desc.keep_latent = 0), and page copies for
+// copy-on-write.
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -166,9 +167,32 @@ gqla_status append_gqa_kind(CpuContext* ctx, const gqla_append_args* a) {
     return GQLA_OK;
 }
 
+// One appended latent row as the cache stores it: converted to the cache
+// dtype, or (8-bit) quantized in blocks of kFp8LatentBlockElems, one scale
+// each into `scales`, through the f32 row `tmp` (r floats).
+void store_latent_row(const CpuContext* ctx, const void* src, gqla_dtype src_dtype, char* dst, float* scales,
+                      float* tmp) {
+    const int r = static_cast<int>(ctx->desc.latent_dim);
+    if (ctx->fp8()) {
+        load_row_f32(src, src_dtype, r, 1.0f, tmp);
+        quantize_blocks_e4m3(tmp, r, kFp8LatentBlockElems, reinterpret_cast<uint8_t*>(dst), scales);
+    } else {
+        convert_row(src, src_dtype, dst, ctx->desc.cache_dtype, r);
+    }
+}
+
+// One appended rope key row into KR of `layer` (bf16 beside an 8-bit latent).
+void store_rope_key_row(CpuContext* ctx, const gqla_append_args* a, int64_t row, Slot s) {
+    Pool& kr = ctx->kept[1];
+    char* KR = static_cast<char*>(ctx->pool_layer(kr, a->layer));
+    const gqla_dtype kr_dtype = ctx->fp8() ? GQLA_DTYPE_BF16 : ctx->desc.cache_dtype;
+    convert_row(view_at(a->b, row), a->b.dtype, KR + (s.page * kr.page_elems + s.slot * ctx->desc.rope_dim) * kr.elem,
+                kr_dtype, static_cast<int>(ctx->desc.rope_dim));
+}
+
 gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
     const gqla_backend_desc& d = ctx->desc;
-    const int64_t r = d.latent_dim, dr = d.rope_dim;
+    const int64_t r = d.latent_dim;
     const bool expand = a->write_expanded != 0;
     if (expand) {
         if (!ctx->expanded_on) return fail(ctx, GQLA_ERR_INVALID_STATE, "append: the expanded cache is off");
@@ -179,11 +203,7 @@ gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
     if (expand && !expanded.reserve(a->items, a->num_items, r))
         return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
     char* C = static_cast<char*>(ctx->pool_layer(ctx->kept[0], a->layer));
-    char* KR = static_cast<char*>(ctx->pool_layer(ctx->kept[1], a->layer));
     const Pool& cp = ctx->kept[0];
-    const size_t es = ctx->elem_size, kr_es = ctx->kept[1].elem;
-    // 8-bit cache: c in e4m3 with a scale per kFp8LatentBlockElems, kr in bf16.
-    const gqla_dtype kr_dtype = ctx->fp8() ? GQLA_DTYPE_BF16 : d.cache_dtype;
     std::vector<float> tmp;
     try {
         if (ctx->fp8()) tmp.resize(static_cast<size_t>(r));
@@ -191,17 +211,10 @@ gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
         return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
     }
     for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t row) {
-        char* c_dst = C + (s.page * cp.page_elems + s.slot * r) * es;
+        char* c_dst = C + (s.page * cp.page_elems + s.slot * r) * ctx->elem_size;
         float* c_scales = ctx->fp8() ? cp.scales(C, s.page, s.slot) : nullptr;
-        if (ctx->fp8()) {
-            load_row_f32(view_at(a->a, row), a->a.dtype, static_cast<int>(r), 1.0f, tmp.data());
-            quantize_blocks_e4m3(tmp.data(), static_cast<int>(r), kFp8LatentBlockElems,
-                                 reinterpret_cast<uint8_t*>(c_dst), c_scales);
-        } else {
-            convert_row(view_at(a->a, row), a->a.dtype, c_dst, d.cache_dtype, static_cast<int>(r));
-        }
-        convert_row(view_at(a->b, row), a->b.dtype, KR + (s.page * ctx->kept[1].page_elems + s.slot * dr) * kr_es,
-                    kr_dtype, static_cast<int>(dr));
+        store_latent_row(ctx, view_at(a->a, row), a->a.dtype, c_dst, c_scales, tmp.data());
+        store_rope_key_row(ctx, a, row, s);
         // The expansion sees the latent as stored, so it matches a later
         // re-expansion from the cache bit for bit.
         if (expand) expanded.add(ctx, c_dst, c_scales, s);
@@ -209,12 +222,46 @@ gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
     return expand ? expand_slots(ctx, a->layer, expanded) : GQLA_OK;
 }
 
+// A context without the latent (desc.keep_latent = 0): each appended latent
+// row is stored into a scratch row as a kept one would be (rounded to the
+// cache dtype; 8-bit: quantized in blocks), expanded from there into the
+// context's groups and dropped, so this context holds the expanded rows a
+// latent-keeping one builds (bit for bit, the fp8 scales included).
+gqla_status append_gqla_without_latent(CpuContext* ctx, const gqla_append_args* a) {
+    const gqla_backend_desc& d = ctx->desc;
+    if (!ctx->weights[static_cast<size_t>(a->layer)].set())
+        return fail(ctx, GQLA_ERR_INVALID_STATE, "append: weights of layer %d are not set", a->layer);
+    const int64_t r = d.latent_dim;
+    LatentRows rows;
+    std::vector<unsigned char> stored;  // one latent row in the cache dtype
+    std::vector<float> tmp, scales;
+    try {
+        stored.resize(static_cast<size_t>(r) * ctx->elem_size);
+        if (ctx->fp8()) {
+            tmp.resize(static_cast<size_t>(r));
+            scales.resize(static_cast<size_t>((r + kFp8LatentBlockElems - 1) / kFp8LatentBlockElems));
+        }
+    } catch (const std::bad_alloc&) {
+        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
+    }
+    if (!rows.reserve(a->items, a->num_items, r)) return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
+    char* row_bytes = reinterpret_cast<char*>(stored.data());
+    float* row_scales = ctx->fp8() ? scales.data() : nullptr;
+    for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t row) {
+        store_latent_row(ctx, view_at(a->a, row), a->a.dtype, row_bytes, row_scales, tmp.data());
+        store_rope_key_row(ctx, a, row, s);
+        rows.add(ctx, row_bytes, row_scales, s);
+    });
+    return expand_slots(ctx, a->layer, rows);
+}
+
 }  // namespace
 
 gqla_status append_tokens(CpuContext* ctx, const gqla_append_args* a) {
     if (a->layer < 0 || a->layer >= ctx->desc.num_layers)
         return fail(ctx, GQLA_ERR_INVALID_ARGUMENT, "append: layer %d", a->layer);
-    return ctx->desc.kind == GQLA_KIND_GQA ? append_gqa_kind(ctx, a) : append_gqla_kind(ctx, a);
+    if (ctx->desc.kind == GQLA_KIND_GQA) return append_gqa_kind(ctx, a);
+    return ctx->desc.keep_latent ? append_gqla_kind(ctx, a) : append_gqla_without_latent(ctx, a);
 }
 
 gqla_status expand_tokens(CpuContext* ctx, const gqla_expand_args* a) {

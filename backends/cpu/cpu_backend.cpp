@@ -8,7 +8,6 @@
 #include <cstring>
 #include <new>
 
-#include "backends/cpu/append_without_latent.hpp"
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/cpu_backend_internal.hpp"
 #include "backends/cpu/cpu_context.hpp"
@@ -80,6 +79,16 @@ bool allocate_fp8_pool(const gqla_backend_desc& d, Pool& p, int64_t rows, int64_
     return true;
 }
 
+// The GQLA context's expanded pools KC and VE: 8-bit with one scale per
+// (token, group) row, or in the cache dtype.
+bool allocate_expanded_pools(const gqla_backend_desc& d, Pool& kc, Pool& ve) {
+    const int64_t GP = static_cast<int64_t>(d.num_kv_heads) * d.page_size;
+    if (d.cache_dtype == GQLA_DTYPE_FP8_E4M3)
+        return allocate_fp8_pool(d, kc, GP, d.nope_dim, 1) && allocate_fp8_pool(d, ve, GP, d.value_dim, 1);
+    const size_t elem = dtype_size(d.cache_dtype);
+    return allocate_pool(d, kc, GP * d.nope_dim, elem) && allocate_pool(d, ve, GP * d.value_dim, elem);
+}
+
 gqla_status cpu_device_count(int32_t* out) {
     *out = 1;
     return GQLA_OK;
@@ -108,26 +117,19 @@ gqla_status cpu_create(const gqla_backend_desc* desc, void** out_ctx, char* err,
     ctx->kernels = &best_kernels();
     const int64_t P = d.page_size, G = d.num_kv_heads;
     bool ok;
-    if (d.kind == GQLA_KIND_GQLA && !d.keep_latent && d.cache_dtype == GQLA_DTYPE_FP8_E4M3) {
-        delete ctx;
-        return report(GQLA_ERR_UNSUPPORTED,
-                      "config.keep_latent = 0 with an FP8_E4M3 cache: the expanded rows "
-                      "are written without 8-bit scales (use a 16-bit cache)");
-    }
     const int32_t latent_blocks = (d.latent_dim + kFp8LatentBlockElems - 1) / kFp8LatentBlockElems;
     if (ctx->fp8() && d.kind == GQLA_KIND_GQA)
         ok = allocate_fp8_pool(d, ctx->kept[0], G * P, d.head_dim, 1) &&
              allocate_fp8_pool(d, ctx->kept[1], G * P, d.value_dim, 1);
-    else if (ctx->fp8())  // the rope key stays bf16
-        ok = allocate_fp8_pool(d, ctx->kept[0], P, d.latent_dim, latent_blocks) &&
-             allocate_pool(d, ctx->kept[1], P * d.rope_dim, 2);
     else if (d.kind == GQLA_KIND_GQA)
         ok = allocate_pool(d, ctx->kept[0], G * P * d.head_dim, ctx->elem_size) &&
              allocate_pool(d, ctx->kept[1], G * P * d.value_dim, ctx->elem_size);
-    else if (!d.keep_latent)  // no C pool: KR plus the expanded pools, for life
-        ok = ctx->expanded_on = allocate_pool(d, ctx->kept[1], P * d.rope_dim, ctx->elem_size) &&
-                                allocate_pool(d, ctx->expanded[0], G * P * d.nope_dim, ctx->elem_size) &&
-                                allocate_pool(d, ctx->expanded[1], G * P * d.value_dim, ctx->elem_size);
+    else if (!d.keep_latent)  // no C pool: KR plus the expanded pools, for life (an 8-bit cache's KR in bf16)
+        ok = ctx->expanded_on = allocate_pool(d, ctx->kept[1], P * d.rope_dim, ctx->fp8() ? 2 : ctx->elem_size) &&
+                                allocate_expanded_pools(d, ctx->expanded[0], ctx->expanded[1]);
+    else if (ctx->fp8())  // the rope key stays bf16
+        ok = allocate_fp8_pool(d, ctx->kept[0], P, d.latent_dim, latent_blocks) &&
+             allocate_pool(d, ctx->kept[1], P * d.rope_dim, 2);
     else
         ok = allocate_pool(d, ctx->kept[0], P * d.latent_dim, ctx->elem_size) &&
              allocate_pool(d, ctx->kept[1], P * d.rope_dim, ctx->elem_size);
@@ -245,24 +247,16 @@ gqla_status cpu_set_expanded(void* p, int32_t enable) {
         return GQLA_OK;
     }
     if (ctx->expanded_on) return GQLA_OK;
-    const int64_t GP = static_cast<int64_t>(d.num_kv_heads) * d.page_size;
     Pool kc, ve;
-    const bool ok = ctx->fp8()
-                        ? allocate_fp8_pool(d, kc, GP, d.nope_dim, 1) && allocate_fp8_pool(d, ve, GP, d.value_dim, 1)
-                        : allocate_pool(d, kc, GP * d.nope_dim, ctx->elem_size) &&
-                              allocate_pool(d, ve, GP * d.value_dim, ctx->elem_size);
-    if (!ok) return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "set_expanded: cannot allocate the expanded cache");
+    if (!allocate_expanded_pools(d, kc, ve))
+        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "set_expanded: cannot allocate the expanded cache");
     ctx->expanded[0] = std::move(kc);
     ctx->expanded[1] = std::move(ve);
     ctx->expanded_on = true;
     return GQLA_OK;
 }
 
-gqla_status cpu_append(void* p, const gqla_append_args* a) {
-    CpuContext* ctx = as_ctx(p);
-    if (ctx->desc.kind == GQLA_KIND_GQLA && !ctx->desc.keep_latent) return append_without_latent(ctx, a);
-    return append_tokens(ctx, a);
-}
+gqla_status cpu_append(void* p, const gqla_append_args* a) { return append_tokens(as_ctx(p), a); }
 gqla_status cpu_expand(void* p, const gqla_expand_args* a) { return expand_tokens(as_ctx(p), a); }
 gqla_status cpu_copy_pages(void* p, int32_t n, const int32_t* s, const int32_t* d) {
     return copy_pages(as_ctx(p), n, s, d);

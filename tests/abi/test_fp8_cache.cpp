@@ -4,8 +4,9 @@
 // dequantized cache (the kernels' error, bf16 bound) and on the inputs as
 // given (adds the 8-bit rounding, 6e-2), on normal data and on data with an
 // outlier channel; GQA kind (narrow and wide tiles), GQLA absorb, GQA path
-// and GQA_TRANSIENT, ragged calls, forks, path switches, saturation, the
-// per-token bytes in the stats and the refusals.
+// and GQA_TRANSIENT, ragged calls, forks, path switches, a GQLA session
+// without the latent, saturation, the per-token bytes in the stats and the
+// refusals.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -133,6 +134,56 @@ TEST_CASE("fp8 GQLA: absorb, GQA path, GQA_TRANSIENT and path switches on every 
                 check(s.attend({ids[2], child, ids[4]}, {2, 3, 30}, GQLA_PATH_GQA, true), "GQA path ragged, fork");
                 REQUIRE(gqla_select_path(s.session(), GQLA_PATH_ABSORB) == GQLA_OK);
                 check(s.attend({ids[2], child}, {1}, GQLA_PATH_ABSORB, false), "back to absorb");
+            }
+        });
+    }
+}
+
+TEST_CASE("fp8 GQLA without the latent (keep_latent = 0): the expanded rows a latent-keeping session builds") {
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    for (bool outlier : {false, true}) {
+        CAPTURE(outlier);
+        nonfinite::for_each_isa([&](const char*) {
+            for (int32_t groups : {1, 3}) {
+                CAPTURE(groups);
+                gqla_config cfg = odd_gqla(groups);
+                cfg.keep_latent = 0;
+                cfg.path = GQLA_PATH_GQA;
+                // The same seed and calls give both sessions the same weights,
+                // rows and queries; the latent-keeping one expands at its
+                // path switch (rows so far) and at append (rows after).
+                Fp8Session s(cfg, seed + groups, outlier), kept(odd_gqla(groups), seed + groups, outlier);
+                const std::vector<int64_t> lengths = {1, 16, 17, 90, 301};
+                std::vector<gqla_seq_id> ids = sequences(s, lengths), kept_ids = sequences(kept, lengths);
+                INFO("gqla_select_path: " << std::string(gqla_last_error_message()));
+                REQUIRE(gqla_select_path(kept.session(), GQLA_PATH_GQA) == GQLA_OK);
+                // Same expanded bytes and kernels: the same outputs, so the
+                // same errors to the last bit; each within the fp8 bounds.
+                const auto same = [&](const Errors& e, const Errors& k, const char* what) {
+                    check(e, what);
+                    CHECK(e.stored == k.stored);
+                    CHECK(e.given == k.given);
+                    CHECK(e.lse == k.lse);
+                };
+                same(s.attend(ids, {1}, GQLA_PATH_GQA, false), kept.attend(kept_ids, {1}, GQLA_PATH_GQA, false),
+                     "s_q 1");
+                same(s.attend({ids[4], ids[0], ids[2]}, {20, 1, 3}, GQLA_PATH_AUTO, true),
+                     kept.attend({kept_ids[4], kept_ids[0], kept_ids[2]}, {20, 1, 3}, GQLA_PATH_GQA, true), "ragged");
+                // A fork inside a page, then both sides grow.
+                const gqla_seq_id child = s.fork(ids[2]), kept_child = kept.fork(kept_ids[2]);
+                s.append(child, 3);
+                kept.append(kept_child, 3);
+                s.append(ids[2], 9);
+                kept.append(kept_ids[2], 9);
+                same(s.attend({ids[2], child}, {2}, GQLA_PATH_GQA, false),
+                     kept.attend({kept_ids[2], kept_child}, {2}, GQLA_PATH_GQA, false), "fork");
+                // KR in bf16 beside the 8-bit expanded rows, no latent.
+                gqla_stats st;
+                st.struct_size = sizeof st;
+                REQUIRE(gqla_session_stats(s.session(), &st) == GQLA_OK);
+                CHECK(st.kept_bytes_per_token == 24 * 2);
+                CHECK(st.expanded_bytes_per_token == groups * (40 + 56) + 2 * 4 * groups);
             }
         });
     }
