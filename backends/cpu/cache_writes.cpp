@@ -48,6 +48,10 @@ struct LatentRows {
     bool reserve(const gqla_append_item* items, int32_t num_items, int64_t r) {
         int64_t n = 0;
         for (int32_t it = 0; it < num_items; ++it) n += items[it].count;
+        return reserve_rows(n, r);
+    }
+    // Room for n rows of r elements; false when out of memory.
+    bool reserve_rows(int64_t n, int64_t r) {
         try {
             slots.reserve(static_cast<size_t>(n));
             latent.resize(static_cast<size_t>(n * r));
@@ -67,6 +71,8 @@ struct LatentRows {
             load_row_f32(c_row, ctx->desc.cache_dtype, ctx->desc.latent_dim, 1.0f, dst);
         slots.push_back(s);
     }
+    int64_t size() const { return static_cast<int64_t>(slots.size()); }
+    void clear() { slots.clear(); }
 };
 
 // Expands the latent rows (already rounded to the cache dtype, as f32) of
@@ -226,7 +232,9 @@ gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
 // row is stored into a scratch row as a kept one would be (rounded to the
 // cache dtype; 8-bit: quantized in blocks), expanded from there into the
 // context's groups and dropped, so this context holds the expanded rows a
-// latent-keeping one builds (bit for bit, the fp8 scales included).
+// latent-keeping one builds (bit for bit, the fp8 scales included). Rows
+// are expanded in blocks of kExpandRowsPerGemm, which bounds the f32 latent
+// rows held at once however long the append (an import) is.
 gqla_status append_gqla_without_latent(CpuContext* ctx, const gqla_append_args* a) {
     const gqla_backend_desc& d = ctx->desc;
     if (!ctx->weights[static_cast<size_t>(a->layer)].set())
@@ -244,15 +252,25 @@ gqla_status append_gqla_without_latent(CpuContext* ctx, const gqla_append_args* 
     } catch (const std::bad_alloc&) {
         return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
     }
-    if (!rows.reserve(a->items, a->num_items, r)) return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
+    int64_t n = 0;
+    for (int32_t it = 0; it < a->num_items; ++it) n += a->items[it].count;
+    if (!rows.reserve_rows(std::min(n, kExpandRowsPerGemm), r))
+        return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
     char* row_bytes = reinterpret_cast<char*>(stored.data());
     float* row_scales = ctx->fp8() ? scales.data() : nullptr;
+    gqla_status st = GQLA_OK;
     for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t row) {
+        if (st != GQLA_OK) return;
         store_latent_row(ctx, view_at(a->a, row), a->a.dtype, row_bytes, row_scales, tmp.data());
         store_rope_key_row(ctx, a, row, s);
         rows.add(ctx, row_bytes, row_scales, s);
+        if (rows.size() == kExpandRowsPerGemm) {
+            st = expand_slots(ctx, a->layer, rows);
+            rows.clear();
+        }
     });
-    return expand_slots(ctx, a->layer, rows);
+    if (st == GQLA_OK && rows.size() > 0) st = expand_slots(ctx, a->layer, rows);
+    return st;
 }
 
 }  // namespace

@@ -178,6 +178,13 @@ TEST_CASE("fp8 GQLA without the latent (keep_latent = 0): the expanded rows a la
                 kept.append(kept_ids[2], 9);
                 same(s.attend({ids[2], child}, {2}, GQLA_PATH_GQA, false),
                      kept.attend({kept_ids[2], kept_child}, {2}, GQLA_PATH_GQA, false), "fork");
+                if (groups == 1 && !outlier) {  // one append longer than an expansion block (2048 rows)
+                    const gqla_seq_id long_id = s.add(), kept_long = kept.add();
+                    s.append(long_id, 2100);
+                    kept.append(kept_long, 2100);
+                    same(s.attend({long_id}, {3}, GQLA_PATH_GQA, false),
+                         kept.attend({kept_long}, {3}, GQLA_PATH_GQA, false), "2100 rows in one append");
+                }
                 // KR in bf16 beside the 8-bit expanded rows, no latent.
                 gqla_stats st;
                 st.struct_size = sizeof st;
