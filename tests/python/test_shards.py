@@ -144,3 +144,25 @@ def test_bad_shard_configs_name_the_field(fields, name):
     gqa.keep_latent = 0
     with pytest.raises(gqla.InvalidArgument, match="config.keep_latent"):
         gqa.validate()
+
+
+def test_fp8_shards_without_the_latent_hold_what_a_latent_keeping_session_expands(rng):
+    """An 8-bit cache without the latent: each rank's GQA-path outputs are
+    those of a full fp8 session that keeps the latent (same stored bytes,
+    same kernels: equal but for the order of f32 sums), within the 8-bit
+    bound of the reference."""
+    weights = (rng.standard_normal((4 * 28, 40)) / np.sqrt(40)).astype(np.float32)
+    full = make(path="gqa", cache="fp8_e4m3")
+    ranks = [make(b, n, 0, path="gqa", cache="fp8_e4m3") for b, n in SHARDS]
+    rows = fill([full] + ranks, rng, [13, 30, 7], weights)
+    seqs = [seq for seq, _, _ in rows]
+    q_lens = [1, 4, 2]
+    q = rng.standard_normal((sum(q_lens), 8, 24)).astype(np.float32)
+    want_o, _ = reference(rows, q, q_lens, weights)
+    o_full = full.attend(0, seqs, q, q_lens=q_lens, path="gqa")
+    o = np.full_like(o_full, np.nan)
+    for (begin, count), s in zip(SHARDS, ranks):
+        heads = slice(begin * 2, (begin + count) * 2)
+        o[:, heads] = s.attend(0, seqs, np.ascontiguousarray(q[:, heads]), q_lens=q_lens, path="gqa")
+    assert ref.relative_error(o, o_full) <= 1e-5  # an 8-bit rounding apart would be ~1e-2
+    assert ref.relative_error(o, want_o) <= 6e-2
