@@ -60,8 +60,9 @@ static inline __m512 query_low_part(__m512 x, __mmask16* kept) {
 // bf16 alone put score errors of 2^-9 |s| into every score, which with
 // sharp softmaxes took outputs past the bf16 error bound (API-sequence
 // fuzzer, f16 io). Returns whether some lo is kept (the scores then take
-// two dot products per key vector). The 8-bit kernels round the scaled
-// queries once (unscale 1, no ql): their keys' own error dwarfs it.
+// two dot products per key vector). The 8-bit kernels keep no lo (no ql):
+// an f32 or f16 query is rounded once, its 2^-9 dwarfed by the e4m3 keys'
+// own rounding; a bf16 query is exact there too.
 static inline bool round_queries(const GqaItem& it, float unscale_by, uint16_t* qb, uint16_t* ql, int64_t qb_ld) {
     const int p1 = (it.d1 + 31) / 32 * 32;
     const __m512 unscale = _mm512_set1_ps(unscale_by);

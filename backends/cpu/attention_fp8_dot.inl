@@ -40,11 +40,11 @@ static inline __mmask32 mask32(int n) {
     return n >= 32 ? ~static_cast<__mmask32>(0) : static_cast<__mmask32>((1u << n) - 1);
 }
 
-// s[r][t] = ks[t] * (q[r] . k1[t]) + q[r] . k2[t] for RB rows x NT tokens
-// (k1 e4m3, k2 bf16 or none).
+// s[r][t] = qs * (ks[t] * (q[r] . k1[t]) + q[r] . k2[t]) for RB rows x NT
+// tokens (k1 e4m3, k2 bf16 or none; q unscaled, qs the query scale).
 template <int RB, int NT>
-static inline void fp8_dot_score_tile(const uint16_t* qb, int64_t qb_ld, const uint8_t* k1, int d1, const float* ks,
-                                      const uint16_t* k2, int d2, float* s, int s_ld) {
+static inline void fp8_dot_score_tile(const uint16_t* qb, int64_t qb_ld, float qs, const uint8_t* k1, int d1,
+                                      const float* ks, const uint16_t* k2, int d2, float* s, int s_ld) {
     __m512 acc[RB * NT];
     GQLA_UNROLL
     for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();
@@ -83,7 +83,7 @@ static inline void fp8_dot_score_tile(const uint16_t* qb, int64_t qb_ld, const u
     Simd::hsum_many(acc, RB * NT, sums);
     GQLA_UNROLL
     for (int r = 0; r < RB; ++r) GQLA_UNROLL
-    for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
+    for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] * qs;
 }
 
 template <int RB>
@@ -91,17 +91,18 @@ static inline void fp8_dot_scores_rows(const GqaItem& it, int r0, int n, const u
                                        const Fp8GqaBlock& b, const float* ks, float* s, PrefetchStream* pf) {
     constexpr int NT = kScoreTokens;
     const uint16_t* q = qb + r0 * qb_ld;
+    const float qs = it.q_scale > 0.0f ? it.q_scale : 1.0f;
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        fp8_dot_score_tile<RB, NT>(q, qb_ld, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
+        fp8_dot_score_tile<RB, NT>(q, qb_ld, qs, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
                                    b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
                                    kGqaTokenBlock);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        fp8_dot_score_tile<RB, 1>(q, qb_ld, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
+        fp8_dot_score_tile<RB, 1>(q, qb_ld, qs, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
                                   b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
                                   kGqaTokenBlock);
     }
@@ -250,7 +251,7 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
     uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
     float* scale =
         it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
-    round_queries(it, 1.0f, qb, nullptr, qb_ld);
+    round_queries(it, it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f, qb, nullptr, qb_ld);
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
     Fp8GqaBlock cur = Fp8GqaBlock::at(it, it.t0, it.t1, kGqaTokenBlock);

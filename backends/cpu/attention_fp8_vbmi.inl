@@ -58,27 +58,30 @@ static inline __mmask64 mask64(int n) {
 }
 static inline int pad64(int n) { return (n + 63) / 64 * 64; }
 
-// Queries as bf16: the e4m3 segment in 64-element chunks of A then C order,
+// Queries as bf16, unscaled (it.q carries the softmax scale * log2 e, which
+// the scores take back in f32, so a query given in bf16 is multiplied as
+// given): the e4m3 segment in 64-element chunks of A then C order,
 // zero-padded to 64; the rope segment in natural order padded to 32.
 static inline void vbmi_queries(const GqaItem& it, uint16_t* qb, int64_t qb_ld) {
     const int p1 = pad64(it.d1), p2 = (it.d2 + 31) / 32 * 32;
+    const float unscale = it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f;
     for (int r = 0; r < it.rows; ++r) {
         const float* q = it.q + static_cast<int64_t>(r) * it.q_ld;
         uint16_t* dst = qb + r * qb_ld;
         for (int d = 0; d < p1; d += 64)
             for (int i = 0; i < 32; ++i) {
                 const int ea = d + a_order(i), ec = d + c_order(i);
-                dst[d + i] = ea < it.d1 ? bf16_bits_nearest(q[ea]) : 0;
-                dst[d + 32 + i] = ec < it.d1 ? bf16_bits_nearest(q[ec]) : 0;
+                dst[d + i] = ea < it.d1 ? bf16_bits_nearest(q[ea] * unscale) : 0;
+                dst[d + 32 + i] = ec < it.d1 ? bf16_bits_nearest(q[ec] * unscale) : 0;
             }
-        for (int e = 0; e < p2; ++e) dst[p1 + e] = e < it.d2 ? bf16_bits_nearest(q[it.d1 + e]) : 0;
+        for (int e = 0; e < p2; ++e) dst[p1 + e] = e < it.d2 ? bf16_bits_nearest(q[it.d1 + e] * unscale) : 0;
     }
 }
 
 // k1 / k2: row accessors (RunRows or ListRows) from the tile's first token.
 template <int RB, int NT, class R1, class R2>
-GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, R1 k1, int d1, const float* ks, R2 k2,
-                                             int d2, float* s, int s_ld, const E4m3Lut& L) {
+GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, float qs, R1 k1, int d1,
+                                             const float* ks, R2 k2, int d2, float* s, int s_ld, const E4m3Lut& L) {
     __m512 acc[RB * NT];
     GQLA_UNROLL
     for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();
@@ -121,7 +124,7 @@ GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, 
     Simd::hsum_many(acc, RB * NT, sums);
     GQLA_UNROLL
     for (int r = 0; r < RB; ++r) GQLA_UNROLL
-    for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t];
+    for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] * qs;
 }
 
 template <int RB, class Block>
@@ -130,15 +133,17 @@ GQLA_VBMI static inline void vbmi_scores_rows(const GqaItem& it, int r0, int n, 
                                               const E4m3Lut& L) {
     constexpr int NT = 2;  // A and C per token: 4 tokens would spill
     const uint16_t* q = qb + r0 * qb_ld;
+    const float qs = it.q_scale > 0.0f ? it.q_scale : 1.0f;
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        vbmi_score_tile<RB, NT>(q, qb_ld, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j, kGqaTokenBlock,
-                                L);
+        vbmi_score_tile<RB, NT>(q, qb_ld, qs, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j,
+                                kGqaTokenBlock, L);
     }
     for (; j < n; ++j)
-        vbmi_score_tile<RB, 1>(q, qb_ld, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j, kGqaTokenBlock, L);
+        vbmi_score_tile<RB, 1>(q, qb_ld, qs, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j, kGqaTokenBlock,
+                               L);
 }
 
 // acc (per 64 dims: A lo, A hi, C lo, C hi, each in the pair order of the
