@@ -84,6 +84,23 @@ std::vector<gqla_seq_id> sequences(Fp8Session& s, const std::vector<int64_t>& le
     return ids;
 }
 
+// f(groups, seed, outlier) for normal and outlier data, on every ISA, with
+// 1 and 3 groups (odd_gqla).
+template <class F>
+void for_each_gqla_case(F f) {
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    for (bool outlier : {false, true}) {
+        CAPTURE(outlier);
+        nonfinite::for_each_isa([&](const char*) {
+            for (int32_t groups : {1, 3}) {
+                CAPTURE(groups);
+                f(groups, seed + groups, outlier);
+            }
+        });
+    }
+}
+
 }  // namespace
 
 TEST_CASE("fp8 GQA kind: decode, prefill tiles, ragged calls and forks on every ISA") {
@@ -110,90 +127,72 @@ TEST_CASE("fp8 GQA kind: decode, prefill tiles, ragged calls and forks on every 
 }
 
 TEST_CASE("fp8 GQLA: absorb, GQA path, GQA_TRANSIENT and path switches on every ISA") {
-    const uint64_t seed = abi::test_seed();
-    INFO(abi::replay_hint(seed));
-    for (bool outlier : {false, true}) {
-        CAPTURE(outlier);
-        nonfinite::for_each_isa([&](const char*) {
-            for (int32_t groups : {1, 3}) {
-                CAPTURE(groups);
-                Fp8Session s(odd_gqla(groups), seed + groups, outlier);
-                std::vector<gqla_seq_id> ids = sequences(s, {1, 16, 17, 90, 301});
-                check(s.attend(ids, {1}, GQLA_PATH_ABSORB, false), "absorb s_q 1");
-                check(s.attend({ids[3], ids[4]}, {4}, GQLA_PATH_ABSORB, false), "absorb s_q 4");
-                check(s.attend({ids[4], ids[0], ids[2]}, {20, 1, 3}, GQLA_PATH_GQA_TRANSIENT, true),
-                      "transient ragged");
-                // Switch to the GQA path: the expanded cache is built from the
-                // stored latent and quantized per (token, group).
-                INFO("gqla_select_path: " << std::string(gqla_last_error_message()));
-                REQUIRE(gqla_select_path(s.session(), GQLA_PATH_GQA) == GQLA_OK);
-                check(s.attend(ids, {1}, GQLA_PATH_GQA, false), "GQA path s_q 1");
-                s.append(ids[2], 9);  // appended while expanded: written in both
-                const gqla_seq_id child = s.fork(ids[2]);
-                s.append(child, 3);
-                check(s.attend({ids[2], child, ids[4]}, {2, 3, 30}, GQLA_PATH_GQA, true), "GQA path ragged, fork");
-                REQUIRE(gqla_select_path(s.session(), GQLA_PATH_ABSORB) == GQLA_OK);
-                check(s.attend({ids[2], child}, {1}, GQLA_PATH_ABSORB, false), "back to absorb");
-            }
-        });
-    }
+    for_each_gqla_case([](int32_t groups, uint64_t seed, bool outlier) {
+        Fp8Session s(odd_gqla(groups), seed, outlier);
+        std::vector<gqla_seq_id> ids = sequences(s, {1, 16, 17, 90, 301});
+        check(s.attend(ids, {1}, GQLA_PATH_ABSORB, false), "absorb s_q 1");
+        check(s.attend({ids[3], ids[4]}, {4}, GQLA_PATH_ABSORB, false), "absorb s_q 4");
+        check(s.attend({ids[4], ids[0], ids[2]}, {20, 1, 3}, GQLA_PATH_GQA_TRANSIENT, true), "transient ragged");
+        // Switch to the GQA path: the expanded cache is built from the
+        // stored latent and quantized per (token, group).
+        INFO("gqla_select_path: " << std::string(gqla_last_error_message()));
+        REQUIRE(gqla_select_path(s.session(), GQLA_PATH_GQA) == GQLA_OK);
+        check(s.attend(ids, {1}, GQLA_PATH_GQA, false), "GQA path s_q 1");
+        s.append(ids[2], 9);  // appended while expanded: written in both
+        const gqla_seq_id child = s.fork(ids[2]);
+        s.append(child, 3);
+        check(s.attend({ids[2], child, ids[4]}, {2, 3, 30}, GQLA_PATH_GQA, true), "GQA path ragged, fork");
+        REQUIRE(gqla_select_path(s.session(), GQLA_PATH_ABSORB) == GQLA_OK);
+        check(s.attend({ids[2], child}, {1}, GQLA_PATH_ABSORB, false), "back to absorb");
+    });
 }
 
 TEST_CASE("fp8 GQLA without the latent (keep_latent = 0): the expanded rows a latent-keeping session builds") {
-    const uint64_t seed = abi::test_seed();
-    INFO(abi::replay_hint(seed));
-    for (bool outlier : {false, true}) {
-        CAPTURE(outlier);
-        nonfinite::for_each_isa([&](const char*) {
-            for (int32_t groups : {1, 3}) {
-                CAPTURE(groups);
-                gqla_config cfg = odd_gqla(groups);
-                cfg.keep_latent = 0;
-                cfg.path = GQLA_PATH_GQA;
-                // The same seed and calls give both sessions the same weights,
-                // rows and queries; the latent-keeping one expands at its
-                // path switch (rows so far) and at append (rows after).
-                Fp8Session s(cfg, seed + groups, outlier), kept(odd_gqla(groups), seed + groups, outlier);
-                const std::vector<int64_t> lengths = {1, 16, 17, 90, 301};
-                std::vector<gqla_seq_id> ids = sequences(s, lengths), kept_ids = sequences(kept, lengths);
-                INFO("gqla_select_path: " << std::string(gqla_last_error_message()));
-                REQUIRE(gqla_select_path(kept.session(), GQLA_PATH_GQA) == GQLA_OK);
-                // Same expanded bytes and kernels: the same outputs, so the
-                // same errors to the last bit; each within the fp8 bounds.
-                const auto same = [&](const Errors& e, const Errors& k, const char* what) {
-                    check(e, what);
-                    CHECK(e.stored == k.stored);
-                    CHECK(e.given == k.given);
-                    CHECK(e.lse == k.lse);
-                };
-                same(s.attend(ids, {1}, GQLA_PATH_GQA, false), kept.attend(kept_ids, {1}, GQLA_PATH_GQA, false),
-                     "s_q 1");
-                same(s.attend({ids[4], ids[0], ids[2]}, {20, 1, 3}, GQLA_PATH_AUTO, true),
-                     kept.attend({kept_ids[4], kept_ids[0], kept_ids[2]}, {20, 1, 3}, GQLA_PATH_GQA, true), "ragged");
-                // A fork inside a page, then both sides grow.
-                const gqla_seq_id child = s.fork(ids[2]), kept_child = kept.fork(kept_ids[2]);
-                s.append(child, 3);
-                kept.append(kept_child, 3);
-                s.append(ids[2], 9);
-                kept.append(kept_ids[2], 9);
-                same(s.attend({ids[2], child}, {2}, GQLA_PATH_GQA, false),
-                     kept.attend({kept_ids[2], kept_child}, {2}, GQLA_PATH_GQA, false), "fork");
-                if (groups == 1 && !outlier) {  // one append longer than an expansion block (2048 rows)
-                    const gqla_seq_id long_id = s.add(), kept_long = kept.add();
-                    s.append(long_id, 2100);
-                    kept.append(kept_long, 2100);
-                    same(s.attend({long_id}, {3}, GQLA_PATH_GQA, false),
-                         kept.attend({kept_long}, {3}, GQLA_PATH_GQA, false), "2100 rows in one append");
-                }
-                // KR in bf16 beside the 8-bit expanded rows, no latent.
-                gqla_stats st;
-                st.struct_size = sizeof st;
-                REQUIRE(gqla_session_stats(s.session(), &st) == GQLA_OK);
-                CHECK(st.kept_bytes_per_token == 24 * 2);
-                CHECK(st.expanded_bytes_per_token == groups * (40 + 56) + 2 * 4 * groups);
-            }
-        });
-    }
+    for_each_gqla_case([](int32_t groups, uint64_t seed, bool outlier) {
+        gqla_config cfg = odd_gqla(groups);
+        cfg.keep_latent = 0;
+        cfg.path = GQLA_PATH_GQA;
+        // The same seed and calls give both sessions the same weights,
+        // rows and queries; the latent-keeping one expands at its
+        // path switch (rows so far) and at append (rows after).
+        Fp8Session s(cfg, seed, outlier), kept(odd_gqla(groups), seed, outlier);
+        const std::vector<int64_t> lengths = {1, 16, 17, 90, 301};
+        std::vector<gqla_seq_id> ids = sequences(s, lengths), kept_ids = sequences(kept, lengths);
+        INFO("gqla_select_path: " << std::string(gqla_last_error_message()));
+        REQUIRE(gqla_select_path(kept.session(), GQLA_PATH_GQA) == GQLA_OK);
+        // Same expanded bytes and kernels: the same outputs, so the
+        // same errors to the last bit; each within the fp8 bounds.
+        const auto same = [&](const Errors& e, const Errors& k, const char* what) {
+            check(e, what);
+            CHECK(e.stored == k.stored);
+            CHECK(e.given == k.given);
+            CHECK(e.lse == k.lse);
+        };
+        same(s.attend(ids, {1}, GQLA_PATH_GQA, false), kept.attend(kept_ids, {1}, GQLA_PATH_GQA, false), "s_q 1");
+        same(s.attend({ids[4], ids[0], ids[2]}, {20, 1, 3}, GQLA_PATH_AUTO, true),
+             kept.attend({kept_ids[4], kept_ids[0], kept_ids[2]}, {20, 1, 3}, GQLA_PATH_GQA, true), "ragged");
+        // A fork inside a page, then both sides grow.
+        const gqla_seq_id child = s.fork(ids[2]), kept_child = kept.fork(kept_ids[2]);
+        s.append(child, 3);
+        kept.append(kept_child, 3);
+        s.append(ids[2], 9);
+        kept.append(kept_ids[2], 9);
+        same(s.attend({ids[2], child}, {2}, GQLA_PATH_GQA, false),
+             kept.attend({kept_ids[2], kept_child}, {2}, GQLA_PATH_GQA, false), "fork");
+        if (groups == 1 && !outlier) {  // one append longer than an expansion block (2048 rows)
+            const gqla_seq_id long_id = s.add(), kept_long = kept.add();
+            s.append(long_id, 2100);
+            kept.append(kept_long, 2100);
+            same(s.attend({long_id}, {3}, GQLA_PATH_GQA, false), kept.attend({kept_long}, {3}, GQLA_PATH_GQA, false),
+                 "2100 rows in one append");
+        }
+        // KR in bf16 beside the 8-bit expanded rows, no latent.
+        gqla_stats st;
+        st.struct_size = sizeof st;
+        REQUIRE(gqla_session_stats(s.session(), &st) == GQLA_OK);
+        CHECK(st.kept_bytes_per_token == 24 * 2);
+        CHECK(st.expanded_bytes_per_token == groups * (40 + 56) + 2 * 4 * groups);
+    });
 }
 
 TEST_CASE("fp8 GQA kind: a bf16 query is multiplied as given, so a sharp softmax keeps lse exact on every ISA") {
