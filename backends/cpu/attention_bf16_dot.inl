@@ -152,7 +152,7 @@ static inline void scores_rows(const GqaItem& it, int r0, int n, const uint16_t*
     constexpr int NT = kScoreTokens;
     const uint16_t* q = qb + r0 * qb_ld;
     const uint16_t* q_lo = ql + r0 * qb_ld;
-    const float scale = it.q_scale > 0.0f ? it.q_scale : 1.0f;
+    const float scale = it.score_scale();
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
@@ -369,7 +369,7 @@ static void gqa_attend_bf16_blocks(const GqaItem& item) {
     uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
     uint16_t* ql = qb + round16(it.rows * qb_ld / 2) * 2;
     uint16_t* pb = ql + round16(it.rows * qb_ld / 2) * 2;
-    const bool split = kDotScores && round_queries(it, it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f, qb, ql, qb_ld);
+    const bool split = kDotScores && round_queries(it, it.query_unscale(), qb, ql, qb_ld);
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
     Block cur = Block::at(it, it.t0);

@@ -91,7 +91,7 @@ static inline void fp8_dot_scores_rows(const GqaItem& it, int r0, int n, const u
                                        const Fp8GqaBlock& b, const float* ks, float* s, PrefetchStream* pf) {
     constexpr int NT = kScoreTokens;
     const uint16_t* q = qb + r0 * qb_ld;
-    const float qs = it.q_scale > 0.0f ? it.q_scale : 1.0f;
+    const float qs = it.score_scale();
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
@@ -251,7 +251,7 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
     uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
     float* scale =
         it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
-    round_queries(it, it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f, qb, nullptr, qb_ld);
+    round_queries(it, it.query_unscale(), qb, nullptr, qb_ld);
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
     Fp8GqaBlock cur = Fp8GqaBlock::at(it, it.t0, it.t1, kGqaTokenBlock);

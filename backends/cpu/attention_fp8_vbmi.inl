@@ -64,7 +64,7 @@ static inline int pad64(int n) { return (n + 63) / 64 * 64; }
 // zero-padded to 64; the rope segment in natural order padded to 32.
 static inline void vbmi_queries(const GqaItem& it, uint16_t* qb, int64_t qb_ld) {
     const int p1 = pad64(it.d1), p2 = (it.d2 + 31) / 32 * 32;
-    const float unscale = it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f;
+    const float unscale = it.query_unscale();
     for (int r = 0; r < it.rows; ++r) {
         const float* q = it.q + static_cast<int64_t>(r) * it.q_ld;
         uint16_t* dst = qb + r * qb_ld;
@@ -133,7 +133,7 @@ GQLA_VBMI static inline void vbmi_scores_rows(const GqaItem& it, int r0, int n, 
                                               const E4m3Lut& L) {
     constexpr int NT = 2;  // A and C per token: 4 tokens would spill
     const uint16_t* q = qb + r0 * qb_ld;
-    const float qs = it.q_scale > 0.0f ? it.q_scale : 1.0f;
+    const float qs = it.score_scale();
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {

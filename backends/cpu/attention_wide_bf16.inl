@@ -17,7 +17,7 @@
 // (query_low_part) in ql; returns whether any low part is kept.
 static inline bool wide_pair_queries(const GqaItem& it, int R, uint32_t* qp, uint32_t* ql) {
     const int K = it.d1 + it.d2;
-    const float unscale = it.q_scale > 0.0f ? 1.0f / it.q_scale : 1.0f;
+    const float unscale = it.query_unscale();
     alignas(64) float even[16], odd[16];
     __mmask16 any_lo = 0;
     for (int kp = 0; kp < K / 2; ++kp)
@@ -105,7 +105,7 @@ static void gqa_attend_wide_bf16(const GqaItem& it) {
     uint32_t* vp = w.pairs;
     uint32_t* pp = w.pairs + kWideTokenBlock / 2 * dv;
     const uint32_t* ql = wide_pair_queries(it, R, qp, qp_lo) ? qp_lo : nullptr;
-    const __m512 scale = _mm512_set1_ps(it.q_scale > 0.0f ? it.q_scale : 1.0f);
+    const __m512 scale = _mm512_set1_ps(it.score_scale());
     const int64_t t1 = lmin(it.t1, max_lane_limit(w.limit, R) + 1);
     for (int64_t t = it.t0; t < t1;) {
         const WideBlock<GQLA_DTYPE_BF16> b = WideBlock<GQLA_DTYPE_BF16>::at(it, t, t1);

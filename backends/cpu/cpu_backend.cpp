@@ -117,22 +117,23 @@ gqla_status cpu_create(const gqla_backend_desc* desc, void** out_ctx, char* err,
     ctx->kernels = &best_kernels();
     const int64_t P = d.page_size, G = d.num_kv_heads;
     bool ok;
-    const int32_t latent_blocks = (d.latent_dim + kFp8LatentBlockElems - 1) / kFp8LatentBlockElems;
-    if (ctx->fp8() && d.kind == GQLA_KIND_GQA)
-        ok = allocate_fp8_pool(d, ctx->kept[0], G * P, d.head_dim, 1) &&
-             allocate_fp8_pool(d, ctx->kept[1], G * P, d.value_dim, 1);
-    else if (d.kind == GQLA_KIND_GQA)
-        ok = allocate_pool(d, ctx->kept[0], G * P * d.head_dim, ctx->elem_size) &&
-             allocate_pool(d, ctx->kept[1], G * P * d.value_dim, ctx->elem_size);
-    else if (!d.keep_latent)  // no C pool: KR plus the expanded pools, for life (an 8-bit cache's KR in bf16)
-        ok = ctx->expanded_on = allocate_pool(d, ctx->kept[1], P * d.rope_dim, ctx->fp8() ? 2 : ctx->elem_size) &&
-                                allocate_expanded_pools(d, ctx->expanded[0], ctx->expanded[1]);
-    else if (ctx->fp8())  // the rope key stays bf16
-        ok = allocate_fp8_pool(d, ctx->kept[0], P, d.latent_dim, latent_blocks) &&
-             allocate_pool(d, ctx->kept[1], P * d.rope_dim, 2);
-    else
-        ok = allocate_pool(d, ctx->kept[0], P * d.latent_dim, ctx->elem_size) &&
-             allocate_pool(d, ctx->kept[1], P * d.rope_dim, ctx->elem_size);
+    if (d.kind == GQLA_KIND_GQA) {
+        ok = ctx->fp8() ? allocate_fp8_pool(d, ctx->kept[0], G * P, d.head_dim, 1) &&
+                              allocate_fp8_pool(d, ctx->kept[1], G * P, d.value_dim, 1)
+                        : allocate_pool(d, ctx->kept[0], G * P * d.head_dim, ctx->elem_size) &&
+                              allocate_pool(d, ctx->kept[1], G * P * d.value_dim, ctx->elem_size);
+    } else {
+        // KR (an 8-bit cache keeps the rope key in bf16), then the latent C,
+        // or without it (keep_latent = 0) the expanded pools, for life.
+        const int32_t latent_blocks = (d.latent_dim + kFp8LatentBlockElems - 1) / kFp8LatentBlockElems;
+        ok = allocate_pool(d, ctx->kept[1], P * d.rope_dim, ctx->fp8() ? 2 : ctx->elem_size);
+        if (!d.keep_latent)
+            ok = ctx->expanded_on = ok && allocate_expanded_pools(d, ctx->expanded[0], ctx->expanded[1]);
+        else if (ctx->fp8())
+            ok = ok && allocate_fp8_pool(d, ctx->kept[0], P, d.latent_dim, latent_blocks);
+        else
+            ok = ok && allocate_pool(d, ctx->kept[0], P * d.latent_dim, ctx->elem_size);
+    }
     if (!ok) {
         delete ctx;
         return report(GQLA_ERR_OUT_OF_MEMORY, "cannot allocate the cache pool");

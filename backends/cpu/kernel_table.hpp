@@ -82,8 +82,11 @@ struct GqaItem {
     const float* q;  // [rows][q_ld], pre-multiplied by scale * log2(e)
     int q_ld;
     // That factor (softmax scale * log2(e)); 0 when unknown. The bf16-dot
-    // kernel divides it out to round the caller's own query values.
+    // kernels divide it out to round the caller's own query values, and
+    // multiply it back into the f32 scores.
     float q_scale = 0.0f;
+    float score_scale() const { return q_scale > 0.0f ? q_scale : 1.0f; }
+    float query_unscale() const { return q_scale > 0.0f ? 1.0f / q_scale : 1.0f; }
     const int64_t* row_limit;  // [rows]: last position each row may attend
     const int32_t* page_table;
     int page_size;

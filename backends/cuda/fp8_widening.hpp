@@ -21,10 +21,10 @@
 // 8-bit kernel reads the cache as it is) while the stream is being
 // captured into a CUDA graph (a replay may see longer sequences than the
 // pages widened at capture) or when the workspace would have to grow and
-// cudaMalloc finds no room. The
-// results are the same either way: each element is widened to the bf16
-// nearest to its dequantized value (the rounding of the 8-bit kernel), and
-// both kernels multiply the same bf16 tiles.
+// cudaMalloc finds no room. The results are the same either way: each
+// element is widened to the bf16 nearest to its dequantized value (the
+// rounding of the 8-bit kernel), and both kernels multiply the same bf16
+// tiles.
 //
 // The workspace (Session::widened_*) holds the launch's pages compactly:
 // sequence after sequence, [page][G][P][D] keys and [page][G][P][Dv]
