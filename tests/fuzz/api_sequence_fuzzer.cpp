@@ -9,14 +9,22 @@
 //
 // This file is the driver: options, the loop over random sessions (and
 // configs that must be refused) and the summary. The parts:
-//   fuzz_run.*          run state, failure report, random source, status checks
+//   fuzz_run.*          run state, features, failure report, random source, status checks
 //   random_configs.*    random valid and broken configs
 //   session_fuzz*       the random calls on one session and their checks
 //   shadow_session.*    the shadow model
+//   fp8_rows.*          the 8-bit cache's quantization rule, and its rounding boundaries
+//   boundary_slack.*    how far those boundaries can move an attention output
+//   sequence_buffer.*   the exported sequence format, written from its documentation
 // (The dtypes drawn, kDtypes, are in random_configs.cpp; the decode error
-// bounds, tolerance(), in session_fuzz_decode.cpp.)
+// bounds, tolerance(), in session_fuzz_outputs.cpp.)
 //
-//   gqla_api_sequence_fuzzer [--seconds N] [--calls N] [--seed S|time] [--verbose]
+//   gqla_api_sequence_fuzzer [--seconds N] [--calls N] [--seed S|time] [--features all|base|LIST] [--verbose]
+//
+// --features (default all) picks what is drawn beyond the first version's
+// calls (fuzz_run.hpp): `base` replays seeds recorded before the features
+// existed; LIST is a comma-separated subset of fp8, latent, attention,
+// sequence_io.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +48,7 @@ using fuzz::run;
 using fuzz::SessionFuzz;
 
 struct Options {
+    fuzz::Features features;
     double seconds = -1;
     int64_t calls = -1;
     uint64_t seed = 1;
@@ -68,10 +77,18 @@ Options parse(int argc, char** argv) {
                 o.seed_from_time = true;
             else
                 o.seed = std::strtoull(v.c_str(), nullptr, 10);
+        } else if (a == "--features") {
+            const std::string v = value();
+            if (!fuzz::parse_features(v, &o.features)) {
+                std::fprintf(stderr, "--features: expected all, base or a list of fp8,latent,attention,sequence_io\n");
+                std::exit(2);
+            }
         } else if (a == "--verbose")
             o.verbose = true;
         else {
-            std::fprintf(stderr, "usage: %s [--seconds N] [--calls N] [--seed S|time] [--verbose]\n", argv[0]);
+            std::fprintf(stderr,
+                         "usage: %s [--seconds N] [--calls N] [--seed S|time] [--features all|base|LIST] [--verbose]\n",
+                         argv[0]);
             std::exit(2);
         }
     }
@@ -90,9 +107,11 @@ int main(int argc, char** argv) {
     // fuzzer prices on the spec estimates unless told otherwise.
     if (std::getenv("GQLA_PROBE_CALIBRATE") == nullptr) setenv("GQLA_PROBE_CALIBRATE", "0", 1);
     run.seed = opt.seed;
+    run.features = opt.features;
     run.verbose = opt.verbose;
-    std::printf("api_sequence_fuzzer: seed %llu, budget %s%g s, %lld calls\n", (unsigned long long)opt.seed,
-                opt.seconds < 0 ? "unlimited " : "", opt.seconds < 0 ? 0.0 : opt.seconds, (long long)opt.calls);
+    std::printf("api_sequence_fuzzer: seed %llu, budget %s%g s, %lld calls, features %s\n",
+                (unsigned long long)opt.seed, opt.seconds < 0 ? "unlimited " : "", opt.seconds < 0 ? 0.0 : opt.seconds,
+                (long long)opt.calls, fuzz::features_name(opt.features).c_str());
     std::fflush(stdout);
     Random r(opt.seed);
     const auto start = std::chrono::steady_clock::now();
@@ -127,11 +146,12 @@ int main(int argc, char** argv) {
         if (run.verbose)
             std::printf(
                 "session %lld: kind %d H %d G %d dims %d/%d/%d/%d/%d layers %d cache %d io %d page %d "
-                "tokens %lld seqs %d batch %d q %d\n",
+                "tokens %lld seqs %d batch %d q %d q_tokens %lld keep_latent %d\n",
                 (long long)run.sessions, int(resolved.kind), resolved.num_heads, resolved.num_kv_heads,
                 resolved.head_dim, resolved.value_dim, resolved.latent_dim, resolved.nope_dim, resolved.rope_dim,
                 resolved.num_layers, int(resolved.cache_dtype), int(resolved.io_dtype), resolved.page_size,
-                (long long)resolved.max_tokens, resolved.max_sequences, resolved.max_batch, resolved.max_q_len);
+                (long long)resolved.max_tokens, resolved.max_sequences, resolved.max_batch, resolved.max_q_len,
+                (long long)resolved.max_q_tokens, resolved.keep_latent);
         {
             SessionFuzz f(r, s, resolved);
             const int64_t steps = r.range(20, 400);
@@ -145,5 +165,11 @@ int main(int argc, char** argv) {
         "%lld decodes checked against the reference, %.1f s, no failure\n",
         (unsigned long long)opt.seed, (long long)run.calls, (long long)run.refused, (long long)run.sessions,
         (long long)run.decodes_checked, took);
+    if (opt.features.any())
+        std::printf(
+            "  of the decodes: %lld gqla_attention calls, %lld sparse, %lld over an 8-bit cache (%lld needed the "
+            "rounding-boundary bound); %lld exports compared byte for byte, %lld imports\n",
+            (long long)run.attention_checked, (long long)run.sparse_checked, (long long)run.fp8_checked,
+            (long long)run.boundary_checked, (long long)run.exports_checked, (long long)run.imports);
     return 0;
 }

@@ -2,6 +2,7 @@
 #include "tests/fuzz/fuzz_inputs.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -12,14 +13,31 @@ namespace fuzz {
 size_t dtype_bytes(gqla_dtype t) { return gqla::dtype_size(t); }
 
 TypedBuffer::TypedBuffer(gqla_dtype t, size_t n) : dtype(t), bytes(n * gqla::dtype_size(t)) {
-    for (size_t i = 0; i < n; ++i) set(i, std::nan(""));
+    for (size_t i = 0; i < n; ++i) set(i, t == GQLA_DTYPE_I32 ? double(INT32_MIN) : std::nan(""));
 }
 
 size_t TypedBuffer::size() const { return bytes.size() / gqla::dtype_size(dtype); }
 
-double TypedBuffer::get(size_t i) const { return gqla::load_as_f32(bytes.data(), dtype, i); }
+// I32 elements (index tensors) directly: through f32 they would lose
+// positions above 2^24, and a NaN converted to int is undefined.
+double TypedBuffer::get(size_t i) const {
+    if (dtype == GQLA_DTYPE_I32) {
+        int32_t v;
+        std::memcpy(&v, bytes.data() + 4 * i, 4);
+        return v;
+    }
+    return gqla::load_as_f32(bytes.data(), dtype, i);
+}
 
-void TypedBuffer::set(size_t i, double v) { gqla::store_from_f32(bytes.data(), dtype, i, static_cast<float>(v)); }
+void TypedBuffer::set(size_t i, double v) {
+    if (dtype == GQLA_DTYPE_I32) {
+        const double w = std::isnan(v) ? double(INT32_MIN) : std::nearbyint(v);
+        const int32_t x = static_cast<int32_t>(std::clamp(w, double(INT32_MIN), double(INT32_MAX)));
+        std::memcpy(bytes.data() + 4 * i, &x, 4);
+        return;
+    }
+    gqla::store_from_f32(bytes.data(), dtype, i, static_cast<float>(v));
+}
 
 gqla_tensor strided_tensor(gqla_dtype dtype, const std::vector<int64_t>& shape, const std::vector<int>& order,
                            const std::vector<int64_t>& pad, int64_t* span) {

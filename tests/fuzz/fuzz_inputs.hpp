@@ -16,11 +16,11 @@ struct TypedBuffer {
     std::vector<unsigned char> bytes;
 
     TypedBuffer() = default;
-    TypedBuffer(gqla_dtype t, size_t n);  // n elements, all NaN
+    TypedBuffer(gqla_dtype t, size_t n);  // n elements, all NaN (I32: INT32_MIN)
     size_t size() const;
     void* data() { return bytes.data(); }
     double get(size_t i) const;
-    void set(size_t i, double v);  // rounds to the dtype
+    void set(size_t i, double v);  // rounds to the dtype (I32: to the nearest int32, saturating)
 };
 
 size_t dtype_bytes(gqla_dtype t);

@@ -2,6 +2,7 @@
 // The run state, the failure report and the status check of fuzz_run.hpp.
 #include "tests/fuzz/fuzz_run.hpp"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -17,9 +18,57 @@ Run run;
                  static_cast<long long>(run.calls), run.op);
     std::vfprintf(stderr, fmt, ap);
     va_end(ap);
-    std::fprintf(stderr, "\nreplay: gqla_api_sequence_fuzzer --seed %llu --calls %lld\n",
-                 static_cast<unsigned long long>(run.seed), static_cast<long long>(run.calls));
+    std::fprintf(stderr, "\nreplay: gqla_api_sequence_fuzzer --seed %llu --calls %lld --features %s\n",
+                 static_cast<unsigned long long>(run.seed), static_cast<long long>(run.calls),
+                 features_name(run.features).c_str());
     std::exit(1);
+}
+
+std::string features_name(const Features& f) {
+    if (f.fp8 && f.drop_latent && f.attention && f.sequence_io) return "all";
+    if (!f.any()) return "base";
+    std::string s;
+    auto add = [&](bool on, const char* name) {
+        if (!on) return;
+        if (!s.empty()) s += ",";
+        s += name;
+    };
+    add(f.fp8, "fp8");
+    add(f.drop_latent, "latent");
+    add(f.attention, "attention");
+    add(f.sequence_io, "sequence_io");
+    return s;
+}
+
+bool parse_features(const std::string& list, Features* out) {
+    Features f;
+    f.fp8 = f.drop_latent = f.attention = f.sequence_io = false;
+    if (list == "all") {
+        *out = Features{};
+        return true;
+    }
+    if (list == "base") {
+        *out = f;
+        return true;
+    }
+    size_t start = 0;
+    while (start <= list.size()) {
+        const size_t end = std::min(list.find(',', start), list.size());
+        const std::string name = list.substr(start, end - start);
+        if (name == "fp8")
+            f.fp8 = true;
+        else if (name == "latent")
+            f.drop_latent = true;
+        else if (name == "attention")
+            f.attention = true;
+        else if (name == "sequence_io")
+            f.sequence_io = true;
+        else
+            return false;
+        start = end + 1;
+    }
+    *out = f;
+    return true;
 }
 
 bool check_status(const char* call, gqla_status st, const Expect& e) {

@@ -2,24 +2,48 @@
 // State of one run of the API-sequence fuzzer, shared by all its parts: the
 // counters printed in the summary, the failure report (seed, call index and
 // operation, for replay), the seeded random source whose draws decide the
-// whole sequence, and the check of each call's status against the statuses
-// it may return.
+// whole sequence, the features the run draws, and the check of each call's
+// status against the statuses it may return.
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gqla/gqla.h"
 
 namespace fuzz {
 
+// What the fuzzer exercises beyond the calls of its first version. Each
+// feature makes random draws only when it is on, so with all of them off
+// (--features base) a seed replays the sequence it gave before they existed
+// call for call: the ctest entries that replay seeds recorded then
+// (CMakeLists.txt) stay on the calls that once failed.
+struct Features {
+    bool fp8 = true;          // cache_dtype FP8_E4M3 (docs/fp8-cache.md)
+    bool drop_latent = true;  // GQLA sessions with keep_latent = 0 (docs/sharding.md)
+    bool attention = true;    // gqla_attention: ragged q_lens, per-call paths, sparse indices; max_q_tokens
+    bool sequence_io = true;  // gqla_sequence_export and gqla_sequence_import
+    bool any() const { return fp8 || drop_latent || attention || sequence_io; }
+};
+
 struct Run {
     uint64_t seed = 0;
+    Features features;
     int64_t calls = 0;  // gqla calls made
     int64_t sessions = 0;
-    int64_t decodes_checked = 0;
-    int64_t refused = 0;  // calls that returned an error (as expected)
+    int64_t decodes_checked = 0;  // accepted gqla_decode and gqla_attention calls checked
+    int64_t refused = 0;          // calls that returned an error (as expected)
+    // Of decodes_checked: gqla_attention calls, sparse ones, those over an
+    // 8-bit cache, and those whose check needed the bound of the 8-bit
+    // expanded rows' rounding boundaries (shadow_session.hpp).
+    int64_t attention_checked = 0;
+    int64_t sparse_checked = 0;
+    int64_t fp8_checked = 0;
+    int64_t boundary_checked = 0;
+    int64_t exports_checked = 0;  // accepted exports compared byte for byte
+    int64_t imports = 0;          // accepted imports
     bool verbose = false;
     const char* op = "";  // what is being exercised now
 };
@@ -27,6 +51,12 @@ extern Run run;
 
 // Reports a mismatch with the seed and call index to replay it, and exits 1.
 [[noreturn]] void fail(const char* fmt, ...);
+
+// The --features value that selects run.features ("all" when every one is on).
+std::string features_name(const Features& f);
+// Parses "all", "base" (none) or a comma-separated list of fp8, latent,
+// attention, sequence_io; false when a name is unknown.
+bool parse_features(const std::string& list, Features* out);
 
 class Random {
 public:

@@ -8,6 +8,50 @@ namespace fuzz {
 
 const std::vector<gqla_dtype> kDtypes = {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16};
 
+void bytes_per_token(const gqla_config& c, int64_t* kept, int64_t* expanded) {
+    const bool fp8 = c.cache_dtype == GQLA_DTYPE_FP8_E4M3;
+    const int64_t es = c.cache_dtype == GQLA_DTYPE_F32 ? 4 : fp8 ? 1 : 2;
+    const int64_t G = c.num_kv_heads;
+    // Elements of rows that share one scale per row group (8-bit caches).
+    auto rows = [&](int64_t elems, int64_t groups) { return elems * es + (fp8 ? 4 * groups : 0); };
+    if (c.kind == GQLA_KIND_GQA) {
+        *kept = rows(G * (c.head_dim + c.value_dim), 2 * G);
+        *expanded = 0;
+        return;
+    }
+    const int64_t kr = int64_t(c.rope_dim) * (fp8 ? 2 : es);
+    *kept = (c.keep_latent ? rows(c.latent_dim, (c.latent_dim + 127) / 128) : 0) + kr;
+    *expanded = rows(G * (c.nope_dim + c.value_dim), 2 * G);
+}
+
+namespace {
+
+// The draws of the features added later (fuzz_run.hpp), after all of the
+// first version's: with the features off, a seed draws what it drew before.
+void draw_features(Random& r, gqla_config& c) {
+    const Features& f = run.features;
+    if (f.fp8 && r.chance(0.3)) c.cache_dtype = GQLA_DTYPE_FP8_E4M3;  // io_dtype stays f32/f16/bf16
+    if (f.drop_latent && c.kind == GQLA_KIND_GQLA && r.chance(0.3)) {
+        c.keep_latent = 0;
+        // Such a session runs the GQA path only: config.path ABSORB is refused.
+        if (c.path == GQLA_PATH_ABSORB) c.path = r.chance(0.5) ? GQLA_PATH_AUTO : GQLA_PATH_GQA;
+    }
+    if (f.attention && r.chance(0.2))  // below max_batch * max_q_len: calls over it must be refused
+        c.max_q_tokens = r.range(1, int64_t(c.max_batch) * c.max_q_len);
+    if (c.max_tokens == 0) {
+        // The budget again, now that the cache dtype and keep_latent may have
+        // changed what a token costs: a few pages' worth.
+        gqla_config d = c;
+        if (d.kind == GQLA_KIND_GQA && d.value_dim == 0) d.value_dim = d.head_dim;
+        int64_t kept = 0, expanded = 0;
+        bytes_per_token(d, &kept, &expanded);
+        const int64_t per_token = (kept + (c.keep_latent ? 0 : expanded)) * c.num_layers;
+        c.memory_budget_bytes = per_token * c.page_size * r.range(1, 12) + r.range(0, per_token);
+    }
+}
+
+}  // namespace
+
 gqla_config random_config(Random& r) {
     const gqla_kind kind = r.chance(0.5) ? GQLA_KIND_GQA : GQLA_KIND_GQLA;
     gqla_config c;
@@ -53,11 +97,19 @@ gqla_config random_config(Random& r) {
                                              : std::vector<gqla_path>{GQLA_PATH_AUTO, GQLA_PATH_GQA, GQLA_PATH_ABSORB};
     c.path = r.pick(paths);
     c.num_threads = static_cast<int32_t>(r.range(0, 3));
+    if (run.features.any()) draw_features(r, c);
     return c;
 }
 
 void break_config(Random& r, gqla_config& c) {
-    switch (r.range(0, 14)) {
+    // The first version's 15 cases, then those of the features that are on.
+    std::vector<int> later;
+    if (run.features.fp8) later.push_back(15);
+    if (run.features.drop_latent) later.insert(later.end(), {16, 17, 18});
+    if (run.features.attention) later.push_back(19);
+    int64_t pick = r.range(0, 14 + static_cast<int64_t>(later.size()));
+    if (pick > 14) pick = later[static_cast<size_t>(pick - 15)];
+    switch (pick) {
         case 0:
             c.num_heads = 0;
             break;
@@ -99,6 +151,22 @@ void break_config(Random& r, gqla_config& c) {
             break;
         case 13:
             c.struct_size = 8;
+            break;
+        case 15:  // an 8-bit io dtype (FP8_E4M3 is a cache dtype only)
+            c.io_dtype = GQLA_DTYPE_FP8_E4M3;
+            break;
+        case 16:
+            c.keep_latent = r.chance(0.5) ? 2 : -1;
+            break;
+        case 17:  // keep_latent 0: GQLA only, and not with the absorb path
+            c.keep_latent = 0;
+            if (c.kind == GQLA_KIND_GQLA) c.path = GQLA_PATH_ABSORB;
+            break;
+        case 18:
+            c.cache_dtype = GQLA_DTYPE_I32;  // the dtype of index tensors only
+            break;
+        case 19:
+            c.max_q_tokens = r.chance(0.5) ? -1 : (int64_t(1) << 22) + 1;
             break;
         default:
             if (c.kind == GQLA_KIND_GQA)

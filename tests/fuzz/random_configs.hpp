@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Random session configs for the API-sequence fuzzer: both kinds, every
-// dtype, odd head and latent sizes, tiny page pools and byte budgets, and
-// configs with one field out of range that gqla must refuse.
+// dtype (8-bit caches with run.features.fp8), odd head and latent sizes, tiny
+// page pools and byte budgets, GQLA sessions without the latent, small
+// max_q_tokens, and configs with one field out of range that gqla must
+// refuse.
 #pragma once
 
 #include <vector>
@@ -16,6 +18,15 @@ extern const std::vector<gqla_dtype> kDtypes;
 
 // A valid config (gqla_config_validate must accept it).
 gqla_config random_config(Random& r);
+
+// Bytes one token costs in one layer (gqla_stats.kept_bytes_per_token and
+// expanded_bytes_per_token), from docs/fp8-cache.md and docs/sharding.md:
+// 16- and 32-bit caches their elements; an 8-bit cache one byte per element
+// plus an f32 scale per (token, KV head or group) of K, V, KC and VE and per
+// (token, 128-element block) of the latent, whose rope key stays bf16. A
+// session without the latent keeps kr only (its expanded rows are counted
+// as expanded). `c` must have its dims resolved (value_dim, head_dim).
+void bytes_per_token(const gqla_config& c, int64_t* kept, int64_t* expanded);
 
 // One field pushed out of its range; every such config must be refused.
 void break_config(Random& r, gqla_config& c);

@@ -3,13 +3,17 @@
 // live gqla session, keeps the shadow model in step with what gqla accepted,
 // and compares the session with it afterwards. The members are defined by
 // purpose in session_fuzz_*.cpp:
-//   checks     stepping, and comparing the session with the shadow model
-//   arguments  random ids, layers, tensors in random layouts, tensor flaws
-//   sequences  sequence_add, sequence_release, sequence_fork
-//   append     append and append_batch
-//   decode     decode, checked against the float64 reference
-//   settings   select_path and set_weights
-//   queries    getters, cost predictions and NULL-pointer calls
+//   checks       stepping, and comparing the session with the shadow model
+//   arguments    random ids, layers, tensors in random layouts, tensor flaws
+//   sequences    sequence_add, sequence_release, sequence_fork
+//   append       append and append_batch
+//   decode       decode
+//   attention    gqla_attention: ragged q_lens, per-call paths, sparse indices
+//   outputs      the outputs of an accepted decode or attention call against
+//                the float64 reference of each form it may have run on
+//   sequence_io  sequence_export (byte for byte) and sequence_import
+//   settings     select_path and set_weights
+//   queries      getters, cost predictions and NULL-pointer calls
 #pragma once
 
 #include <cstdint>
@@ -49,8 +53,9 @@ private:
     // ---- tensors (session_fuzz_arguments.cpp)
 
     // A host tensor of `shape` in a random layout: the buffer is poisoned
-    // (NaN) everywhere, then the view's elements get `values` (row-major;
-    // empty = fresh normal numbers) rounded to the dtype, read back into *stored.
+    // (NaN; I32: INT32_MIN) everywhere, then, with `fill`, the view's
+    // elements get fresh normal numbers of deviation sd rounded to the
+    // dtype, read back into `stored`.
     struct Tensor {
         TypedBuffer buf;
         gqla_tensor t;
@@ -61,6 +66,8 @@ private:
     Tensor make_tensor(gqla_dtype dtype, const std::vector<int64_t>& shape, double sd, bool fill);
     // Read the view back row-major.
     static std::vector<double> read_view(const Tensor& x);
+    // Write `values` (row-major, one per view element) into the view.
+    static void write_view(Tensor& x, const std::vector<double>& values);
     Flaw maybe_flaw(double p);
     // Apply a flaw to a tensor descriptor (the pointer may become NULL).
     // Returns false when the flaw cannot apply to this tensor (it stays valid).
@@ -82,9 +89,43 @@ private:
 
     // session_fuzz_decode.cpp
     bool op_decode();
-    void check_decode(int32_t layer, const std::vector<gqla_seq_id>& ids, int32_t s_q, const Tensor& q, const Tensor& o,
-                      const std::vector<unsigned char>& o_before, const Tensor* lse,
-                      const std::vector<unsigned char>& lse_before);
+
+    // session_fuzz_attention.cpp
+    bool op_attention();
+    // Index lists [n, topk] for the n queries of a sequence of `length`
+    // tokens: visible positions, page boundaries, repeats, -1, the causal
+    // tail, positions outside [0, length); empty_row (when >= 0) lists
+    // nothing visible.
+    std::vector<int32_t> index_lists(int64_t length, int32_t n, int32_t topk, int32_t empty_row);
+
+    // session_fuzz_outputs.cpp
+    // An accepted decode or attention call, as check_outputs compares it.
+    struct CallCheck {
+        const char* call = "decode";
+        int32_t layer = 0;
+        std::vector<gqla_seq_id> ids;
+        std::vector<int32_t> q_lens;  // per sequence; q/o/lse rows packed in that order
+        const Tensor* q = nullptr;
+        const Tensor* o = nullptr;
+        const std::vector<unsigned char>* o_before = nullptr;
+        const Tensor* lse = nullptr;  // nullptr: not asked for
+        const std::vector<unsigned char>* lse_before = nullptr;
+        std::vector<int32_t> idx;  // [sum(q_lens), topk]; empty: dense
+        int32_t topk = 0;
+        // The forms the call may have run on: it passes if it matches one.
+        std::vector<ShadowSession::Form> forms;
+    };
+    void check_outputs(const CallCheck& c);
+    // Whether a refused call left o and lse as they were.
+    static void check_unwritten(const char* call, const Tensor& o, const std::vector<unsigned char>& o_before,
+                                const Tensor* lse, const std::vector<unsigned char>& lse_before);
+    // The form a GQLA session's session path runs on now.
+    ShadowSession::Form session_form();
+
+    // session_fuzz_sequence_io.cpp
+    bool op_export();
+    bool op_import();
+    ShadowSession::Rows random_sequence_rows();
 
     // session_fuzz_settings.cpp
     bool op_select_path();
@@ -101,6 +142,9 @@ private:
     gqla_path expected_path_ = GQLA_PATH_AUTO;  // AUTO: not known (the cost model decides)
     gqla_path requested_ = GQLA_PATH_AUTO;
     gqla_seq_id next_unused_id_ = 1;
+    // The last accepted export, and the rows it was made of.
+    std::vector<unsigned char> exported_;
+    ShadowSession::Rows exported_rows_;
 };
 
 }  // namespace fuzz

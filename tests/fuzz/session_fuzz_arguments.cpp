@@ -77,6 +77,21 @@ std::vector<double> SessionFuzz::read_view(const Tensor& x) {
     return v;
 }
 
+void SessionFuzz::write_view(Tensor& x, const std::vector<double>& values) {
+    x.stored.resize(values.size());
+    std::vector<int64_t> idx(static_cast<size_t>(x.t.ndim), 0);
+    for (int64_t flat = 0; flat < static_cast<int64_t>(values.size()); ++flat) {
+        int64_t rem = flat;
+        for (int d = x.t.ndim - 1; d >= 0; --d) {
+            idx[static_cast<size_t>(d)] = rem % x.t.shape[d];
+            rem /= x.t.shape[d];
+        }
+        const size_t off = static_cast<size_t>(fuzz::element_offset(x.t, idx.data()));
+        x.buf.set(off, values[static_cast<size_t>(flat)]);
+        x.stored[static_cast<size_t>(flat)] = x.buf.get(off);
+    }
+}
+
 Flaw SessionFuzz::maybe_flaw(double p) {
     if (!r_.chance(p)) return Flaw::None;
     return static_cast<Flaw>(r_.range(1, 10));

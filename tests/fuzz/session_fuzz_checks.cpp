@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // SessionFuzz (session_fuzz.hpp): construction, the step that picks one
 // random operation, and the comparison of the session with the shadow model
-// after every call (stats, sequence lengths, the path; a refused call must
-// leave the stats exactly as they were).
+// after every call (stats, bytes per token, sequence lengths, the path; a
+// refused call must leave the stats exactly as they were).
 #include "tests/fuzz/session_fuzz.hpp"
 
 #include <cstring>
+
+#include "tests/fuzz/random_configs.hpp"
 
 namespace fuzz {
 
@@ -17,8 +19,8 @@ SessionFuzz::SessionFuzz(Random& r, gqla_session* s, const gqla_config& resolved
     Expect ok;
     check_status("gqla_get_path", gqla_get_path(s_, &active, &requested), ok);
     requested_ = requested;
-    if (cfg_.kind == GQLA_KIND_GQA)
-        expected_path_ = GQLA_PATH_GQA;
+    if (cfg_.kind == GQLA_KIND_GQA || !shadow_.keeps_latent())
+        expected_path_ = GQLA_PATH_GQA;  // the only path
     else if (requested != GQLA_PATH_AUTO)
         expected_path_ = requested;
     verify(true, nullptr);
@@ -27,8 +29,19 @@ SessionFuzz::SessionFuzz(Random& r, gqla_session* s, const gqla_config& resolved
 void SessionFuzz::step() {
     gqla_stats before = stats();
     bool accepted = false;
-    const int64_t what = r_.range(0, 99);
-    if (what < 10)
+    // The first version's operations are drawn from 0..99, those of the
+    // features that are on (fuzz_run.hpp) from the numbers after them.
+    int64_t top = 99;
+    const int64_t attention_at = top + 1;
+    if (run.features.attention) top += 20;
+    const int64_t io_at = top + 1;
+    if (run.features.sequence_io) top += 8;
+    const int64_t what = r_.range(0, top);
+    if (what >= io_at)
+        accepted = what < io_at + 4 ? op_export() : op_import();
+    else if (what >= attention_at)
+        accepted = op_attention();
+    else if (what < 10)
         accepted = op_add();
     else if (what < 15)
         accepted = op_release();
@@ -86,6 +99,13 @@ void SessionFuzz::verify(bool accepted, const gqla_stats* before) {
     if (st.path != GQLA_PATH_GQA && st.path != GQLA_PATH_ABSORB) fail("stats.path is %d", int(st.path));
     if (cfg_.kind == GQLA_KIND_GQLA && st.path == GQLA_PATH_ABSORB && st.expanded_bytes != 0)
         fail("absorb path active but %lld expanded bytes allocated", (long long)st.expanded_bytes);
+    if (!shadow_.keeps_latent() && (st.path != GQLA_PATH_GQA || st.expanded_bytes == 0))
+        fail("keep_latent = 0: path %d with %lld expanded bytes (the expanded cache is its only cache)", int(st.path),
+             (long long)st.expanded_bytes);
+    int64_t kept = 0, expanded = 0;
+    bytes_per_token(cfg_, &kept, &expanded);
+    expect_eq("kept_bytes_per_token", st.kept_bytes_per_token, kept);
+    expect_eq("expanded_bytes_per_token", st.expanded_bytes_per_token, expanded);
     if (st.latent_bytes < 0 || st.expanded_bytes < 0 || st.weight_bytes < 0 || st.workspace_bytes < 0)
         fail("negative byte counts in stats");
     for (gqla_seq_id id : shadow_.live())

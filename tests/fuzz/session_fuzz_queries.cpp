@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // SessionFuzz (session_fuzz.hpp): calls that must change nothing: the getters
 // (config, sequence length, path), the cost predictions with valid and broken
-// workloads, and calls with NULL or short out-pointers.
+// workloads (dense and sparse), and calls with NULL or short out-pointers.
 #include "tests/fuzz/session_fuzz.hpp"
 
 #include <cmath>
@@ -53,6 +53,10 @@ bool SessionFuzz::op_getters() {
             }
             e.error(GQLA_ERR_INVALID_ARGUMENT);
         }
+        if (run.features.attention && r_.chance(0.3)) {  // a sparse step: topk 1..2^20
+            w.topk = static_cast<int32_t>(r_.chance(0.9) ? r_.range(1, 4096) : r_.pick<int64_t>({-1, (1 << 20) + 1}));
+            if (w.topk < 0 || w.topk > (1 << 20)) e.error(GQLA_ERR_INVALID_ARGUMENT);
+        }
         gqla_cost_report rep;
         std::memset(&rep, 0, sizeof(rep));
         rep.struct_size = sizeof(rep);
@@ -68,6 +72,10 @@ bool SessionFuzz::op_getters() {
                 fail("predict_cost chose %d", int(rep.chosen));
             if (cfg_.kind == GQLA_KIND_GQA && rep.chosen != GQLA_PATH_GQA)
                 fail("predict_cost chose %d for a GQA-kind config", int(rep.chosen));
+            // Without the latent both paths are priced, but GQA is the only form.
+            if (!shadow_.keeps_latent() && (rep.chosen != GQLA_PATH_GQA || rep.call_chosen != GQLA_PATH_GQA))
+                fail("predict_cost chose %d (call_chosen %d) for keep_latent = 0", int(rep.chosen),
+                     int(rep.call_chosen));
         }
     } else {
         gqla_path active = GQLA_PATH_AUTO, requested = GQLA_PATH_AUTO;
@@ -85,7 +93,14 @@ bool SessionFuzz::op_bad_pointers() {
     bad.error(GQLA_ERR_INVALID_ARGUMENT);
     gqla_stats st;
     st.struct_size = sizeof(st);
-    switch (r_.range(0, 8)) {
+    // The first version's nine cases, then those of the features that are on.
+    std::vector<int> later;
+    if (run.features.attention) later.insert(later.end(), {9, 10, 11});
+    if (run.features.sequence_io) later.insert(later.end(), {12, 13});
+    int64_t pick = r_.range(0, 8 + static_cast<int64_t>(later.size()));
+    if (pick > 8) pick = later[static_cast<size_t>(pick - 9)];
+    gqla_attention_args args;
+    switch (pick) {
         case 0:
             check_status("gqla_sequence_add(out NULL)", gqla_sequence_add(s_, nullptr), bad);
             break;
@@ -121,6 +136,37 @@ bool SessionFuzz::op_bad_pointers() {
             e.error(GQLA_ERR_INVALID_STATE);
             gqla_seq_id id = some_id(e);
             check_status("gqla_decode(q NULL)", gqla_decode(s_, 0, 1, &id, nullptr, nullptr, nullptr), e);
+            break;
+        }
+        case 9:
+            check_status("gqla_attention_args_default(NULL)", gqla_attention_args_default(nullptr), bad);
+            break;
+        case 10:
+            check_status("gqla_attention(args NULL)", gqla_attention(s_, nullptr), bad);
+            break;
+        case 11: {  // shorter than 1.1's struct; or no q
+            Expect ok;
+            check_status("gqla_attention_args_default", gqla_attention_args_default(&args), ok);
+            gqla_seq_id id = 1;
+            args.batch = 1;
+            args.seqs = &id;
+            if (r_.chance(0.5))
+                args.struct_size = 8;
+            else
+                args.q = nullptr;
+            check_status("gqla_attention(bad args)", gqla_attention(s_, &args), bad);
+            break;
+        }
+        case 12: {
+            Expect e = bad;
+            e.error(GQLA_ERR_NOT_FOUND);
+            check_status("gqla_sequence_export(needed NULL)", gqla_sequence_export(s_, some_id(e), nullptr, 0, nullptr),
+                         e);
+            break;
+        }
+        case 13: {
+            gqla_seq_id id = -1;
+            check_status("gqla_sequence_import(buffer NULL)", gqla_sequence_import(s_, nullptr, 64, &id), bad);
             break;
         }
         default:

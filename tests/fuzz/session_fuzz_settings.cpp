@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // SessionFuzz (session_fuzz.hpp): the calls that change how a session
 // decodes: gqla_select_path (checked with gqla_get_path) and
-// gqla_set_weights (GQLA sessions only).
+// gqla_set_weights (GQLA sessions only). A GQLA session without the latent
+// (keep_latent = 0, docs/sharding.md) has the GQA path only: selecting
+// ABSORB, and new weights for a layer that holds tokens (whose expanded rows
+// could not be rebuilt), are refused with INVALID_STATE.
 #include "tests/fuzz/session_fuzz.hpp"
 
 #include <algorithm>
@@ -21,10 +24,11 @@ bool SessionFuzz::op_select_path() {
     const int raw = pick == 12 ? (r_.chance(0.5) ? -1 : 3) : static_cast<int>(pick % 3);
     const bool known = raw == GQLA_PATH_AUTO || raw == GQLA_PATH_GQA || raw == GQLA_PATH_ABSORB;
     if (!known || (cfg_.kind == GQLA_KIND_GQA && raw == GQLA_PATH_ABSORB)) e.error(GQLA_ERR_INVALID_ARGUMENT);
+    if (!shadow_.keeps_latent() && raw == GQLA_PATH_ABSORB) e.error(GQLA_ERR_INVALID_STATE);
     if (!check_status("gqla_select_path", gqla_select_path(s_, static_cast<gqla_path>(raw)), e)) return false;
     const gqla_path p = static_cast<gqla_path>(raw);  // accepted: one of the session paths
     requested_ = p;
-    if (cfg_.kind == GQLA_KIND_GQA)
+    if (cfg_.kind == GQLA_KIND_GQA || !shadow_.keeps_latent())
         expected_path_ = GQLA_PATH_GQA;
     else
         expected_path_ = p;  // AUTO: either, checked as "unknown"
@@ -42,6 +46,8 @@ bool SessionFuzz::op_set_weights() {
     Expect e;
     const int32_t layer = some_layer(e);
     if (!shadow_.is_gqla()) e.error(GQLA_ERR_INVALID_STATE);
+    if (!shadow_.keeps_latent() && layer_ok(layer, cfg_.num_layers) && shadow_.layer_has_tokens(layer))
+        e.error(GQLA_ERR_INVALID_STATE);
     const int64_t rows = int64_t(cfg_.num_kv_heads) * (cfg_.nope_dim + cfg_.value_dim);
     const int64_t cols = shadow_.is_gqla() ? cfg_.latent_dim : 4;
     Tensor w = make_tensor(r_.pick(kDtypes), {std::max<int64_t>(rows, 1), cols}, 1.0 / std::sqrt(double(cols)), true);
