@@ -126,9 +126,9 @@ static inline void absorb_scores_cols_bf16(const AbsorbItem& it, int n, const ui
 }
 
 // cp[jp][k] = (c[2jp][k], c[2jp + 1][k]) in natural k order (an odd last
-// token pairs with 0); pp[jp][rows] = (p[2jp][rows], p[2jp + 1][rows]).
-static inline void absorb_pair_block(const AbsorbItem& it, int n, const uint16_t* c, uint32_t* cp, uint32_t* pp) {
-    const int r = it.r, R = it.rows_pad;
+// token pairs with 0).
+static inline void absorb_pair_latent(const AbsorbItem& it, int n, const uint16_t* c, uint32_t* cp) {
+    const int r = it.r;
     const __m512i i0 = pair_order_first(), i1 = pair_order_second();  // back to natural k order
     for (int jp = 0; jp < (n + 1) / 2; ++jp) {
         const uint16_t* a = c + static_cast<int64_t>(2 * jp) * r;
@@ -142,12 +142,29 @@ static inline void absorb_pair_block(const AbsorbItem& it, int n, const uint16_t
             _mm512_storeu_si512(cp + jp * r + k + 16, _mm512_permutex2var_epi32(lo, i1, hi));
         }
         for (; k < r; ++k) cp[jp * r + k] = a[k] | (pair ? static_cast<uint32_t>(a[r + k]) << 16 : 0u);
+    }
+}
+
+// pp[jp][rows] = (p[2jp][rows] * w[2jp], p[2jp + 1][rows] * w[2jp + 1]) of
+// the probabilities in stile; w null: unweighted (8-bit latents weigh each
+// token by a block's scale).
+static inline void absorb_pair_probabilities(const AbsorbItem& it, int n, const float* w, uint32_t* pp) {
+    const int R = it.rows_pad;
+    for (int jp = 0; jp < (n + 1) / 2; ++jp) {
+        const bool pair = 2 * jp + 1 < n;
+        const __m512 w0 = _mm512_set1_ps(w ? w[2 * jp] : 1.0f), w1 = _mm512_set1_ps(w && pair ? w[2 * jp + 1] : 1.0f);
         for (int i = 0; i < R; i += 16) {
-            const __m512 p0 = _mm512_loadu_ps(it.stile + (2 * jp) * R + i);
-            const __m512 p1 = pair ? _mm512_loadu_ps(it.stile + (2 * jp + 1) * R + i) : _mm512_setzero_ps();
+            const __m512 p0 = _mm512_mul_ps(_mm512_loadu_ps(it.stile + (2 * jp) * R + i), w0);
+            const __m512 p1 =
+                pair ? _mm512_mul_ps(_mm512_loadu_ps(it.stile + (2 * jp + 1) * R + i), w1) : _mm512_setzero_ps();
             _mm512_storeu_si512(pp + jp * R + i, pair_rows(p0, p1));
         }
     }
+}
+
+static inline void absorb_pair_block(const AbsorbItem& it, int n, const uint16_t* c, uint32_t* cp, uint32_t* pp) {
+    absorb_pair_latent(it, n, c, cp);
+    absorb_pair_probabilities(it, n, nullptr, pp);
 }
 
 // acc[k][rows] = acc * corr + sum over token pairs of (c pair) . (p pair)
@@ -178,15 +195,17 @@ static inline void absorb_pv_tile_bf16(const uint32_t* cp, int r, int npairs, co
     for (int v = 0; v < NV; ++v) _mm512_storeu_ps(acc + k * R + v * 16, a[k * NV + v]);
 }
 
+// Latent dims [k0, k1) of the value products (the whole latent for 16-bit
+// caches; one scale block at a time for 8-bit latents).
 template <int NV>
 static inline void absorb_pv_cols_bf16(const AbsorbItem& it, int npairs, const uint32_t* cp, const uint32_t* pp,
-                                       int col, const float* corr) {
+                                       int col, const float* corr, int k0, int k1) {
     constexpr int KB = kAbsorbDims;
     const int R = it.rows_pad;
-    int k = 0;
-    for (; k + KB <= it.r; k += KB)
+    int k = k0;
+    for (; k + KB <= k1; k += KB)
         absorb_pv_tile_bf16<KB, NV>(cp + k, it.r, npairs, pp + col, R, it.acc + k * int64_t(R) + col, corr + col);
-    for (; k < it.r; ++k)
+    for (; k < k1; ++k)
         absorb_pv_tile_bf16<1, NV>(cp + k, it.r, npairs, pp + col, R, it.acc + k * int64_t(R) + col, corr + col);
 }
 
@@ -260,8 +279,8 @@ static void absorb_attend_bf16(const AbsorbItem& it) {
         absorb_pair_block(it, n, c, cp, pp);
         const int npairs = (n + 1) / 2;
         col = 0;
-        for (; col + 32 <= R; col += 32) absorb_pv_cols_bf16<2>(it, npairs, cp, pp, col, corr);
-        for (; col < R; col += 16) absorb_pv_cols_bf16<1>(it, npairs, cp, pp, col, corr);
+        for (; col + 32 <= R; col += 32) absorb_pv_cols_bf16<2>(it, npairs, cp, pp, col, corr, 0, it.r);
+        for (; col < R; col += 16) absorb_pv_cols_bf16<1>(it, npairs, cp, pp, col, corr, 0, it.r);
         t += n;
     }
 }

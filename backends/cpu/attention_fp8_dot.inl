@@ -328,11 +328,19 @@ static void fp8_rows_to_bf16_dot(const uint8_t* src, int n, const float* scales,
 }
 
 // ---------------------------------------------------------------- absorb
-// absorb_attend_bf16 over an 8-bit latent: each block's latent is first
-// staged as bf16 (e4m3 x its block scale, rounded to nearest even: the dot
-// products take bf16 operands, as the bf16 kernel's queries and
-// probabilities are), then scored and summed exactly as a bf16 block. The
-// masked diagonal block widens the e4m3 rows to f32 instead.
+// absorb_attend_bf16 over an 8-bit latent, as exact as over a bf16 one:
+// each block's latent is staged as bf16 without its scales (an e4m3 value
+// is a bf16 value, here / 256 as the raw widening gives it), the scores sum
+// per scale block (128 latent dims) and each block's sum is multiplied by
+// its token's scale in f32, and the value products run block by block with
+// the probabilities times that block's scales (rounded to bf16, as the bf16
+// kernel rounds its probabilities). q~ is split into high and low bf16
+// parts as over bf16 latents. (Staging e4m3 x scale rounded to bf16, as
+// before 2026-12-06, put a 2^-9 error into every latent element the
+// reference does not have; with q~ rounded once too, sharp softmaxes and
+// cancelling value projections took outputs past the bf16 bound: API-
+// sequence fuzzer seeds 104, 111, 123.) The masked diagonal block widens
+// the e4m3 rows to f32 instead.
 
 static inline uint16_t bf16_bits_nearest(float f) {
     uint32_t u;
@@ -341,21 +349,100 @@ static inline uint16_t bf16_bits_nearest(float f) {
     return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-static inline void stage_latent_bf16(const AbsorbItem& it, int n, const uint8_t* c, const float* sc, uint16_t* dst) {
-    const int r = it.r, blocks = it.c_scale_blocks;
+// The block's n latent rows as bf16 raw values (e4m3 / 256: exact).
+static inline void stage_latent_raw_bf16(const AbsorbItem& it, int n, const uint8_t* c, uint16_t* dst) {
+    const int r = it.r;
     for (int j = 0; j < n; ++j) {
         const uint8_t* cj = c + static_cast<int64_t>(j) * r;
         uint16_t* out = dst + static_cast<int64_t>(j) * r;
-        for (int b = 0; b < blocks; ++b) {
-            const int k0 = b * kFp8LatentBlockElems, k1 = imin(r, k0 + kFp8LatentBlockElems);
-            const float s = sc[static_cast<int64_t>(j) * blocks + b] * kE4m3Raw;
-            const __m512 sv = _mm512_set1_ps(s);
-            int k = k0;
-            for (; k + 16 <= k1; k += 16)
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
-                                    (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(Simd::load_e4m3(cj + k), sv)));
-            for (; k < k1; ++k) out[k] = bf16_bits_nearest(e4m3_raw_scalar(cj[k]) * s);
+        int k = 0;
+        for (; k + 16 <= r; k += 16)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
+                                (__m256i)_mm512_cvtneps_pbh(Simd::load_e4m3(cj + k)));
+        for (; k < r; ++k) out[k] = bf16_bits_nearest(e4m3_raw_scalar(cj[k]));
+    }
+}
+
+// st[j][rows] (+)= sum over the scale blocks b of sc[j][b] * 256 * (raw
+// latent block b of token j) . (q pairs) + kr[j] . (q rope pairs), for JT
+// tokens x NV row vectors.
+template <int JT, int NV>
+static inline void fp8_latent_score_tile(const AbsorbItem& it, const uint16_t* c, const uint16_t* kr, const float* sc,
+                                         const uint32_t* qp, float* st, bool accumulate) {
+    const int r = it.r, R = it.rows_pad, blocks = it.c_scale_blocks;
+    for (int b = 0; b < blocks; ++b) {
+        const int k0 = b * kFp8LatentBlockElems, pairs = (imin(r, k0 + kFp8LatentBlockElems) - k0) / 2;
+        __m512 acc[JT * NV];
+        GQLA_UNROLL
+        for (int i = 0; i < JT * NV; ++i) acc[i] = _mm512_setzero_ps();
+        for (int kp = 0; kp < pairs; ++kp) {
+            __m512i qv[NV];
+            GQLA_UNROLL
+            for (int v = 0; v < NV; ++v) qv[v] = _mm512_loadu_si512(qp + (k0 / 2 + kp) * R + v * 16);
+            GQLA_UNROLL
+            for (int j = 0; j < JT; ++j) {
+                uint32_t c2;
+                __builtin_memcpy(&c2, c + static_cast<int64_t>(j) * r + k0 + 2 * kp, 4);
+                const __m512i cb = _mm512_set1_epi32(static_cast<int>(c2));
+                GQLA_UNROLL
+                for (int v = 0; v < NV; ++v)
+                    acc[j * NV + v] = _mm512_dpbf16_ps(acc[j * NV + v], as_bh(cb), as_bh(qv[v]));
+            }
         }
+        GQLA_UNROLL
+        for (int j = 0; j < JT; ++j) {
+            const __m512 scale = _mm512_set1_ps(sc[j * blocks + b] * kE4m3Raw);
+            GQLA_UNROLL
+            for (int v = 0; v < NV; ++v) {
+                float* out = st + j * R + v * 16;
+                const __m512 prev = (b == 0 && !accumulate) ? _mm512_setzero_ps() : _mm512_loadu_ps(out);
+                _mm512_storeu_ps(out, _mm512_fmadd_ps(acc[j * NV + v], scale, prev));
+            }
+        }
+    }
+    if (it.d_r > 0) absorb_score_tile_bf16<JT, NV>(kr, it.d_r, it.d_r / 2, qp + (r / 2) * R, R, st, true);
+}
+
+// The high parts' scores, plus the low parts' where ql is given and the
+// high parts' score is finite (split_score_tile_bf16's rule).
+template <int JT, int NV>
+static inline void fp8_split_score_tile(const AbsorbItem& it, const uint16_t* c, const uint16_t* kr, const float* sc,
+                                        const uint32_t* qp, const uint32_t* ql, float* st) {
+    const int R = it.rows_pad;
+    fp8_latent_score_tile<JT, NV>(it, c, kr, sc, qp, st, false);
+    if (ql == nullptr) return;
+    alignas(64) float hi[JT * NV * 16];
+    for (int j = 0; j < JT; ++j)
+        for (int v = 0; v < NV; ++v) _mm512_store_ps(hi + (j * NV + v) * 16, _mm512_loadu_ps(st + j * R + v * 16));
+    fp8_latent_score_tile<JT, NV>(it, c, kr, sc, ql, st, true);
+    const __m512 inf = _mm512_set1_ps(__builtin_inff());
+    for (int j = 0; j < JT; ++j)
+        for (int v = 0; v < NV; ++v) {
+            const __m512 h = _mm512_load_ps(hi + (j * NV + v) * 16);
+            const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(h), inf, _CMP_LT_OQ);
+            float* out = st + j * R + v * 16;
+            _mm512_storeu_ps(out, _mm512_mask_blend_ps(finite, h, _mm512_loadu_ps(out)));
+        }
+}
+
+// Scores of the block's n tokens for the NV row vectors at column col.
+template <int NV>
+static inline void fp8_scores_cols(const AbsorbItem& it, int n, const uint16_t* c, const uint16_t* kr, const float* sc,
+                                   const uint32_t* qp, const uint32_t* ql, int col, PrefetchStream* pf) {
+    constexpr int JT = kAbsorbTokens;
+    const int R = it.rows_pad, blocks = it.c_scale_blocks;
+    const uint32_t* q_lo = ql ? ql + col : nullptr;
+    float* st = it.stile + col;
+    int j = 0;
+    for (; j + JT <= n; j += JT) {
+        if (pf) pf->step();
+        fp8_split_score_tile<JT, NV>(it, c + static_cast<int64_t>(j) * it.r, kr + static_cast<int64_t>(j) * it.d_r,
+                                     sc + j * blocks, qp + col, q_lo, st + j * R);
+    }
+    for (; j < n; ++j) {
+        if (pf) pf->step();
+        fp8_split_score_tile<1, NV>(it, c + static_cast<int64_t>(j) * it.r, kr + static_cast<int64_t>(j) * it.d_r,
+                                    sc + j * blocks, qp + col, q_lo, st + j * R);
     }
 }
 
@@ -375,7 +462,9 @@ static void absorb_attend_fp8_dot(const AbsorbItem& it) {
     uint32_t* qp = it.pairs;
     uint32_t* cp = qp + round16(int64_t(K / 2) * R);
     uint32_t* pp = cp + round16(int64_t(kAbsorbTokenBlock / 2) * it.r);
-    absorb_pair_queries(it, qp, nullptr);  // 8-bit latent: q~ rounded once
+    uint32_t* ql = pp + round16(int64_t(kAbsorbTokenBlock / 2) * R);
+    if (!absorb_pair_queries(it, qp, ql)) ql = nullptr;
+    float weight[kAbsorbTokenBlock];  // one scale block's token scales x 256
 
     struct Rows {
         const uint8_t* c;
@@ -401,13 +490,12 @@ static void absorb_attend_fp8_dot(const AbsorbItem& it) {
             ahead.add(nx.sc, int64_t(next_n) * it.c_scale_blocks * 4);
         }
         ahead.plan(n / kAbsorbTokens + n % kAbsorbTokens);
-        stage_latent_bf16(it, n, cur.c, cur.sc, it.stage);
+        stage_latent_raw_bf16(it, n, cur.c, it.stage);
         const uint16_t* c = it.stage;
         PrefetchStream* pf = &ahead;
         int col = 0;
-        for (; col + 32 <= R; col += 32, pf = nullptr)
-            absorb_scores_cols_bf16<2>(it, n, c, cur.kr, qp, nullptr, col, pf);
-        for (; col < R; col += 16, pf = nullptr) absorb_scores_cols_bf16<1>(it, n, c, cur.kr, qp, nullptr, col, pf);
+        for (; col + 32 <= R; col += 32, pf = nullptr) fp8_scores_cols<2>(it, n, c, cur.kr, cur.sc, qp, ql, col, pf);
+        for (; col < R; col += 16, pf = nullptr) fp8_scores_cols<1>(it, n, c, cur.kr, cur.sc, qp, ql, col, pf);
         absorb_softmax_block(it, t, n, min_limit, corr);
         if (t + n - 1 > min_limit) {
             // The causal diagonal, lane by lane through the f32 tile.
@@ -418,11 +506,16 @@ static void absorb_attend_fp8_dot(const AbsorbItem& it) {
             t += n;
             continue;
         }
-        absorb_pair_block(it, n, c, cp, pp);
+        absorb_pair_latent(it, n, c, cp);
         const int npairs = (n + 1) / 2;
-        col = 0;
-        for (; col + 32 <= R; col += 32) absorb_pv_cols_bf16<2>(it, npairs, cp, pp, col, corr);
-        for (; col < R; col += 16) absorb_pv_cols_bf16<1>(it, npairs, cp, pp, col, corr);
+        for (int b = 0; b < it.c_scale_blocks; ++b) {
+            for (int j = 0; j < n; ++j) weight[j] = cur.sc[int64_t(j) * it.c_scale_blocks + b] * kE4m3Raw;
+            absorb_pair_probabilities(it, n, weight, pp);
+            const int k0 = b * kFp8LatentBlockElems, k1 = imin(it.r, k0 + kFp8LatentBlockElems);
+            col = 0;
+            for (; col + 32 <= R; col += 32) absorb_pv_cols_bf16<2>(it, npairs, cp, pp, col, corr, k0, k1);
+            for (; col < R; col += 16) absorb_pv_cols_bf16<1>(it, npairs, cp, pp, col, corr, k0, k1);
+        }
         t += n;
     }
 }
