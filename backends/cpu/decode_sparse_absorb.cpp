@@ -31,8 +31,10 @@ constexpr int kGemvCols = 256;
 constexpr int kAbsorbCallTokens = 128;
 
 struct Area {
-    char* c;   // staged latent rows [kBlock][r], in the kernel's dtype (the cache's; bf16 for 8-bit caches)
-    char* kr;  // [kBlock][d_r]
+    char* c;          // staged latent rows [kBlock][r], as the cache stores them (8-bit caches: e4m3 bytes)
+    char* kr;         // [kBlock][d_r] (bf16 for 8-bit caches)
+    float* sc;        // 8-bit caches: the staged rows' block scales [kBlock][blocks]
+    uint16_t* stage;  // 8-bit caches: the bf16-dot kernel's latent staging (absorb_fp8_stage_floats)
     float* ctile;
     float* stile;
     float* kacc;  // one kernel call: [r][width], m, l
@@ -76,21 +78,24 @@ public:
           lw_(ctx->weights[static_cast<size_t>(a->layer)]) {
         Hpad_ = static_cast<int>(round16(H_));
         RB_ = std::min(kAbsorbMaxRowBlock, Hpad_);
-        // 8-bit caches: the latent rows are widened with their block scales
-        // into bf16 staging and read by the bf16 kernel (kr is bf16 already).
-        wdt_ = ctx->fp8() ? GQLA_DTYPE_BF16 : d_.cache_dtype;
-        es_ = dtype_size(wdt_);
+        // 8-bit caches: the listed latent rows are staged as stored (e4m3
+        // bytes and their block scales) and read by the 8-bit kernel, which
+        // multiplies them as exactly as a page's rows (kr is bf16). Staging
+        // them widened to bf16, as before 2026-12-06, rounded every element
+        // (API-sequence fuzzer seeds 108, 112: lse 0.04 off).
         c_es_ = ctx->kept[0].elem;
         kr_es_ = ctx->kept[1].elem;
+        scale_blocks_ = ctx->fp8() ? ctx->kept[0].scale_cols : 0;
+        staged_bytes_ = int64_t(kBlock) * (int64_t(r_) * c_es_ + int64_t(dr_) * kr_es_ + 4 * scale_blocks_);
+        stage_floats_ = ctx->fp8() ? absorb_fp8_stage_floats(r_) : 0;
         cpool_ = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], a->layer));
         krpool_ = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], a->layer));
         state_floats_ = int64_t(r_) * Hpad_ + 2 * int64_t(Hpad_);
         partial_floats_ = round16(state_floats_ + 1);
-        area_floats_ = round16((int64_t(kBlock) * K_ * static_cast<int64_t>(es_) + 3) / 4) +
-                       round16(kAbsorbTokenBlock * int64_t(K_)) + round16(kAbsorbTokenBlock * int64_t(RB_) + RB_) +
-                       round16(int64_t(r_) * RB_) + round16(4 * int64_t(RB_)) +
-                       absorb_pair_scratch_floats(K_, r_, RB_) + round16(state_floats_) +
-                       round16(kBlock + 2 * int64_t(sizeof(Located)) / 4);
+        area_floats_ = round16((staged_bytes_ + 3) / 4) + round16(kAbsorbTokenBlock * int64_t(K_)) +
+                       round16(kAbsorbTokenBlock * int64_t(RB_) + RB_) + round16(int64_t(r_) * RB_) +
+                       round16(4 * int64_t(RB_)) + absorb_pair_scratch_floats(K_, r_, RB_) + stage_floats_ +
+                       round16(state_floats_) + round16(kBlock + 2 * int64_t(sizeof(Located)) / 4);
     }
 
     gqla_status run();
@@ -110,9 +115,10 @@ private:
     const CallRows rows_;
     const LayerWeights& lw_;
     int Hpad_, RB_;
-    gqla_dtype wdt_;       // the kernel's element type (and the staged rows')
-    size_t es_;            // its size
-    size_t c_es_, kr_es_;  // the pools' element sizes
+    size_t c_es_, kr_es_;   // the pools' element sizes (those of the staged rows)
+    int32_t scale_blocks_;  // 8-bit caches: scales per latent row
+    int64_t staged_bytes_;  // one block's staged rows (and scales)
+    int64_t stage_floats_;  // 8-bit caches: the bf16-dot kernel's staging
     const char* cpool_;
     const char* krpool_;
     int64_t state_floats_, partial_floats_, area_floats_;
@@ -127,8 +133,9 @@ private:
 Area AbsorbSparse::area(float* base) const {
     Area ar;
     ar.c = reinterpret_cast<char*>(base);
-    ar.kr = ar.c + size_t(kBlock) * r_ * es_;
-    float* p = base + round16((int64_t(kBlock) * K_ * static_cast<int64_t>(es_) + 3) / 4);
+    ar.kr = ar.c + size_t(kBlock) * r_ * c_es_;
+    ar.sc = reinterpret_cast<float*>(ar.kr + size_t(kBlock) * dr_ * kr_es_);  // 4-byte aligned (kBlock % 4 == 0)
+    float* p = base + round16((staged_bytes_ + 3) / 4);
     ar.ctile = p;
     p += round16(kAbsorbTokenBlock * int64_t(K_));
     ar.stile = p;
@@ -141,6 +148,8 @@ Area AbsorbSparse::area(float* base) const {
     p += round16(4 * int64_t(RB_));
     ar.pairs = reinterpret_cast<uint32_t*>(p);
     p += absorb_pair_scratch_floats(K_, r_, RB_);
+    ar.stage = stage_floats_ ? reinterpret_cast<uint16_t*>(p) : nullptr;
+    p += stage_floats_;
     ar.acc = p;
     ar.m = p + int64_t(r_) * Hpad_;
     ar.l = ar.m + Hpad_;
@@ -150,24 +159,20 @@ Area AbsorbSparse::area(float* base) const {
     return ar;
 }
 
-// Copies the latent rows c and kr of a block (8-bit caches: c widened).
+// Copies the latent rows c and kr of a block (8-bit caches: with their
+// block scales).
 void AbsorbSparse::stage(const Located& l, const Area& ar) const {
     const Pool& cp = ctx_->kept[0];
-    const size_t c_bytes = size_t(r_) * es_, kr_bytes = size_t(dr_) * kr_es_;
+    const size_t c_bytes = size_t(r_) * c_es_, kr_bytes = size_t(dr_) * kr_es_;
     for (int t = 0; t < l.n; ++t) {
         if (t + kPrefetchAhead < l.n) {
             prefetch_bytes(row_at(cpool_, l, t + kPrefetchAhead, cp.page_elems, 0, r_, c_es_), r_ * int64_t(c_es_));
             prefetch_bytes(row_at(krpool_, l, t + kPrefetchAhead, ctx_->kept[1].page_elems, 0, dr_, kr_es_),
                            int64_t(kr_bytes));
         }
-        const char* c = row_at(cpool_, l, t, cp.page_elems, 0, r_, c_es_);
-        if (ctx_->fp8()) {
-            ctx_->kernels->fp8_rows_bf16(reinterpret_cast<const uint8_t*>(c), r_,
-                                         cp.scales(cpool_, l.page[t], l.slot[t]), kFp8LatentBlockElems,
-                                         reinterpret_cast<uint16_t*>(ar.c + t * c_bytes));
-        } else {
-            copy_row(ar.c + t * c_bytes, c, c_bytes);
-        }
+        copy_row(ar.c + t * c_bytes, row_at(cpool_, l, t, cp.page_elems, 0, r_, c_es_), c_bytes);
+        if (scale_blocks_ > 0)
+            std::copy_n(cp.scales(cpool_, l.page[t], l.slot[t]), scale_blocks_, ar.sc + int64_t(t) * scale_blocks_);
         copy_row(ar.kr + t * kr_bytes, row_at(krpool_, l, t, ctx_->kept[1].page_elems, 0, dr_, kr_es_), kr_bytes);
     }
 }
@@ -185,7 +190,7 @@ void AbsorbSparse::run_item(int64_t qi, const Query& q, int64_t i0, int64_t i1, 
     std::fill(ar.acc, ar.acc + int64_t(r_) * Hpad_, 0.0f);
     std::fill(ar.m, ar.m + Hpad_, kMaxFloor);
     std::fill(ar.l, ar.l + Hpad_, 0.0f);
-    const AbsorbAttendFn attend = ctx_->kernels->absorb_attend[wdt_ - 1];
+    const AbsorbAttendFn attend = ctx_->kernels->absorb_attend[d_.cache_dtype - 1];
     const float* qt = QT_ + qi * int64_t(K_) * Hpad_;
     int64_t count = 0;
     int64_t i = i0;
@@ -226,6 +231,10 @@ void AbsorbSparse::run_item(int64_t qi, const Query& q, int64_t i0, int64_t i1, 
                 it.kr = ar.kr;
                 it.kr_page_stride = 0;
                 it.d_r = dr_;
+                it.c_scale = ar.sc;
+                it.c_scale_page_stride = 0;
+                it.c_scale_blocks = scale_blocks_;
+                it.stage = ar.stage;
                 it.acc = ar.kacc;
                 it.m = ar.km;
                 it.l = ar.kl;
