@@ -40,11 +40,22 @@ static inline __mmask32 mask32(int n) {
     return n >= 32 ? ~static_cast<__mmask32>(0) : static_cast<__mmask32>((1u << n) - 1);
 }
 
+// Whether a bf16 key vector holds an infinity: its products with a query's
+// low part must then be skipped (0 * inf would turn the score into NaN where
+// the high part's product gives +-inf), as an unsplit query's would be.
+static inline bool has_inf_bf16(__m512i k) {
+    return _mm512_cmpeq_epi16_mask(_mm512_and_si512(k, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(0x7f80)) != 0;
+}
+
 // s[r][t] = qs * (ks[t] * (q[r] . k1[t]) + q[r] . k2[t]) for RB rows x NT
-// tokens (k1 e4m3, k2 bf16 or none; q unscaled, qs the query scale).
-template <int RB, int NT>
-static inline void fp8_dot_score_tile(const uint16_t* qb, int64_t qb_ld, float qs, const uint8_t* k1, int d1,
-                                      const float* ks, const uint16_t* k2, int d2, float* s, int s_ld) {
+// tokens (k1 e4m3, k2 bf16 or none; q unscaled, qs the query scale). kSplit:
+// q = qb + ql (high and low bf16 parts, round_queries), both multiplied
+// (e4m3 keys hold no infinity; a k2 vector with one takes the high part
+// alone).
+template <int RB, int NT, bool kSplit>
+static inline void fp8_dot_score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb_ld, float qs,
+                                      const uint8_t* k1, int d1, const float* ks, const uint16_t* k2, int d2,
+                                      float* s, int s_ld) {
     __m512 acc[RB * NT];
     GQLA_UNROLL
     for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();
@@ -58,6 +69,12 @@ static inline void fp8_dot_score_tile(const uint16_t* qb, int64_t qb_ld, float q
             const __m512i qv = _mm512_loadu_si512(qb + r * qb_ld + d);
             GQLA_UNROLL
             for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qv), as_bh(kv[t]));
+            if constexpr (kSplit) {
+                const __m512i qlv = _mm512_loadu_si512(ql + r * qb_ld + d);
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t)
+                    acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qlv), as_bh(kv[t]));
+            }
         }
     }
     GQLA_UNROLL
@@ -67,16 +84,27 @@ static inline void fp8_dot_score_tile(const uint16_t* qb, int64_t qb_ld, float q
         for (int r = 0; r < RB; ++r) acc[r * NT + t] = _mm512_mul_ps(acc[r * NT + t], sc);
     }
     const uint16_t* q2 = qb + (d1 + 31) / 32 * 32;
+    const uint16_t* q2l = kSplit ? ql + (d1 + 31) / 32 * 32 : nullptr;
     for (int d = 0; d < d2; d += 32) {
         const __mmask32 m = mask32(d2 - d);
         __m512i kv[NT];
+        [[maybe_unused]] bool inf[NT];
         GQLA_UNROLL
-        for (int t = 0; t < NT; ++t) kv[t] = _mm512_maskz_loadu_epi16(m, k2 + static_cast<int64_t>(t) * d2 + d);
+        for (int t = 0; t < NT; ++t) {
+            kv[t] = _mm512_maskz_loadu_epi16(m, k2 + static_cast<int64_t>(t) * d2 + d);
+            if constexpr (kSplit) inf[t] = has_inf_bf16(kv[t]);
+        }
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
             const __m512i qv = _mm512_loadu_si512(q2 + r * qb_ld + d);
             GQLA_UNROLL
             for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qv), as_bh(kv[t]));
+            if constexpr (kSplit) {
+                const __m512i qlv = _mm512_loadu_si512(q2l + r * qb_ld + d);
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t)
+                    if (!inf[t]) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qlv), as_bh(kv[t]));
+            }
         }
     }
     float sums[RB * NT];
@@ -86,26 +114,39 @@ static inline void fp8_dot_score_tile(const uint16_t* qb, int64_t qb_ld, float q
     for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] * qs;
 }
 
-template <int RB>
-static inline void fp8_dot_scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, int64_t qb_ld,
-                                       const Fp8GqaBlock& b, const float* ks, float* s, PrefetchStream* pf) {
+template <int RB, bool kSplit>
+static inline void fp8_dot_scores_split(const GqaItem& it, int r0, int n, const uint16_t* qb, const uint16_t* ql,
+                                        int64_t qb_ld, const Fp8GqaBlock& b, const float* ks, float* s,
+                                        PrefetchStream* pf) {
     constexpr int NT = kScoreTokens;
     const uint16_t* q = qb + r0 * qb_ld;
+    const uint16_t* q_lo = kSplit ? ql + r0 * qb_ld : nullptr;
     const float qs = it.score_scale();
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        fp8_dot_score_tile<RB, NT>(q, qb_ld, qs, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
-                                   b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
-                                   kGqaTokenBlock);
+        fp8_dot_score_tile<RB, NT, kSplit>(q, q_lo, qb_ld, qs, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
+                                           b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                                           kGqaTokenBlock);
     }
     for (; j < n; ++j) {
         if (pf) pf->step();
-        fp8_dot_score_tile<RB, 1>(q, qb_ld, qs, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
-                                  b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
-                                  kGqaTokenBlock);
+        fp8_dot_score_tile<RB, 1, kSplit>(q, q_lo, qb_ld, qs, b.k1 + static_cast<int64_t>(j) * it.d1, it.d1, ks + j,
+                                          b.k2 ? b.k2 + static_cast<int64_t>(j) * it.d2 : nullptr, it.d2, srow + j,
+                                          kGqaTokenBlock);
     }
+}
+
+// ql: the queries' low parts, or null (a bf16 query: exact as given).
+template <int RB>
+static inline void fp8_dot_scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, const uint16_t* ql,
+                                       int64_t qb_ld, const Fp8GqaBlock& b, const float* ks, float* s,
+                                       PrefetchStream* pf) {
+    if (ql)
+        fp8_dot_scores_split<RB, true>(it, r0, n, qb, ql, qb_ld, b, ks, s, pf);
+    else
+        fp8_dot_scores_split<RB, false>(it, r0, n, qb, ql, qb_ld, b, ks, s, pf);
 }
 
 // pv_tile of attention_bf16_dot.inl over e4m3 values (pb: the scaled
@@ -248,10 +289,11 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
     float* corr = it.scratch + it.rows * kGqaTokenBlock;
     const int64_t qb_ld = gqa_bf16_query_ld(it.d1, it.d2);
     uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
-    uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
+    uint16_t* ql = qb + round16(it.rows * qb_ld / 2) * 2;
+    uint16_t* pb = ql + round16(it.rows * qb_ld / 2) * 2;
     float* scale =
         it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
-    round_queries(it, it.query_unscale(), qb, nullptr, qb_ld);
+    if (!round_queries(it, it.query_unscale(), qb, ql, qb_ld)) ql = nullptr;
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
     Fp8GqaBlock cur = Fp8GqaBlock::at(it, it.t0, it.t1, kGqaTokenBlock);
@@ -270,16 +312,16 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
         int r0 = 0;
         PrefetchStream* pf = &ahead;
         for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
-            fp8_dot_scores_rows<RBmax>(it, r0, n, qb, qb_ld, cur, scale, s, pf);
+            fp8_dot_scores_rows<RBmax>(it, r0, n, qb, ql, qb_ld, cur, scale, s, pf);
         switch (it.rows - r0) {
             case 1:
-                fp8_dot_scores_rows<1>(it, r0, n, qb, qb_ld, cur, scale, s, pf);
+                fp8_dot_scores_rows<1>(it, r0, n, qb, ql, qb_ld, cur, scale, s, pf);
                 break;
             case 2:
-                fp8_dot_scores_rows<2>(it, r0, n, qb, qb_ld, cur, scale, s, pf);
+                fp8_dot_scores_rows<2>(it, r0, n, qb, ql, qb_ld, cur, scale, s, pf);
                 break;
             case 3:
-                fp8_dot_scores_rows<3>(it, r0, n, qb, qb_ld, cur, scale, s, pf);
+                fp8_dot_scores_rows<3>(it, r0, n, qb, ql, qb_ld, cur, scale, s, pf);
                 break;
             default:
                 break;

@@ -58,30 +58,58 @@ static inline __mmask64 mask64(int n) {
 }
 static inline int pad64(int n) { return (n + 63) / 64 * 64; }
 
+// Query element x (unscaled) as bf16 high and low parts: hi = bf16(x),
+// lo = bf16(x - hi), or 0 where that is below 2^-17 |x| (query_low_part's
+// rule: the noise unscaling a bf16 query leaves). Returns whether lo is kept.
+static inline bool split_query_element(float x, uint16_t* hi, uint16_t* lo) {
+    *hi = bf16_bits_nearest(x);
+    const uint32_t hb = static_cast<uint32_t>(*hi) << 16;
+    float h;
+    __builtin_memcpy(&h, &hb, 4);
+    const float rest = x - h;
+    const bool kept = __builtin_fabsf(rest) > __builtin_fabsf(x) * 0x1p-17f;
+    *lo = kept ? bf16_bits_nearest(rest) : 0;
+    return kept;
+}
+
 // Queries as bf16, unscaled (it.q carries the softmax scale * log2 e, which
 // the scores take back in f32, so a query given in bf16 is multiplied as
-// given): the e4m3 segment in 64-element chunks of A then C order,
-// zero-padded to 64; the rope segment in natural order padded to 32.
-static inline void vbmi_queries(const GqaItem& it, uint16_t* qb, int64_t qb_ld) {
+// given), high parts in qb and low parts in ql (round_queries' split: an f32
+// or f16 query keeps ~16 bits): the e4m3 segment in 64-element chunks of A
+// then C order, zero-padded to 64; the rope segment in natural order padded
+// to 32. Returns whether some low part is kept.
+static inline bool vbmi_queries(const GqaItem& it, uint16_t* qb, uint16_t* ql, int64_t qb_ld) {
     const int p1 = pad64(it.d1), p2 = (it.d2 + 31) / 32 * 32;
     const float unscale = it.query_unscale();
+    bool any_lo = false;
+    auto put = [&](const float* q, int e, int dk, uint16_t* hi, uint16_t* lo) {
+        if (e < dk) {
+            any_lo |= split_query_element(q[e] * unscale, hi, lo);
+        } else {
+            *hi = 0;
+            *lo = 0;
+        }
+    };
     for (int r = 0; r < it.rows; ++r) {
         const float* q = it.q + static_cast<int64_t>(r) * it.q_ld;
         uint16_t* dst = qb + r * qb_ld;
+        uint16_t* dlo = ql + r * qb_ld;
         for (int d = 0; d < p1; d += 64)
             for (int i = 0; i < 32; ++i) {
-                const int ea = d + a_order(i), ec = d + c_order(i);
-                dst[d + i] = ea < it.d1 ? bf16_bits_nearest(q[ea] * unscale) : 0;
-                dst[d + 32 + i] = ec < it.d1 ? bf16_bits_nearest(q[ec] * unscale) : 0;
+                put(q, d + a_order(i), it.d1, dst + d + i, dlo + d + i);
+                put(q, d + c_order(i), it.d1, dst + d + 32 + i, dlo + d + 32 + i);
             }
-        for (int e = 0; e < p2; ++e) dst[p1 + e] = e < it.d2 ? bf16_bits_nearest(q[it.d1 + e] * unscale) : 0;
+        for (int e = 0; e < p2; ++e) put(q + it.d1, e, it.d2, dst + p1 + e, dlo + p1 + e);
     }
+    return any_lo;
 }
 
 // k1 / k2: row accessors (RunRows or ListRows) from the tile's first token.
-template <int RB, int NT, class R1, class R2>
-GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, float qs, R1 k1, int d1,
-                                             const float* ks, R2 k2, int d2, float* s, int s_ld, const E4m3Lut& L) {
+// kSplit: q = qb + ql, both multiplied (fp8_dot_score_tile's rule).
+template <int RB, int NT, bool kSplit, class R1, class R2>
+GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb_ld, float qs, R1 k1,
+                                             int d1, const float* ks, R2 k2, int d2, float* s, int s_ld,
+                                             const E4m3Lut& L) {
     __m512 acc[RB * NT];
     GQLA_UNROLL
     for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();
@@ -99,6 +127,15 @@ GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, 
                 acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qa), as_bh(ka[t]));
                 acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qc), as_bh(kc[t]));
             }
+            if constexpr (kSplit) {
+                const __m512i la = _mm512_loadu_si512(ql + r * qb_ld + d);
+                const __m512i lc = _mm512_loadu_si512(ql + r * qb_ld + d + 32);
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t) {
+                    acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(la), as_bh(ka[t]));
+                    acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(lc), as_bh(kc[t]));
+                }
+            }
         }
     }
     GQLA_UNROLL
@@ -108,16 +145,27 @@ GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, 
         for (int r = 0; r < RB; ++r) acc[r * NT + t] = _mm512_mul_ps(acc[r * NT + t], sc);
     }
     const uint16_t* q2 = qb + pad64(d1);
+    const uint16_t* q2l = kSplit ? ql + pad64(d1) : nullptr;
     for (int d = 0; d < d2; d += 32) {
         const __mmask32 m = mask32(d2 - d);
         __m512i kv[NT];
+        [[maybe_unused]] bool inf[NT];
         GQLA_UNROLL
-        for (int t = 0; t < NT; ++t) kv[t] = _mm512_maskz_loadu_epi16(m, k2[t] + d);
+        for (int t = 0; t < NT; ++t) {
+            kv[t] = _mm512_maskz_loadu_epi16(m, k2[t] + d);
+            if constexpr (kSplit) inf[t] = has_inf_bf16(kv[t]);
+        }
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
             const __m512i qv = _mm512_loadu_si512(q2 + r * qb_ld + d);
             GQLA_UNROLL
             for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qv), as_bh(kv[t]));
+            if constexpr (kSplit) {
+                const __m512i qlv = _mm512_loadu_si512(q2l + r * qb_ld + d);
+                GQLA_UNROLL
+                for (int t = 0; t < NT; ++t)
+                    if (!inf[t]) acc[r * NT + t] = _mm512_dpbf16_ps(acc[r * NT + t], as_bh(qlv), as_bh(kv[t]));
+            }
         }
     }
     float sums[RB * NT];
@@ -127,23 +175,35 @@ GQLA_VBMI static inline void vbmi_score_tile(const uint16_t* qb, int64_t qb_ld, 
     for (int t = 0; t < NT; ++t) s[r * s_ld + t] = sums[r * NT + t] * qs;
 }
 
-template <int RB, class Block>
-GQLA_VBMI static inline void vbmi_scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, int64_t qb_ld,
-                                              const Block& b, const float* ks, float* s, PrefetchStream* pf,
-                                              const E4m3Lut& L) {
+template <int RB, bool kSplit, class Block>
+GQLA_VBMI static inline void vbmi_scores_split(const GqaItem& it, int r0, int n, const uint16_t* qb, const uint16_t* ql,
+                                               int64_t qb_ld, const Block& b, const float* ks, float* s,
+                                               PrefetchStream* pf, const E4m3Lut& L) {
     constexpr int NT = 2;  // A and C per token: 4 tokens would spill
     const uint16_t* q = qb + r0 * qb_ld;
+    const uint16_t* q_lo = kSplit ? ql + r0 * qb_ld : nullptr;
     const float qs = it.score_scale();
     float* srow = s + r0 * kGqaTokenBlock;
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        vbmi_score_tile<RB, NT>(q, qb_ld, qs, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j,
-                                kGqaTokenBlock, L);
+        vbmi_score_tile<RB, NT, kSplit>(q, q_lo, qb_ld, qs, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2,
+                                        srow + j, kGqaTokenBlock, L);
     }
     for (; j < n; ++j)
-        vbmi_score_tile<RB, 1>(q, qb_ld, qs, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j, kGqaTokenBlock,
-                               L);
+        vbmi_score_tile<RB, 1, kSplit>(q, q_lo, qb_ld, qs, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j,
+                                       kGqaTokenBlock, L);
+}
+
+// ql: the queries' low parts, or null (a bf16 query: exact as given).
+template <int RB, class Block>
+GQLA_VBMI static inline void vbmi_scores_rows(const GqaItem& it, int r0, int n, const uint16_t* qb, const uint16_t* ql,
+                                              int64_t qb_ld, const Block& b, const float* ks, float* s,
+                                              PrefetchStream* pf, const E4m3Lut& L) {
+    if (ql)
+        vbmi_scores_split<RB, true>(it, r0, n, qb, ql, qb_ld, b, ks, s, pf, L);
+    else
+        vbmi_scores_split<RB, false>(it, r0, n, qb, ql, qb_ld, b, ks, s, pf, L);
 }
 
 // acc (per 64 dims: A lo, A hi, C lo, C hi, each in the pair order of the
@@ -297,10 +357,11 @@ GQLA_VBMI static void vbmi_attend_blocks(const GqaItem& it) {
     float* corr = it.scratch + it.rows * kGqaTokenBlock;
     const int64_t qb_ld = pad64(it.d1) + (it.d2 + 31) / 32 * 32;
     uint16_t* qb = reinterpret_cast<uint16_t*>(it.scratch + gqa_scratch_scores_floats(it.rows));
-    uint16_t* pb = qb + round16(it.rows * qb_ld / 2) * 2;
+    uint16_t* ql = qb + round16(it.rows * qb_ld / 2) * 2;
+    uint16_t* pb = ql + round16(it.rows * qb_ld / 2) * 2;
     float* scale =
         it.scratch + gqa_scratch_fp8_offset(it.rows, it.d1 + it.d2) + round16(int64_t(it.rows) * kGqaTokenBlock);
-    vbmi_queries(it, qb, qb_ld);
+    if (!vbmi_queries(it, qb, ql, qb_ld)) ql = nullptr;
     const int64_t min_limit = min_row_limit(it.row_limit, it.rows);
 
     Block cur = Block::at(it, it.t0);
@@ -317,16 +378,16 @@ GQLA_VBMI static void vbmi_attend_blocks(const GqaItem& it) {
         int r0 = 0;
         PrefetchStream* pf = &ahead;
         for (; r0 + RBmax <= it.rows; r0 += RBmax, pf = nullptr)
-            vbmi_scores_rows<RBmax>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L);
+            vbmi_scores_rows<RBmax>(it, r0, n, qb, ql, qb_ld, cur, scale, s, pf, L);
         switch (it.rows - r0) {
             case 1:
-                vbmi_scores_rows<1>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L);
+                vbmi_scores_rows<1>(it, r0, n, qb, ql, qb_ld, cur, scale, s, pf, L);
                 break;
             case 2:
-                vbmi_scores_rows<2>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L);
+                vbmi_scores_rows<2>(it, r0, n, qb, ql, qb_ld, cur, scale, s, pf, L);
                 break;
             case 3:
-                vbmi_scores_rows<3>(it, r0, n, qb, qb_ld, cur, scale, s, pf, L);
+                vbmi_scores_rows<3>(it, r0, n, qb, ql, qb_ld, cur, scale, s, pf, L);
                 break;
             default:
                 break;

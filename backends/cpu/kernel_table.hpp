@@ -28,8 +28,10 @@ constexpr int64_t gqa_scratch_scores_floats(int64_t rows) { return round16(rows 
 constexpr int64_t gqa_bf16_query_ld(int64_t d1, int64_t d2) { return (d1 + 31) / 32 * 32 + (d2 + 31) / 32 * 32; }
 // ... and last the rows' f32 queries in pair order (f32-arithmetic kernels on
 // bf16 caches: see pair_order in attention_kernels.inl).
+// (Each query copy has room for rows x (dk padded to 32, + 96) bf16: the
+// 8-bit VBMI kernel pads its e4m3 segment to 64 and the rope segment to 32.)
 constexpr int64_t gqa_scratch_pair_query_offset(int64_t rows, int64_t dk) {
-    return gqa_scratch_scores_floats(rows) + 2 * round16(rows * ((dk + 31) / 32 * 32 + 32) / 2) +
+    return gqa_scratch_scores_floats(rows) + 2 * round16(rows * ((dk + 31) / 32 * 32 + 96) / 2) +
            round16(rows * kGqaTokenBlock / 2);
 }
 // ... then, for 8-bit caches, the rope-key scores of the block (GQLA GQA
