@@ -55,6 +55,10 @@ extern "C" {
 #define GQLA_BACKEND_FEATURE_SPARSE 2u      /* gqla_decode_args.indices */
 #define GQLA_BACKEND_FEATURE_DROP_LATENT 4u /* desc.keep_latent == 0 */
 #define GQLA_BACKEND_FEATURE_SPARSE_FP8 8u  /* indices over an FP8_E4M3 cache */
+/* set_expanded(1) (the kept expanded cache of the GQLA GQA path) with an
+ * FP8_E4M3 cache; without it such a session runs the absorb path and the
+ * GQA_TRANSIENT form only. */
+#define GQLA_BACKEND_FEATURE_FP8_EXPANDED 16u
 
 /* Name of the function libgqla_cuda.so exports:
  *   const gqla_backend_vtable* gqla_cuda_backend_get(uint32_t abi_version);

@@ -154,6 +154,10 @@ Session::Session(const gqla_config& cfg, const gqla_backend_vtable* backend)
         expanded_ = true;
     } else {
         gqla_path start = cfg_.path == GQLA_PATH_AUTO ? policy_->initial() : cfg_.path;
+        // AUTO starts on the absorb path where the backend keeps no expanded
+        // cache (an 8-bit cache without GQLA_BACKEND_FEATURE_FP8_EXPANDED);
+        // an explicit GQA path is refused there.
+        if (cfg_.path == GQLA_PATH_AUTO && !expanded_cache_served()) start = GQLA_PATH_ABSORB;
         active_ = GQLA_PATH_ABSORB;
         if (start == GQLA_PATH_GQA) enable_expanded_path();  // no tokens yet: only allocates
     }

@@ -124,6 +124,9 @@ private:
     void switch_for_auto(gqla_path want);  // best effort: keeps the path on failure
     // keep_latent = 0: the GQA path over the expanded cache is the only form.
     bool latent_kept() const { return cfg_.kind != GQLA_KIND_GQLA || cfg_.keep_latent != 0; }
+    // Whether the backend keeps an expanded cache for this session (not for
+    // an 8-bit cache without GQLA_BACKEND_FEATURE_FP8_EXPANDED).
+    bool expanded_cache_served() const;
     // Throws INVALID_STATE naming `what` (a form or operation that reads the
     // latent) when this session does not keep it.
     void require_latent(const char* what) const;

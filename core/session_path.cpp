@@ -56,11 +56,20 @@ void Session::expand_layer(int32_t layer) {
     backend_->check(backend_->vt().expand(backend_->ctx(), &args), "expand");
 }
 
+bool Session::expanded_cache_served() const {
+    return cfg_.cache_dtype != GQLA_DTYPE_FP8_E4M3 || backend_->has_feature(GQLA_BACKEND_FEATURE_FP8_EXPANDED);
+}
+
 void Session::enable_expanded_path() {
     if (expanded_) {
         active_ = GQLA_PATH_GQA;
         return;
     }
+    if (!expanded_cache_served())
+        fail(GQLA_ERR_UNSUPPORTED,
+             "path: GQLA_PATH_GQA keeps the expanded cache, which the %s backend does not keep for an fp8_e4m3 "
+             "cache; use GQLA_PATH_ABSORB, or GQLA_PATH_GQA_TRANSIENT per gqla_attention call",
+             backend_->vt().name);
     for (int32_t l = 0; l < cfg_.num_layers; ++l)
         if (layer_tokens_[static_cast<size_t>(l)] > 0 && !weights_set_[static_cast<size_t>(l)])
             fail(GQLA_ERR_INVALID_STATE,
@@ -100,7 +109,7 @@ void Session::switch_for_auto(gqla_path want) {
     if (!latent_kept()) return;  // one path only
     try {
         if (want == GQLA_PATH_GQA) {
-            if (layers_with_tokens_have_weights()) enable_expanded_path();
+            if (layers_with_tokens_have_weights() && expanded_cache_served()) enable_expanded_path();
         } else if (want == GQLA_PATH_ABSORB) {
             disable_expanded_path();
         }

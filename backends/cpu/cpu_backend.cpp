@@ -302,7 +302,7 @@ const gqla_backend_vtable kCpuVtable = {
     efficiency,
     cpu_read_rows,
     GQLA_BACKEND_FEATURE_DROP_LATENT | GQLA_BACKEND_FEATURE_FP8_CACHE | GQLA_BACKEND_FEATURE_SPARSE |
-        GQLA_BACKEND_FEATURE_SPARSE_FP8,  // features
+        GQLA_BACKEND_FEATURE_SPARSE_FP8 | GQLA_BACKEND_FEATURE_FP8_EXPANDED,  // features
 };
 
 }  // namespace

@@ -162,6 +162,14 @@ const gqla_backend_vtable kVtable = {
 }  // namespace
 
 const gqla_backend_vtable* vtable() { return &kVtable; }
+const gqla_backend_vtable* vtable_fp8_without_expanded() {
+    static const gqla_backend_vtable v = [] {
+        gqla_backend_vtable t = kVtable;
+        t.features = GQLA_BACKEND_FEATURE_FP8_CACHE;
+        return t;
+    }();
+    return &v;
+}
 Backend* last_created() { return g_last; }
 void fail_next_create() { g_fail_create = true; }
 

@@ -37,6 +37,9 @@ struct Backend {
 
 // The vtable (device CPU); Backend* is the ctx of every session made with it.
 const gqla_backend_vtable* vtable();
+// The same vtable declaring GQLA_BACKEND_FEATURE_FP8_CACHE only: 8-bit
+// caches, but no kept expanded cache for them (as the CUDA backend).
+const gqla_backend_vtable* vtable_fp8_without_expanded();
 // The Backend of the session created last through vtable().
 Backend* last_created();
 // Make the next create fail.

@@ -342,6 +342,28 @@ TEST_CASE("session: argument validation messages") {
     CHECK(fake::last_created()->last_path == GQLA_PATH_ABSORB);
 }
 
+TEST_CASE(
+    "session: without FP8_EXPANDED an 8-bit GQLA session keeps to absorb, and GQA is refused before the backend") {
+    gqla_config c = small_gqla(64);
+    c.cache_dtype = GQLA_DTYPE_FP8_E4M3;
+    c.num_kv_heads = 1;
+    c.latent_dim = 64;        // a wide latent: the policy's first pick is the GQA path
+    c.path = GQLA_PATH_AUTO;  // AUTO starts on the absorb path whatever its policy prefers
+    gqla::Session s(c, fake::vtable_fp8_without_expanded());
+    fake::Backend* be = fake::last_created();
+    CHECK(s.active_path() == GQLA_PATH_ABSORB);
+    CHECK_FALSE(be->expanded);
+    std::string msg;
+    CHECK(status_of([&] { s.select_path(GQLA_PATH_GQA); }, &msg) == GQLA_ERR_UNSUPPORTED);
+    CHECK(msg.find("fp8_e4m3") != std::string::npos);
+    CHECK_FALSE(be->expanded);  // set_expanded was never called
+    CHECK(s.active_path() == GQLA_PATH_ABSORB);
+    c.path = GQLA_PATH_GQA;
+    CHECK(status_of([&] { gqla::Session refused(c, fake::vtable_fp8_without_expanded()); }, &msg) ==
+          GQLA_ERR_UNSUPPORTED);
+    CHECK(msg.find("GQLA_PATH_GQA") != std::string::npos);
+}
+
 TEST_CASE("session: weights are required and switching to the GQA path is all-or-nothing") {
     gqla_config c = small_gqla(64);
     gqla::Session s(c, fake::vtable());
