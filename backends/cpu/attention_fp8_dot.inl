@@ -54,8 +54,8 @@ static inline bool has_inf_bf16(__m512i k) {
 // alone).
 template <int RB, int NT, bool kSplit>
 static inline void fp8_dot_score_tile(const uint16_t* qb, const uint16_t* ql, int64_t qb_ld, float qs,
-                                      const uint8_t* k1, int d1, const float* ks, const uint16_t* k2, int d2,
-                                      float* s, int s_ld) {
+                                      const uint8_t* k1, int d1, const float* ks, const uint16_t* k2, int d2, float* s,
+                                      int s_ld) {
     __m512 acc[RB * NT];
     GQLA_UNROLL
     for (int i = 0; i < RB * NT; ++i) acc[i] = _mm512_setzero_ps();

@@ -187,8 +187,8 @@ GQLA_VBMI static inline void vbmi_scores_split(const GqaItem& it, int r0, int n,
     int j = 0;
     for (; j + NT <= n; j += NT) {
         if (pf) pf->step();
-        vbmi_score_tile<RB, NT, kSplit>(q, q_lo, qb_ld, qs, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2,
-                                        srow + j, kGqaTokenBlock, L);
+        vbmi_score_tile<RB, NT, kSplit>(q, q_lo, qb_ld, qs, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j,
+                                        kGqaTokenBlock, L);
     }
     for (; j < n; ++j)
         vbmi_score_tile<RB, 1, kSplit>(q, q_lo, qb_ld, qs, b.k1.from(j), it.d1, ks + j, b.k2.from(j), it.d2, srow + j,
