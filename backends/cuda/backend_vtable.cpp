@@ -193,14 +193,17 @@ void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout
     if (desc->num_kv_heads <= 0 || !prefill_wgmma_serves(read_tuning(), desc->device_index)) return;
     AttentionParams p{};
     const bool gqla = desc->kind == GQLA_KIND_GQLA;
-    p.cache_dtype = desc->cache_dtype;
+    // A GQLA session's GQA-form launches with an 8-bit cache read bf16
+    // transient rows (its expanded cache is not kept: session.cpp).
+    const bool fp8_launch = desc->cache_dtype == GQLA_DTYPE_FP8_E4M3 && !gqla;
+    p.cache_dtype = gqla && desc->cache_dtype == GQLA_DTYPE_FP8_E4M3 ? GQLA_DTYPE_BF16 : desc->cache_dtype;
     p.k1.dim = gqla ? desc->nope_dim : desc->head_dim;
     p.k2.dim = gqla ? desc->rope_dim : 0;
     p.v.dim = desc->value_dim > 0 ? desc->value_dim : desc->head_dim;
     p.num_heads = desc->num_heads;
     p.heads_per_group = desc->num_heads / desc->num_kv_heads;
     if (!prefill_wgmma_fits(p)) return;
-    inout->prefill_compute = desc->cache_dtype == GQLA_DTYPE_FP8_E4M3 ? 0.50 : 0.55;
+    inout->prefill_compute = fp8_launch ? 0.50 : 0.55;
     inout->prefill_min_queries = kPrefillMinQueries;
     inout->prefill_min_rows = kPrefillRows;
     inout->prefill_half_rows = kPrefillHalfRows;

@@ -46,20 +46,24 @@ __global__ void scatter_rows_vec16_kernel(const __grid_constant__ ScatterParams 
     }
 }
 
-// 8-bit pools: one warp per (row, group): the group's largest finite
-// magnitude (warp maximum) gives its scale, then each element is quantized
-// (fp8_e4m3.cuh) and lane 0 stores the scale after the page's rows.
+// 8-bit pools: one warp per (row, group, block of scale_block columns):
+// the block's largest finite magnitude (warp maximum) gives its scale, then
+// each element is quantized (fp8_e4m3.cuh) and lane 0 stores the scale
+// after the page's rows.
 __global__ void scatter_rows_fp8_kernel(const __grid_constant__ ScatterParams p) {
     const int warps = blockDim.x / 32, lane = threadIdx.x & 31;
     const int64_t item = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
-    if (item >= int64_t(p.rows) * p.groups) return;
-    const int64_t row = item / p.groups;
-    const int g = static_cast<int>(item % p.groups);
+    if (item >= int64_t(p.rows) * p.groups * p.dst_scale_cols) return;
+    const int b = static_cast<int>(item % p.dst_scale_cols);
+    const int64_t row_group = item / p.dst_scale_cols;
+    const int64_t row = row_group / p.groups;
+    const int g = static_cast<int>(row_group % p.groups);
     const int64_t tok = p.row_token[row];
     const int64_t page = tok / p.page_size, slot = tok % p.page_size;
     const int64_t src = row * p.src_row_stride + g * p.src_group_stride;
+    const int c0 = b * p.scale_block, c1 = min(p.dim, c0 + p.scale_block);
     float amax = 0.f;
-    for (int c = lane; c < p.dim; c += 32) {
+    for (int c = c0 + lane; c < c1; c += 32) {
         const float a = fabsf(load_elem(p.src, p.src_dtype, src + c));
         if (a <= 3.40282347e38f) amax = fmaxf(amax, a);  // finite elements only
     }
@@ -68,16 +72,28 @@ __global__ void scatter_rows_fp8_kernel(const __grid_constant__ ScatterParams p)
     const float scale = fp8_scale_for(amax);
     unsigned char* page_base = static_cast<unsigned char*>(p.dst) + page * p.dst_page_stride;
     unsigned char* dst = page_base + g * p.dst_group_stride + slot * p.dst_row_stride;
-    for (int c = lane; c < p.dim; c += 32) dst[c] = quantize_e4m3(load_elem(p.src, p.src_dtype, src + c), scale);
+    for (int c = c0 + lane; c < c1; c += 32) dst[c] = quantize_e4m3(load_elem(p.src, p.src_dtype, src + c), scale);
     if (lane == 0)
-        *reinterpret_cast<float*>(page_base + p.dst_scale_offset + 4 * (int64_t(g) * p.page_size + slot)) = scale;
+        *reinterpret_cast<float*>(page_base + p.dst_scale_offset +
+                                  4 * ((int64_t(g) * p.page_size + slot) * p.dst_scale_cols + b)) = scale;
 }
 
 __global__ void gather_rows_kernel(const void* pool, int dtype, int64_t page_stride, int row_stride, int page_size,
-                                   int dim, const int64_t* row_token, void* dst, int dst_dtype) {
+                                   int dim, const int64_t* row_token, void* dst, int dst_dtype, GatherScales sc) {
     const int row = blockIdx.x;
     const int64_t tok = row_token[row];
-    const int64_t base = (tok / page_size) * page_stride + (tok % page_size) * row_stride;
+    const int64_t page = tok / page_size, slot = tok % page_size;
+    const int64_t base = page * page_stride + slot * row_stride;
+    if (dtype == GQLA_DTYPE_FP8_E4M3) {  // widened with the scale of each element's block
+        const unsigned char* bytes = static_cast<const unsigned char*>(pool);
+        const float* scales = reinterpret_cast<const float*>(bytes + page * page_stride + sc.offset) + slot * sc.cols;
+        for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+            const uint32_t h = e4m3x2_to_f16x2(bytes[base + c]);
+            const float v = __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xffffu)));
+            store_elem(dst, dst_dtype, static_cast<int64_t>(row) * dim + c, v * scales[c / sc.block]);
+        }
+        return;
+    }
     for (int c = threadIdx.x; c < dim; c += blockDim.x)
         store_elem(dst, dst_dtype, static_cast<int64_t>(row) * dim + c, load_elem(pool, dtype, base + c));
 }
@@ -128,7 +144,7 @@ void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream) {
     if (p.rows == 0) return;
     if (p.dst_dtype == GQLA_DTYPE_FP8_E4M3) {
         constexpr int kWarps = 4;
-        const int64_t items = int64_t(p.rows) * p.groups;
+        const int64_t items = int64_t(p.rows) * p.groups * p.dst_scale_cols;
         scatter_rows_fp8_kernel<<<static_cast<unsigned>((items + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(p);
         check_launch("scatter_rows_fp8_kernel");
         return;
@@ -153,10 +169,10 @@ void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream) {
 
 void launch_gather_rows(const void* pool, int32_t dtype, int64_t page_stride, int32_t row_stride, int32_t page_size,
                         int32_t dim, const int64_t* row_token, int32_t rows, void* dst, int32_t dst_dtype,
-                        cudaStream_t stream) {
+                        const GatherScales& scales, cudaStream_t stream) {
     if (rows == 0) return;
     gather_rows_kernel<<<rows, 128, 0, stream>>>(pool, dtype, page_stride, row_stride, page_size, dim, row_token, dst,
-                                                 dst_dtype);
+                                                 dst_dtype, scales);
     check_launch("gather_rows_kernel");
 }
 

@@ -22,17 +22,27 @@ struct ScatterParams {
     int32_t dst_row_stride;
     int32_t page_size, groups, dim, rows;
     const int64_t* row_token;  // global token index page * page_size + slot, per row
-    // dst_dtype FP8_E4M3: each (row, group) quantized with its own scale
-    // (docs/fp8-cache.md), stored at byte page * dst_page_stride +
-    // dst_scale_offset + 4 * (g * page_size + slot).
+    // dst_dtype FP8_E4M3: each block of scale_block columns of a (row,
+    // group) quantized with its own scale (docs/fp8-cache.md), block b's
+    // stored at byte page * dst_page_stride + dst_scale_offset +
+    // 4 * ((g * page_size + slot) * dst_scale_cols + b).
     int64_t dst_scale_offset;
+    int32_t dst_scale_cols;  // blocks per row (>= 1 for 8-bit pools)
+    int32_t scale_block;     // columns per block
 };
 void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream);
 
-// Pool rows (one group) -> contiguous [rows][dim] in dst_dtype.
+// Where an 8-bit pool's scales lie: `cols` f32 per slot from byte `offset`
+// of its page, one per `block` columns (unused for other dtypes).
+struct GatherScales {
+    int64_t offset;
+    int32_t cols, block;
+};
+// Pool rows (one group) -> contiguous [rows][dim] in dst_dtype (8-bit rows
+// widened with their scales).
 void launch_gather_rows(const void* pool, int32_t dtype, int64_t page_stride, int32_t row_stride, int32_t page_size,
                         int32_t dim, const int64_t* row_token, int32_t rows, void* dst, int32_t dst_dtype,
-                        cudaStream_t stream);
+                        const GatherScales& scales, cudaStream_t stream);
 
 // Token indices (page * page_size + slot, as launch_scatter_rows and
 // launch_gather_rows take them) of positions [start, start + rows) of up to

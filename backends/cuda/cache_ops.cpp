@@ -64,7 +64,7 @@ void expand_kept(Session& s, int layer, const int64_t* d_tokens, int64_t n) {
         throw BackendError(GQLA_ERR_INVALID_STATE,
                            "CUDA expand: weights of layer " + std::to_string(layer) + " not set");
     if (!s.pool_kc.get()) throw BackendError(GQLA_ERR_INVALID_STATE, "CUDA expand: expanded cache not enabled");
-    expand_latent_rows(s, layer, d_tokens, n, ExpandedPools{&s.pool_kc, &s.pool_ve, layer});
+    expand_latent_rows(s, layer, d_tokens, n, ExpandedPools{&s.pool_kc, &s.pool_ve, layer, cache_format(s)});
 }
 
 void send_table_update(Session& s, int32_t slot, int32_t page_begin, const int32_t* pages, int32_t page_count,
@@ -146,6 +146,13 @@ void allocate_expanded_pools(Session& s) {
 void set_expanded(Session& s, bool enable) {
     if (s.desc.kind == GQLA_KIND_GQLA && !s.desc.keep_latent)  // its expanded pools live as long as the session
         throw BackendError(GQLA_ERR_INTERNAL, "CUDA set_expanded: the session keeps no latent");
+    // An 8-bit GQLA cache is read by the latent kernel only (session.cpp):
+    // its kept expanded cache would need 8-bit GQA kernels with a bf16 rope
+    // part. Refused before anything changes; AUTO stays on the absorb path.
+    if (enable && s.desc.kind == GQLA_KIND_GQLA && s.desc.cache_dtype == GQLA_DTYPE_FP8_E4M3)
+        throw BackendError(GQLA_ERR_UNSUPPORTED,
+                           "path: GQLA_PATH_GQA (the kept expanded cache) is not served by the CUDA backend for an "
+                           "fp8_e4m3 GQLA cache; use the absorb path, or GQLA_PATH_GQA_TRANSIENT per call");
     if (enable) return allocate_expanded_pools(s);
     check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(disable expanded)");
     s.narrow_maps.clear();
@@ -189,11 +196,13 @@ void append(Session& s, const gqla_append_args& a) {
     const int64_t* d_tokens = s.row_tokens.get<int64_t>();
     const int32_t rows = static_cast<int32_t>(n);
     if (d.kind == GQLA_KIND_GQA) {
-        scatter_into(s, va, va.strides[1], 0, s.pool_a, a.layer, d.num_kv_heads, d.head_dim, d_tokens, rows);
-        scatter_into(s, vb, vb.strides[1], 0, s.pool_b, a.layer, d.num_kv_heads, d.value_dim, d_tokens, rows);
+        scatter_into(s, va, va.strides[1], 0, s.pool_a, a.layer, d.num_kv_heads, d.head_dim, cache_format(s), d_tokens,
+                     rows);
+        scatter_into(s, vb, vb.strides[1], 0, s.pool_b, a.layer, d.num_kv_heads, d.value_dim, cache_format(s), d_tokens,
+                     rows);
     } else if (d.keep_latent) {
-        scatter_into(s, va, 0, 0, s.pool_a, a.layer, 1, d.latent_dim, d_tokens, rows);
-        scatter_into(s, vb, 0, 0, s.pool_b, a.layer, 1, d.rope_dim, d_tokens, rows);
+        scatter_into(s, va, 0, 0, s.pool_a, a.layer, 1, d.latent_dim, latent_format(s), d_tokens, rows);
+        scatter_into(s, vb, 0, 0, s.pool_b, a.layer, 1, d.rope_dim, rope_format(s), d_tokens, rows);
         if (a.write_expanded) expand_kept(s, a.layer, d_tokens, n);
     } else {
         // No latent pool (backend_api.h, keep_latent = 0): the rows are
@@ -203,9 +212,10 @@ void append(Session& s, const gqla_append_args& a) {
         if (!s.weights[static_cast<size_t>(a.layer)].get())
             throw BackendError(GQLA_ERR_INVALID_STATE,
                                "CUDA append: weights of layer " + std::to_string(a.layer) + " not set");
-        scatter_into(s, vb, 0, 0, s.pool_b, a.layer, 1, d.rope_dim, d_tokens, rows);
+        scatter_into(s, vb, 0, 0, s.pool_b, a.layer, 1, d.rope_dim, rope_format(s), d_tokens, rows);
         const LatentRows given{va.data, va.dtype, va.strides[0]};
-        expand_latent_rows(s, a.layer, d_tokens, n, ExpandedPools{&s.pool_kc, &s.pool_ve, a.layer}, &given);
+        expand_latent_rows(s, a.layer, d_tokens, n, ExpandedPools{&s.pool_kc, &s.pool_ve, a.layer, cache_format(s)},
+                           &given);
     }
 }
 
@@ -233,28 +243,28 @@ void copy_pages(Session& s, int32_t n, const int32_t* src, const int32_t* dst) {
         const DeviceBuffer* buf;
         int64_t groups;
         int32_t dim;
+        PoolFormat format;
     };
     PoolRef pools[4];
     int n_pools = 0;
     if (d.kind == GQLA_KIND_GQA) {
-        pools[n_pools++] = {&s.pool_a, d.num_kv_heads, d.head_dim};
-        pools[n_pools++] = {&s.pool_b, d.num_kv_heads, d.value_dim};
+        pools[n_pools++] = {&s.pool_a, d.num_kv_heads, d.head_dim, cache_format(s)};
+        pools[n_pools++] = {&s.pool_b, d.num_kv_heads, d.value_dim, cache_format(s)};
     } else {
-        if (s.pool_a.get()) pools[n_pools++] = {&s.pool_a, 1, d.latent_dim};
-        pools[n_pools++] = {&s.pool_b, 1, d.rope_dim};
+        if (s.pool_a.get()) pools[n_pools++] = {&s.pool_a, 1, d.latent_dim, latent_format(s)};
+        pools[n_pools++] = {&s.pool_b, 1, d.rope_dim, rope_format(s)};
         if (s.pool_kc.get()) {
-            pools[n_pools++] = {&s.pool_kc, d.num_kv_heads, d.nope_dim};
-            pools[n_pools++] = {&s.pool_ve, d.num_kv_heads, d.value_dim};
+            pools[n_pools++] = {&s.pool_kc, d.num_kv_heads, d.nope_dim, cache_format(s)};
+            pools[n_pools++] = {&s.pool_ve, d.num_kv_heads, d.value_dim, cache_format(s)};
         }
     }
-    const size_t es = cache_elem_size(s);
     for (int i = 0; i < n_pools; ++i) {
         const PoolRef& pr = pools[i];
-        const PoolGeometry g = pool_geometry(s, pr.groups, pr.dim);
+        const PoolGeometry g = pool_geometry(s, pr.groups, pr.dim, pr.format);
         CopyPagesParams p{};
         p.pool = pr.buf->get<unsigned char>();
-        p.layer_bytes = g.layer_stride * es;
-        p.page_bytes = g.page_stride * es;
+        p.layer_bytes = g.layer_stride * g.elem_bytes;
+        p.page_bytes = g.page_stride * g.elem_bytes;
         p.layers = d.num_layers;
         for (int32_t first = 0; first < n; first += kCopyPagesPerLaunch) {
             p.count = std::min(kCopyPagesPerLaunch, n - first);

@@ -13,17 +13,20 @@ void read_rows(Session& s, const gqla_read_args& a) {
     const gqla_backend_desc& d = s.desc;
     const bool gqa = d.kind == GQLA_KIND_GQA;
     const int64_t P = d.page_size;
-    const size_t es = cache_elem_size(s);
     const int64_t heads = gqa ? d.num_kv_heads : 1;
     struct Part {
         const DeviceBuffer& pool;
         int32_t dim;
+        PoolFormat format;
         unsigned char* out;
     };
-    const Part parts[2] = {{s.pool_a, gqa ? d.head_dim : d.latent_dim, static_cast<unsigned char*>(a.a.data)},
-                           {s.pool_b, gqa ? d.value_dim : d.rope_dim, static_cast<unsigned char*>(a.b.data)}};
+    const Part parts[2] = {{s.pool_a, gqa ? d.head_dim : d.latent_dim, gqa ? cache_format(s) : latent_format(s),
+                            static_cast<unsigned char*>(a.a.data)},
+                           {s.pool_b, gqa ? d.value_dim : d.rope_dim, gqa ? cache_format(s) : rope_format(s),
+                            static_cast<unsigned char*>(a.b.data)}};
     for (const Part& part : parts) {
-        const PoolGeometry g = pool_geometry(s, heads, part.dim);
+        const PoolGeometry g = pool_geometry(s, heads, part.dim, part.format);
+        const size_t es = g.elem_bytes;
         const size_t row_bytes = static_cast<size_t>(part.dim) * es;
         const unsigned char* layer_base = part.pool.get<unsigned char>() + a.layer * g.layer_stride * es;
         // Output rows are [count][heads][dim]: token i of head h at (i*heads + h)*dim.

@@ -6,21 +6,22 @@
 #include <string>
 
 #include "cache_kernels.hpp"
+#include "core/config.hpp"
 #include "core/dtype.hpp"
 
 namespace gqla::cuda {
 
 void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, int64_t src_col_offset_elems,
-                  const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim, const int64_t* tokens,
-                  int32_t rows) {
-    const PoolGeometry g = pool_geometry(s, groups, dim);
+                  const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim, PoolFormat format,
+                  const int64_t* tokens, int32_t rows) {
+    const PoolGeometry g = pool_geometry(s, groups, dim, format);
     ScatterParams p{};
     p.src = static_cast<const unsigned char*>(src.data) + src_col_offset_elems * dtype_size(src.dtype);
     p.src_dtype = src.dtype;
     p.src_row_stride = src.strides[0];
     p.src_group_stride = src_group_stride;
-    p.dst = pool.get<unsigned char>() + layer * g.layer_stride * cache_elem_size(s);
-    p.dst_dtype = s.desc.cache_dtype;
+    p.dst = pool.get<unsigned char>() + layer * g.layer_stride * g.elem_bytes;
+    p.dst_dtype = format.dtype;
     p.dst_page_stride = g.page_stride;
     p.dst_group_stride = g.group_stride;
     p.dst_row_stride = g.row_stride;
@@ -30,6 +31,8 @@ void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, in
     p.rows = rows;
     p.row_token = tokens;
     p.dst_scale_offset = g.scale_offset;
+    p.dst_scale_cols = format.scale_cols;
+    p.scale_block = format.scale_cols > 1 ? kFp8LatentBlock : dim;
     launch_scatter_rows(p, s.stream);
 }
 
@@ -55,10 +58,13 @@ void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t
                           s.stream);
     } else {
         if (!s.pool_a.get()) throw BackendError(GQLA_ERR_INTERNAL, "CUDA expand: the session keeps no latent");
-        const PoolGeometry cg = pool_geometry(s, 1, r);
-        const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cache_elem_size(s);
-        launch_gather_rows(c_layer, d.cache_dtype, cg.page_stride, cg.row_stride, d.page_size, r, d_tokens, rows,
-                           s.expand_in.get(), projection_dtype(s), s.stream);
+        const PoolFormat cf = latent_format(s);
+        const PoolGeometry cg = pool_geometry(s, 1, r, cf);
+        const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cg.elem_bytes;
+        // 8-bit latent rows are widened with their block scales.
+        const GatherScales scales{cg.scale_offset, cf.scale_cols, kFp8LatentBlock};
+        launch_gather_rows(c_layer, cf.dtype, cg.page_stride, cg.row_stride, d.page_size, r, d_tokens, rows,
+                           s.expand_in.get(), projection_dtype(s), scales, s.stream);
     }
     const cudaDataType_t in_type = projection_cuda_type(s);
     if (copies == 1)
@@ -79,8 +85,8 @@ void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t
     e.ndim = 2;
     e.strides[0] = N;
     e.strides[1] = 1;
-    scatter_into(s, e, width, 0, *dst.kc, dst.layer, G, d.nope_dim, d_tokens, rows);
-    scatter_into(s, e, width, d.nope_dim, *dst.ve, dst.layer, G, d.value_dim, d_tokens, rows);
+    scatter_into(s, e, width, 0, *dst.kc, dst.layer, G, d.nope_dim, dst.format, d_tokens, rows);
+    scatter_into(s, e, width, d.nope_dim, *dst.ve, dst.layer, G, d.value_dim, dst.format, d_tokens, rows);
 }
 
 void expand_latent_rows(Session& s, int layer, const int64_t* d_tokens, int64_t n, const ExpandedPools& dst,

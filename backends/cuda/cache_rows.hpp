@@ -15,10 +15,11 @@ namespace gqla::cuda {
 // rows x groups x dim elements of `src` (a device view; row r at
 // r * strides[0], group g `src_group_stride` further, first column
 // `src_col_offset_elems` in) -> pool `layer` at the token indices `tokens`
-// (page * page_size + slot, device memory), converted to the cache dtype.
+// (page * page_size + slot, device memory), converted to the pool's format
+// (8-bit pools: quantized with scales, one per row or per block of it).
 void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, int64_t src_col_offset_elems,
-                  const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim, const int64_t* tokens,
-                  int32_t rows);
+                  const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim, PoolFormat format,
+                  const int64_t* tokens, int32_t rows);
 
 // Where expanded rows go: a KC pool, a VE pool and the layer inside both.
 // The kept expanded cache writes layer l into its layer l; the transient
@@ -28,6 +29,7 @@ struct ExpandedPools {
     const DeviceBuffer* kc;
     const DeviceBuffer* ve;
     int layer;
+    PoolFormat format;  // of both pools
 };
 
 // Latent rows given as a device tensor instead of read from the latent pool:

@@ -224,16 +224,19 @@ void decode_gqa_path(Session& s, const gqla_decode_args& a, const Rows3& q, cons
         // sequences' own pages); the rope key is the layer's kept KR.
         if (!s.transient_kc.get())
             throw BackendError(GQLA_ERR_INTERNAL, "CUDA decode: GQA_TRANSIENT attention before its pool was filled");
-        p.k1 = pool_view(s, s.transient_kc, 0, d.num_kv_heads, d.nope_dim, false);
-        p.k2 = pool_view(s, s.pool_b, a.layer, 1, d.rope_dim, true);
-        p.v = pool_view(s, s.transient_ve, 0, d.num_kv_heads, d.value_dim, false);
+        // Its rows are in the projection dtype (bf16 for an 8-bit cache,
+        // whose rope key is bf16 too): the launch reads that dtype.
+        p.k1 = pool_view(s, s.transient_kc, 0, d.num_kv_heads, d.nope_dim, false, transient_format(s));
+        p.k2 = pool_view(s, s.pool_b, a.layer, 1, d.rope_dim, true, rope_format(s));
+        p.v = pool_view(s, s.transient_ve, 0, d.num_kv_heads, d.value_dim, false, transient_format(s));
+        p.cache_dtype = transient_format(s).dtype;
         maps = &s.transient_maps;
     } else {
         if (!s.pool_kc.get())
             throw BackendError(GQLA_ERR_INVALID_STATE,
                                "CUDA decode: GQA path requested but the expanded cache is not enabled");
         p.k1 = pool_view(s, s.pool_kc, a.layer, d.num_kv_heads, d.nope_dim, false);
-        p.k2 = pool_view(s, s.pool_b, a.layer, 1, d.rope_dim, true);
+        p.k2 = pool_view(s, s.pool_b, a.layer, 1, d.rope_dim, true, rope_format(s));
         p.v = pool_view(s, s.pool_ve, a.layer, d.num_kv_heads, d.value_dim, false);
     }
     p.heads_per_group = n_rep;
@@ -272,8 +275,8 @@ void decode_absorb_path(Session& s, const gqla_decode_args& a, const Rows3& q, c
     const cudaDataType_t work_cu = projection_cuda_type(s);
 
     AttentionParams p = common_params(s, a);
-    p.k1 = pool_view(s, s.pool_a, a.layer, 1, r, true);
-    p.k2 = pool_view(s, s.pool_b, a.layer, 1, dr, true);
+    p.k1 = pool_view(s, s.pool_a, a.layer, 1, r, true, latent_format(s));
+    p.k2 = pool_view(s, s.pool_b, a.layer, 1, dr, true, rope_format(s));
     p.v = p.k1;
     p.v_aliases_k1 = 1;
     p.heads_per_group = d.num_heads;

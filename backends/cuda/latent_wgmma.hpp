@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Latent-attention decode kernel of the absorb path on Hopper warpgroup MMAs
 // (wgmma, sm_90a). Serves the MLA shape: keys = [latent (512) | rope (0 or
-// 64)], value = the same latent, up to 64 query rows (heads x s_q) per CTA.
+// 64)], value = the same latent, up to 64 query rows (heads x s_q) per CTA;
+// an 8-bit (e4m3) latent in row blocks of 32, widened tile by tile.
 // Built only when the module targets sm_90 (as sm_90a code) and used only on
 // a device of compute capability 9.0; other shapes and GPUs keep the
 // mma.sync kernels.
@@ -15,7 +16,9 @@
 
 namespace gqla::cuda {
 
-constexpr int kLatentRows = 64;  // query rows per CTA (the wgmma M)
+constexpr int kLatentKernelDim = 512;     // the latent width r the kernel is built for (also the value width)
+constexpr int kLatentKernelRopeDim = 64;  // and the rope width d_r
+constexpr int kLatentRows = 64;           // query rows per CTA (the wgmma M)
 // A row block of at most this many query rows takes the transposed kernel
 // (tokens and latent columns as the wgmma M, the rows as its N = 32), whose
 // products carry no empty rows.
@@ -43,8 +46,8 @@ bool latent_wgmma_available(int cc_major, int cc_minor);
 // True when the launch's dims are the ones the kernel is built for.
 bool latent_wgmma_fits(const AttentionParams& p);
 // Shared memory of the kernel for row blocks of rows_per_cta (kLatentRows or
-// kLatentRowsTransposed).
-int latent_wgmma_smem_bytes(int rows_per_cta);
+// kLatentRowsTransposed; an 8-bit cache always takes the latter).
+int latent_wgmma_smem_bytes(gqla_dtype cache, int rows_per_cta);
 // Raises the kernel's shared-memory limit; only where available and the
 // device's opt-in limit holds latent_wgmma_smem_bytes().
 void prepare_latent_wgmma_kernel();
@@ -67,7 +70,7 @@ void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const Laten
 // Module built without sm_90a code: the mma.sync kernels serve every GPU.
 inline bool latent_wgmma_available(int, int) { return false; }
 inline bool latent_wgmma_fits(const AttentionParams&) { return false; }
-inline int latent_wgmma_smem_bytes(int) { return 0; }
+inline int latent_wgmma_smem_bytes(gqla_dtype, int) { return 0; }
 inline void prepare_latent_wgmma_kernel() {}
 inline LatentTmaMaps latent_tma_maps(gqla_dtype, const PoolView&, const PoolView&, int, int64_t) { return {}; }
 inline int latent_wgmma_max_active_clusters(gqla_dtype, int) { return 0; }

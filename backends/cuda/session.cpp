@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attention_kernels.hpp"
+#include "core/config.hpp"
 #include "core/dtype.hpp"
 #include "latent_wgmma.hpp"
 #include "prefill_wgmma.hpp"
@@ -36,25 +37,43 @@ size_t cache_elem_size(const Session& s) { return dtype_size(s.desc.cache_dtype)
 int Session::weight_copies() const { return head_weights ? desc.num_heads / desc.num_kv_heads : 1; }
 int Session::heads_per_weight_block() const { return desc.num_heads / desc.num_kv_heads / weight_copies(); }
 
-PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim) {
+PoolFormat cache_format(const Session& s) {
+    const bool fp8 = s.desc.cache_dtype == GQLA_DTYPE_FP8_E4M3;
+    return PoolFormat{s.desc.cache_dtype, fp8 ? 1 : 0};
+}
+
+PoolFormat latent_format(const Session& s) {
+    const bool fp8 = s.desc.cache_dtype == GQLA_DTYPE_FP8_E4M3;
+    return PoolFormat{s.desc.cache_dtype, fp8 ? (s.desc.latent_dim + kFp8LatentBlock - 1) / kFp8LatentBlock : 0};
+}
+
+PoolFormat rope_format(const Session& s) {
+    const bool fp8 = s.desc.cache_dtype == GQLA_DTYPE_FP8_E4M3;
+    return PoolFormat{fp8 ? GQLA_DTYPE_BF16 : s.desc.cache_dtype, 0};
+}
+
+PoolFormat transient_format(const Session& s) { return PoolFormat{projection_dtype(s), 0}; }
+
+PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim, PoolFormat format) {
     PoolGeometry g{};
     g.row_stride = dim;
     g.group_stride = static_cast<int64_t>(s.desc.page_size) * dim;
     g.page_stride = groups * g.group_stride;
-    if (s.desc.cache_dtype == GQLA_DTYPE_FP8_E4M3) {
+    g.elem_bytes = dtype_size(format.dtype);
+    if (format.dtype == GQLA_DTYPE_FP8_E4M3) {
         auto round64 = [](int64_t n) { return (n + 63) / 64 * 64; };
         g.scale_offset = round64(g.page_stride);
-        g.page_stride = round64(g.scale_offset + 4 * groups * s.desc.page_size);
+        g.page_stride = round64(g.scale_offset + 4 * groups * s.desc.page_size * format.scale_cols);
     }
     g.layer_stride = s.desc.num_pages * g.page_stride;
     return g;
 }
 
 PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim,
-                   bool shared_by_groups) {
-    PoolGeometry g = pool_geometry(s, groups, dim);
+                   bool shared_by_groups, PoolFormat format) {
+    PoolGeometry g = pool_geometry(s, groups, dim, format);
     PoolView v{};
-    v.base = pool.get<unsigned char>() + bytes_of(layer * g.layer_stride, cache_elem_size(s));
+    v.base = pool.get<unsigned char>() + bytes_of(layer * g.layer_stride, g.elem_bytes);
     v.page_stride = g.page_stride;
     v.group_stride = shared_by_groups ? 0 : g.group_stride;
     v.row_stride = g.row_stride;
@@ -72,7 +91,7 @@ std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer&
     for (int layer = 0; layer < d.num_layers; ++layer) {
         const int kv_layer = single_layer ? 0 : layer;
         const PoolView k1 = pool_view(s, keys, kv_layer, d.num_kv_heads, gqla ? d.nope_dim : d.head_dim, false);
-        const PoolView k2 = gqla ? pool_view(s, s.pool_b, layer, 1, d.rope_dim, true) : PoolView{};
+        const PoolView k2 = gqla ? pool_view(s, s.pool_b, layer, 1, d.rope_dim, true, rope_format(s)) : PoolView{};
         const PoolView v = pool_view(s, values, kv_layer, d.num_kv_heads, d.value_dim, false);
         maps.push_back(narrow_tma_maps(d.cache_dtype, k1, k2, v, d.page_size, d.num_pages));
     }
@@ -228,13 +247,30 @@ void allocate_decode_workspace(Session* s) {
 
 // What the CUDA kernels read from an 8-bit (e4m3) cache today: the GQA
 // kind, through the narrow kernel (narrow_kernel_reads_fp8) or, for every
-// other shape taken here, the per-warp kernel (warp_kernel_reads_fp8).
-void check_fp8_support(const gqla_backend_desc& d) {
+// other shape taken here, the per-warp kernel (warp_kernel_reads_fp8); the
+// GQLA kind's latent (r = 512, d_r = 64, kept) through the sm_90a latent
+// kernel on the absorb path and its GQA_TRANSIENT form (bf16 rows), on a
+// device of compute capability 9.0. latent_kernel: that kernel serves this
+// device (init_session).
+void check_fp8_support(const gqla_backend_desc& d, bool latent_kernel) {
     if (d.cache_dtype != GQLA_DTYPE_FP8_E4M3) return;
-    if (d.kind != GQLA_KIND_GQA)
-        throw BackendError(GQLA_ERR_UNSUPPORTED,
-                           "config.cache_dtype: fp8_e4m3 on the CUDA backend serves GQA-kind sessions only; a GQLA "
-                           "session takes f32, f16 or bf16 there (or fp8_e4m3 on the CPU backend)");
+    if (d.kind != GQLA_KIND_GQA) {
+        if (!d.keep_latent)
+            throw BackendError(GQLA_ERR_UNSUPPORTED,
+                               "config.keep_latent: 0 with cache_dtype fp8_e4m3 is not served by the CUDA backend (its "
+                               "8-bit kernels read the latent; the CPU backend takes it); keep the latent or use bf16");
+        if (d.latent_dim != kLatentKernelDim || d.rope_dim != kLatentKernelRopeDim)
+            throw BackendError(GQLA_ERR_UNSUPPORTED,
+                               "config.latent_dim / rope_dim: an fp8_e4m3 GQLA cache on the CUDA backend needs " +
+                                   std::to_string(kLatentKernelDim) + " / " + std::to_string(kLatentKernelRopeDim) +
+                                   " (the latent kernel's shape); got " + std::to_string(d.latent_dim) + " / " +
+                                   std::to_string(d.rope_dim));
+        if (!latent_kernel)
+            throw BackendError(GQLA_ERR_UNSUPPORTED,
+                               "config.cache_dtype: an fp8_e4m3 GQLA cache on the CUDA backend needs the sm_90a latent "
+                               "kernel (a device of compute capability 9.0, GQLA_CUDA_LATENT_WGMMA not 0)");
+        return;
+    }
     const int32_t dv = d.value_dim > 0 ? d.value_dim : d.head_dim;
     if (d.head_dim % 8 != 0 || dv % 8 != 0 || dv > kWarpKernelMaxValueDim)
         throw BackendError(GQLA_ERR_UNSUPPORTED,
@@ -244,8 +280,13 @@ void check_fp8_support(const gqla_backend_desc& d) {
                                std::to_string(dv));
 }
 
+// Bytes of a pool of every layer.
+size_t pool_bytes(const Session& s, int64_t groups, int32_t dim, PoolFormat f) {
+    const PoolGeometry g = pool_geometry(s, groups, dim, f);
+    return bytes_of(int64_t(s.desc.num_layers) * g.layer_stride, g.elem_bytes);
+}
+
 void init_session(Session* s, const gqla_backend_desc& d) {
-    check_fp8_support(d);
     s->desc = d;
     s->device = d.device_index;
     const Tuning t = read_tuning();
@@ -281,8 +322,9 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     s->widened_tma = cc_major >= 9 && d.cache_dtype == GQLA_DTYPE_FP8_E4M3 && t.narrow_tma;
     s->use_narrow_fixed_dims = t.narrow_fixed_dims;
     s->use_latent_wgmma = t.latent_wgmma && latent_wgmma_available(cc_major, cc_minor) &&
-                          s->smem_optin >= latent_wgmma_smem_bytes(kLatentRows) &&
-                          s->smem_optin >= latent_wgmma_smem_bytes(kLatentRowsTransposed);
+                          s->smem_optin >= latent_wgmma_smem_bytes(d.cache_dtype, kLatentRows) &&
+                          s->smem_optin >= latent_wgmma_smem_bytes(d.cache_dtype, kLatentRowsTransposed);
+    check_fp8_support(d, s->use_latent_wgmma);
     if (s->use_latent_wgmma) prepare_latent_wgmma_kernel();
     s->use_prefill_wgmma = prefill_wgmma_serves(t, s->device);
     s->prefill_turns = t.prefill_turns;
@@ -306,22 +348,21 @@ void init_session(Session* s, const gqla_backend_desc& d) {
     check_cublas(cublasSetStream(s->cublas, s->stream), "cublasSetStream");
     s->gemms.init(s->cublas, t.cublaslt, s->cublas_workspace.get(), kCublasWorkspaceBytes);
 
-    const size_t es = cache_elem_size(*s);
     const int64_t L = d.num_layers, G = d.num_kv_heads, H = d.num_heads;
     const bool gqla = d.kind == GQLA_KIND_GQLA;
     if (!gqla) {
-        s->pool_a.allocate(bytes_of(L * pool_geometry(*s, G, d.head_dim).layer_stride, es), "K cache");
-        s->pool_b.allocate(bytes_of(L * pool_geometry(*s, G, d.value_dim).layer_stride, es), "V cache");
+        s->pool_a.allocate(pool_bytes(*s, G, d.head_dim, cache_format(*s)), "K cache");
+        s->pool_b.allocate(pool_bytes(*s, G, d.value_dim, cache_format(*s)), "V cache");
         s->narrow_maps = narrow_maps_for(*s, s->pool_a, s->pool_b);
     } else {
         // keep_latent = 0: no latent pool; the expanded pools exist from
         // here on (allocated below) and every decode is on the GQA path.
-        if (d.keep_latent)
-            s->pool_a.allocate(bytes_of(L * pool_geometry(*s, 1, d.latent_dim).layer_stride, es), "latent cache");
-        s->pool_b.allocate(bytes_of(L * pool_geometry(*s, 1, d.rope_dim).layer_stride, es), "rope-key cache");
+        if (d.keep_latent) s->pool_a.allocate(pool_bytes(*s, 1, d.latent_dim, latent_format(*s)), "latent cache");
+        s->pool_b.allocate(pool_bytes(*s, 1, d.rope_dim, rope_format(*s)), "rope-key cache");
         s->weights.resize(static_cast<size_t>(L));
         s->head_weights = H > G && t.head_weights;
-        if (d.keep_latent && s->use_latent_wgmma && t.latent_tma)
+        // 8-bit latent tiles are copied (and widened) by the kernel's threads.
+        if (d.keep_latent && s->use_latent_wgmma && t.latent_tma && d.cache_dtype != GQLA_DTYPE_FP8_E4M3)
             for (int layer = 0; layer < L; ++layer)
                 s->latent_maps.push_back(latent_tma_maps(d.cache_dtype,
                                                          pool_view(*s, s->pool_a, layer, 1, d.latent_dim, true),

@@ -189,19 +189,44 @@ struct Session {
     bool use_narrow_fixed_dims = true;
 };
 
+// How one pool stores its rows: the element dtype and, for 8-bit pools,
+// how many f32 scales each (group, slot) row carries (docs/fp8-cache.md).
+// Most pools are in the cache dtype with one scale per row; a GQLA session
+// with an 8-bit cache keeps its latent in blocks of kFp8LatentBlock elements
+// with a scale each and its rope key in bf16, and its GQA_TRANSIENT rows are
+// in the projection dtype.
+struct PoolFormat {
+    gqla_dtype dtype;
+    int32_t scale_cols;  // f32 scales per row; 0 for 16- and 32-bit pools
+};
+PoolFormat cache_format(const Session& s);      // K, V and the expanded KC, VE
+PoolFormat latent_format(const Session& s);     // C
+PoolFormat rope_format(const Session& s);       // KR
+PoolFormat transient_format(const Session& s);  // the GQA_TRANSIENT form's KC, VE
+
 // Elements per token row of each pool and the layer/page strides.
-// 8-bit pools (docs/fp8-cache.md): a page is its rows, 64-byte aligned, then
-// one f32 scale per (group, slot) at scale_offset, the page rounded up to 64.
+// 8-bit pools: a page is its rows, 64-byte aligned, then scale_cols f32
+// scales per (group, slot) at scale_offset (the scale of block b of row
+// (g, slot) at 4 * ((g * page_size + slot) * scale_cols + b)), the page
+// rounded up to 64.
 struct PoolGeometry {
     int64_t layer_stride, page_stride, group_stride;
     int32_t row_stride;
     int64_t scale_offset = 0;
+    size_t elem_bytes = 0;
 };
-PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim);
+PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim, PoolFormat format);
+inline PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim) {
+    return pool_geometry(s, groups, dim, cache_format(s));
+}
 
 // Pool view of `layer` for the decode kernels.
 PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim,
-                   bool shared_by_groups);
+                   bool shared_by_groups, PoolFormat format);
+inline PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim,
+                          bool shared_by_groups) {
+    return pool_view(s, pool, layer, groups, dim, shared_by_groups, cache_format(s));
+}
 
 size_t cache_elem_size(const Session& s);
 
@@ -223,7 +248,11 @@ int64_t query_token_capacity(const gqla_backend_desc& d);
 // accumulation: for 16-bit caches half the weight traffic and memory of f32
 // and tensor-core GEMMs, at a rounding the cache's own rounding already
 // dominates; f32 caches keep f32 products (no TF32: their tolerance is 1e-5).
-inline gqla_dtype projection_dtype(const Session& s) { return s.desc.cache_dtype; }
+// An 8-bit cache's projections run in bf16 (its latent rows widened with
+// their block scales first).
+inline gqla_dtype projection_dtype(const Session& s) {
+    return s.desc.cache_dtype == GQLA_DTYPE_FP8_E4M3 ? GQLA_DTYPE_BF16 : s.desc.cache_dtype;
+}
 inline cudaDataType_t cuda_type(gqla_dtype t) {
     switch (t) {
         case GQLA_DTYPE_BF16:

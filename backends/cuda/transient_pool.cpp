@@ -16,7 +16,8 @@ namespace {
 
 // One layer of the kept expanded pools' layout: num_pages x G x P rows.
 size_t transient_layer_bytes(const Session& s, int32_t dim) {
-    return static_cast<size_t>(pool_geometry(s, s.desc.num_kv_heads, dim).layer_stride) * cache_elem_size(s);
+    const PoolGeometry g = pool_geometry(s, s.desc.num_kv_heads, dim, transient_format(s));
+    return static_cast<size_t>(g.layer_stride) * g.elem_bytes;
 }
 
 void ensure_transient_pool(Session& s) {
@@ -71,12 +72,13 @@ void expand_listed_rows_for_transient(Session& s, const gqla_decode_args& a) {
     const int64_t rows = static_cast<int64_t>(a.batch) * a.q_len;
     int64_t* pool_rows = s.sparse_pool_rows.get<int64_t>();
     write_listed_pool_rows(s, rows, a.topk, pool_rows);
-    expand_latent_rows(s, a.layer, pool_rows, rows * a.topk, ExpandedPools{&s.transient_kc, &s.transient_ve, 0});
+    expand_latent_rows(s, a.layer, pool_rows, rows * a.topk,
+                       ExpandedPools{&s.transient_kc, &s.transient_ve, 0, transient_format(s)});
 }
 
 void expand_for_transient_call(Session& s, const gqla_decode_args& a) {
     prepare_transient_call(s, a);
-    const ExpandedPools dst{&s.transient_kc, &s.transient_ve, 0};
+    const ExpandedPools dst{&s.transient_kc, &s.transient_ve, 0, transient_format(s)};
     int64_t* tokens = s.transient_tokens.get<int64_t>();
 
     // The call's positions, sequence after sequence, cut into chunks of

@@ -52,7 +52,8 @@ for w in $what; do
         timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b --batch 1 --context 1024,32768 --json
         timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b-gqla --path both --batch 16,64 --context 4096 --json
         timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b --batch 16,64 --context 4096 --s-q 4,8 --json
-        timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b-gqla,deepseek-v3 --path absorb --batch 64 --context 16384 --json
+        timeout 120 "$bench" "${on_gpu[@]}" --preset llama3-8b-gqla,deepseek-v3 --path absorb --batch 64 --context 16384 \
+          --dtype bf16,fp8_e4m3 --json
       } >"$out/bench.jsonl" 2>"$out/bench.err" || status=1
       ;;
     peer)

@@ -210,8 +210,9 @@ TEST_CASE("shard configs: out-of-range groups and latent-free GQA or absorb conf
         CHECK(s == nullptr);
     }
     // An 8-bit cache without the latent: the CPU backend takes it
-    // (tests/abi/test_fp8_cache.cpp); the CUDA backend reads 8-bit caches of
-    // the GQA kind only (docs/fp8-cache.md) and refuses it at create.
+    // (tests/abi/test_fp8_cache.cpp); the CUDA backend reads an 8-bit GQLA
+    // cache through the latent only (docs/fp8-cache.md) and refuses it at
+    // create.
     gqla_config fp8 = shards::gqla_layer(GQLA_DTYPE_FP8_E4M3);
     fp8.keep_latent = 0;
     ok(gqla_config_validate(&fp8));
@@ -219,7 +220,7 @@ TEST_CASE("shard configs: out-of-range groups and latent-free GQA or absorb conf
     if (shards::test_device() == GQLA_DEVICE_CUDA) {
         fp8_session = reinterpret_cast<gqla_session*>(&fp8);
         CHECK(gqla_session_create(&fp8, &fp8_session) == GQLA_ERR_UNSUPPORTED);
-        CHECK(message_has("cache_dtype"));
+        CHECK(message_has("keep_latent"));
         CHECK(fp8_session == nullptr);
     } else {
         ok(gqla_session_create(&fp8, &fp8_session));

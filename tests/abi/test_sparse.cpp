@@ -272,7 +272,8 @@ TEST_CASE("sparse attention over an fp8 cache: every form on the CPU, the GQA ki
     // quantized per (token, group)): the bf16 bound. Every CPU kernel table
     // the host has (the rows are widened by the table's fp8_rows); on CUDA
     // the GQA kind (its odd widths: the per-warp kernel), since CUDA
-    // sessions of the GQLA kind take no 8-bit cache.
+    // sessions of the GQLA kind take an 8-bit cache only at the latent
+    // kernel's widths (tests/cuda/cuda_sparse_main.cpp).
     nonfinite::for_each_isa([&](const char*) {
         for (Form form : {Form::Gqa, Form::Absorb, Form::GqlaGqaKept, Form::Transient}) {
             CAPTURE(sparse_test::form_label(form));

@@ -55,6 +55,26 @@ gqla_config llama3_8b() {
     return c;
 }
 
+// DeepSeek-V3's latent shape (r 512, d_c 128, d_r 64, d_v 128, the sm_90a
+// latent kernel's) with `heads` query heads over `groups` groups.
+gqla_config latent_config(int32_t heads, int32_t groups, int32_t page_size) {
+    gqla_config c;
+    gqla_config_default(&c, GQLA_KIND_GQLA);
+    c.num_heads = heads;
+    c.num_kv_heads = groups;
+    c.latent_dim = 512;
+    c.nope_dim = 128;
+    c.rope_dim = 64;
+    c.value_dim = 128;
+    c.page_size = page_size;
+    c.max_tokens = 4096;
+    c.max_q_len = 48;
+    c.max_sequences = 8;
+    c.max_batch = 8;
+    c.io_dtype = GQLA_DTYPE_BF16;
+    return c;
+}
+
 // A NaN written into element `col` of KV head `kv_head`'s value of token `token`.
 struct ValueNan {
     int64_t token, kv_head, col;
@@ -300,21 +320,59 @@ TEST_CASE("cuda fp8: a NaN in a prefill chunk's causal tail reaches only the que
     CHECK(wrong == 0);
 }
 
+// The sm_90a latent kernel over an 8-bit latent: 32-row blocks (16 heads:
+// one; 40 heads in 4 groups: a partial second; 128 heads: four, and twelve
+// at s_q 3), tiles widened from stored bytes with their block scales, page
+// sizes that split tiles (7, 16) or hold whole ones (64); the GQA_TRANSIENT
+// form over bf16 rows widened from the same bytes.
+TEST_CASE("cuda fp8 GQLA: an 8-bit latent on the absorb path and GQA_TRANSIENT, ragged calls and forks") {
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    struct Shape {
+        int32_t heads, groups, page;
+    };
+    for (const Shape sh : {Shape{16, 1, 64}, Shape{40, 4, 7}, Shape{128, 1, 16}})
+        for (bool outlier : {false, true}) {
+            CAPTURE(sh.heads);
+            CAPTURE(sh.page);
+            CAPTURE(outlier);
+            Fp8Session s(latent_config(sh.heads, sh.groups, sh.page), seed, outlier);
+            std::vector<gqla_seq_id> ids;
+            for (int64_t len : {1, 63, 64, 65, 300, 1000}) {
+                ids.push_back(s.add());
+                s.append(ids.back(), len);
+            }
+            check(s.attend(ids, {1}, GQLA_PATH_ABSORB, false), "absorb s_q 1");
+            std::vector<gqla_seq_id> longer(ids.begin() + 3, ids.end());
+            check(s.attend(longer, {3}, GQLA_PATH_ABSORB, false), "absorb s_q 3");
+            check(s.attend({ids[5], ids[0], ids[3]}, {9, 1, 2}, GQLA_PATH_ABSORB, true), "absorb ragged");
+            check(s.attend({ids[5], ids[4]}, {40, 1}, GQLA_PATH_GQA_TRANSIENT, true), "transient ragged");
+            const gqla_seq_id child = s.fork(ids[4]);
+            s.append(child, 7);
+            s.append(ids[4], 1);
+            check(s.attend({ids[4], child}, {1}, GQLA_PATH_AUTO, false), "fork");
+        }
+}
+
 TEST_CASE("cuda fp8: GQLA sessions and shapes the kernels do not read are refused naming the field") {
-    gqla_config g;
-    gqla_config_default(&g, GQLA_KIND_GQLA);
-    g.num_heads = 16;
-    g.num_kv_heads = 1;
-    g.latent_dim = 512;
-    g.nope_dim = 128;
-    g.rope_dim = 64;
-    g.value_dim = 128;
-    g.max_tokens = 1024;
+    gqla_config g = latent_config(16, 1, 16);
     g.cache_dtype = GQLA_DTYPE_FP8_E4M3;
     g.device = GQLA_DEVICE_CUDA;
     gqla_session* s = nullptr;
+    // The kept expanded cache is not served: a switch to the GQA path is
+    // refused and leaves the session decoding on the absorb path.
+    REQUIRE(gqla_session_create(&g, &s) == GQLA_OK);
+    CHECK(gqla_select_path(s, GQLA_PATH_GQA) == GQLA_ERR_UNSUPPORTED);
+    CHECK(std::string(gqla_last_error_message()).find("path") != std::string::npos);
+    gqla_session_destroy(s);
+    s = nullptr;
+    g.latent_dim = 384;  // not the latent kernel's width
     CHECK(gqla_session_create(&g, &s) == GQLA_ERR_UNSUPPORTED);
-    CHECK(std::string(gqla_last_error_message()).find("cache_dtype") != std::string::npos);
+    CHECK(std::string(gqla_last_error_message()).find("latent_dim") != std::string::npos);
+    g.latent_dim = 512;
+    g.keep_latent = 0;
+    CHECK(gqla_session_create(&g, &s) == GQLA_ERR_UNSUPPORTED);
+    CHECK(std::string(gqla_last_error_message()).find("keep_latent") != std::string::npos);
 
     gqla_config a = llama3_8b();
     a.cache_dtype = GQLA_DTYPE_FP8_E4M3;

@@ -259,4 +259,17 @@ TEST_CASE("cuda sparse: LLaMA-3-8B GQA heads over an fp8_e4m3 cache, page sizes 
     }
 }
 
+// The latent kernel's 8-bit form: listed latent rows gathered as bytes with
+// their block scales and widened; GQA_TRANSIENT up-projecting the listed
+// rows widened to bf16. Against the reference on the dequantized rows.
+TEST_CASE("cuda sparse: an fp8_e4m3 latent, 16 and 64 heads (one and two 32-row blocks), and GQA_TRANSIENT") {
+    for (int32_t heads : {16, 64}) {
+        CAPTURE(heads);
+        Fixture fx(latent_config(heads, 1, GQLA_DTYPE_FP8_E4M3), Form::Absorb);
+        run_model_cases(fx, 1500);
+    }
+    Fixture fx(latent_config(16, 2, GQLA_DTYPE_FP8_E4M3), Form::Transient);
+    run_model_cases(fx, 700);
+}
+
 int main(int argc, char** argv) { return gpu_doctest_main(argc, argv, sparse_test::use_device); }

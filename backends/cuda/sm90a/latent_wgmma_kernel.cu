@@ -59,12 +59,14 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "../cuda_status.hpp"
 #include "../latent_wgmma.hpp"
 #include "../launch_config.hpp"
 #include "../tensor_maps.hpp"
 #include "latent_wgmma_epilogue.cuh"
+#include "latent_wgmma_fp8.cuh"
 
 namespace gqla::cuda {
 
@@ -135,10 +137,14 @@ __device__ __forceinline__ void score_tile_transposed(const AttentionParams& p, 
 // latent columns as the M of the values, so no product carries empty rows;
 // the softmax then runs down the columns, its maxima shared by WG0's warps
 // through shared memory once per tile.
-template <typename T, int kRows>
+// FP8 (transposed only, T = bf16): the latent is stored in e4m3 with block
+// scales and WG1 widens each tile into its stage (latent_wgmma_fp8.cuh).
+template <typename T, int kRows, bool FP8 = false>
 __global__ void __launch_bounds__(kLatentThreads, 1)
     latent_wgmma_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ LatentTmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(!FP8 || (kRows == kLatentRowsTransposed && std::is_same<T, __nv_bfloat16>::value),
+                  "8-bit latent: transposed products over bf16 stages");
     using L = LatentSmem<kRows>;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -153,11 +159,18 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     sh.column_max = reinterpret_cast<float*>(sh.limit + 64);
     sh.tail_mask = reinterpret_cast<uint32_t*>(smem + L::kTailOff);
     sh.bars = reinterpret_cast<uint64_t*>(smem + L::kBarOff);
+    sh.staging = FP8 ? smem + L::kStagingOff : nullptr;
 
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3;
     const CtaWork w = cta_work(p, kRows, kLatentTile);
     const TileStream<T> ts = tile_stream<T>(p, maps, tid);
-    if (wg == 1) start_tiles(p, maps, ts, w, sh);  // both stages in flight before the queries are staged
+    Fp8Staged staged;  // WG1, 8-bit latent: the staged tile's scales
+    if (wg == 1) {
+        if constexpr (FP8)
+            start_fp8_tiles(p, w, sh, ts.ltid, staged);  // the first tile's bytes in flight
+        else
+            start_tiles(p, maps, ts, w, sh);  // both stages in flight before the queries are staged
+    }
     // Launched as a programmatic dependent of the query projection: all of
     // the above reads what was there before it (lengths, page tables, the
     // cache), the queries are its output.
@@ -191,6 +204,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         for (int a = 0; a < 4; ++a)
 #pragma unroll
             for (int i = 0; i < 16; ++i) o[a][i] = 0.f;
+        if constexpr (FP8)
+            if (wg == 1) fill_first_fp8_stages(p, w, sh, ts.ltid, staged);
         for (int tile = w.range.begin; tile < w.range.end; ++tile) {
             const uint64_t v_desc = stage_desc(w.range, tile, d.v0, d.v1);
             wait_values(ts, w, tile);
@@ -198,7 +213,10 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             if (column_factors(alpha, sh.scale, f.c_lane))
                 rescale_columns(o, alpha);  // some column's running max moved
             multiply_values_columns<T>(o, d.p, v_desc);
-            release_tile(p, maps, ts, w, sh, tile, wg);
+            if constexpr (FP8)
+                release_fp8_tile(p, w, sh, tile, wg, ts.ltid, staged);
+            else
+                release_tile(p, maps, ts, w, sh, tile, wg);
         }
         end_values();  // WG0's column max / sum visible
         write_value_columns(p, w, sh, o, f, atom0);
@@ -228,6 +246,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 }
 
 const void* kernel_for(gqla_dtype cache, int rows_per_cta) {
+    if (cache == GQLA_DTYPE_FP8_E4M3)  // transposed products only (the planner's rows_per_cta)
+        return reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16, kLatentRowsTransposed, true>);
     if (rows_per_cta == kLatentRowsTransposed)
         return cache == GQLA_DTYPE_F16
                    ? reinterpret_cast<const void*>(&latent_wgmma_kernel<__half, kLatentRowsTransposed>)
@@ -253,19 +273,21 @@ bool latent_wgmma_available(int cc_major, int cc_minor) {
 
 bool latent_wgmma_fits(const AttentionParams& p) {
     return p.v_aliases_k1 && p.k1.dim == kLatentDim && p.v.dim == kLatentDim && p.k2.dim == kRopeDim &&
-           (p.cache_dtype == GQLA_DTYPE_BF16 || p.cache_dtype == GQLA_DTYPE_F16);
+           (p.cache_dtype == GQLA_DTYPE_BF16 || p.cache_dtype == GQLA_DTYPE_F16 ||
+            p.cache_dtype == GQLA_DTYPE_FP8_E4M3);
 }
 
-int latent_wgmma_smem_bytes(int rows_per_cta) {
+int latent_wgmma_smem_bytes(gqla_dtype cache, int rows_per_cta) {
+    if (cache == GQLA_DTYPE_FP8_E4M3) return LatentSmem<kLatentRowsTransposed>::kFp8Bytes;
     return rows_per_cta == kLatentRowsTransposed ? LatentSmem<kLatentRowsTransposed>::kBytes
                                                  : LatentSmem<kLatentRows>::kBytes;
 }
 
 void prepare_latent_wgmma_kernel() {
-    for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16})
+    for (gqla_dtype t : {GQLA_DTYPE_BF16, GQLA_DTYPE_F16, GQLA_DTYPE_FP8_E4M3})
         for (int rows : {kLatentRows, kLatentRowsTransposed})
             check_cuda(cudaFuncSetAttribute(kernel_for(t, rows), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            latent_wgmma_smem_bytes(rows)),
+                                            latent_wgmma_smem_bytes(t, rows)),
                        "cudaFuncSetAttribute(latent_wgmma_kernel)");
 }
 
@@ -289,7 +311,7 @@ int latent_wgmma_max_active_clusters(gqla_dtype cache, int cluster_splits) {
     int fit = INT32_MAX;
     for (int rows : {kLatentRows, kLatentRowsTransposed})
         fit = std::min(fit, max_active_split_clusters(kernel_for(cache, rows), dim3(kLatentThreads),
-                                                      latent_wgmma_smem_bytes(rows), cluster_splits));
+                                                      latent_wgmma_smem_bytes(cache, rows), cluster_splits));
     return fit;
 }
 
@@ -297,8 +319,9 @@ void launch_latent_wgmma(gqla_dtype cache, const AttentionParams& p, const Laten
                          int rows_per_cta, bool dependent, cudaStream_t stream) {
     void* args[] = {const_cast<AttentionParams*>(&p), const_cast<LatentTmaMaps*>(&maps)};
     LaunchAttrs attrs;
-    cudaLaunchConfig_t cfg = make_launch_config(grid, dim3(kLatentThreads), latent_wgmma_smem_bytes(rows_per_cta),
-                                                p.cluster_merge != 0, dependent, attrs);
+    cudaLaunchConfig_t cfg =
+        make_launch_config(grid, dim3(kLatentThreads), latent_wgmma_smem_bytes(cache, rows_per_cta),
+                           p.cluster_merge != 0, dependent, attrs);
     cfg.stream = stream;
     check_cuda(cudaLaunchKernelExC(&cfg, kernel_for(cache, rows_per_cta), args), "launch latent_wgmma_kernel");
 }

@@ -20,9 +20,9 @@
 
 namespace gqla::cuda::latent {
 
-constexpr int kLatentDim = 512;                             // value width = latent width
+constexpr int kLatentDim = kLatentKernelDim;                // value width = latent width
 constexpr int kAtomBytes = kLatentRows * kSwizzleRowBytes;  // 64 rows x 64 columns
-constexpr int kRopeDim = 64;
+constexpr int kRopeDim = kLatentKernelRopeDim;
 constexpr int kKeyAtoms = (kLatentDim + kRopeDim) / 64;  // 9: compile-time trip counts keep wgmma asynchronous
 constexpr int kKeySteps = kKeyAtoms * 4;                 // k16 steps of the score product
 constexpr int kStages = 2;
@@ -67,9 +67,15 @@ struct LatentSmem {
     static constexpr int kBarOff = kTailOff + 2 * 4 * 4;
     static constexpr int kUsed = kBarOff + kStages * 8;
     static constexpr int kBytes = kUsed + 1024;  // slack to align the base to the swizzle period
+    // 8-bit latent (latent_wgmma_fp8.cuh): one tile's stored bytes, staged
+    // before they are widened into a stage. Only the transposed kernel has
+    // the room (Q of 32 rows).
+    static constexpr int kStagingOff = (kUsed + 127) / 128 * 128;
+    static constexpr int kFp8Bytes = kStagingOff + kLatentTile * kLatentDim + 1024;
     static_assert(kRows == 64 || kRows == 32, "query rows per CTA");
     static_assert(kQAtomBytes % 1024 == 0 && kKOff % 1024 == 0 && kPOff % 1024 == 0, "swizzle-period alignment");
     static_assert(kBytes <= 227 * 1024, "shared memory of one CTA");
+    static_assert(kRows != kLatentRowsTransposed || kFp8Bytes <= 227 * 1024, "8-bit staging of one CTA");
 };
 
 // The regions of LatentSmem, from the 1024-byte aligned base of the
@@ -81,10 +87,11 @@ struct LatentShared {
     float* scale;           // the rows' rescale factors of the tile
     float* row_max;         // per query row, log2 domain
     float* row_sum;
-    int* limit;           // each row's last visible token
-    float* column_max;    // transposed: the warps' column maxima [2][4][32], then sums [4][32]
-    uint32_t* tail_mask;  // [tile % 2][warp of WG0]
-    uint64_t* bars;       // one mbarrier per stage
+    int* limit;              // each row's last visible token
+    float* column_max;       // transposed: the warps' column maxima [2][4][32], then sums [4][32]
+    uint32_t* tail_mask;     // [tile % 2][warp of WG0]
+    uint64_t* bars;          // one mbarrier per stage
+    unsigned char* staging;  // 8-bit latent: the next tile's stored bytes
 };
 
 // A thread's place in the accumulator fragments of wgmma m64nN: warp `warp`
