@@ -108,7 +108,10 @@ typedef enum gqla_dtype {
      * inf): a cache_dtype only. The library quantizes appended rows itself
      * (round to nearest even, saturating at +-448) with f32 scales it
      * computes per token and stores beside the rows; docs/fp8-cache.md gives
-     * the byte layout. Not an io_dtype. */
+     * the byte layout. Not an io_dtype. CPU: both kinds, every path. CUDA:
+     * the GQA kind, and the GQLA latent at r = 512, d_r = 64 on Hopper for
+     * the absorb path and GQA_TRANSIENT calls (a switch to the GQA path is
+     * refused with GQLA_ERR_UNSUPPORTED). */
     GQLA_DTYPE_FP8_E4M3 = 4,
     /* 32-bit signed integers: the dtype of index tensors (sparse attention's
      * gqla_attention_args.indices) only. */
@@ -396,8 +399,8 @@ typedef struct gqla_attention_args {
      * position outside [0, L) are skipped (never read). A position listed
      * twice counts twice (as two equal keys would). A query whose row lists
      * no visible position gets o = 0 and lse = -inf. Over an fp8_e4m3
-     * cache: CPU sessions (every form); a CUDA session returns
-     * GQLA_ERR_UNSUPPORTED. */
+     * cache: every form a session's backend takes that cache for (see
+     * GQLA_DTYPE_FP8_E4M3). */
     const gqla_tensor* indices;
 } gqla_attention_args;
 
