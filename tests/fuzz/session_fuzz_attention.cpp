@@ -66,25 +66,7 @@ bool SessionFuzz::op_attention() {
     const int32_t layer = some_layer(e);
     const bool layer_valid = layer_ok(layer, cfg_.num_layers);
     if (layer_valid && shadow_.is_gqla() && !shadow_.weights_set(layer)) e.error(GQLA_ERR_INVALID_STATE);
-    // The batch, as for decode: mostly sequences holding tokens in the layer.
-    std::vector<gqla_seq_id> filled, all = shadow_.live();
-    for (gqla_seq_id id : all)
-        if (layer_valid && shadow_.length(id, layer) > 0) filled.push_back(id);
-    std::vector<gqla_seq_id>& pool = (!filled.empty() && r_.chance(0.9)) ? filled : all;
-    std::shuffle(pool.begin(), pool.end(), r_.gen());
-    const int64_t take = pool.empty() ? 1 : r_.range(1, std::min<int64_t>(cfg_.max_batch, int64_t(pool.size())));
-    std::vector<gqla_seq_id> ids(pool.begin(), pool.begin() + static_cast<long>(std::min<size_t>(take, pool.size())));
-    if (ids.empty() || r_.chance(0.02)) {
-        if (ids.empty())
-            ids.push_back(unknown_id());
-        else
-            ids.back() = unknown_id();
-        e.error(GQLA_ERR_NOT_FOUND);
-    }
-    if (ids.size() > 1 && r_.chance(0.02)) {
-        ids.back() = ids.front();
-        e.error(GQLA_ERR_INVALID_ARGUMENT);
-    }
+    std::vector<gqla_seq_id> ids = pick_batch(layer, layer_valid, e);  // as for decode
     const int32_t B = static_cast<int32_t>(ids.size());
     // The cached tokens of each sequence in the layer (0 when unknown).
     std::vector<int64_t> lengths;

@@ -12,20 +12,15 @@
 
 namespace fuzz {
 
-bool SessionFuzz::op_decode() {
-    run.op = "decode";
-    Expect e;
-    const int32_t layer = some_layer(e);
-    const bool layer_valid = layer_ok(layer, cfg_.num_layers);
-    if (layer_valid && shadow_.is_gqla() && !shadow_.weights_set(layer)) e.error(GQLA_ERR_INVALID_STATE);
-    // Prefer sequences that hold tokens in this layer.
+std::vector<gqla_seq_id> SessionFuzz::pick_batch(int32_t layer, bool layer_valid, Expect& e) {
+    // Mostly sequences that hold tokens in this layer.
     std::vector<gqla_seq_id> filled, all = shadow_.live();
     for (gqla_seq_id id : all)
         if (layer_valid && shadow_.length(id, layer) > 0) filled.push_back(id);
     std::vector<gqla_seq_id>& pool = (!filled.empty() && r_.chance(0.9)) ? filled : all;
     std::shuffle(pool.begin(), pool.end(), r_.gen());
-    int64_t batch = pool.empty() ? 1 : r_.range(1, std::min<int64_t>(cfg_.max_batch, int64_t(pool.size())));
-    std::vector<gqla_seq_id> ids(pool.begin(), pool.begin() + static_cast<long>(std::min<size_t>(batch, pool.size())));
+    const int64_t take = pool.empty() ? 1 : r_.range(1, std::min<int64_t>(cfg_.max_batch, int64_t(pool.size())));
+    std::vector<gqla_seq_id> ids(pool.begin(), pool.begin() + static_cast<long>(std::min<size_t>(take, pool.size())));
     if (ids.empty() || r_.chance(0.02)) {
         if (ids.empty())
             ids.push_back(unknown_id());
@@ -37,11 +32,21 @@ bool SessionFuzz::op_decode() {
         ids.back() = ids.front();
         e.error(GQLA_ERR_INVALID_ARGUMENT);
     }
+    return ids;
+}
+
+bool SessionFuzz::op_decode() {
+    run.op = "decode";
+    Expect e;
+    const int32_t layer = some_layer(e);
+    const bool layer_valid = layer_ok(layer, cfg_.num_layers);
+    if (layer_valid && shadow_.is_gqla() && !shadow_.weights_set(layer)) e.error(GQLA_ERR_INVALID_STATE);
+    std::vector<gqla_seq_id> ids = pick_batch(layer, layer_valid, e);
     if (r_.chance(0.01)) {  // more than max_batch
         while (static_cast<int64_t>(ids.size()) <= cfg_.max_batch) ids.push_back(unknown_id());
         e.error(GQLA_ERR_INVALID_ARGUMENT);
     }
-    batch = static_cast<int64_t>(ids.size());
+    const int64_t batch = static_cast<int64_t>(ids.size());
     int64_t shortest = INT64_MAX;
     for (gqla_seq_id id : ids)
         if (shadow_.has(id) && layer_valid) shortest = std::min(shortest, shadow_.length(id, layer));
