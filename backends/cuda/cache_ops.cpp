@@ -133,10 +133,9 @@ void set_weights(Session& s, int32_t layer, const gqla_view& w) {
 void allocate_expanded_pools(Session& s) {
     const gqla_backend_desc& d = s.desc;
     if (s.pool_kc.get()) return;
-    const size_t es = cache_elem_size(s);
     DeviceBuffer kc, ve;
-    kc.allocate(d.num_layers * pool_geometry(s, d.num_kv_heads, d.nope_dim).layer_stride * es, "expanded key cache");
-    ve.allocate(d.num_layers * pool_geometry(s, d.num_kv_heads, d.value_dim).layer_stride * es, "expanded value cache");
+    kc.allocate(pool_bytes(s, d.num_kv_heads, d.nope_dim, cache_format(s)), "expanded key cache");
+    ve.allocate(pool_bytes(s, d.num_kv_heads, d.value_dim, cache_format(s)), "expanded value cache");
     std::vector<NarrowTmaMaps> maps = narrow_maps_for(s, kc, ve);  // the buffers keep their addresses when swapped
     s.pool_kc.swap(kc);
     s.pool_ve.swap(ve);
@@ -146,13 +145,10 @@ void allocate_expanded_pools(Session& s) {
 void set_expanded(Session& s, bool enable) {
     if (s.desc.kind == GQLA_KIND_GQLA && !s.desc.keep_latent)  // its expanded pools live as long as the session
         throw BackendError(GQLA_ERR_INTERNAL, "CUDA set_expanded: the session keeps no latent");
-    // An 8-bit GQLA cache is read by the latent kernel only (session.cpp):
-    // its kept expanded cache would need 8-bit GQA kernels with a bf16 rope
-    // part. Refused before anything changes; AUTO stays on the absorb path.
+    // The backend does not announce GQLA_BACKEND_FEATURE_FP8_EXPANDED, so the
+    // core refuses the kept expanded cache of an 8-bit GQLA session itself.
     if (enable && s.desc.kind == GQLA_KIND_GQLA && s.desc.cache_dtype == GQLA_DTYPE_FP8_E4M3)
-        throw BackendError(GQLA_ERR_UNSUPPORTED,
-                           "path: GQLA_PATH_GQA (the kept expanded cache) is not served by the CUDA backend for an "
-                           "fp8_e4m3 GQLA cache; use the absorb path, or GQLA_PATH_GQA_TRANSIENT per call");
+        throw BackendError(GQLA_ERR_INTERNAL, "CUDA set_expanded: no kept expanded cache for an fp8_e4m3 latent");
     if (enable) return allocate_expanded_pools(s);
     check_cuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize(disable expanded)");
     s.narrow_maps.clear();

@@ -170,12 +170,15 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
     const gqla_dtype cache = static_cast<gqla_dtype>(p.cache_dtype);
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
-    if (cache == GQLA_DTYPE_FP8_E4M3 && plans_latent_kernel(s, p)) {
-        // An 8-bit latent: the transposed products (the room of 32-row
-        // queries holds the staging buffer its tiles are widened from).
-        plan.reads_fp8 = true;
+    if (plans_latent_kernel(s, p)) {
+        // An 8-bit latent takes the transposed products only: the room of
+        // their 32-row queries holds the staging buffer its tiles are
+        // widened from.
         plan.latent_wgmma = true;
-        plan.rows_per_cta = kLatentRowsTransposed;
+        plan.reads_fp8 = cache == GQLA_DTYPE_FP8_E4M3;
+        const bool transposed =
+            plan.reads_fp8 || s.latent_transposed == 2 || (s.latent_transposed == 1 && p.rows <= kLatentRowsTransposed);
+        plan.rows_per_cta = transposed ? kLatentRowsTransposed : kLatentRows;
         plan.tile_tokens = kLatentTile;
         plan.smem_bytes = latent_wgmma_smem_bytes(cache, plan.rows_per_cta);
         plan.blocks_per_sm = 1;
@@ -208,16 +211,6 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
         plan.per_warp = true;
         plan.rows_per_cta = kWarpRows;
         plan.tile_tokens = kWarpTile;
-        return plan;
-    }
-    if (plans_latent_kernel(s, p)) {
-        plan.latent_wgmma = true;
-        const bool transposed =
-            s.latent_transposed == 2 || (s.latent_transposed == 1 && p.rows <= kLatentRowsTransposed);
-        plan.rows_per_cta = transposed ? kLatentRowsTransposed : kLatentRows;
-        plan.tile_tokens = kLatentTile;
-        plan.smem_bytes = latent_wgmma_smem_bytes(cache, plan.rows_per_cta);
-        plan.blocks_per_sm = 1;
         return plan;
     }
     if (plan_prefill_kernel(s, p, &plan)) return plan;

@@ -32,8 +32,6 @@ size_t bytes_of(int64_t elems, size_t elem) { return static_cast<size_t>(elems) 
 
 }  // namespace
 
-size_t cache_elem_size(const Session& s) { return dtype_size(s.desc.cache_dtype); }
-
 int Session::weight_copies() const { return head_weights ? desc.num_heads / desc.num_kv_heads : 1; }
 int Session::heads_per_weight_block() const { return desc.num_heads / desc.num_kv_heads / weight_copies(); }
 
@@ -80,6 +78,11 @@ PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_
     v.dim = dim;
     v.scale_offset = g.scale_offset;
     return v;
+}
+
+size_t pool_bytes(const Session& s, int64_t groups, int32_t dim, PoolFormat f) {
+    const PoolGeometry g = pool_geometry(s, groups, dim, f);
+    return bytes_of(int64_t(s.desc.num_layers) * g.layer_stride, g.elem_bytes);
 }
 
 std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer& keys, const DeviceBuffer& values,
@@ -278,12 +281,6 @@ void check_fp8_support(const gqla_backend_desc& d, bool latent_kernel) {
                            "value_dim at most " +
                                std::to_string(kWarpKernelMaxValueDim) + "; got " + std::to_string(d.head_dim) + " / " +
                                std::to_string(dv));
-}
-
-// Bytes of a pool of every layer.
-size_t pool_bytes(const Session& s, int64_t groups, int32_t dim, PoolFormat f) {
-    const PoolGeometry g = pool_geometry(s, groups, dim, f);
-    return bytes_of(int64_t(s.desc.num_layers) * g.layer_stride, g.elem_bytes);
 }
 
 void init_session(Session* s, const gqla_backend_desc& d) {

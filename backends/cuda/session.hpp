@@ -228,7 +228,8 @@ inline PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer,
     return pool_view(s, pool, layer, groups, dim, shared_by_groups, cache_format(s));
 }
 
-size_t cache_elem_size(const Session& s);
+// Bytes of a pool of every layer.
+size_t pool_bytes(const Session& s, int64_t groups, int32_t dim, PoolFormat format);
 
 // TMA maps of every layer for the narrow kernel over these key and value
 // pools (GQA kind: K and V; GQLA: the expanded KC and VE, with the session's

@@ -52,18 +52,26 @@ struct Fp8Staged {
 // rows a warp reads at once fall in distinct banks.
 __device__ __forceinline__ int staging_offset(int r, int c) { return r * kLatentDim + ((c ^ (r & 7)) << 4); }
 
+// Token handles of rows row0 + row_step * i of tile `tile` (-1 past the
+// sequence's end): all page lookups first, so their latencies overlap.
+template <int N>
+__device__ __forceinline__ void tile_row_tokens(const AttentionParams& p, const CtaWork& w, int tile, int row0,
+                                                int row_step, int64_t (&tb)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        const int j = tile * kLatentTile + row0 + row_step * i;
+        tb[i] = j < w.length ? cta_token(p, w, j) : -1;
+    }
+}
+
 // Thread ltid of WG1: rows ltid / 4 + 32 i, chunks 4 a + ltid % 4 (atom a's
 // columns 16 (ltid % 4) .. + 15, its 16-byte pieces 2 (ltid % 4) and + 1).
 __device__ __forceinline__ void stage_fp8_tile(const AttentionParams& p, const CtaWork& w, unsigned char* staging,
                                                int tile, int ltid, Fp8Staged& st) {
     const unsigned char* k1 = static_cast<const unsigned char*>(p.k1.base);
     const int row0 = ltid / kFp8ThreadsPerRow, q = ltid % kFp8ThreadsPerRow;
-    int64_t tb[kFp8RowsPerThread];  // page lookups first: one latency
-#pragma unroll
-    for (int i = 0; i < kFp8RowsPerThread; ++i) {
-        const int j = tile * kLatentTile + row0 + 32 * i;
-        tb[i] = j < w.length ? cta_token(p, w, j) : -1;
-    }
+    int64_t tb[kFp8RowsPerThread];
+    tile_row_tokens(p, w, tile, row0, 32, tb);
 #pragma unroll
     for (int i = 0; i < kFp8RowsPerThread; ++i) {
         const int r = row0 + 32 * i;
@@ -92,11 +100,7 @@ __device__ __forceinline__ void copy_rope_rows(const AttentionParams& p, const C
     const int row0 = ltid >> 3, piece = ltid & 7;
     constexpr int kRowsPerThread = kLatentTile / (kWgThreads / 8);
     int64_t tb[kRowsPerThread];
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-        const int j = tile * kLatentTile + row0 + 16 * i;
-        tb[i] = j < w.length ? cta_token(p, w, j) : -1;
-    }
+    tile_row_tokens(p, w, tile, row0, 16, tb);
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
         const bool valid = tb[i] >= 0;
