@@ -77,29 +77,6 @@ static void fp8_rows_to_f32(const uint8_t* src, int n, const float* scales, int 
     }
 }
 
-// The same rows rounded to bf16, 64 elements at a time through f32: the
-// rounding loop is branch-free so it vectorizes at this unit's ISA. (It
-// repeats io_rows.hpp's round_row_bf16 on purpose: an inline function
-// compiled into units of different ISAs may be linked from the wrong one.)
-static void fp8_rows_to_bf16(const uint8_t* src, int n, const float* scales, int block, uint16_t* dst) {
-    constexpr int kChunk = 64;
-    alignas(64) float x[kChunk];
-    for (int b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
-        const int e = imin(n, b0 + block);
-        for (int c0 = b0; c0 < e; c0 += kChunk) {
-            const int m = imin(kChunk, e - c0);
-            fp8_rows_to_f32(src + c0, m, scales + bi, m, x);
-            for (int k = 0; k < m; ++k) {
-                uint32_t u;
-                __builtin_memcpy(&u, x + k, 4);
-                const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-                const uint32_t quiet_nan = (u >> 16) | 0x40u;
-                dst[c0 + k] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
-            }
-        }
-    }
-}
-
 // ----------------------------------------------------- GQA form, narrow
 // Scores of rows r0.. against n tokens: the e4m3 part into s (unscaled),
 // the bf16 rope part (if any) into s2.

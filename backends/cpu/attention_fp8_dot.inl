@@ -344,31 +344,6 @@ static void gqa_attend_fp8_dot(const GqaItem& it) {
     unpair_accumulators(it);
 }
 
-// ------------------------------------------------------- rows to bf16
-// KernelTable::fp8_rows_bf16 of this table (sparse calls stage their listed
-// rows with it): e4m3 x scale rounded by vcvtneps2bf16, 16 elements per
-// instruction, instead of the f32 staging and integer rounding of
-// attention_fp8.inl's fp8_rows_to_bf16. The rounding is the same (nearest
-// even, NaN stays NaN) except that the instruction reads f32 inputs below
-// 2^-126 as zero, ~1e-38, far inside bf16's relative error for any row whose
-// scale is not itself that small.
-static void fp8_rows_to_bf16_dot(const uint8_t* src, int n, const float* scales, int block, uint16_t* dst) {
-    for (int b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
-        const int e = imin(n, b0 + block);
-        const __m512 sv = _mm512_set1_ps(scales[bi] * kE4m3Raw);
-        int k = b0;
-        for (; k + 16 <= e; k += 16)
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k),
-                                (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(Simd::load_e4m3(src + k), sv)));
-        if (k < e) {
-            alignas(16) uint8_t tail[16] = {};
-            __builtin_memcpy(tail, src + k, static_cast<size_t>(e - k));
-            const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(Simd::load_e4m3(tail), sv));
-            _mm256_mask_storeu_epi16(dst + k, static_cast<__mmask16>((1u << (e - k)) - 1), b);
-        }
-    }
-}
-
 // ---------------------------------------------------------------- absorb
 // absorb_attend_bf16 over an 8-bit latent, as exact as over a bf16 one:
 // each block's latent is staged as bf16 without its scales (an e4m3 value

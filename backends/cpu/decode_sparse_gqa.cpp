@@ -7,8 +7,9 @@
 // rows, which the kernel reads where they lie in the cache (gathered
 // tokens: one row address per position) - except in GQA_TRANSIENT, where
 // each group's key and value rows are first up-projected from the latent
-// into a staging block, and over an 8-bit cache on tables whose fp8 kernel
-// does not read gathered rows, where they are widened into bf16 staging.
+// into a staging block, and over an 8-bit cache where the fp8 kernel does
+// not read gathered rows, where they are widened into f32 staging (exactly
+// the stored values, e4m3 x scale) for the f32 kernel.
 #include <algorithm>
 #include <cstring>
 
@@ -119,6 +120,7 @@ struct Area {
     const void** v_rows;
     char* k1;  // staged rows in the kernel's dtype (transient, 8-bit caches): [kBlock][d1], [kBlock][dv]
     char* v;
+    float* k2;      // 8-bit caches staged in f32: their rope keys, [kBlock][d2]
     float* expand;  // transient: the expansion's scratch, then its f32 rows [kExpandTokens][d1 + dv]
     float* widen;   // transient over an 8-bit cache: f32 latent rows [kExpandTokens][r], e4m3 times scales
     float* ks;      // 8-bit rows read in place: the block's key and value scales of one group, [kBlock] each
@@ -135,11 +137,14 @@ public:
         dk_ = src_.d1 + src_.d2;
         // 8-bit caches: the fp8 kernel reads the listed rows in place with
         // their scales gathered per block (fp8_gqa_lists), or they are
-        // widened (times their scales) into bf16 staging for the bf16
-        // kernel; the rope key is bf16 in the cache already.
+        // widened (times their scales) into f32 staging for the f32 kernel,
+        // the bf16 rope keys with them (bf16 staging would round each
+        // stored value once more, which a sharp softmax over narrow rows
+        // magnifies past the bf16 bound). GQA_TRANSIENT keeps its expanded
+        // rows in bf16, as the dense transient form does.
         fp8_lists_ = ctx->fp8() && !a->transient && fp8_gqa_reads_lists(*ctx->kernels, src_.d1, src_.d2);
         fp8_staged_ = ctx->fp8() && !a->transient && !fp8_lists_;
-        wdt_ = ctx->fp8() && !fp8_lists_ ? GQLA_DTYPE_BF16 : d_.cache_dtype;
+        wdt_ = fp8_staged_ ? GQLA_DTYPE_F32 : ctx->fp8() && a->transient ? GQLA_DTYPE_BF16 : d_.cache_dtype;
         wes_ = dtype_size(wdt_);
         staged_ = a->transient || fp8_staged_;
         if (a->transient) lw_ = &ctx->weights[static_cast<size_t>(a->layer)];
@@ -151,7 +156,8 @@ public:
         sz_.kscratch = gqa_scratch_floats(n_rep_, dk_);
         sz_.pos = round16(kBlock + 2 * int64_t(sizeof(Located)) / 4);
         sz_.row_lists = round16(3 * int64_t(kBlock) * int64_t(sizeof(void*)) / 4);
-        sz_.stage = staged_ ? round16((int64_t(kBlock) * (src_.d1 + src_.dv) * static_cast<int64_t>(wes_) + 3) / 4) : 0;
+        const int64_t staged_cols = src_.d1 + src_.dv + (fp8_staged_ ? src_.d2 : 0);
+        sz_.stage = staged_ ? round16((int64_t(kBlock) * staged_cols * static_cast<int64_t>(wes_) + 3) / 4) : 0;
         sz_.expand = a->transient ? expand_scratch_floats(src_.r, N) + round16(N * int64_t(kExpandTokens)) : 0;
         sz_.widen = ctx->fp8() && a->transient ? round16(int64_t(kExpandTokens) * src_.r) : 0;
         sz_.scales = fp8_lists_ ? round16(2 * int64_t(kBlock)) : 0;
@@ -194,7 +200,7 @@ private:
     size_t wes_;
     bool staged_;      // the kernel reads staged key and value rows
     bool fp8_lists_;   // 8-bit rows read in place, scales gathered per block
-    bool fp8_staged_;  // 8-bit rows widened into bf16 staging
+    bool fp8_staged_;  // 8-bit rows widened into f32 staging
     AreaSizes sz_;
     int64_t partial_floats_;
 };
@@ -217,6 +223,7 @@ Area GqaSparse::area(float* base) const {
     ar.v_rows = ar.k2_rows + kBlock;
     ar.k1 = reinterpret_cast<char*>(ar.kscratch + sz_.kscratch + sz_.pos + sz_.row_lists);
     ar.v = ar.k1 + size_t(kBlock) * src_.d1 * wes_;
+    ar.k2 = reinterpret_cast<float*>(ar.v + size_t(kBlock) * src_.dv * wes_);
     ar.expand = reinterpret_cast<float*>(ar.k1) + sz_.stage;
     ar.widen = ar.expand + sz_.expand;
     ar.ks = ar.widen + sz_.widen;
@@ -240,7 +247,7 @@ void GqaSparse::list_group_rows(int g, const Located& l, const Area& ar) const {
 }
 
 // 8-bit caches: group g's key and value rows of the block, widened with
-// their (token, group) scales into the staged bf16 rows.
+// their (token, group) scales into the staged f32 rows.
 void GqaSparse::stage_group_fp8(int g, const Located& l, const Area& ar) const {
     const int64_t kg = g * src_.k1_group, vg = g * src_.v_group;
     for (int t = 0; t < l.n; ++t) {
@@ -251,12 +258,12 @@ void GqaSparse::stage_group_fp8(int g, const Located& l, const Area& ar) const {
             prefetch_bytes(key_scale(g, l, u), 4);
             prefetch_bytes(value_scale(g, l, u), 4);
         }
-        ctx_->kernels->fp8_rows_bf16(
-            reinterpret_cast<const uint8_t*>(row_at(src_.k1, l, t, src_.k1_page, kg, src_.d1, 1)), src_.d1,
-            key_scale(g, l, t), src_.d1, reinterpret_cast<uint16_t*>(ar.k1 + size_t(t) * src_.d1 * wes_));
-        ctx_->kernels->fp8_rows_bf16(
-            reinterpret_cast<const uint8_t*>(row_at(src_.v, l, t, src_.v_page, vg, src_.dv, 1)), src_.dv,
-            value_scale(g, l, t), src_.dv, reinterpret_cast<uint16_t*>(ar.v + size_t(t) * src_.dv * wes_));
+        ctx_->kernels->fp8_rows(reinterpret_cast<const uint8_t*>(row_at(src_.k1, l, t, src_.k1_page, kg, src_.d1, 1)),
+                                src_.d1, key_scale(g, l, t), src_.d1,
+                                reinterpret_cast<float*>(ar.k1 + size_t(t) * src_.d1 * wes_));
+        ctx_->kernels->fp8_rows(reinterpret_cast<const uint8_t*>(row_at(src_.v, l, t, src_.v_page, vg, src_.dv, 1)),
+                                src_.dv, value_scale(g, l, t), src_.dv,
+                                reinterpret_cast<float*>(ar.v + size_t(t) * src_.dv * wes_));
     }
 }
 
@@ -269,8 +276,19 @@ void GqaSparse::gather_group_scales(int g, const Located& l, const Area& ar) con
     }
 }
 
+// The rope keys of the block (bf16 in an 8-bit cache): listed in place, or
+// widened into f32 staging when the kernel reads f32 rows.
 void GqaSparse::list_rope_rows(const Located& l, const Area& ar) const {
-    for (int t = 0; t < l.n; ++t) ar.k2_rows[t] = row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, src_.k2_es);
+    for (int t = 0; t < l.n; ++t) {
+        const void* row = row_at(src_.k2, l, t, src_.k2_page, 0, src_.d2, src_.k2_es);
+        if (!fp8_staged_) {
+            ar.k2_rows[t] = row;
+            continue;
+        }
+        float* staged = ar.k2 + int64_t(t) * src_.d2;
+        load_row_f32(row, GQLA_DTYPE_BF16, src_.d2, 1.0f, staged);
+        ar.k2_rows[t] = staged;
+    }
 }
 
 // Prefetches the rows the unit (block l, group g) will read first, so that

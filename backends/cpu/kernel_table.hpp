@@ -202,7 +202,6 @@ using GemmBf16Fn = void (*)(int M, int N, int K, const float* A, int64_t lda, co
 using Fp8RowFn = void (*)(const uint8_t* src, int n, const float* scales, int block, float* dst);
 // The same rows rounded to bf16 (nearest even, as f32_to_bf16): sparse calls
 // over an 8-bit cache widen their listed rows into bf16 staging.
-using Fp8RowBf16Fn = void (*)(const uint8_t* src, int n, const float* scales, int block, uint16_t* dst);
 
 struct KernelTable {
     Isa isa;
@@ -220,11 +219,10 @@ struct KernelTable {
     GemmFn gemm;
     GemmBf16Fn gemm_bf16;
     Fp8RowFn fp8_rows;
-    Fp8RowBf16Fn fp8_rows_bf16;
     // gqa_attend[3] reads gathered e4m3 rows (GqaItem::k1_rows) of items
     // with d1 + d2 >= 32 (fp8_gqa_reads_lists): the f32 tables' kernel and
-    // the VBMI one; elsewhere (the AVX512-BF16 table without VBMI) sparse
-    // calls widen the listed rows into bf16 first.
+    // the VBMI one; elsewhere (the AVX512-BF16 table without VBMI, and
+    // narrower rows) sparse calls widen the listed rows into f32 first.
     bool fp8_gqa_lists = false;
 };
 

@@ -17,7 +17,6 @@ static const KernelTable& make_table(Isa isa, const char* name) {
         gemm_any<GQLA_DTYPE_F32>,
         gemm_any<GQLA_DTYPE_BF16>,
         fp8_rows_to_f32,
-        fp8_rows_to_bf16,
         true,  // gqa_attend_fp8 reads gathered rows
     };
     return table;

@@ -60,7 +60,6 @@ KernelTable make_bf16_table(Bf16GqaScores scores) {
         vbmi ? avx512bf16_isa::bf16dot::gqa_attend_fp8_vbmi : avx512bf16_isa::bf16dot::gqa_attend_fp8_dot;
     t.fp8_gqa_lists = vbmi;
     t.absorb_attend[GQLA_DTYPE_FP8_E4M3 - 1] = avx512bf16_isa::bf16dot::absorb_attend_fp8_dot;
-    t.fp8_rows_bf16 = avx512bf16_isa::bf16dot::fp8_rows_to_bf16_dot;
     return t;
 }
 

@@ -303,6 +303,33 @@ TEST_CASE("sparse attention over an fp8 cache: every form on the CPU, the GQA ki
     });
 }
 
+TEST_CASE("sparse attention over narrow 8-bit rows reads the stored values exactly") {
+    // Rows too narrow for the fp8 kernel's gathered reads (head_dim +
+    // value_dim < 32) are widened into f32 staging: e4m3 x scale exactly,
+    // so an f32 call over them is as accurate as over an f32 cache (widening
+    // them to bf16 instead put narrow, sharp softmaxes past the bf16 bound).
+    if (sparse_test::device() != GQLA_DEVICE_CPU) return;
+    nonfinite::for_each_isa([&](const char*) {
+        for (int32_t width : {1, 5, 8}) {
+            CAPTURE(width);
+            gqla_config cfg = config_for(Form::Gqa, GQLA_DTYPE_FP8_E4M3);
+            cfg.num_heads = 8;
+            cfg.num_kv_heads = 2;
+            cfg.head_dim = width;
+            cfg.value_dim = width == 5 ? 3 : width;
+            Fixture fx(cfg, Form::Gqa);
+            const int64_t P = fx.config().page_size;
+            fx.add(2 * P + 3);
+            const std::vector<int32_t> idx = fx.lists(fx.seqs()[0], 3, 29);
+            const CallCheck r = fx.call({0}, {3}, 29, idx, false);
+            INFO(abi::replay_hint(fx.rng().seed()));
+            REQUIRE(r.status == GQLA_OK);
+            CHECK(r.o_err <= 1e-5);
+            CHECK(r.lse_err <= 1e-5);
+        }
+    });
+}
+
 TEST_CASE("the cost model prices a sparse step at min(topk, visible) positions per query plus its indices") {
     gqla_config cfg = config_for(Form::Absorb, GQLA_DTYPE_BF16);
     gqla_probe_info probe{};
