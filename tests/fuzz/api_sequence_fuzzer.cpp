@@ -24,7 +24,8 @@
 // --features (default all) picks what is drawn beyond the first version's
 // calls (fuzz_run.hpp): `base` replays seeds recorded before the features
 // existed; LIST is a comma-separated subset of fp8, latent, attention,
-// sequence_io.
+// sequence_io, shards (without shards, a seed draws the calls it drew
+// before shards were fuzzed).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +41,7 @@ namespace {
 
 using fuzz::break_config;
 using fuzz::check_status;
+using fuzz::draw_shard;
 using fuzz::Expect;
 using fuzz::fail;
 using fuzz::Random;
@@ -80,7 +82,8 @@ Options parse(int argc, char** argv) {
         } else if (a == "--features") {
             const std::string v = value();
             if (!fuzz::parse_features(v, &o.features)) {
-                std::fprintf(stderr, "--features: expected all, base or a list of fp8,latent,attention,sequence_io\n");
+                std::fprintf(stderr,
+                             "--features: expected all, base or a list of fp8,latent,attention,sequence_io,shards\n");
                 std::exit(2);
             }
         } else if (a == "--verbose")
@@ -133,6 +136,7 @@ int main(int argc, char** argv) {
             if (s != nullptr) fail("gqla_session_create failed but left *out non-NULL");
             continue;
         }
+        if (run.features.shards) draw_shard(cfg);
         Expect ok;
         check_status("gqla_config_validate", gqla_config_validate(&cfg), ok);
         gqla_session* s = nullptr;
@@ -143,15 +147,16 @@ int main(int argc, char** argv) {
         resolved.struct_size = sizeof(resolved);
         check_status("gqla_session_get_config", gqla_session_get_config(s, &resolved), ok);
         ++run.sessions;
+        if (resolved.group_count != resolved.num_kv_heads) ++run.shard_sessions;
         if (run.verbose)
             std::printf(
                 "session %lld: kind %d H %d G %d dims %d/%d/%d/%d/%d layers %d cache %d io %d page %d "
-                "tokens %lld seqs %d batch %d q %d q_tokens %lld keep_latent %d\n",
+                "tokens %lld seqs %d batch %d q %d q_tokens %lld keep_latent %d groups %d+%d\n",
                 (long long)run.sessions, int(resolved.kind), resolved.num_heads, resolved.num_kv_heads,
                 resolved.head_dim, resolved.value_dim, resolved.latent_dim, resolved.nope_dim, resolved.rope_dim,
                 resolved.num_layers, int(resolved.cache_dtype), int(resolved.io_dtype), resolved.page_size,
                 (long long)resolved.max_tokens, resolved.max_sequences, resolved.max_batch, resolved.max_q_len,
-                (long long)resolved.max_q_tokens, resolved.keep_latent);
+                (long long)resolved.max_q_tokens, resolved.keep_latent, resolved.group_begin, resolved.group_count);
         {
             SessionFuzz f(r, s, resolved);
             const int64_t steps = r.range(20, 400);
@@ -168,8 +173,9 @@ int main(int argc, char** argv) {
     if (opt.features.any())
         std::printf(
             "  of the decodes: %lld gqla_attention calls, %lld sparse, %lld over an 8-bit cache (%lld needed the "
-            "rounding-boundary bound); %lld exports compared byte for byte, %lld imports\n",
+            "rounding-boundary bound); %lld exports compared byte for byte, %lld imports; %lld shard sessions\n",
             (long long)run.attention_checked, (long long)run.sparse_checked, (long long)run.fp8_checked,
-            (long long)run.boundary_checked, (long long)run.exports_checked, (long long)run.imports);
+            (long long)run.boundary_checked, (long long)run.exports_checked, (long long)run.imports,
+            (long long)run.shard_sessions);
     return 0;
 }

@@ -25,7 +25,7 @@ Run run;
 }
 
 std::string features_name(const Features& f) {
-    if (f.fp8 && f.drop_latent && f.attention && f.sequence_io) return "all";
+    if (f.fp8 && f.drop_latent && f.attention && f.sequence_io && f.shards) return "all";
     if (!f.any()) return "base";
     std::string s;
     auto add = [&](bool on, const char* name) {
@@ -37,12 +37,13 @@ std::string features_name(const Features& f) {
     add(f.drop_latent, "latent");
     add(f.attention, "attention");
     add(f.sequence_io, "sequence_io");
+    add(f.shards, "shards");
     return s;
 }
 
 bool parse_features(const std::string& list, Features* out) {
     Features f;
-    f.fp8 = f.drop_latent = f.attention = f.sequence_io = false;
+    f.fp8 = f.drop_latent = f.attention = f.sequence_io = f.shards = false;
     if (list == "all") {
         *out = Features{};
         return true;
@@ -63,6 +64,8 @@ bool parse_features(const std::string& list, Features* out) {
             f.attention = true;
         else if (name == "sequence_io")
             f.sequence_io = true;
+        else if (name == "shards")
+            f.shards = true;
         else
             return false;
         start = end + 1;

@@ -25,7 +25,11 @@ struct Features {
     bool drop_latent = true;  // GQLA sessions with keep_latent = 0 (docs/sharding.md)
     bool attention = true;    // gqla_attention: ragged q_lens, per-call paths, sparse indices; max_q_tokens
     bool sequence_io = true;  // gqla_sequence_export and gqla_sequence_import
-    bool any() const { return fp8 || drop_latent || attention || sequence_io; }
+    // Group-sharded sessions (config.group_begin/group_count,
+    // docs/sharding.md), drawn from a second random source so that the
+    // other features' call stream stays that of a seed without them.
+    bool shards = true;
+    bool any() const { return fp8 || drop_latent || attention || sequence_io || shards; }
 };
 
 struct Run {
@@ -33,6 +37,7 @@ struct Run {
     Features features;
     int64_t calls = 0;  // gqla calls made
     int64_t sessions = 0;
+    int64_t shard_sessions = 0;   // of sessions: those serving some of their layer's groups
     int64_t decodes_checked = 0;  // accepted gqla_decode and gqla_attention calls checked
     int64_t refused = 0;          // calls that returned an error (as expected)
     // Of decodes_checked: gqla_attention calls, sparse ones, those over an

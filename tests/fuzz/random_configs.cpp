@@ -101,6 +101,23 @@ gqla_config random_config(Random& r) {
     return c;
 }
 
+void draw_shard(gqla_config& c) {
+    Random side(run.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(run.sessions) + 1);
+    if (!side.chance(0.3)) return;
+    c.group_count = static_cast<int32_t>(side.range(1, c.num_kv_heads));
+    c.group_begin = static_cast<int32_t>(side.range(0, c.num_kv_heads - c.group_count));
+}
+
+gqla_config shard_view(const gqla_config& resolved) {
+    gqla_config v = resolved;
+    const int32_t count = resolved.group_count ? resolved.group_count : resolved.num_kv_heads;
+    v.num_heads = resolved.num_heads / resolved.num_kv_heads * count;
+    v.num_kv_heads = count;
+    v.group_begin = 0;
+    v.group_count = count;
+    return v;
+}
+
 void break_config(Random& r, gqla_config& c) {
     // The first version's 15 cases, then those of the features that are on.
     std::vector<int> later;

@@ -28,6 +28,16 @@ gqla_config random_config(Random& r);
 // as expanded). `c` must have its dims resolved (value_dim, head_dim).
 void bytes_per_token(const gqla_config& c, int64_t* kept, int64_t* expanded);
 
+// With run.features.shards, a valid config `c` becomes, at times, a shard
+// of its layer: groups [group_begin, group_begin + group_count), drawn from
+// a source of its own (seeded by the run's seed and session count), so the
+// main source draws what it would without shards.
+void draw_shard(gqla_config& c);
+
+// The unsharded config a shard session behaves as (docs/sharding.md): its
+// group_count groups and their heads, numbered from 0. Other configs as given.
+gqla_config shard_view(const gqla_config& resolved);
+
 // One field pushed out of its range; every such config must be refused.
 void break_config(Random& r, gqla_config& c);
 

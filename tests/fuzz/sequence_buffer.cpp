@@ -53,18 +53,32 @@ uint64_t sequence_checksum(const unsigned char* data, size_t n) {
     return h;
 }
 
+namespace {
+int32_t served_groups(const gqla_config& c) { return c.group_count ? c.group_count : c.num_kv_heads; }
+}  // namespace
+
+size_t sequence_header_bytes(const gqla_config& c) {
+    return served_groups(c) == c.num_kv_heads ? kSeqHeaderBytes : kSeqShardHeaderBytes;
+}
+
 std::vector<unsigned char> encode_sequence(const gqla_config& c, const ShadowSession::Rows& rows) {
     const bool gqa = c.kind == GQLA_KIND_GQA;
-    const int64_t a_cols = gqa ? int64_t(c.num_kv_heads) * c.head_dim : c.latent_dim;
-    const int64_t b_cols = gqa ? int64_t(c.num_kv_heads) * c.value_dim : c.rope_dim;
+    const int32_t groups = served_groups(c);
+    const int64_t a_cols = gqa ? int64_t(groups) * c.head_dim : c.latent_dim;
+    const int64_t b_cols = gqa ? int64_t(groups) * c.value_dim : c.rope_dim;
+    const size_t header = sequence_header_bytes(c);
     std::vector<unsigned char> out = {'G', 'Q', 'L', 'A', 'S', 'E', 'Q', '\0'};
     put_le(out, 1, 4);  // format version
-    put_le(out, kSeqHeaderBytes, 4);
+    put_le(out, header, 4);
     // The resolved dims: GQLA head_dim = d_c + d_r; GQA latent dims 0.
     for (int64_t field : {int64_t(c.kind), int64_t(c.num_heads), int64_t(c.num_kv_heads), int64_t(c.head_dim),
                           int64_t(c.value_dim), int64_t(c.latent_dim), int64_t(c.nope_dim), int64_t(c.rope_dim),
                           int64_t(c.num_layers), int64_t(c.cache_dtype), a_cols, b_cols})
         put_le(out, static_cast<uint64_t>(field), 4);
+    if (header == kSeqShardHeaderBytes) {
+        put_le(out, static_cast<uint64_t>(c.group_begin), 4);
+        put_le(out, static_cast<uint64_t>(groups), 4);
+    }
     for (int64_t len : rows.lengths) put_le(out, static_cast<uint64_t>(len), 8);
     for (size_t l = 0; l < rows.lengths.size(); ++l) {
         for (double v : rows.a[l]) put_element(out, c.cache_dtype, v);

@@ -19,12 +19,17 @@ namespace fuzz {
 constexpr size_t kSeqMagicOffset = 0;
 constexpr size_t kSeqVersionOffset = 8;
 constexpr size_t kSeqHeaderBytesOffset = 12;
-constexpr size_t kSeqFieldsOffset = 16;  // kind, num_heads, ... b_cols: 12 int32
-constexpr size_t kSeqHeaderBytes = 64;   // a session serving all groups
+constexpr size_t kSeqFieldsOffset = 16;      // kind, num_heads, ... b_cols: 12 int32
+constexpr size_t kSeqHeaderBytes = 64;       // a session serving all groups
+constexpr size_t kSeqShardHeaderBytes = 72;  // a shard: group_begin and group_count after b_cols
 
-// The buffer of `rows` exported from a session of `cfg` (resolved, not a
-// shard): header, per-layer token counts, each layer's a rows then b rows
-// in the cache dtype (little-endian), and the checksum.
+// Header bytes of a session of `cfg` (resolved).
+size_t sequence_header_bytes(const gqla_config& cfg);
+
+// The buffer of `rows` exported from a session of `cfg` (resolved; a
+// shard's config is its layer's, with its groups): header, per-layer token
+// counts, each layer's a rows then b rows in the cache dtype
+// (little-endian), and the checksum.
 std::vector<unsigned char> encode_sequence(const gqla_config& cfg, const ShadowSession::Rows& rows);
 
 // 64-bit FNV-1a over little-endian 64-bit words, then the 0-7 bytes left.

@@ -141,7 +141,8 @@ private:
     Random& r_;
     gqla_session* s_;
     ShadowSession shadow_;
-    gqla_config cfg_;                           // resolved
+    gqla_config session_cfg_;                   // resolved (a shard's: the full layer's, with its groups)
+    gqla_config cfg_;                           // what the session behaves as: shard_view(session_cfg_)
     gqla_path expected_path_ = GQLA_PATH_AUTO;  // AUTO: not known (the cost model decides)
     gqla_path requested_ = GQLA_PATH_AUTO;
     gqla_seq_id next_unused_id_ = 1;

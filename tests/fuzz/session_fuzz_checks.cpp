@@ -12,7 +12,7 @@
 namespace fuzz {
 
 SessionFuzz::SessionFuzz(Random& r, gqla_session* s, const gqla_config& resolved)
-    : r_(r), s_(s), shadow_(resolved), cfg_(resolved) {
+    : r_(r), s_(s), shadow_(shard_view(resolved)), session_cfg_(resolved), cfg_(shard_view(resolved)) {
     // The resolved config carries the active path; what was requested
     // decides whether decodes may switch it (AUTO on a GQLA session).
     gqla_path active = GQLA_PATH_AUTO, requested = GQLA_PATH_AUTO;

@@ -18,7 +18,7 @@ bool SessionFuzz::op_getters() {
         got.struct_size = sizeof(got);
         Expect ok;
         check_status("gqla_session_get_config", gqla_session_get_config(s_, &got), ok);
-        gqla_config want = cfg_;
+        gqla_config want = session_cfg_;
         want.path = got.path;
         if (std::memcmp(&got, &want, sizeof(got)) != 0) fail("session_get_config changed between calls");
         if (expected_path_ != GQLA_PATH_AUTO && got.path != expected_path_)

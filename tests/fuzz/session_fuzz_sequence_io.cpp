@@ -41,7 +41,7 @@ bool SessionFuzz::op_export() {
     if (!shadow_.keeps_latent()) e.error(GQLA_ERR_INVALID_STATE);
     const bool exportable = e.must_succeed();
     const std::vector<unsigned char> want =
-        shadow_.has(id) ? encode_sequence(cfg_, shadow_.rows(id)) : std::vector<unsigned char>(80, 0);
+        shadow_.has(id) ? encode_sequence(session_cfg_, shadow_.rows(id)) : std::vector<unsigned char>(80, 0);
     const size_t sentinel = 7;  // never a buffer's size
     size_t needed = sentinel;
     const int64_t mode = r_.range(0, 9);
@@ -96,7 +96,7 @@ bool SessionFuzz::op_import() {
     } else {
         const std::vector<gqla_seq_id> live = shadow_.live();
         rows = !live.empty() && r_.chance(0.6) ? shadow_.rows(r_.pick(live)) : random_sequence_rows();
-        buf = encode_sequence(cfg_, rows);
+        buf = encode_sequence(session_cfg_, rows);
     }
     // Damage: every kind must be refused, and refused before anything changes.
     bool intact = true;
@@ -114,11 +114,12 @@ bool SessionFuzz::op_import() {
         else if (what == 1)
             buf[kSeqVersionOffset] = 2;
         else if (what == 2)
-            buf[kSeqHeaderBytesOffset] = 72;  // a shard's header: the fields after it do not fit
+            buf[kSeqHeaderBytesOffset] =  // the other header size: the fields after it do not fit
+                sequence_header_bytes(session_cfg_) == kSeqHeaderBytes ? kSeqShardHeaderBytes : kSeqHeaderBytes;
         else if (what == 3)
             buf[kSeqFieldsOffset + 4 * r_.range(0, 11)] ^= static_cast<unsigned char>(r_.range(1, 3));  // a shape field
         else  // a layer's token count that does not add up
-            buf[kSeqHeaderBytes + 8 * static_cast<size_t>(r_.range(0, cfg_.num_layers - 1))] ^= 1;
+            buf[sequence_header_bytes(session_cfg_) + 8 * static_cast<size_t>(r_.range(0, cfg_.num_layers - 1))] ^= 1;
         reseal(buf);
         intact = false;
     }

@@ -64,11 +64,21 @@ bool SessionFuzz::op_set_weights() {
                                 rows * cols * 4 > kCpuBf16WeightsMinBytes;
     gqla_dtype wdt = r_.pick(kDtypes);  // drawn either way: the call stream stays that of before
     if (rounded_copies) wdt = GQLA_DTYPE_BF16;
-    Tensor w = make_tensor(wdt, {std::max<int64_t>(rows, 1), cols}, 1.0 / std::sqrt(double(cols)), true);
+    // A shard takes its own rows or the layer's full W_UKV, of which it
+    // uses the rows of its groups (docs/sharding.md).
+    const int32_t full_groups = session_cfg_.num_kv_heads;
+    const bool full = shadow_.is_gqla() && full_groups != cfg_.num_kv_heads && r_.chance(0.5);
+    const int64_t given_rows = full ? rows / cfg_.num_kv_heads * full_groups : rows;
+    Tensor w = make_tensor(wdt, {std::max<int64_t>(given_rows, 1), cols}, 1.0 / std::sqrt(double(cols)), true);
     const gqla_tensor* pw = &w.t;
     if (apply_flaw(maybe_flaw(0.1), w.t, &pw, w.t.dtype, true)) e.error(GQLA_ERR_INVALID_ARGUMENT);
     if (!check_status("gqla_set_weights", gqla_set_weights(s_, layer, pw), e)) return false;
-    shadow_.set_weights(layer, w.stored);
+    if (!full) {
+        shadow_.set_weights(layer, w.stored);
+        return true;
+    }
+    const auto first = w.stored.begin() + rows / cfg_.num_kv_heads * session_cfg_.group_begin * cols;
+    shadow_.set_weights(layer, std::vector<double>(first, first + rows * cols));
     return true;
 }
 
