@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
         check_status("gqla_session_get_config", gqla_session_get_config(s, &resolved), ok);
         ++run.sessions;
         if (resolved.group_count != resolved.num_kv_heads) ++run.shard_sessions;
+        if (resolved.device == GQLA_DEVICE_CUDA) ++run.cuda_sessions;
         if (run.verbose)
             std::printf(
                 "session %lld: kind %d H %d G %d dims %d/%d/%d/%d/%d layers %d cache %d io %d page %d "
@@ -167,9 +168,9 @@ int main(int argc, char** argv) {
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf(
         "api_sequence_fuzzer: seed %llu: %lld calls (%lld refused as expected), %lld sessions, "
-        "%lld decodes checked against the reference, %.1f s, no failure\n",
+        "%lld decodes checked against the reference, %.1f s, no failure (%lld sessions on CUDA)\n",
         (unsigned long long)opt.seed, (long long)run.calls, (long long)run.refused, (long long)run.sessions,
-        (long long)run.decodes_checked, took);
+        (long long)run.decodes_checked, took, (long long)run.cuda_sessions);
     if (opt.features.any())
         std::printf(
             "  of the decodes: %lld gqla_attention calls, %lld sparse, %lld over an 8-bit cache (%lld needed the "
