@@ -39,6 +39,7 @@ struct Run {
     int64_t sessions = 0;
     int64_t shard_sessions = 0;   // of sessions: those serving some of their layer's groups
     int64_t cuda_sessions = 0;    // of sessions: those on a CUDA device (device AUTO on a GPU host)
+    int64_t cuda_refused = 0;     // configs of device AUTO the CUDA backend refused (UNSUPPORTED)
     int64_t decodes_checked = 0;  // accepted gqla_decode and gqla_attention calls checked
     int64_t refused = 0;          // calls that returned an error (as expected)
     // Of decodes_checked: gqla_attention calls, sparse ones, those over an

@@ -94,7 +94,9 @@ void SessionFuzz::verify(bool accepted, const gqla_stats* before) {
     expect_eq("tokens_cached", st.tokens_cached, shadow_.tokens_cached());
     expect_eq("token_capacity_left", st.token_capacity_left, st.pages_free * cfg_.page_size);
     expect_eq("page_size", st.page_size, cfg_.page_size);
-    if (st.device != GQLA_DEVICE_CPU) fail("stats.device is %d, expected CPU", int(st.device));
+    // The device the session resolved to at create (AUTO: CUDA on a GPU host).
+    if (st.device != session_cfg_.device)
+        fail("stats.device is %d, the session was created on %d", int(st.device), int(session_cfg_.device));
     if (expected_path_ != GQLA_PATH_AUTO) expect_eq("path", st.path, expected_path_);
     if (st.path != GQLA_PATH_GQA && st.path != GQLA_PATH_ABSORB) fail("stats.path is %d", int(st.path));
     if (cfg_.kind == GQLA_KIND_GQLA && st.path == GQLA_PATH_ABSORB && st.expanded_bytes != 0)
