@@ -136,7 +136,15 @@ int main(int argc, char** argv) {
             if (s != nullptr) fail("gqla_session_create failed but left *out non-NULL");
             continue;
         }
-        if (run.features.shards) draw_shard(cfg);
+        gqla_config broken_shard;
+        if (run.features.shards && draw_shard(cfg, &broken_shard)) {
+            Expect bad;
+            bad.error(GQLA_ERR_INVALID_ARGUMENT);
+            check_status("gqla_config_validate", gqla_config_validate(&broken_shard), bad);
+            gqla_session* s = reinterpret_cast<gqla_session*>(&broken_shard);  // must be reset to NULL
+            check_status("gqla_session_create", gqla_session_create(&broken_shard, &s), bad);
+            if (s != nullptr) fail("gqla_session_create failed but left *out non-NULL");
+        }
         Expect ok;
         check_status("gqla_config_validate", gqla_config_validate(&cfg), ok);
         gqla_session* s = nullptr;

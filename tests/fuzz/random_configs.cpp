@@ -101,11 +101,33 @@ gqla_config random_config(Random& r) {
     return c;
 }
 
-void draw_shard(gqla_config& c) {
+bool draw_shard(gqla_config& c, gqla_config* broken) {
     Random side(run.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(run.sessions) + 1);
-    if (!side.chance(0.3)) return;
-    c.group_count = static_cast<int32_t>(side.range(1, c.num_kv_heads));
-    c.group_begin = static_cast<int32_t>(side.range(0, c.num_kv_heads - c.group_count));
+    const int32_t G = c.num_kv_heads;
+    if (side.chance(0.3)) {
+        c.group_count = static_cast<int32_t>(side.range(1, G));
+        c.group_begin = static_cast<int32_t>(side.range(0, G - c.group_count));
+    }
+    if (!side.chance(0.05)) return false;
+    // A group range outside the layer: a count beyond its groups or below
+    // 0, or a start that leaves the range past the last group or below 0.
+    *broken = c;
+    const int32_t count = c.group_count ? c.group_count : G;
+    switch (side.range(0, 3)) {
+        case 0:
+            broken->group_count = G + static_cast<int32_t>(side.range(1, 3));
+            break;
+        case 1:
+            broken->group_count = -static_cast<int32_t>(side.range(1, 3));
+            break;
+        case 2:
+            broken->group_begin = G - count + static_cast<int32_t>(side.range(1, 3));
+            break;
+        default:
+            broken->group_begin = -static_cast<int32_t>(side.range(1, 3));
+            break;
+    }
+    return true;
 }
 
 gqla_config shard_view(const gqla_config& resolved) {

@@ -31,8 +31,10 @@ void bytes_per_token(const gqla_config& c, int64_t* kept, int64_t* expanded);
 // With run.features.shards, a valid config `c` becomes, at times, a shard
 // of its layer: groups [group_begin, group_begin + group_count), drawn from
 // a source of its own (seeded by the run's seed and session count), so the
-// main source draws what it would without shards.
-void draw_shard(gqla_config& c);
+// main source draws what it would without shards. At times it also returns
+// true with *broken = c but for a group range outside the layer, which
+// validate and create must refuse.
+bool draw_shard(gqla_config& c, gqla_config* broken);
 
 // The unsharded config a shard session behaves as (docs/sharding.md): its
 // group_count groups and their heads, numbered from 0. Other configs as given.
