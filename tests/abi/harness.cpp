@@ -144,6 +144,18 @@ gqla_config odd_gqla_config(int32_t groups) {
     return cfg;
 }
 
+gqla_config deepseek_latent_config(int32_t heads, int32_t groups) {
+    gqla_config cfg;
+    REQUIRE(gqla_config_default(&cfg, GQLA_KIND_GQLA) == GQLA_OK);
+    cfg.num_heads = heads;
+    cfg.num_kv_heads = groups;
+    cfg.latent_dim = 512;
+    cfg.nope_dim = 128;
+    cfg.rope_dim = 64;
+    cfg.value_dim = 128;
+    return cfg;
+}
+
 gqla_config odd_gqa_config(int32_t groups) {
     gqla_config cfg;
     REQUIRE(gqla_config_default(&cfg, GQLA_KIND_GQA) == GQLA_OK);

@@ -86,6 +86,10 @@ std::vector<size_t> offsets_of(const std::vector<int64_t>& shape, const std::vec
 // Odd sizes: nothing a power of two.
 gqla_config odd_gqla_config(int32_t groups = 3);  // H=6, G, r=384, d_c=96, d_r=32, d_v=80
 gqla_config odd_gqa_config(int32_t groups = 3);   // H=6, G, D=72, Dv=40
+// DeepSeek-V3's latent shape (r=512, d_c=128, d_r=64, d_v=128: the CUDA
+// latent kernel's) with `heads` query heads over `groups` groups; the other
+// fields are gqla_config_default's.
+gqla_config deepseek_latent_config(int32_t heads, int32_t groups);
 
 // How q/o/lse lie in memory for a decode.
 enum class Layout {

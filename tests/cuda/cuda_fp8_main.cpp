@@ -55,17 +55,9 @@ gqla_config llama3_8b() {
     return c;
 }
 
-// DeepSeek-V3's latent shape (r 512, d_c 128, d_r 64, d_v 128, the sm_90a
-// latent kernel's) with `heads` query heads over `groups` groups.
+// The latent kernel's shape (abi::deepseek_latent_config), small pools.
 gqla_config latent_config(int32_t heads, int32_t groups, int32_t page_size) {
-    gqla_config c;
-    gqla_config_default(&c, GQLA_KIND_GQLA);
-    c.num_heads = heads;
-    c.num_kv_heads = groups;
-    c.latent_dim = 512;
-    c.nope_dim = 128;
-    c.rope_dim = 64;
-    c.value_dim = 128;
+    gqla_config c = abi::deepseek_latent_config(heads, groups);
     c.page_size = page_size;
     c.max_tokens = 4096;
     c.max_q_len = 48;

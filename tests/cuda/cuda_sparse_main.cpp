@@ -41,14 +41,7 @@ void check(Fixture& fx, const CallCheck& r, const std::string& what) {
 }
 
 gqla_config latent_config(int32_t heads, int32_t groups, gqla_dtype cache) {
-    gqla_config c;
-    REQUIRE(gqla_config_default(&c, GQLA_KIND_GQLA) == GQLA_OK);
-    c.num_heads = heads;
-    c.num_kv_heads = groups;
-    c.latent_dim = 512;
-    c.nope_dim = 128;
-    c.rope_dim = 64;
-    c.value_dim = 128;
+    gqla_config c = abi::deepseek_latent_config(heads, groups);
     c.num_layers = 1;
     c.cache_dtype = cache;
     c.io_dtype = GQLA_DTYPE_F32;

@@ -49,6 +49,14 @@ private:
     // A batch for decode and attention: mostly sequences holding tokens in
     // `layer`, sometimes an unknown or repeated id (expected in e).
     std::vector<gqla_seq_id> pick_batch(int32_t layer, bool layer_valid, Expect& e);
+    // What decode and attention both draw first: a layer (INVALID_STATE
+    // expected when a GQLA layer has no weights) and its batch.
+    struct CallTarget {
+        int32_t layer;
+        bool layer_valid;
+        std::vector<gqla_seq_id> ids;
+    };
+    CallTarget pick_call(Expect& e);
     gqla_seq_id some_id(Expect& e);  // a live id, or (rarely, or when none) an unknown one
     int32_t some_layer(Expect& e);
     static bool layer_ok(int32_t layer, int32_t layers) { return layer >= 0 && layer < layers; }

@@ -63,10 +63,10 @@ std::vector<int32_t> SessionFuzz::index_lists(int64_t length, int32_t n, int32_t
 bool SessionFuzz::op_attention() {
     run.op = "attention";
     Expect e;
-    const int32_t layer = some_layer(e);
-    const bool layer_valid = layer_ok(layer, cfg_.num_layers);
-    if (layer_valid && shadow_.is_gqla() && !shadow_.weights_set(layer)) e.error(GQLA_ERR_INVALID_STATE);
-    std::vector<gqla_seq_id> ids = pick_batch(layer, layer_valid, e);  // as for decode
+    CallTarget target = pick_call(e);  // as for decode
+    const int32_t layer = target.layer;
+    const bool layer_valid = target.layer_valid;
+    std::vector<gqla_seq_id>& ids = target.ids;
     const int32_t B = static_cast<int32_t>(ids.size());
     // The cached tokens of each sequence in the layer (0 when unknown).
     std::vector<int64_t> lengths;

@@ -35,13 +35,22 @@ std::vector<gqla_seq_id> SessionFuzz::pick_batch(int32_t layer, bool layer_valid
     return ids;
 }
 
+SessionFuzz::CallTarget SessionFuzz::pick_call(Expect& e) {
+    CallTarget c;
+    c.layer = some_layer(e);
+    c.layer_valid = layer_ok(c.layer, cfg_.num_layers);
+    if (c.layer_valid && shadow_.is_gqla() && !shadow_.weights_set(c.layer)) e.error(GQLA_ERR_INVALID_STATE);
+    c.ids = pick_batch(c.layer, c.layer_valid, e);
+    return c;
+}
+
 bool SessionFuzz::op_decode() {
     run.op = "decode";
     Expect e;
-    const int32_t layer = some_layer(e);
-    const bool layer_valid = layer_ok(layer, cfg_.num_layers);
-    if (layer_valid && shadow_.is_gqla() && !shadow_.weights_set(layer)) e.error(GQLA_ERR_INVALID_STATE);
-    std::vector<gqla_seq_id> ids = pick_batch(layer, layer_valid, e);
+    CallTarget target = pick_call(e);
+    const int32_t layer = target.layer;
+    const bool layer_valid = target.layer_valid;
+    std::vector<gqla_seq_id>& ids = target.ids;
     if (r_.chance(0.01)) {  // more than max_batch
         while (static_cast<int64_t>(ids.size()) <= cfg_.max_batch) ids.push_back(unknown_id());
         e.error(GQLA_ERR_INVALID_ARGUMENT);
