@@ -10,7 +10,8 @@
 
 namespace gqla::bench {
 
-// Bytes of cache a cold rotation reads before a batch comes round again.
+// Bytes of cache a cold rotation reads before a batch comes round again
+// (the default of --cold-mib; validate-auto's GPU rotation is 4 times it).
 constexpr double kColdBytes = 512.0 * 1024 * 1024;
 
 struct BenchEnv {

@@ -36,6 +36,8 @@ const char* kUsage =
     "                              (the library sharing its CPUs with an application's threads)\n"
     "  --hot                       call on the same sequences every time (default: rotate over\n"
     "                              >= 512 MiB of cache so every call starts cold)\n"
+    "  --cold-mib N                the rotation's size in MiB (default 512; a smaller one only\n"
+    "                              for smoke runs: the caches of the host must not hold it)\n"
     "  --interleave                with several --dtype: their sessions live side by side and\n"
     "                              take turns call by call, so the rows of one shape compare\n"
     "                              like with like on a shared host (each gets its share of\n"
@@ -192,7 +194,10 @@ Options parse_options(int argc, char** argv) {
             o.page_size = static_cast<int>(parse_count(a, value()));
         else if (a == "--hot")
             o.hot = true;
-        else if (a == "--interleave")
+        else if (a == "--cold-mib") {
+            o.cold_mib = parse_count(a, value());
+            if (o.cold_mib > 65536) fail("--cold-mib: at most 65536 MiB, got " + std::to_string(o.cold_mib));
+        } else if (a == "--interleave")
             o.interleave = true;
         else if (a == "--json")
             o.json = true;

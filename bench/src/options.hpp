@@ -34,6 +34,7 @@ struct Options {
     int reps = 20;
     int busy = 0;  // --busy: busy-looping threads during the timed calls
     bool hot = false;
+    int64_t cold_mib = 512;   // --cold-mib: the size of the rotation that keeps calls cold
     bool interleave = false;  // --interleave: the dtypes of a row take turns call by call
     bool json = false;
     bool quiet = false;  // --quiet: no progress lines on stderr
@@ -49,6 +50,8 @@ struct Options {
     // latent too. 0: off.
     int shards = 0;
     int shard_keep_latent = 0;
+
+    double cold_bytes() const { return static_cast<double>(cold_mib) * 1024.0 * 1024.0; }
 };
 
 // Parses argv; on --help prints usage and exits 0, on a bad option prints

@@ -110,7 +110,7 @@ WorkloadSpec workload_spec(const Preset& p, const Options& opt, const BenchEnv& 
         r.struct_size = sizeof r;
         expected = gqla_predict_cost(&cfg, nullptr, &w, &r) == GQLA_OK ? r.chosen : GQLA_PATH_GQA;
     }
-    spec.sets = sets_for_cold(p, expected, dtype, batch, context, kColdBytes, opt.hot);
+    spec.sets = sets_for_cold(p, expected, dtype, batch, context, opt.cold_bytes(), opt.hot);
     // Fit the rotation into memory; a batch that alone exceeds it cannot run.
     // A call that may take the transient form needs room for expanded rows
     // of the session's pages too (the CUDA backend keeps one layer of them).
@@ -402,8 +402,8 @@ int run_sweep(const Options& opt, const BenchEnv& env) {
                                             it = baseline_cache
                                                      .emplace(key, time_naive_baseline(
                                                                        p, dtype, batch, lc.context, r.s_q, env.threads,
-                                                                       std::max(3, opt.reps / 4), opt.hot, kColdBytes,
-                                                                       env.memory_cap))
+                                                                       std::max(3, opt.reps / 4), opt.hot,
+                                                                       opt.cold_bytes(), env.memory_cap))
                                                      .first;
                                         if (it->second.ran)
                                             r.baseline_s = it->second.seconds;

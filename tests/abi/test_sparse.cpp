@@ -95,17 +95,31 @@ void run_cases(Form form, gqla_dtype cache) {
     CHECK_SPARSE(fx, fx.call(which, q_lens, topk, idx, true));
 }
 
+// One test case per form (each takes tens of seconds under the sanitizers:
+// split, they spread over the test command's parallel jobs).
+void run_every_isa_and_dtype(Form form) {
+    nonfinite::for_each_isa([&](const char*) {
+        for (gqla_dtype cache : {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16}) {
+            CAPTURE(sparse_test::form_label(form));
+            CAPTURE(abi::dtype_label(cache));
+            run_cases(form, cache);
+        }
+    });
+}
+
 }  // namespace
 
-TEST_CASE("sparse attention matches the float64 sparse reference on every form, dtype and kernel table") {
-    nonfinite::for_each_isa([&](const char*) {
-        for (Form form : {Form::Gqa, Form::Absorb, Form::GqlaGqaKept, Form::Transient})
-            for (gqla_dtype cache : {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16}) {
-                CAPTURE(sparse_test::form_label(form));
-                CAPTURE(abi::dtype_label(cache));
-                run_cases(form, cache);
-            }
-    });
+TEST_CASE("sparse attention matches the float64 sparse reference on every dtype and kernel table: GQA kind") {
+    run_every_isa_and_dtype(Form::Gqa);
+}
+TEST_CASE("sparse attention matches the float64 sparse reference on every dtype and kernel table: absorb") {
+    run_every_isa_and_dtype(Form::Absorb);
+}
+TEST_CASE("sparse attention matches the float64 sparse reference on every dtype and kernel table: kept GQA path") {
+    run_every_isa_and_dtype(Form::GqlaGqaKept);
+}
+TEST_CASE("sparse attention matches the float64 sparse reference on every dtype and kernel table: transient") {
+    run_every_isa_and_dtype(Form::Transient);
 }
 
 TEST_CASE("sparse attention over long lists splits them across threads and merges") {

@@ -60,53 +60,68 @@ TEST_CASE("cpu backend: GQA kind matches the reference for every dtype, group co
             }
 }
 
-TEST_CASE("cpu backend: GQLA absorb and GQA paths match the reference and each other") {
+namespace {
+
+// Every kernel table and group count over one cache dtype (a test case per
+// dtype: each takes tens of seconds under the sanitizers).
+void gqla_paths_match(gqla_dtype dt) {
     for (KernelChoice kernels : kAllKernels)
-        for (gqla_dtype dt : kAllDtypes)
-            for (int G : {2, 3}) {
-                Driver drv(gqla_desc(dt, G));
-                REQUIRE(drv.status() == GQLA_OK);
-                if (!use_kernels(drv.ctx(), kernels)) {
-                    MESSAGE("host lacks " << kernels_label(kernels) << "; skipped");
-                    continue;
-                }
-                INFO("kernels=" << std::string(kernels_label(kernels)) << " cache=" << std::string(gqla::dtype_name(dt))
-                                << " G=" << G);
-                REQUIRE(!drv.set_random_weights(GQLA_DTYPE_BF16).empty());
-                fill_sequences(drv);
-                check_all_q_lens(drv, GQLA_PATH_ABSORB, tolerance(dt), "absorb");
-
-                // Switch the GQA path on: expand what is cached, then keep
-                // appending with expansion.
-                REQUIRE(drv.vt()->set_expanded(drv.ctx(), 1) == GQLA_OK);
-                REQUIRE(drv.expand_all() == GQLA_OK);
-                check_all_q_lens(drv, GQLA_PATH_GQA, tolerance(dt), "gqa path after expand");
-                REQUIRE(drv.append({0, 2, 4}, {3, 1, 40}, 1) == GQLA_OK);
-                check_all_q_lens(drv, GQLA_PATH_GQA, tolerance(dt), "gqa path after expanded append");
-                check_all_q_lens(drv, GQLA_PATH_ABSORB, tolerance(dt), "absorb after expanded append");
-
-                if (dt == GQLA_DTYPE_F32) {
-                    std::vector<double> o_gqa, o_abs;
-                    gqla_status st;
-                    const std::vector<int> all = sequences_at_least(drv, 3);
-                    // Same queries for both paths: fix the rng state.
-                    std::mt19937_64 saved = drv.rng();
-                    drv.decode_and_check(all, 3, GQLA_PATH_GQA, &st, &o_gqa);
-                    REQUIRE(st == GQLA_OK);
-                    drv.rng() = saved;
-                    drv.decode_and_check(all, 3, GQLA_PATH_ABSORB, &st, &o_abs);
-                    REQUIRE(st == GQLA_OK);
-                    std::vector<float> gf(o_gqa.begin(), o_gqa.end());
-                    const double cross = gqla::ref::rel_l2(gf.data(), o_abs.data(), o_abs.size());
-                    INFO("gqa vs absorb rel_l2=" << cross);
-                    INFO(drv.replay_hint());
-                    CHECK(cross <= 1e-5);
-                }
-                REQUIRE(drv.vt()->set_expanded(drv.ctx(), 0) == GQLA_OK);
-                int64_t mem[4];
-                drv.vt()->memory_usage(drv.ctx(), mem);
-                CHECK(mem[1] == 0);
+        for (int G : {2, 3}) {
+            Driver drv(gqla_desc(dt, G));
+            REQUIRE(drv.status() == GQLA_OK);
+            if (!use_kernels(drv.ctx(), kernels)) {
+                MESSAGE("host lacks " << kernels_label(kernels) << "; skipped");
+                continue;
             }
+            INFO("kernels=" << std::string(kernels_label(kernels)) << " cache=" << std::string(gqla::dtype_name(dt))
+                            << " G=" << G);
+            REQUIRE(!drv.set_random_weights(GQLA_DTYPE_BF16).empty());
+            fill_sequences(drv);
+            check_all_q_lens(drv, GQLA_PATH_ABSORB, tolerance(dt), "absorb");
+
+            // Switch the GQA path on: expand what is cached, then keep
+            // appending with expansion.
+            REQUIRE(drv.vt()->set_expanded(drv.ctx(), 1) == GQLA_OK);
+            REQUIRE(drv.expand_all() == GQLA_OK);
+            check_all_q_lens(drv, GQLA_PATH_GQA, tolerance(dt), "gqa path after expand");
+            REQUIRE(drv.append({0, 2, 4}, {3, 1, 40}, 1) == GQLA_OK);
+            check_all_q_lens(drv, GQLA_PATH_GQA, tolerance(dt), "gqa path after expanded append");
+            check_all_q_lens(drv, GQLA_PATH_ABSORB, tolerance(dt), "absorb after expanded append");
+
+            if (dt == GQLA_DTYPE_F32) {
+                std::vector<double> o_gqa, o_abs;
+                gqla_status st;
+                const std::vector<int> all = sequences_at_least(drv, 3);
+                // Same queries for both paths: fix the rng state.
+                std::mt19937_64 saved = drv.rng();
+                drv.decode_and_check(all, 3, GQLA_PATH_GQA, &st, &o_gqa);
+                REQUIRE(st == GQLA_OK);
+                drv.rng() = saved;
+                drv.decode_and_check(all, 3, GQLA_PATH_ABSORB, &st, &o_abs);
+                REQUIRE(st == GQLA_OK);
+                std::vector<float> gf(o_gqa.begin(), o_gqa.end());
+                const double cross = gqla::ref::rel_l2(gf.data(), o_abs.data(), o_abs.size());
+                INFO("gqa vs absorb rel_l2=" << cross);
+                INFO(drv.replay_hint());
+                CHECK(cross <= 1e-5);
+            }
+            REQUIRE(drv.vt()->set_expanded(drv.ctx(), 0) == GQLA_OK);
+            int64_t mem[4];
+            drv.vt()->memory_usage(drv.ctx(), mem);
+            CHECK(mem[1] == 0);
+        }
+}
+
+}  // namespace
+
+TEST_CASE("cpu backend: GQLA absorb and GQA paths match the reference and each other (f32 cache)") {
+    gqla_paths_match(GQLA_DTYPE_F32);
+}
+TEST_CASE("cpu backend: GQLA absorb and GQA paths match the reference and each other (f16 cache)") {
+    gqla_paths_match(GQLA_DTYPE_F16);
+}
+TEST_CASE("cpu backend: GQLA absorb and GQA paths match the reference and each other (bf16 cache)") {
+    gqla_paths_match(GQLA_DTYPE_BF16);
 }
 
 TEST_CASE("cpu backend: 16-bit io tensors, one thread, many sequences in one call") {

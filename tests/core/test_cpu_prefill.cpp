@@ -223,47 +223,62 @@ TEST_CASE("cpu prefill: GQA kind, ragged and uniform calls of many queries, ever
             }
 }
 
-TEST_CASE("cpu prefill: GQLA absorb, kept GQA and GQA_TRANSIENT forms match the reference and each other") {
-    for (KernelChoice kernels : kAllKernels)
-        for (gqla_dtype dt : kAllDtypes)
-            for (int G : {3, 6}) {
-                Driver drv(prefill_desc(gqla_desc(dt, G), G == 3 ? 5 : 64));
-                REQUIRE(drv.status() == GQLA_OK);
-                if (!use_kernels(drv.ctx(), kernels)) {
-                    MESSAGE("host lacks " << kernels_label(kernels) << "; skipped");
-                    break;
-                }
-                REQUIRE(!drv.set_random_weights(GQLA_DTYPE_BF16).empty());
-                REQUIRE(drv.vt()->set_expanded(drv.ctx(), 1) == GQLA_OK);
-                fill_five(drv, 1);
-                ExpandedReference expanded;
-                const std::string what = label(kernels, dt) + " G=" + std::to_string(G);
-                for (gqla_path path : {GQLA_PATH_ABSORB, GQLA_PATH_GQA})
-                    for (const Call& c : standard_calls(path, false)) check(drv, expanded, c, tolerance(dt), what);
-                for (const Call& c : standard_calls(GQLA_PATH_GQA, true)) check(drv, expanded, c, tolerance(dt), what);
+namespace {
 
-                // The same queries on every form: the transient rows are
-                // rounded to the cache dtype like the kept ones, so with an f32
-                // cache the two GQA forms agree to f32 rounding (sums in another
-                // order), absorb to the f32 tolerance. With a bf16 cache they
-                // agree to the bf16-dot kernels' own rounding of probabilities,
-                // which split pieces redo against their own maxima.
-                if (dt == GQLA_DTYPE_F16) continue;
-                const uint64_t seed = drv.rng()();
-                Outcome kept, transient, absorb;
-                check(drv, expanded, Call{{0, 1, 2, 3, 4}, {1, 7, 65, 40, 320}, true, GQLA_PATH_GQA, false},
-                      tolerance(dt), what, &kept, seed);
-                check(drv, expanded, Call{{0, 1, 2, 3, 4}, {1, 7, 65, 40, 320}, true, GQLA_PATH_GQA, true},
-                      tolerance(dt), what, &transient, seed);
-                check(drv, expanded, Call{{0, 1, 2, 3, 4}, {1, 7, 65, 40, 320}, true, GQLA_PATH_ABSORB, false},
-                      tolerance(dt), what, &absorb, seed);
-                const double forms = gqla::ref::rel_l2(transient.o.data(), kept.o.data(), kept.o.size());
-                const double paths = gqla::ref::rel_l2(absorb.o.data(), kept.o.data(), kept.o.size());
-                INFO(what << " transient vs kept rel_l2=" << forms << " absorb vs kept rel_l2=" << paths);
-                INFO(drv.replay_hint());
-                CHECK(forms <= (dt == GQLA_DTYPE_F32 ? 2e-6 : 5e-3));
-                if (dt == GQLA_DTYPE_F32) CHECK(paths <= 1e-5);
+// Every kernel table and group count over one cache dtype (a test case per
+// dtype: each takes tens of seconds under the sanitizers).
+void gqla_forms_match(gqla_dtype dt) {
+    for (KernelChoice kernels : kAllKernels)
+        for (int G : {3, 6}) {
+            Driver drv(prefill_desc(gqla_desc(dt, G), G == 3 ? 5 : 64));
+            REQUIRE(drv.status() == GQLA_OK);
+            if (!use_kernels(drv.ctx(), kernels)) {
+                MESSAGE("host lacks " << kernels_label(kernels) << "; skipped");
+                break;
             }
+            REQUIRE(!drv.set_random_weights(GQLA_DTYPE_BF16).empty());
+            REQUIRE(drv.vt()->set_expanded(drv.ctx(), 1) == GQLA_OK);
+            fill_five(drv, 1);
+            ExpandedReference expanded;
+            const std::string what = label(kernels, dt) + " G=" + std::to_string(G);
+            for (gqla_path path : {GQLA_PATH_ABSORB, GQLA_PATH_GQA})
+                for (const Call& c : standard_calls(path, false)) check(drv, expanded, c, tolerance(dt), what);
+            for (const Call& c : standard_calls(GQLA_PATH_GQA, true)) check(drv, expanded, c, tolerance(dt), what);
+
+            // The same queries on every form: the transient rows are
+            // rounded to the cache dtype like the kept ones, so with an f32
+            // cache the two GQA forms agree to f32 rounding (sums in another
+            // order), absorb to the f32 tolerance. With a bf16 cache they
+            // agree to the bf16-dot kernels' own rounding of probabilities,
+            // which split pieces redo against their own maxima.
+            if (dt == GQLA_DTYPE_F16) continue;
+            const uint64_t seed = drv.rng()();
+            Outcome kept, transient, absorb;
+            check(drv, expanded, Call{{0, 1, 2, 3, 4}, {1, 7, 65, 40, 320}, true, GQLA_PATH_GQA, false}, tolerance(dt),
+                  what, &kept, seed);
+            check(drv, expanded, Call{{0, 1, 2, 3, 4}, {1, 7, 65, 40, 320}, true, GQLA_PATH_GQA, true}, tolerance(dt),
+                  what, &transient, seed);
+            check(drv, expanded, Call{{0, 1, 2, 3, 4}, {1, 7, 65, 40, 320}, true, GQLA_PATH_ABSORB, false},
+                  tolerance(dt), what, &absorb, seed);
+            const double forms = gqla::ref::rel_l2(transient.o.data(), kept.o.data(), kept.o.size());
+            const double paths = gqla::ref::rel_l2(absorb.o.data(), kept.o.data(), kept.o.size());
+            INFO(what << " transient vs kept rel_l2=" << forms << " absorb vs kept rel_l2=" << paths);
+            INFO(drv.replay_hint());
+            CHECK(forms <= (dt == GQLA_DTYPE_F32 ? 2e-6 : 5e-3));
+            if (dt == GQLA_DTYPE_F32) CHECK(paths <= 1e-5);
+        }
+}
+
+}  // namespace
+
+TEST_CASE("cpu prefill: GQLA absorb, kept GQA and GQA_TRANSIENT forms match the reference and each other (f32)") {
+    gqla_forms_match(GQLA_DTYPE_F32);
+}
+TEST_CASE("cpu prefill: GQLA absorb, kept GQA and GQA_TRANSIENT forms match the reference and each other (f16)") {
+    gqla_forms_match(GQLA_DTYPE_F16);
+}
+TEST_CASE("cpu prefill: GQLA absorb, kept GQA and GQA_TRANSIENT forms match the reference and each other (bf16)") {
+    gqla_forms_match(GQLA_DTYPE_BF16);
 }
 
 TEST_CASE("cpu prefill: ragged calls of decode-sized runs equal the uniform call bit for bit") {
