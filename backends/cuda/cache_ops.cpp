@@ -259,8 +259,8 @@ void copy_pages(Session& s, int32_t n, const int32_t* src, const int32_t* dst) {
         const PoolGeometry g = pool_geometry(s, pr.groups, pr.dim, pr.format);
         CopyPagesParams p{};
         p.pool = pr.buf->get<unsigned char>();
-        p.layer_bytes = g.layer_stride * g.elem_bytes;
-        p.page_bytes = g.page_stride * g.elem_bytes;
+        p.layer_bytes = g.layer_bytes();
+        p.page_bytes = g.page_bytes();
         p.layers = d.num_layers;
         for (int32_t first = 0; first < n; first += kCopyPagesPerLaunch) {
             p.count = std::min(kCopyPagesPerLaunch, n - first);

@@ -28,7 +28,7 @@ void read_rows(Session& s, const gqla_read_args& a) {
         const PoolGeometry g = pool_geometry(s, heads, part.dim, part.format);
         const size_t es = g.elem_bytes;
         const size_t row_bytes = static_cast<size_t>(part.dim) * es;
-        const unsigned char* layer_base = part.pool.get<unsigned char>() + a.layer * g.layer_stride * es;
+        const unsigned char* layer_base = g.layer_base(part.pool.get<unsigned char>(), a.layer);
         // Output rows are [count][heads][dim]: token i of head h at (i*heads + h)*dim.
         for (int64_t i = 0; i < a.count;) {
             const int64_t pos = a.start + i;

@@ -20,7 +20,7 @@ void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, in
     p.src_dtype = src.dtype;
     p.src_row_stride = src.strides[0];
     p.src_group_stride = src_group_stride;
-    p.dst = pool.get<unsigned char>() + layer * g.layer_stride * g.elem_bytes;
+    p.dst = g.layer_base(pool.get<unsigned char>(), layer);
     p.dst_dtype = format.dtype;
     p.dst_page_stride = g.page_stride;
     p.dst_group_stride = g.group_stride;
@@ -60,7 +60,7 @@ void expand_latent_chunk(Session& s, int layer, const int64_t* d_tokens, int32_t
         if (!s.pool_a.get()) throw BackendError(GQLA_ERR_INTERNAL, "CUDA expand: the session keeps no latent");
         const PoolFormat cf = latent_format(s);
         const PoolGeometry cg = pool_geometry(s, 1, r, cf);
-        const void* c_layer = s.pool_a.get<unsigned char>() + layer * cg.layer_stride * cg.elem_bytes;
+        const void* c_layer = cg.layer_base(s.pool_a.get<unsigned char>(), layer);
         // 8-bit latent rows are widened with their block scales.
         const GatherScales scales{cg.scale_offset, cf.scale_cols, kFp8LatentBlock};
         launch_gather_rows(c_layer, cf.dtype, cg.page_stride, cg.row_stride, d.page_size, r, d_tokens, rows,

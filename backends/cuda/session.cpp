@@ -71,7 +71,7 @@ PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_
                    bool shared_by_groups, PoolFormat format) {
     PoolGeometry g = pool_geometry(s, groups, dim, format);
     PoolView v{};
-    v.base = pool.get<unsigned char>() + bytes_of(layer * g.layer_stride, g.elem_bytes);
+    v.base = g.layer_base(pool.get<unsigned char>(), layer);
     v.page_stride = g.page_stride;
     v.group_stride = shared_by_groups ? 0 : g.group_stride;
     v.row_stride = g.row_stride;
@@ -82,7 +82,7 @@ PoolView pool_view(const Session& s, const DeviceBuffer& pool, int layer, int64_
 
 size_t pool_bytes(const Session& s, int64_t groups, int32_t dim, PoolFormat f) {
     const PoolGeometry g = pool_geometry(s, groups, dim, f);
-    return bytes_of(int64_t(s.desc.num_layers) * g.layer_stride, g.elem_bytes);
+    return static_cast<size_t>(s.desc.num_layers) * g.layer_bytes();
 }
 
 std::vector<NarrowTmaMaps> narrow_maps_for(const Session& s, const DeviceBuffer& keys, const DeviceBuffer& values,

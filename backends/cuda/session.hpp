@@ -214,6 +214,14 @@ struct PoolGeometry {
     int32_t row_stride;
     int64_t scale_offset = 0;
     size_t elem_bytes = 0;
+
+    size_t layer_bytes() const { return static_cast<size_t>(layer_stride) * elem_bytes; }
+    size_t page_bytes() const { return static_cast<size_t>(page_stride) * elem_bytes; }
+    // Layer `layer` of a pool of this geometry.
+    template <class Byte>
+    Byte* layer_base(Byte* pool, int64_t layer) const {
+        return pool + static_cast<size_t>(layer) * layer_bytes();
+    }
 };
 PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim, PoolFormat format);
 inline PoolGeometry pool_geometry(const Session& s, int64_t groups, int32_t dim) {

@@ -17,7 +17,7 @@ namespace {
 // One layer of the kept expanded pools' layout: num_pages x G x P rows.
 size_t transient_layer_bytes(const Session& s, int32_t dim) {
     const PoolGeometry g = pool_geometry(s, s.desc.num_kv_heads, dim, transient_format(s));
-    return static_cast<size_t>(g.layer_stride) * g.elem_bytes;
+    return g.layer_bytes();
 }
 
 void ensure_transient_pool(Session& s) {
