@@ -46,7 +46,7 @@
 extern "C" {
 #endif
 
-#define GQLA_BACKEND_ABI_VERSION 5u
+#define GQLA_BACKEND_ABI_VERSION 6u
 
 /* Optional features a backend declares in gqla_backend_vtable.features. The
  * core refuses (UNSUPPORTED, naming the backend) a session or call that
@@ -59,6 +59,10 @@ extern "C" {
  * FP8_E4M3 cache; without it such a session runs the absorb path and the
  * GQA_TRANSIENT form only. */
 #define GQLA_BACKEND_FEATURE_FP8_EXPANDED 16u
+/* ABI 6: read_rows and append of stored FP8_E4M3 rows with their scales
+ * (gqla_read_args / gqla_append_args a_scales, b_scales): sequence export
+ * and import of an 8-bit cache. */
+#define GQLA_BACKEND_FEATURE_FP8_ROWS 32u
 
 /* Name of the function libgqla_cuda.so exports:
  *   const gqla_backend_vtable* gqla_cuda_backend_get(uint32_t abi_version);
@@ -160,6 +164,15 @@ typedef struct gqla_append_args {
     gqla_view a;            /* GQA: k [n,G,D]; GQLA: c [n,r] */
     gqla_view b;            /* GQA: v [n,G,Dv]; GQLA: kr [n,d_r] */
     int32_t write_expanded; /* GQLA: also write KC/VE rows (expanded cache enabled) */
+    /* ABI 6, stored rows (needs GQLA_BACKEND_FEATURE_FP8_ROWS; sequence
+     * import into an FP8_E4M3 cache): when a (GQA: also b) has dtype
+     * FP8_E4M3, its rows are e4m3 codes as read_rows gives them, stored as
+     * they are with these F32 scales (host memory, contiguous): GQA
+     * a_scales / b_scales [n, G] (K / V, one per token and KV head); GQLA
+     * a_scales [n, ceil(r / 128)] (the latent's blocks), b (kr) BF16 and
+     * b_scales unused. Data NULL otherwise. */
+    gqla_view a_scales;
+    gqla_view b_scales;
 } gqla_append_args;
 
 /* Build expanded rows from the latent for positions [start, start+count) of
@@ -218,8 +231,11 @@ typedef struct gqla_decode_args {
  * the cache dtype (sequence export): positions [start, start + count) of
  * `layer`. GQA kind: a = K rows [count, G, D], b = V rows [count, G, Dv].
  * GQLA: a = c [count, r], b = kr [count, d_r]. Both views are host memory,
- * contiguous, of dtype desc.cache_dtype. The backend waits for its queued
- * work before it returns, so the rows are those of every earlier append. */
+ * contiguous, of dtype desc.cache_dtype (an FP8_E4M3 GQLA cache: kr BF16).
+ * An FP8_E4M3 cache (needs GQLA_BACKEND_FEATURE_FP8_ROWS) also fills the
+ * F32 scale views a_scales / b_scales, shaped as gqla_append_args gives
+ * them. The backend waits for its queued work before it returns, so the
+ * rows are those of every earlier append. */
 typedef struct gqla_read_args {
     int32_t layer;
     const int32_t* page_table; /* host; covers positions [0, start + count) */
@@ -227,6 +243,8 @@ typedef struct gqla_read_args {
     int64_t count;
     gqla_view a;
     gqla_view b;
+    gqla_view a_scales; /* ABI 6: FP8_E4M3 caches only, else data NULL */
+    gqla_view b_scales;
 } gqla_read_args;
 
 /* Status codes are gqla_status values. On failure a backend stores a message

@@ -41,8 +41,6 @@ constexpr size_t kFieldsOffset = 16;
 static_assert(kFieldsOffset + sizeof(kFields) / sizeof(kFields[0]) * 4 == kSequenceHeaderBytes,
               "header layout and field list disagree");
 
-size_t element_size(const SequenceShape& s) { return dtype_size(static_cast<gqla_dtype>(s.cache_dtype)); }
-
 bool is_shard(const SequenceShape& s) { return s.group_count != s.num_kv_heads; }
 
 // The groups a buffer was exported from: its shard fields, or all groups of
@@ -104,7 +102,20 @@ SequenceShape sequence_shape_of(const gqla_config& c) {
     s.group_count = shard_groups(c);
     s.a_cols = gqa ? s.group_count * c.head_dim : c.latent_dim;
     s.b_cols = gqa ? s.group_count * c.value_dim : c.rope_dim;
+    const bool fp8 = c.cache_dtype == GQLA_DTYPE_FP8_E4M3;
+    s.a_elem_bytes = static_cast<int32_t>(dtype_size(c.cache_dtype));
+    // An 8-bit GQLA cache keeps kr in bf16 (docs/fp8-cache.md).
+    s.b_elem_bytes = fp8 && !gqa ? 2 : s.a_elem_bytes;
+    s.a_scale_cols = !fp8 ? 0 : gqa ? s.group_count : (c.latent_dim + kFp8LatentBlock - 1) / kFp8LatentBlock;
+    s.b_scale_cols = fp8 && gqa ? s.group_count : 0;
     return s;
+}
+
+size_t SequenceShape::a_token_bytes() const {
+    return static_cast<size_t>(a_cols) * static_cast<size_t>(a_elem_bytes) + 4 * static_cast<size_t>(a_scale_cols);
+}
+size_t SequenceShape::b_token_bytes() const {
+    return static_cast<size_t>(b_cols) * static_cast<size_t>(b_elem_bytes) + 4 * static_cast<size_t>(b_scale_cols);
 }
 
 size_t sequence_header_bytes(const SequenceShape& shape) {
@@ -112,23 +123,26 @@ size_t sequence_header_bytes(const SequenceShape& shape) {
 }
 
 std::vector<LayerRows> sequence_layout(const SequenceShape& shape, const std::vector<int64_t>& lengths) {
-    const size_t es = element_size(shape);
     std::vector<LayerRows> rows(lengths.size());
     size_t off = sequence_header_bytes(shape) + 8 * lengths.size();
     for (size_t l = 0; l < lengths.size(); ++l) {
+        const size_t n = static_cast<size_t>(lengths[l]);
         rows[l].tokens = lengths[l];
         rows[l].a_offset = off;
-        off += static_cast<size_t>(lengths[l]) * static_cast<size_t>(shape.a_cols) * es;
+        off += n * static_cast<size_t>(shape.a_cols) * static_cast<size_t>(shape.a_elem_bytes);
+        rows[l].a_scales_offset = off;
+        off += n * 4 * static_cast<size_t>(shape.a_scale_cols);
         rows[l].b_offset = off;
-        off += static_cast<size_t>(lengths[l]) * static_cast<size_t>(shape.b_cols) * es;
+        off += n * static_cast<size_t>(shape.b_cols) * static_cast<size_t>(shape.b_elem_bytes);
+        rows[l].b_scales_offset = off;
+        off += n * 4 * static_cast<size_t>(shape.b_scale_cols);
     }
     return rows;
 }
 
 size_t sequence_bytes(const SequenceShape& shape, const std::vector<int64_t>& lengths) {
-    const size_t es = element_size(shape);
     size_t n = sequence_header_bytes(shape) + 8 * lengths.size() + kSequenceChecksumBytes;
-    for (int64_t len : lengths) n += static_cast<size_t>(len) * static_cast<size_t>(shape.a_cols + shape.b_cols) * es;
+    for (int64_t len : lengths) n += static_cast<size_t>(len) * (shape.a_token_bytes() + shape.b_token_bytes());
     return n;
 }
 
@@ -193,8 +207,7 @@ std::vector<int64_t> parse_sequence(const unsigned char* data, size_t size, cons
     if (size < header + 8 * layers + kSequenceChecksumBytes)
         fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: %zu bytes cannot hold the lengths of %zu layers", size, layers);
     std::vector<int64_t> lengths(layers);
-    const size_t es = element_size(expected);
-    const uint64_t row_bytes = static_cast<uint64_t>(expected.a_cols + expected.b_cols) * es;
+    const uint64_t row_bytes = expected.a_token_bytes() + expected.b_token_bytes();
     uint64_t payload = 0;
     for (size_t l = 0; l < layers; ++l) {
         const uint64_t len = load_le64(data + header + 8 * l);

@@ -20,7 +20,10 @@
 //                                      header bytes: 64, or 72 for a shard)
 //   then, layer by layer: that layer's `a` rows [tokens][a_cols] followed by
 //   its `b` rows [tokens][b_cols] (GQA: a = K [G*D], b = V [G*Dv] per token;
-//   GQLA: a = latent c [r], b = rope key kr [d_r])
+//   GQLA: a = latent c [r], b = rope key kr [d_r]). An fp8_e4m3 cache adds
+//   each part's f32 scales right after its rows, [tokens][scale columns]
+//   (GQA: one per KV head for K and for V; GQLA: one per 128-element block
+//   of the latent), and stores kr in bf16.
 //   last 8 bytes: checksum of everything before it (sequence_checksum)
 //
 // Only the always-kept cache travels: the expanded cache of the GQLA GQA path
@@ -49,6 +52,14 @@ struct SequenceShape {
         a_cols, b_cols;
     // The groups the session serves (all: 0 and num_kv_heads).
     int32_t group_begin, group_count;
+    // Derived from the fields above (not written): bytes of one element of
+    // a and of b, and f32 scales per token after each part's rows (8-bit
+    // caches only, else 0).
+    int32_t a_elem_bytes, b_elem_bytes, a_scale_cols, b_scale_cols;
+
+    // Bytes of one token's a rows and scales, and of its b rows and scales.
+    size_t a_token_bytes() const;
+    size_t b_token_bytes() const;
 };
 
 // Bytes before the per-layer lengths: kSequenceHeaderBytes, plus the shard
@@ -63,9 +74,10 @@ size_t sequence_bytes(const SequenceShape& shape, const std::vector<int64_t>& le
 // Header + lengths into out[0 .. sequence_header_bytes + 8*num_layers).
 void write_sequence_header(const SequenceShape& shape, const std::vector<int64_t>& lengths, unsigned char* out);
 
-// Byte offsets of layer l's a and b rows in the buffer.
+// Byte offsets of layer l's a and b rows (and of their scales: 8-bit
+// caches) in the buffer.
 struct LayerRows {
-    size_t a_offset, b_offset;
+    size_t a_offset, a_scales_offset, b_offset, b_scales_offset;
     int64_t tokens;
 };
 std::vector<LayerRows> sequence_layout(const SequenceShape& shape, const std::vector<int64_t>& lengths);

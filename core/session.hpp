@@ -96,9 +96,12 @@ private:
                        const gqla_tensor* a, const gqla_tensor* b, bool single);
     // The part of an append after its arguments were checked: pages,
     // copy-on-write, the backend's writes and the commit. counts has num_seqs
-    // entries; views hold their rows in order.
+    // entries; views hold their rows in order. stored_scales: rows already
+    // in an 8-bit cache's form (a sequence import), with these scales
+    // (gqla_append_args a_scales, b_scales); NULL for rows to convert.
     void append_views_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* seqs, const int64_t* counts,
-                             const gqla_view& a, const gqla_view& b, const char* call);
+                             const gqla_view& a, const gqla_view& b, const char* call,
+                             const gqla_view* stored_scales = nullptr);
     gqla_path attention_locked(const AttentionCall& call);
     // The form of a gqla_attention call on a GQLA session for its requested
     // path: AUTO prices absorb, the kept expanded cache (when kept) and the

@@ -110,7 +110,8 @@ void Session::append_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* 
 }
 
 void Session::append_views_locked(int32_t layer, int32_t num_seqs, const gqla_seq_id* ids, const int64_t* counts,
-                                  const gqla_view& a_view, const gqla_view& b_view, const char* call) {
+                                  const gqla_view& a_view, const gqla_view& b_view, const char* call,
+                                  const gqla_view* stored_scales) {
     // Capacity: new pages plus copies of shared pages that would receive rows.
     const int64_t P = cfg_.page_size;
     int64_t new_pages = 0, cow_pages = 0;
@@ -177,6 +178,10 @@ void Session::append_views_locked(int32_t layer, int32_t num_seqs, const gqla_se
     args.a = a_view;
     args.b = b_view;
     args.write_expanded = (cfg_.kind == GQLA_KIND_GQLA && expanded_) ? 1 : 0;
+    if (stored_scales) {
+        args.a_scales = stored_scales[0];
+        args.b_scales = stored_scales[1];
+    }
     backend_->check(vt.append(backend_->ctx(), &args), "append");
 
     // Mirror the new tables in the backend; undo the mirrored ones on failure.

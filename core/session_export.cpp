@@ -2,7 +2,8 @@
 // Sequence export and import (format: sequence_format.hpp). Export reads the
 // always-kept rows of every layer back from the backend; import adds a new
 // sequence and appends those rows layer by layer in the cache dtype, so the
-// stored elements are identical, and the expanded cache (GQLA GQA path) is
+// stored elements are identical (an 8-bit cache's codes travel with their
+// scales and are stored as they are), and the expanded cache (GQLA GQA path) is
 // rebuilt from them as any append does. A failed import releases the new
 // sequence: the session is left as it was. A shard's buffer records its
 // groups; rows are those of the served layer (cfg_). A session without the
@@ -21,12 +22,14 @@ namespace gqla {
 
 namespace {
 
-// Host view of `tokens` rows of the a or b part in the cache dtype, shaped as
-// the backend's append and read_rows expect.
-gqla_view rows_view(const gqla_config& c, bool part_a, void* data, int64_t tokens) {
+// Host view of `tokens` rows of the a or b part as stored (the cache dtype;
+// kr of an 8-bit GQLA cache in bf16), shaped as the backend's append and
+// read_rows expect.
+gqla_view rows_view(const gqla_config& c, const SequenceShape& shape, bool part_a, void* data, int64_t tokens) {
     gqla_view v{};
     v.data = data;
     v.dtype = c.cache_dtype;
+    if (!part_a && shape.b_elem_bytes != shape.a_elem_bytes) v.dtype = GQLA_DTYPE_BF16;
     v.on_device = 0;
     if (c.kind == GQLA_KIND_GQA) {
         const int64_t dim = part_a ? c.head_dim : c.value_dim;
@@ -48,14 +51,59 @@ gqla_view rows_view(const gqla_config& c, bool part_a, void* data, int64_t token
     return v;
 }
 
-// Sequence files hold rows in the cache dtype without per-row scales, so an
-// 8-bit cache can neither export nor import (docs/fp8-cache.md).
-void refuse_fp8(const gqla_config& c, const char* fn) {
-    if (c.cache_dtype == GQLA_DTYPE_FP8_E4M3)
-        fail(GQLA_ERR_UNSUPPORTED,
-             "%s: not available for a session with cache_dtype fp8_e4m3 (the sequence format has no place for its "
-             "per-row scales)",
-             fn);
+// Host view of the f32 scales [tokens][cols] of a part (8-bit caches), or an
+// empty view (data NULL) for a part without scales.
+gqla_view scales_view(int32_t cols, void* data, int64_t tokens) {
+    gqla_view v{};
+    if (cols == 0) return v;
+    v.data = data;
+    v.dtype = GQLA_DTYPE_F32;
+    v.ndim = 2;
+    v.shape[0] = tokens;
+    v.shape[1] = cols;
+    v.strides[0] = cols;
+    v.strides[1] = 1;
+    return v;
+}
+
+// Bytes of one layer's rows and scales, and the element size of each run,
+// for the byte-order conversions.
+struct ByteRun {
+    size_t offset, bytes, element;
+};
+std::vector<ByteRun> layer_runs(const SequenceShape& shape, const LayerRows& rows) {
+    const size_t n = static_cast<size_t>(rows.tokens);
+    return {
+        {rows.a_offset, n * static_cast<size_t>(shape.a_cols) * shape.a_elem_bytes, size_t(shape.a_elem_bytes)},
+        {rows.a_scales_offset, n * 4 * static_cast<size_t>(shape.a_scale_cols), 4},
+        {rows.b_offset, n * static_cast<size_t>(shape.b_cols) * shape.b_elem_bytes, size_t(shape.b_elem_bytes)},
+        {rows.b_scales_offset, n * 4 * static_cast<size_t>(shape.b_scale_cols), 4},
+    };
+}
+
+// Every scale of an 8-bit buffer must be one the library writes (finite,
+// at least the smallest normal float: docs/fp8-cache.md), whatever the
+// checksum says: the kernels divide by no scale but rely on that range.
+void check_scales(const SequenceShape& shape, const std::vector<LayerRows>& layout, const unsigned char* in) {
+    for (size_t l = 0; l < layout.size(); ++l) {
+        const LayerRows& rows = layout[l];
+        const struct {
+            size_t offset;
+            int32_t cols;
+            const char* part;
+        } parts[] = {{rows.a_scales_offset, shape.a_scale_cols, "a"}, {rows.b_scales_offset, shape.b_scale_cols, "b"}};
+        for (const auto& p : parts)
+            for (int64_t i = 0; i < rows.tokens * p.cols; ++i) {
+                const uint32_t bits = load_le32(in + p.offset + 4 * static_cast<size_t>(i));
+                float v;
+                std::memcpy(&v, &bits, 4);
+                if (!(v >= 1.17549435e-38f && v <= 3.40282347e38f))
+                    fail(GQLA_ERR_INVALID_ARGUMENT,
+                         "buffer: layer %zu, token %lld: %s scale %g is not one this library writes (finite, at "
+                         "least 2^-126)",
+                         l, static_cast<long long>(i / p.cols), p.part, static_cast<double>(v));
+            }
+    }
 }
 
 }  // namespace
@@ -63,7 +111,8 @@ void refuse_fp8(const gqla_config& c, const char* fn) {
 void Session::export_sequence(gqla_seq_id id, void* buffer, size_t capacity, size_t* needed) const {
     std::lock_guard<std::mutex> lock(mu_);
     if (needed == nullptr) fail(GQLA_ERR_INVALID_ARGUMENT, "needed: NULL");
-    refuse_fp8(cfg_, "sequence_export");
+    if (cfg_.cache_dtype == GQLA_DTYPE_FP8_E4M3)
+        backend_->require_feature(GQLA_BACKEND_FEATURE_FP8_ROWS, "sequence_export of an fp8_e4m3 cache");
     const Sequence& s = find(id, "seq");
     require_latent("sequence_export");                         // the latent is what travels
     const SequenceShape shape = sequence_shape_of(full_cfg_);  // records the shard
@@ -80,7 +129,6 @@ void Session::export_sequence(gqla_seq_id id, void* buffer, size_t capacity, siz
     unsigned char* out = static_cast<unsigned char*>(buffer);
     write_sequence_header(shape, s.lengths, out);
     const std::vector<LayerRows> layout = sequence_layout(shape, s.lengths);
-    const size_t es = dtype_size(cfg_.cache_dtype);
     for (int32_t l = 0; l < cfg_.num_layers; ++l) {
         const LayerRows& rows = layout[static_cast<size_t>(l)];
         if (rows.tokens == 0) continue;
@@ -89,12 +137,13 @@ void Session::export_sequence(gqla_seq_id id, void* buffer, size_t capacity, siz
         args.page_table = s.pages.data();
         args.start = 0;
         args.count = rows.tokens;
-        args.a = rows_view(cfg_, true, out + rows.a_offset, rows.tokens);
-        args.b = rows_view(cfg_, false, out + rows.b_offset, rows.tokens);
+        args.a = rows_view(cfg_, shape, true, out + rows.a_offset, rows.tokens);
+        args.b = rows_view(cfg_, shape, false, out + rows.b_offset, rows.tokens);
+        args.a_scales = scales_view(shape.a_scale_cols, out + rows.a_scales_offset, rows.tokens);
+        args.b_scales = scales_view(shape.b_scale_cols, out + rows.b_scales_offset, rows.tokens);
         backend_->check(vt.read_rows(backend_->ctx(), &args), "read_rows");
-        cache_elements_to_le(out + rows.a_offset, rows.b_offset - rows.a_offset, es);
-        cache_elements_to_le(out + rows.b_offset,
-                             static_cast<size_t>(rows.tokens) * static_cast<size_t>(shape.b_cols) * es, es);
+        for (const ByteRun& run : layer_runs(shape, rows))
+            cache_elements_to_le(out + run.offset, run.bytes, run.element);
     }
     store_le64(out + bytes - kSequenceChecksumBytes, sequence_checksum(out, bytes - kSequenceChecksumBytes));
 }
@@ -102,14 +151,15 @@ void Session::export_sequence(gqla_seq_id id, void* buffer, size_t capacity, siz
 gqla_seq_id Session::import_sequence(const void* buffer, size_t size) {
     std::lock_guard<std::mutex> lock(mu_);
     if (buffer == nullptr) fail(GQLA_ERR_INVALID_ARGUMENT, "buffer: NULL");
-    refuse_fp8(cfg_, "sequence_import");
+    if (cfg_.cache_dtype == GQLA_DTYPE_FP8_E4M3)
+        backend_->require_feature(GQLA_BACKEND_FEATURE_FP8_ROWS, "sequence_import of an fp8_e4m3 cache");
     const unsigned char* in = static_cast<const unsigned char*>(buffer);
     const SequenceShape shape = sequence_shape_of(full_cfg_);
     const std::vector<int64_t> lengths = parse_sequence(in, size, shape);
     for (int32_t l = 0; l < cfg_.num_layers; ++l)
         if (lengths[static_cast<size_t>(l)] > 0) require_weights(l, "sequence_import");
     const std::vector<LayerRows> layout = sequence_layout(shape, lengths);
-    const size_t es = dtype_size(cfg_.cache_dtype);
+    check_scales(shape, layout, in);
 
     const gqla_seq_id next_before = next_id_;
     const gqla_seq_id id = add_locked();
@@ -118,18 +168,23 @@ gqla_seq_id Session::import_sequence(const void* buffer, size_t size) {
         for (int32_t l = 0; l < cfg_.num_layers; ++l) {
             const LayerRows& rows = layout[static_cast<size_t>(l)];
             if (rows.tokens == 0) continue;
-            const unsigned char* a = in + rows.a_offset;
-            const unsigned char* b = in + rows.b_offset;
-            if (__BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__) {
-                const size_t n = rows.tokens * static_cast<size_t>(shape.a_cols + shape.b_cols) * es;
-                host_order.assign(a, a + n);
-                cache_elements_to_le(host_order.data(), n, es);  // the swap is its own inverse
-                a = host_order.data();
-                b = a + (rows.b_offset - rows.a_offset);
+            const bool swapped = __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__;
+            if (swapped) {
+                const std::vector<ByteRun> runs = layer_runs(shape, rows);
+                host_order.assign(in + rows.a_offset, in + runs.back().offset + runs.back().bytes);
+                for (const ByteRun& run : runs)  // the swap is its own inverse
+                    cache_elements_to_le(host_order.data() + (run.offset - rows.a_offset), run.bytes, run.element);
             }
-            const gqla_view av = rows_view(cfg_, true, const_cast<unsigned char*>(a), rows.tokens);
-            const gqla_view bv = rows_view(cfg_, false, const_cast<unsigned char*>(b), rows.tokens);
-            append_views_locked(l, 1, &id, &rows.tokens, av, bv, "sequence_import");
+            // The layer's bytes at buffer offset `off`, in host order.
+            auto at = [&](size_t off) {
+                return swapped ? host_order.data() + (off - rows.a_offset) : const_cast<unsigned char*>(in) + off;
+            };
+            const gqla_view av = rows_view(cfg_, shape, true, at(rows.a_offset), rows.tokens);
+            const gqla_view bv = rows_view(cfg_, shape, false, at(rows.b_offset), rows.tokens);
+            const gqla_view scales[2] = {scales_view(shape.a_scale_cols, at(rows.a_scales_offset), rows.tokens),
+                                         scales_view(shape.b_scale_cols, at(rows.b_scales_offset), rows.tokens)};
+            append_views_locked(l, 1, &id, &rows.tokens, av, bv, "sequence_import",
+                                cfg_.cache_dtype == GQLA_DTYPE_FP8_E4M3 ? scales : nullptr);
         }
     } catch (...) {
         release_locked(id);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Reading cached rows back out (sequence export): the inverse of the kept
-// cache's writes in cache_writes.cpp, byte for byte in the cache dtype.
+// cache's writes in cache_writes.cpp, byte for byte as stored; an 8-bit
+// pool's rows come with their scales.
 #include <cstring>
 
 #include "backends/cpu/backend_ops.hpp"
@@ -9,14 +10,17 @@ namespace gqla::cpu {
 
 gqla_status read_rows(CpuContext* ctx, const gqla_read_args* a) {
     const gqla_backend_desc& d = ctx->desc;
-    if (ctx->fp8())  // the core refuses first (docs/fp8-cache.md); kept as a guard
-        return fail(ctx, GQLA_ERR_UNSUPPORTED, "read_rows: an fp8_e4m3 cache has per-row scales the rows do not carry");
     const int64_t P = d.page_size;
-    const size_t es = ctx->elem_size;
-    const char* A = static_cast<const char*>(ctx->pool_layer(ctx->kept[0], a->layer));
-    const char* B = static_cast<const char*>(ctx->pool_layer(ctx->kept[1], a->layer));
+    const Pool& pa = ctx->kept[0];
+    const Pool& pb = ctx->kept[1];
+    const char* A = static_cast<const char*>(ctx->pool_layer(pa, a->layer));
+    const char* B = static_cast<const char*>(ctx->pool_layer(pb, a->layer));
     char* out_a = static_cast<char*>(a->a.data);
     char* out_b = static_cast<char*>(a->b.data);
+    float* out_a_scales = static_cast<float*>(a->a_scales.data);
+    float* out_b_scales = static_cast<float*>(a->b_scales.data);
+    if ((pa.scale_cols > 0 && out_a_scales == nullptr) || (pb.scale_cols > 0 && out_b_scales == nullptr))
+        return fail(ctx, GQLA_ERR_INVALID_ARGUMENT, "read_rows: an fp8_e4m3 cache's rows need views of their scales");
     const bool gqa = d.kind == GQLA_KIND_GQA;
     // Row widths in elements: per KV head for GQA (K/V pages are [G][P][dim]),
     // whole rows for the latent (pages are [P][dim]).
@@ -27,10 +31,15 @@ gqla_status read_rows(CpuContext* ctx, const gqla_read_args* a) {
         const int64_t pos = a->start + i;
         const int64_t page = a->page_table[pos / P], slot = pos % P;
         for (int64_t g = 0; g < heads; ++g) {
-            const int64_t a_off = page * ctx->kept[0].page_elems + (g * P + slot) * wa;
-            const int64_t b_off = page * ctx->kept[1].page_elems + (g * P + slot) * wb;
-            std::memcpy(out_a + ((i * heads + g) * wa) * es, A + a_off * es, static_cast<size_t>(wa) * es);
-            std::memcpy(out_b + ((i * heads + g) * wb) * es, B + b_off * es, static_cast<size_t>(wb) * es);
+            const int64_t row = g * P + slot, out_row = i * heads + g;
+            std::memcpy(out_a + out_row * wa * pa.elem, A + (page * pa.page_elems + row * wa) * pa.elem,
+                        static_cast<size_t>(wa) * pa.elem);
+            std::memcpy(out_b + out_row * wb * pb.elem, B + (page * pb.page_elems + row * wb) * pb.elem,
+                        static_cast<size_t>(wb) * pb.elem);
+            if (pa.scale_cols > 0)
+                std::memcpy(out_a_scales + out_row * pa.scale_cols, pa.scales(A, page, row), 4u * pa.scale_cols);
+            if (pb.scale_cols > 0)
+                std::memcpy(out_b_scales + out_row * pb.scale_cols, pb.scales(B, page, row), 4u * pb.scale_cols);
         }
     }
     return GQLA_OK;

@@ -122,14 +122,40 @@ gqla_status expand_slots(CpuContext* ctx, int32_t layer, const LatentRows& rows)
     return GQLA_OK;
 }
 
-// Widens an io row to f32 and quantizes it into e4m3 with one scale.
-float quantize_io_row(const void* src, gqla_dtype t, int n, float* tmp, uint8_t* dst) {
+// Scales [scale_cols] of row `row` of a stored rows' scale view
+// (gqla_append_args a_scales / b_scales: contiguous [n, scale_cols]).
+const float* stored_scales(const gqla_view& v, int64_t row) {
+    return static_cast<const float*>(v.data) + row * v.strides[0];
+}
+
+// Widens an io row to f32 and quantizes it into e4m3 with one scale; or,
+// for a stored row (an import: t is FP8_E4M3), copies its codes and
+// returns its scale.
+float quantize_io_row(const void* src, gqla_dtype t, int n, float* tmp, uint8_t* dst, const float* stored_scale) {
+    if (t == GQLA_DTYPE_FP8_E4M3) {
+        std::memcpy(dst, src, static_cast<size_t>(n));
+        return *stored_scale;
+    }
     load_row_f32(src, t, n, 1.0f, tmp);
     return quantize_row_e4m3(tmp, n, dst);
 }
 
+// Stored rows (t FP8_E4M3) need an 8-bit cache and their scales.
+gqla_status check_stored_rows(CpuContext* ctx, const gqla_view& rows, const gqla_view& scales, const char* part) {
+    if (rows.dtype != GQLA_DTYPE_FP8_E4M3) return GQLA_OK;
+    if (!ctx->fp8())
+        return fail(ctx, GQLA_ERR_INVALID_ARGUMENT, "append: stored 8-bit %s rows into a %s cache", part,
+                    dtype_name(ctx->desc.cache_dtype));
+    if (scales.data == nullptr || scales.on_device)
+        return fail(ctx, GQLA_ERR_INVALID_ARGUMENT, "append: stored 8-bit %s rows need their scales in host memory",
+                    part);
+    return GQLA_OK;
+}
+
 gqla_status append_gqa_kind_fp8(CpuContext* ctx, const gqla_append_args* a) {
     const gqla_backend_desc& d = ctx->desc;
+    if (gqla_status st = check_stored_rows(ctx, a->a, a->a_scales, "K"); st != GQLA_OK) return st;
+    if (gqla_status st = check_stored_rows(ctx, a->b, a->b_scales, "V"); st != GQLA_OK) return st;
     const int64_t P = d.page_size, D = d.head_dim, Dv = d.value_dim;
     const Pool& kp = ctx->kept[0];
     const Pool& vp = ctx->kept[1];
@@ -146,10 +172,13 @@ gqla_status append_gqa_kind_fp8(CpuContext* ctx, const gqla_append_args* a) {
             const int64_t r = g * P + s.slot;
             uint8_t* k_dst = reinterpret_cast<uint8_t*>(K + s.page * kp.page_elems + r * D);
             uint8_t* v_dst = reinterpret_cast<uint8_t*>(V + s.page * vp.page_elems + r * Dv);
+            const bool stored = a->a.dtype == GQLA_DTYPE_FP8_E4M3;
             *kp.scales(K, s.page, r) =
-                quantize_io_row(view_at(a->a, row, g), a->a.dtype, static_cast<int>(D), tmp.data(), k_dst);
+                quantize_io_row(view_at(a->a, row, g), a->a.dtype, static_cast<int>(D), tmp.data(), k_dst,
+                                stored ? stored_scales(a->a_scales, row) + g : nullptr);
             *vp.scales(V, s.page, r) =
-                quantize_io_row(view_at(a->b, row, g), a->b.dtype, static_cast<int>(Dv), tmp.data(), v_dst);
+                quantize_io_row(view_at(a->b, row, g), a->b.dtype, static_cast<int>(Dv), tmp.data(), v_dst,
+                                stored ? stored_scales(a->b_scales, row) + g : nullptr);
         }
     });
     return GQLA_OK;
@@ -175,11 +204,15 @@ gqla_status append_gqa_kind(CpuContext* ctx, const gqla_append_args* a) {
 
 // One appended latent row as the cache stores it: converted to the cache
 // dtype, or (8-bit) quantized in blocks of kFp8LatentBlockElems, one scale
-// each into `scales`, through the f32 row `tmp` (r floats).
+// each into `scales`, through the f32 row `tmp` (r floats); a stored 8-bit
+// row (src_dtype FP8_E4M3, an import) is copied with its `src_scales`.
 void store_latent_row(const CpuContext* ctx, const void* src, gqla_dtype src_dtype, char* dst, float* scales,
-                      float* tmp) {
+                      float* tmp, const float* src_scales) {
     const int r = static_cast<int>(ctx->desc.latent_dim);
-    if (ctx->fp8()) {
+    if (src_dtype == GQLA_DTYPE_FP8_E4M3) {
+        std::memcpy(dst, src, static_cast<size_t>(r));
+        std::memcpy(scales, src_scales, sizeof(float) * ((r + kFp8LatentBlockElems - 1) / kFp8LatentBlockElems));
+    } else if (ctx->fp8()) {
         load_row_f32(src, src_dtype, r, 1.0f, tmp);
         quantize_blocks_e4m3(tmp, r, kFp8LatentBlockElems, reinterpret_cast<uint8_t*>(dst), scales);
     } else {
@@ -205,6 +238,8 @@ gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
         if (!ctx->weights[static_cast<size_t>(a->layer)].set())
             return fail(ctx, GQLA_ERR_INVALID_STATE, "append: weights of layer %d are not set", a->layer);
     }
+    if (gqla_status st = check_stored_rows(ctx, a->a, a->a_scales, "latent"); st != GQLA_OK) return st;
+    const bool stored = a->a.dtype == GQLA_DTYPE_FP8_E4M3;
     LatentRows expanded;
     if (expand && !expanded.reserve(a->items, a->num_items, r))
         return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
@@ -219,7 +254,8 @@ gqla_status append_gqla_kind(CpuContext* ctx, const gqla_append_args* a) {
     for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t row) {
         char* c_dst = C + (s.page * cp.page_elems + s.slot * r) * ctx->elem_size;
         float* c_scales = ctx->fp8() ? cp.scales(C, s.page, s.slot) : nullptr;
-        store_latent_row(ctx, view_at(a->a, row), a->a.dtype, c_dst, c_scales, tmp.data());
+        store_latent_row(ctx, view_at(a->a, row), a->a.dtype, c_dst, c_scales, tmp.data(),
+                         stored ? stored_scales(a->a_scales, row) : nullptr);
         store_rope_key_row(ctx, a, row, s);
         // The expansion sees the latent as stored, so it matches a later
         // re-expansion from the cache bit for bit.
@@ -239,12 +275,14 @@ gqla_status append_gqla_without_latent(CpuContext* ctx, const gqla_append_args* 
     const gqla_backend_desc& d = ctx->desc;
     if (!ctx->weights[static_cast<size_t>(a->layer)].set())
         return fail(ctx, GQLA_ERR_INVALID_STATE, "append: weights of layer %d are not set", a->layer);
+    if (gqla_status st = check_stored_rows(ctx, a->a, a->a_scales, "latent"); st != GQLA_OK) return st;
+    const bool stored = a->a.dtype == GQLA_DTYPE_FP8_E4M3;
     const int64_t r = d.latent_dim;
     LatentRows rows;
-    std::vector<unsigned char> stored;  // one latent row in the cache dtype
+    std::vector<unsigned char> row_store;  // one latent row in the cache dtype
     std::vector<float> tmp, scales;
     try {
-        stored.resize(static_cast<size_t>(r) * ctx->elem_size);
+        row_store.resize(static_cast<size_t>(r) * ctx->elem_size);
         if (ctx->fp8()) {
             tmp.resize(static_cast<size_t>(r));
             scales.resize(static_cast<size_t>((r + kFp8LatentBlockElems - 1) / kFp8LatentBlockElems));
@@ -256,12 +294,13 @@ gqla_status append_gqla_without_latent(CpuContext* ctx, const gqla_append_args* 
     for (int32_t it = 0; it < a->num_items; ++it) n += a->items[it].count;
     if (!rows.reserve_rows(std::min(n, kExpandRowsPerGemm), r))
         return fail(ctx, GQLA_ERR_OUT_OF_MEMORY, "append: out of memory");
-    char* row_bytes = reinterpret_cast<char*>(stored.data());
+    char* row_bytes = reinterpret_cast<char*>(row_store.data());
     float* row_scales = ctx->fp8() ? scales.data() : nullptr;
     gqla_status st = GQLA_OK;
     for_each_position(a->items, a->num_items, d.page_size, [&](Slot s, int64_t row) {
         if (st != GQLA_OK) return;
-        store_latent_row(ctx, view_at(a->a, row), a->a.dtype, row_bytes, row_scales, tmp.data());
+        store_latent_row(ctx, view_at(a->a, row), a->a.dtype, row_bytes, row_scales, tmp.data(),
+                         stored ? stored_scales(a->a_scales, row) : nullptr);
         store_rope_key_row(ctx, a, row, s);
         rows.add(ctx, row_bytes, row_scales, s);
         if (rows.size() == kExpandRowsPerGemm) {

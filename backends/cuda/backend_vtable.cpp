@@ -235,7 +235,7 @@ const gqla_backend_vtable kVtable = {
     // sparse calls included (the narrow and per-warp kernels gather listed
     // rows and their scales as they gather a page table's).
     GQLA_BACKEND_FEATURE_DROP_LATENT | GQLA_BACKEND_FEATURE_FP8_CACHE | GQLA_BACKEND_FEATURE_SPARSE |
-        GQLA_BACKEND_FEATURE_SPARSE_FP8,
+        GQLA_BACKEND_FEATURE_SPARSE_FP8 | GQLA_BACKEND_FEATURE_FP8_ROWS,
 };
 
 }  // namespace

@@ -49,7 +49,8 @@ __global__ void scatter_rows_vec16_kernel(const __grid_constant__ ScatterParams 
 // 8-bit pools: one warp per (row, group, block of scale_block columns):
 // the block's largest finite magnitude (warp maximum) gives its scale, then
 // each element is quantized (fp8_e4m3.cuh) and lane 0 stores the scale
-// after the page's rows.
+// after the page's rows. Stored rows (src_dtype FP8_E4M3) keep their codes
+// and bring their scales.
 __global__ void scatter_rows_fp8_kernel(const __grid_constant__ ScatterParams p) {
     const int warps = blockDim.x / 32, lane = threadIdx.x & 31;
     const int64_t item = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
@@ -62,17 +63,24 @@ __global__ void scatter_rows_fp8_kernel(const __grid_constant__ ScatterParams p)
     const int64_t page = tok / p.page_size, slot = tok % p.page_size;
     const int64_t src = row * p.src_row_stride + g * p.src_group_stride;
     const int c0 = b * p.scale_block, c1 = min(p.dim, c0 + p.scale_block);
-    float amax = 0.f;
-    for (int c = c0 + lane; c < c1; c += 32) {
-        const float a = fabsf(load_elem(p.src, p.src_dtype, src + c));
-        if (a <= 3.40282347e38f) amax = fmaxf(amax, a);  // finite elements only
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float scale = fp8_scale_for(amax);
     unsigned char* page_base = static_cast<unsigned char*>(p.dst) + page * p.dst_page_stride;
     unsigned char* dst = page_base + g * p.dst_group_stride + slot * p.dst_row_stride;
-    for (int c = c0 + lane; c < c1; c += 32) dst[c] = quantize_e4m3(load_elem(p.src, p.src_dtype, src + c), scale);
+    float scale;
+    if (p.src_dtype == GQLA_DTYPE_FP8_E4M3) {
+        scale = p.src_scales[row * p.src_scale_row_stride + int64_t(g) * p.dst_scale_cols + b];
+        const unsigned char* codes = static_cast<const unsigned char*>(p.src);
+        for (int c = c0 + lane; c < c1; c += 32) dst[c] = codes[src + c];
+    } else {
+        float amax = 0.f;
+        for (int c = c0 + lane; c < c1; c += 32) {
+            const float a = fabsf(load_elem(p.src, p.src_dtype, src + c));
+            if (a <= 3.40282347e38f) amax = fmaxf(amax, a);  // finite elements only
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        scale = fp8_scale_for(amax);
+        for (int c = c0 + lane; c < c1; c += 32) dst[c] = quantize_e4m3(load_elem(p.src, p.src_dtype, src + c), scale);
+    }
     if (lane == 0)
         *reinterpret_cast<float*>(page_base + p.dst_scale_offset +
                                   4 * ((int64_t(g) * p.page_size + slot) * p.dst_scale_cols + b)) = scale;

@@ -29,6 +29,11 @@ struct ScatterParams {
     int64_t dst_scale_offset;
     int32_t dst_scale_cols;  // blocks per row (>= 1 for 8-bit pools)
     int32_t scale_block;     // columns per block
+    // src_dtype FP8_E4M3 (stored rows, a sequence import): the codes are
+    // copied as they are, with block b of (row, group) taking the scale
+    // src_scales[row * src_scale_row_stride + g * dst_scale_cols + b].
+    const float* src_scales;
+    int64_t src_scale_row_stride;
 };
 void launch_scatter_rows(const ScatterParams& p, cudaStream_t stream);
 

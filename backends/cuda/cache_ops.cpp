@@ -164,40 +164,55 @@ void append(Session& s, const gqla_append_args& a) {
     const size_t tok_bytes = n * 8;
     const size_t a_bytes = host_a ? view_elems(a.a) * dtype_size(a.a.dtype) : 0;
     const size_t b_bytes = host_b ? view_elems(a.b) * dtype_size(a.b.dtype) : 0;
+    // Stored 8-bit rows (a sequence import) bring their scales (host
+    // memory, contiguous): staged behind their rows, 16-byte aligned.
+    auto stored_scale_bytes = [](const gqla_view& rows, const gqla_view& scales) -> size_t {
+        if (rows.dtype != GQLA_DTYPE_FP8_E4M3) return 0;
+        if (scales.data == nullptr || scales.on_device || rows.on_device)
+            throw BackendError(GQLA_ERR_INVALID_ARGUMENT, "CUDA append: stored 8-bit rows need host rows and scales");
+        return view_elems(scales) * 4;
+    };
+    auto round16 = [](size_t bytes) { return (bytes + 15) / 16 * 16; };
+    const size_t a_scale_bytes = stored_scale_bytes(a.a, a.a_scales),
+                 b_scale_bytes = stored_scale_bytes(a.b, a.b_scales);
+    const size_t a_stage = round16(a_bytes) + a_scale_bytes, b_stage = round16(b_bytes) + b_scale_bytes;
     s.row_tokens.ensure(std::max<size_t>(tok_bytes, s.row_tokens.bytes()), "row token indices");
-    if (host_a) s.staged_a.ensure(a_bytes, "append staging");
-    if (host_b) s.staged_b.ensure(b_bytes, "append staging");
+    if (host_a) s.staged_a.ensure(a_stage, "append staging");
+    if (host_b) s.staged_b.ensure(b_stage, "append staging");
 
-    unsigned char* pinned = static_cast<unsigned char*>(acquire_pinned(s, tok_bytes + a_bytes + b_bytes));
+    unsigned char* pinned = static_cast<unsigned char*>(acquire_pinned(s, tok_bytes + a_stage + b_stage));
     int64_t* tokens = reinterpret_cast<int64_t*>(pinned);
     for (int i = 0; i < a.num_items; ++i) item_tokens(a.items[i], d.page_size, tokens + a.items[i].row_offset);
     check_cuda(cudaMemcpyAsync(s.row_tokens.get(), pinned, tok_bytes, cudaMemcpyHostToDevice, s.stream),
                "cudaMemcpyAsync(tokens)");
     gqla_view va = a.a, vb = a.b;
-    if (host_a) {
-        pack_host_view(a.a, pinned + tok_bytes);
-        check_cuda(cudaMemcpyAsync(s.staged_a.get(), pinned + tok_bytes, a_bytes, cudaMemcpyHostToDevice, s.stream),
-                   "cudaMemcpyAsync(a)");
-        va = contiguous_like(a.a, s.staged_a.get());
-    }
-    if (host_b) {
-        pack_host_view(a.b, pinned + tok_bytes + a_bytes);
-        check_cuda(
-            cudaMemcpyAsync(s.staged_b.get(), pinned + tok_bytes + a_bytes, b_bytes, cudaMemcpyHostToDevice, s.stream),
-            "cudaMemcpyAsync(b)");
-        vb = contiguous_like(a.b, s.staged_b.get());
-    }
+    const float *a_scales = nullptr, *b_scales = nullptr;
+    // Rows (and the scales of stored rows) through the pinned block into staging.
+    auto stage = [&](const gqla_view& rows, const gqla_view& scales, size_t row_bytes, size_t scale_bytes,
+                     unsigned char* host, DeviceBuffer& staged, const float** staged_scales) {
+        pack_host_view(rows, host);
+        if (scale_bytes > 0) std::memcpy(host + round16(row_bytes), scales.data, scale_bytes);
+        const size_t bytes = scale_bytes > 0 ? round16(row_bytes) + scale_bytes : row_bytes;
+        check_cuda(cudaMemcpyAsync(staged.get(), host, bytes, cudaMemcpyHostToDevice, s.stream),
+                   "cudaMemcpyAsync(append rows)");
+        if (scale_bytes > 0)
+            *staged_scales = reinterpret_cast<const float*>(staged.get<unsigned char>() + round16(row_bytes));
+        return contiguous_like(rows, staged.get());
+    };
+    if (host_a) va = stage(a.a, a.a_scales, a_bytes, a_scale_bytes, pinned + tok_bytes, s.staged_a, &a_scales);
+    if (host_b)
+        vb = stage(a.b, a.b_scales, b_bytes, b_scale_bytes, pinned + tok_bytes + a_stage, s.staged_b, &b_scales);
     release_pinned(s);
 
     const int64_t* d_tokens = s.row_tokens.get<int64_t>();
     const int32_t rows = static_cast<int32_t>(n);
     if (d.kind == GQLA_KIND_GQA) {
         scatter_into(s, va, va.strides[1], 0, s.pool_a, a.layer, d.num_kv_heads, d.head_dim, cache_format(s), d_tokens,
-                     rows);
+                     rows, a_scales);
         scatter_into(s, vb, vb.strides[1], 0, s.pool_b, a.layer, d.num_kv_heads, d.value_dim, cache_format(s), d_tokens,
-                     rows);
+                     rows, b_scales);
     } else if (d.keep_latent) {
-        scatter_into(s, va, 0, 0, s.pool_a, a.layer, 1, d.latent_dim, latent_format(s), d_tokens, rows);
+        scatter_into(s, va, 0, 0, s.pool_a, a.layer, 1, d.latent_dim, latent_format(s), d_tokens, rows, a_scales);
         scatter_into(s, vb, 0, 0, s.pool_b, a.layer, 1, d.rope_dim, rope_format(s), d_tokens, rows);
         if (a.write_expanded) expand_kept(s, a.layer, d_tokens, n);
     } else {
@@ -208,6 +223,8 @@ void append(Session& s, const gqla_append_args& a) {
         if (!s.weights[static_cast<size_t>(a.layer)].get())
             throw BackendError(GQLA_ERR_INVALID_STATE,
                                "CUDA append: weights of layer " + std::to_string(a.layer) + " not set");
+        if (a_scales)  // 8-bit caches keep the latent here (no feature for it)
+            throw BackendError(GQLA_ERR_INTERNAL, "CUDA append: stored 8-bit latent rows without a latent pool");
         scatter_into(s, vb, 0, 0, s.pool_b, a.layer, 1, d.rope_dim, rope_format(s), d_tokens, rows);
         const LatentRows given{va.data, va.dtype, va.strides[0]};
         expand_latent_rows(s, a.layer, d_tokens, n, ExpandedPools{&s.pool_kc, &s.pool_ve, a.layer, cache_format(s)},

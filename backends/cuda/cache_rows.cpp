@@ -13,8 +13,10 @@ namespace gqla::cuda {
 
 void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, int64_t src_col_offset_elems,
                   const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim, PoolFormat format,
-                  const int64_t* tokens, int32_t rows) {
+                  const int64_t* tokens, int32_t rows, const float* src_scales) {
     const PoolGeometry g = pool_geometry(s, groups, dim, format);
+    if (src.dtype == GQLA_DTYPE_FP8_E4M3 && (format.dtype != GQLA_DTYPE_FP8_E4M3 || src_scales == nullptr))
+        throw BackendError(GQLA_ERR_INTERNAL, "CUDA append: stored 8-bit rows need an 8-bit pool and their scales");
     ScatterParams p{};
     p.src = static_cast<const unsigned char*>(src.data) + src_col_offset_elems * dtype_size(src.dtype);
     p.src_dtype = src.dtype;
@@ -33,6 +35,8 @@ void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, in
     p.dst_scale_offset = g.scale_offset;
     p.dst_scale_cols = format.scale_cols;
     p.scale_block = format.scale_cols > 1 ? kFp8LatentBlock : dim;
+    p.src_scales = src_scales;
+    p.src_scale_row_stride = groups * format.scale_cols;
     launch_scatter_rows(p, s.stream);
 }
 

@@ -16,10 +16,12 @@ namespace gqla::cuda {
 // r * strides[0], group g `src_group_stride` further, first column
 // `src_col_offset_elems` in) -> pool `layer` at the token indices `tokens`
 // (page * page_size + slot, device memory), converted to the pool's format
-// (8-bit pools: quantized with scales, one per row or per block of it).
+// (8-bit pools: quantized with scales, one per row or per block of it; or,
+// for stored rows of dtype FP8_E4M3, copied with their `src_scales`: device
+// memory, [rows][groups][blocks] f32).
 void scatter_into(Session& s, const gqla_view& src, int64_t src_group_stride, int64_t src_col_offset_elems,
                   const DeviceBuffer& pool, int layer, int64_t groups, int32_t dim, PoolFormat format,
-                  const int64_t* tokens, int32_t rows);
+                  const int64_t* tokens, int32_t rows, const float* src_scales = nullptr);
 
 // Where expanded rows go: a KC pool, a VE pool and the layer inside both.
 // The kept expanded cache writes layer l into its layer l; the transient

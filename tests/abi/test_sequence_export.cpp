@@ -4,12 +4,14 @@
 // refused with the session unchanged.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "f32_tensors.hpp"
 #include "harness.hpp"
 #include "gqla/gqla.h"
@@ -109,6 +111,48 @@ void check_unchanged(const gqla_stats& before, const gqla_stats& after) {
     CHECK(after.tokens_cached == before.tokens_cached);
 }
 
+// Rewrites the checksum of a deliberately changed buffer, from the rule of
+// docs/sequence-format.md (64-bit FNV-1a over little-endian words, then the
+// tail bytes), so only the change itself is judged.
+void reseal(std::vector<unsigned char>& v) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i = 0;
+    const size_t n = v.size() - 8;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = 0;
+        for (int k = 0; k < 8; ++k) w |= uint64_t(v[i + k]) << (8 * k);
+        h = (h ^ w) * 0x100000001b3ull;
+    }
+    for (; i < n; ++i) h = (h ^ v[i]) * 0x100000001b3ull;
+    for (int k = 0; k < 8; ++k) v[n + k] = static_cast<unsigned char>(h >> (8 * k));
+}
+
+float load_le_f32(const unsigned char* p) {
+    uint32_t bits = 0;
+    for (int k = 0; k < 4; ++k) bits |= uint32_t(p[k]) << (8 * k);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+void store_le_f32(unsigned char* p, float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    for (int k = 0; k < 4; ++k) p[k] = static_cast<unsigned char>(bits >> (8 * k));
+}
+
+// The e4m3 codes and scale of one row group as docs/fp8-cache.md states
+// the rule: scale = amax / 448 (1 for a group without a non-zero element),
+// codes e4m3(x / scale). Counts the elements and scales of the buffer that
+// differ from it.
+int fp8_group_mismatches(const float* x, int n, const unsigned char* codes, const unsigned char* scale_at) {
+    float amax = 0.0f;
+    for (int k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    int bad = load_le_f32(scale_at) == scale ? 0 : 1;
+    for (int k = 0; k < n; ++k) bad += codes[k] != gqla::f32_to_e4m3(x[k] / scale);
+    return bad;
+}
+
 }  // namespace
 
 TEST_CASE("sequence export: round trips are bit-exact for every kind and cache dtype") {
@@ -117,7 +161,7 @@ TEST_CASE("sequence export: round trips are bit-exact for every kind and cache d
     std::mt19937_64 rng(seed);
     const uint64_t weight_seed = rng();
     for (gqla_kind kind : {GQLA_KIND_GQA, GQLA_KIND_GQLA})
-        for (gqla_dtype dt : {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16}) {
+        for (gqla_dtype dt : {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16, GQLA_DTYPE_FP8_E4M3}) {
             CAPTURE(kind);
             CAPTURE(dt);
             const gqla_config ca = config_of({kind, dt, 16});
@@ -153,8 +197,13 @@ TEST_CASE("sequence export: round trips are bit-exact for every kind and cache d
             CHECK(export_all(c, moved) == bytes);
             // GQLA: another path, whose expanded rows are rounded to the cache
             // dtype. Each path is within the dtype's bound of the float64
-            // result, so the two are within twice that bound of each other.
-            const double bound = 2 * (dt == GQLA_DTYPE_F32 ? 1e-5 : dt == GQLA_DTYPE_F16 ? 2e-3 : 1e-2);
+            // result, so the two are within twice that bound of each other
+            // (8-bit: the bound of the 8-bit rounding, which the expanded rows
+            // add a second time: docs/numerics.md).
+            const double bound = 2 * (dt == GQLA_DTYPE_F32    ? 1e-5
+                                      : dt == GQLA_DTYPE_F16  ? 2e-3
+                                      : dt == GQLA_DTYPE_BF16 ? 1e-2
+                                                              : 6e-2);
             for (int32_t layer : {0, 1})
                 CHECK(rel_l2(decode_one(c, cc, moved, layer, q), decode_one(a, ca, seq, layer, q)) <= bound);
             gqla_session_destroy(c);
@@ -193,43 +242,155 @@ TEST_CASE("sequence export: size queries, small buffers and forked sequences") {
     gqla_session_destroy(s);
 }
 
+TEST_CASE("sequence export: an 8-bit cache travels as its codes and scales") {
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    std::mt19937_64 rng(seed);
+    const size_t header = 64 + 2 * 8;  // two layers' lengths
+
+    // GQA kind: per layer K codes [n][G][D], their scales [n][G], V codes
+    // [n][G][Dv], their scales [n][G].
+    const gqla_config g = config_of({GQLA_KIND_GQA, GQLA_DTYPE_FP8_E4M3, 16});
+    gqla_session* s = make_session(g, 1);
+    gqla_seq_id seq;
+    ok(gqla_sequence_add(s, &seq));
+    const int64_t n = 21, G = g.num_kv_heads, D = g.head_dim, Dv = g.value_dim;
+    std::vector<float> k = random_vector(rng, n * G * D), v = random_vector(rng, n * G * Dv);
+    std::fill(k.begin() + (2 * G + 1) * D, k.begin() + (2 * G + 2) * D, 0.0f);  // a group of zeros: scale 1
+    gqla_tensor tk = host(k, {n, G, D}), tv = host(v, {n, G, Dv});
+    ok(gqla_append(s, 0, seq, &tk, &tv));
+    std::vector<unsigned char> bytes = export_all(s, seq);
+    REQUIRE(bytes.size() == header + n * (G * D + G * 4 + G * Dv + G * 4) + 8);
+    const size_t k_codes = header, k_scales = k_codes + n * G * D, v_codes = k_scales + n * G * 4,
+                 v_scales = v_codes + n * G * Dv;
+    int bad = 0;
+    for (int64_t i = 0; i < n * G; ++i) {
+        bad += fp8_group_mismatches(k.data() + i * D, int(D), bytes.data() + k_codes + i * D,
+                                    bytes.data() + k_scales + 4 * i);
+        bad += fp8_group_mismatches(v.data() + i * Dv, int(Dv), bytes.data() + v_codes + i * Dv,
+                                    bytes.data() + v_scales + 4 * i);
+    }
+    CHECK(bad == 0);
+    CHECK(load_le_f32(bytes.data() + k_scales + 4 * (2 * G + 1)) == 1.0f);
+
+    // Imported elsewhere: the same codes and scales, so the same decodes.
+    gqla_session* t = make_session(config_of({GQLA_KIND_GQA, GQLA_DTYPE_FP8_E4M3, 7}), 1);
+    gqla_seq_id copy = 0;
+    ok(gqla_sequence_import(t, bytes.data(), bytes.size(), &copy));
+    CHECK(export_all(t, copy) == bytes);
+    std::vector<float> q = random_vector(rng, static_cast<size_t>(g.num_heads) * D);
+    CHECK(rel_l2(decode_one(t, g, copy, 0, q), decode_one(s, g, seq, 0, q)) <= 1e-5);
+
+    // A scale the library never writes is refused, even under a valid
+    // checksum, and changes nothing.
+    const gqla_stats before = stats_of(t);
+    for (float wrong : {0.0f, -1.0f, 1e-39f, INFINITY, NAN}) {
+        CAPTURE(wrong);
+        std::vector<unsigned char> bad_scale = bytes;
+        store_le_f32(bad_scale.data() + v_scales + 4 * 5, wrong);
+        reseal(bad_scale);
+        gqla_seq_id out = -7;
+        CHECK(gqla_sequence_import(t, bad_scale.data(), bad_scale.size(), &out) == GQLA_ERR_INVALID_ARGUMENT);
+        const std::string msg = gqla_last_error_message();
+        CHECK_MESSAGE(msg.find("scale") != std::string::npos, msg);
+        CHECK(out == -7);
+    }
+    check_unchanged(before, stats_of(t));
+    gqla_session_destroy(t);
+    gqla_session_destroy(s);
+
+    // GQLA: per layer latent codes [n][r], one scale per 128-element block
+    // [n][ceil(r / 128)], then kr in bf16 [n][d_r] (no scales).
+    gqla_config c = config_of({GQLA_KIND_GQLA, GQLA_DTYPE_FP8_E4M3, 16});
+    c.latent_dim = 300;  // blocks of 128, 128 and 44
+    const int64_t r = c.latent_dim, dr = c.rope_dim, blocks = 3, m = 19;
+    s = make_session(c, 2);
+    ok(gqla_sequence_add(s, &seq));
+    std::vector<float> lat = random_vector(rng, m * r), kr = random_vector(rng, m * dr);
+    gqla_tensor tc = host(lat, {m, r}), tkr = host(kr, {m, dr});
+    ok(gqla_append(s, 0, seq, &tc, &tkr));
+    append_random(s, c, rng, seq, 1, 4);
+    bytes = export_all(s, seq);
+    REQUIRE(bytes.size() == header + (m + 4) * (r + 4 * blocks + 2 * dr) + 8);
+    const size_t c_scales = header + m * r, kr_at = c_scales + m * blocks * 4;
+    bad = 0;
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t w = std::min<int64_t>(128, r - 128 * b);
+            bad += fp8_group_mismatches(lat.data() + i * r + 128 * b, int(w), bytes.data() + header + i * r + 128 * b,
+                                        bytes.data() + c_scales + 4 * (i * blocks + b));
+        }
+        for (int64_t e = 0; e < dr; ++e) {
+            const uint16_t h = gqla::f32_to_bf16(kr[size_t(i * dr + e)]);
+            bad += bytes[kr_at + 2 * (i * dr + e)] != (h & 0xff) || bytes[kr_at + 2 * (i * dr + e) + 1] != (h >> 8);
+        }
+    }
+    CHECK(bad == 0);
+
+    // Into a session on the GQA path and one without the latent: both build
+    // their expanded rows from the same stored latent, so they decode alike
+    // bit for bit, and within the 8-bit bound of the absorb path.
+    gqla_config kept = c, dropped = c;
+    kept.path = GQLA_PATH_GQA;
+    dropped.path = GQLA_PATH_GQA;
+    dropped.keep_latent = 0;
+    gqla_session* a = make_session(kept, 2);
+    gqla_session* b = make_session(dropped, 2);
+    gqla_seq_id in_a = 0, in_b = 0;
+    ok(gqla_sequence_import(a, bytes.data(), bytes.size(), &in_a));
+    ok(gqla_sequence_import(b, bytes.data(), bytes.size(), &in_b));
+    CHECK(export_all(a, in_a) == bytes);
+    q = random_vector(rng, static_cast<size_t>(c.num_heads) * (c.nope_dim + c.rope_dim));
+    for (int32_t layer : {0, 1}) {
+        const std::vector<float> oa = decode_one(a, kept, in_a, layer, q);
+        CHECK(oa == decode_one(b, dropped, in_b, layer, q));
+        CHECK(rel_l2(oa, decode_one(s, c, seq, layer, q)) <= 2 * 6e-2);
+    }
+    gqla_session_destroy(b);
+    gqla_session_destroy(a);
+    gqla_session_destroy(s);
+}
+
 TEST_CASE("sequence import: every single-byte mutation is refused and changes nothing") {
     const uint64_t seed = abi::test_seed();
     INFO(abi::replay_hint(seed));
     std::mt19937_64 rng(seed);
-    const gqla_config c = config_of({GQLA_KIND_GQLA, GQLA_DTYPE_BF16, 16});
-    gqla_session* s = make_session(c, 3);
-    gqla_seq_id seq;
-    ok(gqla_sequence_add(s, &seq));
-    append_random(s, c, rng, seq, 0, 9);
-    append_random(s, c, rng, seq, 1, 4);
-    const std::vector<unsigned char> bytes = export_all(s, seq);
-    const gqla_stats before = stats_of(s);
-    std::vector<unsigned char> damaged = bytes;
-    int refused = 0;
-    for (size_t i = 0; i < bytes.size(); ++i) {
-        for (unsigned char flip : {0x01, 0x80, 0xFF}) {
-            damaged[i] = static_cast<unsigned char>(bytes[i] ^ flip);
-            gqla_seq_id out = -7;
-            const gqla_status st = gqla_sequence_import(s, damaged.data(), damaged.size(), &out);
-            refused += st == GQLA_ERR_INVALID_ARGUMENT;
-            if (st != GQLA_ERR_INVALID_ARGUMENT) FAIL("byte " << i << " ^ " << int(flip) << " was accepted");
-            CHECK(out == -7);
+    for (gqla_dtype dt : {GQLA_DTYPE_BF16, GQLA_DTYPE_FP8_E4M3}) {
+        CAPTURE(dt);
+        const gqla_config c = config_of({GQLA_KIND_GQLA, dt, 16});
+        gqla_session* s = make_session(c, 3);
+        gqla_seq_id seq;
+        ok(gqla_sequence_add(s, &seq));
+        append_random(s, c, rng, seq, 0, 9);
+        append_random(s, c, rng, seq, 1, 4);
+        const std::vector<unsigned char> bytes = export_all(s, seq);
+        const gqla_stats before = stats_of(s);
+        std::vector<unsigned char> damaged = bytes;
+        int refused = 0;
+        for (size_t i = 0; i < bytes.size(); ++i) {
+            for (unsigned char flip : {0x01, 0x80, 0xFF}) {
+                damaged[i] = static_cast<unsigned char>(bytes[i] ^ flip);
+                gqla_seq_id out = -7;
+                const gqla_status st = gqla_sequence_import(s, damaged.data(), damaged.size(), &out);
+                refused += st == GQLA_ERR_INVALID_ARGUMENT;
+                if (st != GQLA_ERR_INVALID_ARGUMENT) FAIL("byte " << i << " ^ " << int(flip) << " was accepted");
+                CHECK(out == -7);
+            }
+            damaged[i] = bytes[i];
         }
-        damaged[i] = bytes[i];
-    }
-    CHECK(refused == static_cast<int>(3 * bytes.size()));
-    check_unchanged(before, stats_of(s));
+        CHECK(refused == static_cast<int>(3 * bytes.size()));
+        check_unchanged(before, stats_of(s));
 
-    // Every truncation too.
-    for (size_t n = 0; n < bytes.size(); ++n) {
-        gqla_seq_id out = -7;
-        CHECK(gqla_sequence_import(s, bytes.data(), n, &out) == GQLA_ERR_INVALID_ARGUMENT);
+        // Every truncation too.
+        for (size_t n = 0; n < bytes.size(); ++n) {
+            gqla_seq_id out = -7;
+            CHECK(gqla_sequence_import(s, bytes.data(), n, &out) == GQLA_ERR_INVALID_ARGUMENT);
+        }
+        check_unchanged(before, stats_of(s));
+        gqla_seq_id fine = 0;
+        ok(gqla_sequence_import(s, bytes.data(), bytes.size(), &fine));
+        gqla_session_destroy(s);
     }
-    check_unchanged(before, stats_of(s));
-    gqla_seq_id fine = 0;
-    ok(gqla_sequence_import(s, bytes.data(), bytes.size(), &fine));
-    gqla_session_destroy(s);
 }
 
 TEST_CASE("sequence import: foreign shapes, versions and full sessions are refused") {
@@ -268,15 +429,7 @@ TEST_CASE("sequence import: foreign shapes, versions and full sessions are refus
     {
         std::vector<unsigned char> v2 = bytes;
         v2[8] = 2;
-        uint64_t h = 0xcbf29ce484222325ull;
-        size_t i = 0, n = v2.size() - 8;
-        for (; i + 8 <= n; i += 8) {
-            uint64_t w = 0;
-            for (int k = 0; k < 8; ++k) w |= uint64_t(v2[i + k]) << (8 * k);
-            h = (h ^ w) * 0x100000001b3ull;
-        }
-        for (; i < n; ++i) h = (h ^ v2[i]) * 0x100000001b3ull;
-        for (int k = 0; k < 8; ++k) v2[n + k] = static_cast<unsigned char>(h >> (8 * k));
+        reseal(v2);
         gqla_seq_id out = 0;
         CHECK(gqla_sequence_import(s, v2.data(), v2.size(), &out) == GQLA_ERR_INVALID_ARGUMENT);
         CHECK(std::string(gqla_last_error_message()).find("version 2") != std::string::npos);

@@ -188,8 +188,13 @@ public:
             std::vector<double> va, vb;
             fill(ta, gqa, n, G, wa, va);
             fill(tb, gqa, n, G, wb, vb);
-            gqla_append_args args{layer,         static_cast<int32_t>(items.size()), items.data(), ta.view, tb.view,
-                                  write_expanded};
+            gqla_append_args args{};
+            args.layer = layer;
+            args.num_items = static_cast<int32_t>(items.size());
+            args.items = items.data();
+            args.a = ta.view;
+            args.b = tb.view;
+            args.write_expanded = write_expanded;
             gqla_status st = vt_->append(ctx_, &args);
             if (st != GQLA_OK) return st;
             if (layer != this->layer()) continue;

@@ -365,7 +365,12 @@ void append_poisoned(Driver& drv, Sequence& s, int64_t count, int64_t poison_fro
                 }
             }
         }
-        gqla_append_args args{layer, 1, &item, ta.view, tb.view, 0};
+        gqla_append_args args{};
+        args.layer = layer;
+        args.num_items = 1;
+        args.items = &item;
+        args.a = ta.view;
+        args.b = tb.view;
         REQUIRE(drv.vt()->append(drv.ctx(), &args) == GQLA_OK);
         if (layer == drv.layer()) {
             s.a.insert(s.a.end(), va.begin(), va.end());

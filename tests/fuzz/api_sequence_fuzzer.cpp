@@ -193,9 +193,10 @@ int main(int argc, char** argv) {
     if (opt.features.any())
         std::printf(
             "  of the decodes: %lld gqla_attention calls, %lld sparse, %lld over an 8-bit cache (%lld needed the "
-            "rounding-boundary bound); %lld exports compared byte for byte, %lld imports; %lld shard sessions\n",
+            "rounding-boundary bound); %lld exports compared byte for byte, %lld imports (8-bit: %lld and %lld); "
+            "%lld shard sessions\n",
             (long long)run.attention_checked, (long long)run.sparse_checked, (long long)run.fp8_checked,
             (long long)run.boundary_checked, (long long)run.exports_checked, (long long)run.imports,
-            (long long)run.shard_sessions);
+            (long long)run.exports_fp8, (long long)run.imports_fp8, (long long)run.shard_sessions);
     return 0;
 }

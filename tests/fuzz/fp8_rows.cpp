@@ -36,8 +36,9 @@ void quantize(const double* x, int n, double* out) {
     const float scale = scale_for(amax);
     for (int k = 0; k < n; ++k) {
         const float v = static_cast<float>(x[k]);
-        // e4m3 has no infinity: a non-finite element is stored as NaN.
-        out[k] = std::isfinite(v) ? e4m3_value(v / scale) * static_cast<double>(scale) : std::nan("");
+        // e4m3 has no infinity: a non-finite element is stored as NaN, of
+        // its sign (the code an export shows).
+        out[k] = std::isfinite(v) ? e4m3_value(v / scale) * static_cast<double>(scale) : std::copysign(std::nan(""), v);
     }
 }
 

@@ -51,6 +51,8 @@ struct Run {
     int64_t boundary_checked = 0;
     int64_t exports_checked = 0;  // accepted exports compared byte for byte
     int64_t imports = 0;          // accepted imports
+    int64_t exports_fp8 = 0;      // of exports_checked, over an 8-bit cache
+    int64_t imports_fp8 = 0;      // of imports, into an 8-bit cache
     bool verbose = false;
     const char* op = "";  // what is being exercised now
 };

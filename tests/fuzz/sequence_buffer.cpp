@@ -2,6 +2,8 @@
 // The exported-sequence format of sequence_buffer.hpp.
 #include "tests/fuzz/sequence_buffer.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/dtype.hpp"
@@ -37,9 +39,39 @@ void put_element(std::vector<unsigned char>& out, gqla_dtype t, double v) {
         case GQLA_DTYPE_BF16:
             put_le(out, gqla::f32_to_bf16(f), 2);
             break;
-        default:  // an 8-bit cache, whose sessions refuse every buffer
-            put_le(out, gqla::f32_to_e4m3(f), 1);
+        default:  // 8-bit caches: put_fp8_part
             break;
+    }
+}
+
+// An 8-bit part of `tokens` rows of `cols` values as the shadow model holds
+// them (e4m3 code x scale, exactly): the codes [tokens][cols], then the f32
+// scales [tokens][groups] of its groups of `width` columns (the last one
+// may be narrower). A group's scale is its largest finite magnitude / 448,
+// since the quantization rule puts that element on e4m3's 448 (1 for a
+// group without a finite non-zero element); a NaN keeps its sign.
+void put_fp8_part(std::vector<unsigned char>& out, const std::vector<double>& v, int64_t tokens, int64_t cols,
+                  int64_t width) {
+    std::vector<float> scales;
+    for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t g0 = 0; g0 < cols; g0 += width) {
+            const int64_t n = std::min(width, cols - g0);
+            const double* x = v.data() + t * cols + g0;
+            double amax = 0.0;
+            for (int64_t k = 0; k < n; ++k)
+                if (std::isfinite(x[k])) amax = std::max(amax, std::fabs(x[k]));
+            const float scale = amax > 0.0 ? static_cast<float>(amax / 448.0) : 1.0f;
+            for (int64_t k = 0; k < n; ++k)
+                put_le(out,
+                       std::isnan(x[k]) ? (std::signbit(x[k]) ? 0xffu : 0x7fu)
+                                        : gqla::f32_to_e4m3(static_cast<float>(x[k] / scale)),
+                       1);
+            scales.push_back(scale);
+        }
+    for (float s : scales) {
+        uint32_t bits;
+        std::memcpy(&bits, &s, 4);
+        put_le(out, bits, 4);
     }
 }
 
@@ -81,8 +113,19 @@ std::vector<unsigned char> encode_sequence(const gqla_config& c, const ShadowSes
     }
     for (int64_t len : rows.lengths) put_le(out, static_cast<uint64_t>(len), 8);
     for (size_t l = 0; l < rows.lengths.size(); ++l) {
-        for (double v : rows.a[l]) put_element(out, c.cache_dtype, v);
-        for (double v : rows.b[l]) put_element(out, c.cache_dtype, v);
+        if (c.cache_dtype != GQLA_DTYPE_FP8_E4M3) {
+            for (double v : rows.a[l]) put_element(out, c.cache_dtype, v);
+            for (double v : rows.b[l]) put_element(out, c.cache_dtype, v);
+            continue;
+        }
+        // 8-bit: GQA K and V with one scale per (token, KV head); the GQLA
+        // latent with one per 128-element block, kr in bf16 without.
+        const int64_t n = rows.lengths[l];
+        put_fp8_part(out, rows.a[l], n, a_cols, gqa ? c.head_dim : 128);
+        if (gqa)
+            put_fp8_part(out, rows.b[l], n, b_cols, c.value_dim);
+        else
+            for (double v : rows.b[l]) put_element(out, GQLA_DTYPE_BF16, v);
     }
     put_le(out, sequence_checksum(out.data(), out.size()), 8);
     return out;

@@ -29,7 +29,8 @@ size_t sequence_header_bytes(const gqla_config& cfg);
 // The buffer of `rows` exported from a session of `cfg` (resolved; a
 // shard's config is its layer's, with its groups): header, per-layer token
 // counts, each layer's a rows then b rows in the cache dtype
-// (little-endian), and the checksum.
+// (little-endian; 8-bit caches: each part's codes followed by its scales,
+// kr in bf16), and the checksum.
 std::vector<unsigned char> encode_sequence(const gqla_config& cfg, const ShadowSession::Rows& rows);
 
 // 64-bit FNV-1a over little-endian 64-bit words, then the 0-7 bytes left.

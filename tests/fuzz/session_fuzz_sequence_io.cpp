@@ -7,7 +7,6 @@
 // of random rows, or a damaged copy (a changed byte, a truncation, a
 // reshaped header under a valid checksum), and on success adds a sequence of
 // fresh pages holding exactly those rows. What must be refused:
-//   8-bit cache (docs/fp8-cache.md)     both calls UNSUPPORTED (no place for the scales)
 //   keep_latent = 0 (docs/sharding.md)  export INVALID_STATE (the latent is what travels);
 //                                       import works (the latent is expanded and dropped)
 #include <algorithm>
@@ -24,9 +23,10 @@ ShadowSession::Rows SessionFuzz::random_sequence_rows() {
     for (int32_t l = 0; l < cfg_.num_layers; ++l) {
         const int64_t n = r_.chance(0.2) ? 0 : r_.range(1, std::min<int64_t>(3 * P, 40));
         rows.lengths.push_back(n);
-        std::vector<double> a, b;
-        for (int64_t k = 0; k < n * shadow_.a_cols(); ++k) a.push_back(shadow_.as_stored(r_.normal(1.0)));
-        for (int64_t k = 0; k < n * shadow_.b_cols(); ++k) b.push_back(shadow_.as_stored(r_.normal(1.0)));
+        std::vector<double> given_a, given_b, a, b;
+        for (int64_t k = 0; k < n * shadow_.a_cols(); ++k) given_a.push_back(r_.normal(1.0));
+        for (int64_t k = 0; k < n * shadow_.b_cols(); ++k) given_b.push_back(r_.normal(1.0));
+        shadow_.store_rows(given_a.data(), given_b.data(), n, a, b);  // as an append would store them
         rows.a.push_back(std::move(a));
         rows.b.push_back(std::move(b));
     }
@@ -37,7 +37,6 @@ bool SessionFuzz::op_export() {
     run.op = "sequence_export";
     Expect e;
     const gqla_seq_id id = some_id(e);
-    if (shadow_.fp8()) e.error(GQLA_ERR_UNSUPPORTED);
     if (!shadow_.keeps_latent()) e.error(GQLA_ERR_INVALID_STATE);
     const bool exportable = e.must_succeed();
     const std::vector<unsigned char> want =
@@ -80,13 +79,13 @@ bool SessionFuzz::op_export() {
     exported_ = want;
     exported_rows_ = shadow_.rows(id);
     ++run.exports_checked;
+    run.exports_fp8 += shadow_.fp8();
     return false;  // an export changes nothing
 }
 
 bool SessionFuzz::op_import() {
     run.op = "sequence_import";
     Expect e;
-    if (shadow_.fp8()) e.error(GQLA_ERR_UNSUPPORTED);
     ShadowSession::Rows rows;
     std::vector<unsigned char> buf;
     const int64_t source = r_.range(0, 9);
@@ -140,6 +139,7 @@ bool SessionFuzz::op_import() {
     next_unused_id_ = id + 1;
     shadow_.import(id, rows);
     ++run.imports;
+    run.imports_fp8 += shadow_.fp8();
     return true;
 }
 

@@ -60,6 +60,10 @@ public:
     void import(gqla_seq_id id, const Rows& rows);
     // A value as a 16- or 32-bit cache stores it (rounded to the cache dtype).
     double as_stored(double v) const;
+    // Appends n rows of a and b (values as given) to sa and sb as the cache
+    // stores them (8-bit: quantized per row group, kr in bf16).
+    void store_rows(const double* a, const double* b, int64_t n, std::vector<double>& sa,
+                    std::vector<double>& sb) const;
 
     bool weights_set(int32_t layer) const { return !weights_[static_cast<size_t>(layer)].empty(); }
     void set_weights(int32_t layer, std::vector<double> w) { weights_[static_cast<size_t>(layer)] = std::move(w); }
@@ -112,9 +116,6 @@ private:
     void retain(int64_t page) { ++refcount_[page]; }
     void drop(int64_t page);
 
-    // Appends n rows of a and b to the layer's rows as the cache stores them.
-    void store_rows(const double* a, const double* b, int64_t n, std::vector<double>& sa,
-                    std::vector<double>& sb) const;
     // The expanded rows of L tokens of layer l: keys [L, G, d_c + d_r], vals
     // [L, G, d_v]. Form Expanded over an 8-bit cache with dk/dv: also each
     // element's possible deviation; returns whether one may cross a

@@ -24,12 +24,14 @@ def _append(s, seq, n):
 
 
 def test_export_import_round_trip_is_bit_exact():
-    for dtype in ("f32", "f16", "bf16"):
+    for dtype in ("f32", "f16", "bf16", "fp8_e4m3"):
         with _gqa_session(dtype) as a, _gqa_session(dtype) as b:
             seq = a.add_sequence()
             _append(a, seq, 37)
             data = a.export_sequence(seq)
             assert isinstance(data, bytes)
+            if dtype == "fp8_e4m3":  # codes, then one f32 scale per (token, KV head), for K and for V
+                assert len(data) == 64 + 8 + 37 * (2 * 40 + 2 * 4 + 2 * 24 + 2 * 4) + 8
             copy = b.import_sequence(data)
             assert b.length(copy) == 37
             assert b.export_sequence(copy) == data

@@ -290,7 +290,8 @@ GQLA_API gqla_status gqla_sequence_length(const gqla_session* session, gqla_seq_
  * host memory, keep a prompt's cache across processes, move it between
  * devices. The buffer holds every layer's cached tokens of the always-kept
  * cache (GQA: K and V; GQLA: latent c and rope key kr) in the cache dtype,
- * little-endian, after a versioned header, and ends with a checksum; the
+ * little-endian (fp8_e4m3: the e4m3 codes with their f32 scales, kr in
+ * bf16), after a versioned header, and ends with a checksum; the
  * exact layout is documented in docs/sequence-format.md. A shard's buffer
  * (config.group_count < G) holds its groups only and imports only into a
  * session serving the same groups.
