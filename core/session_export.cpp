@@ -22,48 +22,40 @@ namespace gqla {
 
 namespace {
 
-// Host view of `tokens` rows of the a or b part as stored (the cache dtype;
-// kr of an 8-bit GQLA cache in bf16), shaped as the backend's append and
-// read_rows expect.
-gqla_view rows_view(const gqla_config& c, const SequenceShape& shape, bool part_a, void* data, int64_t tokens) {
+// A contiguous host matrix [rows][cols] of dtype t.
+gqla_view host_matrix(void* data, gqla_dtype t, int64_t rows, int64_t cols) {
     gqla_view v{};
     v.data = data;
-    v.dtype = c.cache_dtype;
-    if (!part_a && shape.b_elem_bytes != shape.a_elem_bytes) v.dtype = GQLA_DTYPE_BF16;
+    v.dtype = t;
     v.on_device = 0;
-    if (c.kind == GQLA_KIND_GQA) {
-        const int64_t dim = part_a ? c.head_dim : c.value_dim;
-        v.ndim = 3;
-        v.shape[0] = tokens;
-        v.shape[1] = c.num_kv_heads;
-        v.shape[2] = dim;
-        v.strides[0] = c.num_kv_heads * dim;
-        v.strides[1] = dim;
-        v.strides[2] = 1;
-    } else {
-        const int64_t dim = part_a ? c.latent_dim : c.rope_dim;
-        v.ndim = 2;
-        v.shape[0] = tokens;
-        v.shape[1] = dim;
-        v.strides[0] = dim;
-        v.strides[1] = 1;
-    }
+    v.ndim = 2;
+    v.shape[0] = rows;
+    v.shape[1] = cols;
+    v.strides[0] = cols;
+    v.strides[1] = 1;
+    return v;
+}
+
+// Host view of `tokens` rows of the a or b part as stored (the cache dtype;
+// kr of an 8-bit GQLA cache in bf16), shaped as the backend's append and
+// read_rows expect: GQA [tokens][G][dim], GQLA [tokens][dim].
+gqla_view rows_view(const gqla_config& c, const SequenceShape& shape, bool part_a, void* data, int64_t tokens) {
+    const gqla_dtype t = !part_a && shape.b_elem_bytes != shape.a_elem_bytes ? GQLA_DTYPE_BF16 : c.cache_dtype;
+    if (c.kind != GQLA_KIND_GQA) return host_matrix(data, t, tokens, part_a ? c.latent_dim : c.rope_dim);
+    const int64_t dim = part_a ? c.head_dim : c.value_dim;
+    gqla_view v = host_matrix(data, t, tokens, c.num_kv_heads * dim);
+    v.ndim = 3;
+    v.shape[1] = c.num_kv_heads;
+    v.shape[2] = dim;
+    v.strides[1] = dim;
+    v.strides[2] = 1;
     return v;
 }
 
 // Host view of the f32 scales [tokens][cols] of a part (8-bit caches), or an
 // empty view (data NULL) for a part without scales.
 gqla_view scales_view(int32_t cols, void* data, int64_t tokens) {
-    gqla_view v{};
-    if (cols == 0) return v;
-    v.data = data;
-    v.dtype = GQLA_DTYPE_F32;
-    v.ndim = 2;
-    v.shape[0] = tokens;
-    v.shape[1] = cols;
-    v.strides[0] = cols;
-    v.strides[1] = 1;
-    return v;
+    return cols == 0 ? gqla_view{} : host_matrix(data, GQLA_DTYPE_F32, tokens, cols);
 }
 
 // Bytes of one layer's rows and scales, and the element size of each run,
