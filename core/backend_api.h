@@ -170,7 +170,8 @@ typedef struct gqla_append_args {
      * they are with these F32 scales (host memory, contiguous): GQA
      * a_scales / b_scales [n, G] (K / V, one per token and KV head); GQLA
      * a_scales [n, ceil(r / 128)] (the latent's blocks), b (kr) BF16 and
-     * b_scales unused. Data NULL otherwise. */
+     * b_scales unused. Data NULL otherwise. Every view is aligned to its
+ * element size. */
     gqla_view a_scales;
     gqla_view b_scales;
 } gqla_append_args;

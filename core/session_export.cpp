@@ -52,10 +52,29 @@ gqla_view rows_view(const gqla_config& c, const SequenceShape& shape, bool part_
     return v;
 }
 
-// Host view of the f32 scales [tokens][cols] of a part (8-bit caches), or an
-// empty view (data NULL) for a part without scales.
-gqla_view scales_view(int32_t cols, void* data, int64_t tokens) {
-    return cols == 0 ? gqla_view{} : host_matrix(data, GQLA_DTYPE_F32, tokens, cols);
+// The f32 scales [tokens][cols] of a part (8-bit caches) in aligned host
+// memory: in the buffer they follow an odd number of code bytes as often as
+// not, and backends read and write them as floats.
+struct PartScales {
+    std::vector<float> values;
+    // The view of `tokens` rows; empty (data NULL) for a part without scales.
+    gqla_view view(int32_t cols, int64_t tokens) {
+        if (cols == 0) return gqla_view{};
+        values.resize(static_cast<size_t>(tokens) * static_cast<size_t>(cols));
+        return host_matrix(values.data(), GQLA_DTYPE_F32, tokens, cols);
+    }
+    size_t bytes() const { return values.size() * sizeof(float); }
+};
+
+// Bytes [p, p + n) at an address aligned for elements of `element` bytes:
+// p itself, or a copy in `store`. A buffer's rows of 2- and 4-byte elements
+// follow an odd number of e4m3 bytes as often as not (and a caller's buffer
+// may start anywhere), and backends read rows as elements.
+unsigned char* aligned_part(unsigned char* p, size_t n, size_t element, std::vector<uint64_t>& store) {
+    if (reinterpret_cast<uintptr_t>(p) % element == 0) return p;
+    store.resize((n + 7) / 8);
+    std::memcpy(store.data(), p, n);
+    return reinterpret_cast<unsigned char*>(store.data());
 }
 
 // Bytes of one layer's rows and scales, and the element size of each run,
@@ -121,6 +140,7 @@ void Session::export_sequence(gqla_seq_id id, void* buffer, size_t capacity, siz
     unsigned char* out = static_cast<unsigned char*>(buffer);
     write_sequence_header(shape, s.lengths, out);
     const std::vector<LayerRows> layout = sequence_layout(shape, s.lengths);
+    PartScales a_scales, b_scales;
     for (int32_t l = 0; l < cfg_.num_layers; ++l) {
         const LayerRows& rows = layout[static_cast<size_t>(l)];
         if (rows.tokens == 0) continue;
@@ -131,9 +151,11 @@ void Session::export_sequence(gqla_seq_id id, void* buffer, size_t capacity, siz
         args.count = rows.tokens;
         args.a = rows_view(cfg_, shape, true, out + rows.a_offset, rows.tokens);
         args.b = rows_view(cfg_, shape, false, out + rows.b_offset, rows.tokens);
-        args.a_scales = scales_view(shape.a_scale_cols, out + rows.a_scales_offset, rows.tokens);
-        args.b_scales = scales_view(shape.b_scale_cols, out + rows.b_scales_offset, rows.tokens);
+        args.a_scales = a_scales.view(shape.a_scale_cols, rows.tokens);
+        args.b_scales = b_scales.view(shape.b_scale_cols, rows.tokens);
         backend_->check(vt.read_rows(backend_->ctx(), &args), "read_rows");
+        if (args.a_scales.data) std::memcpy(out + rows.a_scales_offset, a_scales.values.data(), a_scales.bytes());
+        if (args.b_scales.data) std::memcpy(out + rows.b_scales_offset, b_scales.values.data(), b_scales.bytes());
         for (const ByteRun& run : layer_runs(shape, rows))
             cache_elements_to_le(out + run.offset, run.bytes, run.element);
     }
@@ -157,12 +179,14 @@ gqla_seq_id Session::import_sequence(const void* buffer, size_t size) {
     const gqla_seq_id id = add_locked();
     try {
         std::vector<unsigned char> host_order;  // big-endian hosts only
+        PartScales a_scales, b_scales;
+        std::vector<uint64_t> a_store, b_store;  // rows copied to aligned memory, where needed
         for (int32_t l = 0; l < cfg_.num_layers; ++l) {
             const LayerRows& rows = layout[static_cast<size_t>(l)];
             if (rows.tokens == 0) continue;
+            const std::vector<ByteRun> runs = layer_runs(shape, rows);  // a rows, a scales, b rows, b scales
             const bool swapped = __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__;
             if (swapped) {
-                const std::vector<ByteRun> runs = layer_runs(shape, rows);
                 host_order.assign(in + rows.a_offset, in + runs.back().offset + runs.back().bytes);
                 for (const ByteRun& run : runs)  // the swap is its own inverse
                     cache_elements_to_le(host_order.data() + (run.offset - rows.a_offset), run.bytes, run.element);
@@ -171,10 +195,16 @@ gqla_seq_id Session::import_sequence(const void* buffer, size_t size) {
             auto at = [&](size_t off) {
                 return swapped ? host_order.data() + (off - rows.a_offset) : const_cast<unsigned char*>(in) + off;
             };
-            const gqla_view av = rows_view(cfg_, shape, true, at(rows.a_offset), rows.tokens);
-            const gqla_view bv = rows_view(cfg_, shape, false, at(rows.b_offset), rows.tokens);
-            const gqla_view scales[2] = {scales_view(shape.a_scale_cols, at(rows.a_scales_offset), rows.tokens),
-                                         scales_view(shape.b_scale_cols, at(rows.b_scales_offset), rows.tokens)};
+            const gqla_view av =
+                rows_view(cfg_, shape, true, aligned_part(at(runs[0].offset), runs[0].bytes, runs[0].element, a_store),
+                          rows.tokens);
+            const gqla_view bv =
+                rows_view(cfg_, shape, false, aligned_part(at(runs[2].offset), runs[2].bytes, runs[2].element, b_store),
+                          rows.tokens);
+            const gqla_view scales[2] = {a_scales.view(shape.a_scale_cols, rows.tokens),
+                                         b_scales.view(shape.b_scale_cols, rows.tokens)};
+            if (scales[0].data) std::memcpy(a_scales.values.data(), at(rows.a_scales_offset), a_scales.bytes());
+            if (scales[1].data) std::memcpy(b_scales.values.data(), at(rows.b_scales_offset), b_scales.bytes());
             append_views_locked(l, 1, &id, &rows.tokens, av, bv, "sequence_import",
                                 cfg_.cache_dtype == GQLA_DTYPE_FP8_E4M3 ? scales : nullptr);
         }

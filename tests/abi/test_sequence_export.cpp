@@ -302,7 +302,7 @@ TEST_CASE("sequence export: an 8-bit cache travels as its codes and scales") {
     // GQLA: per layer latent codes [n][r], one scale per 128-element block
     // [n][ceil(r / 128)], then kr in bf16 [n][d_r] (no scales).
     gqla_config c = config_of({GQLA_KIND_GQLA, GQLA_DTYPE_FP8_E4M3, 16});
-    c.latent_dim = 300;  // blocks of 128, 128 and 44
+    c.latent_dim = 301;  // blocks of 128, 128 and 45; odd, so the scales and kr after 19 rows are unaligned
     const int64_t r = c.latent_dim, dr = c.rope_dim, blocks = 3, m = 19;
     s = make_session(c, 2);
     ok(gqla_sequence_add(s, &seq));
@@ -338,7 +338,9 @@ TEST_CASE("sequence export: an 8-bit cache travels as its codes and scales") {
     gqla_session* b = make_session(dropped, 2);
     gqla_seq_id in_a = 0, in_b = 0;
     ok(gqla_sequence_import(a, bytes.data(), bytes.size(), &in_a));
-    ok(gqla_sequence_import(b, bytes.data(), bytes.size(), &in_b));
+    std::vector<unsigned char> shifted(bytes.size() + 1);  // the whole buffer at an odd address
+    std::memcpy(shifted.data() + 1, bytes.data(), bytes.size());
+    ok(gqla_sequence_import(b, shifted.data() + 1, bytes.size(), &in_b));
     CHECK(export_all(a, in_a) == bytes);
     q = random_vector(rng, static_cast<size_t>(c.num_heads) * (c.nope_dim + c.rope_dim));
     for (int32_t layer : {0, 1}) {
