@@ -273,10 +273,13 @@ TEST_CASE("sequence export: an 8-bit cache travels as its codes and scales") {
     CHECK(bad == 0);
     CHECK(load_le_f32(bytes.data() + k_scales + 4 * (2 * G + 1)) == 1.0f);
 
-    // Imported elsewhere: the same codes and scales, so the same decodes.
+    // Imported elsewhere, from an odd address (every scale unaligned): the
+    // same codes and scales, so the same decodes.
     gqla_session* t = make_session(config_of({GQLA_KIND_GQA, GQLA_DTYPE_FP8_E4M3, 7}), 1);
     gqla_seq_id copy = 0;
-    ok(gqla_sequence_import(t, bytes.data(), bytes.size(), &copy));
+    std::vector<unsigned char> shifted(bytes.size() + 1);
+    std::memcpy(shifted.data() + 1, bytes.data(), bytes.size());
+    ok(gqla_sequence_import(t, shifted.data() + 1, bytes.size(), &copy));
     CHECK(export_all(t, copy) == bytes);
     std::vector<float> q = random_vector(rng, static_cast<size_t>(g.num_heads) * D);
     CHECK(rel_l2(decode_one(t, g, copy, 0, q), decode_one(s, g, seq, 0, q)) <= 1e-5);
@@ -338,7 +341,7 @@ TEST_CASE("sequence export: an 8-bit cache travels as its codes and scales") {
     gqla_session* b = make_session(dropped, 2);
     gqla_seq_id in_a = 0, in_b = 0;
     ok(gqla_sequence_import(a, bytes.data(), bytes.size(), &in_a));
-    std::vector<unsigned char> shifted(bytes.size() + 1);  // the whole buffer at an odd address
+    shifted.assign(bytes.size() + 1, 0);  // the whole buffer at an odd address
     std::memcpy(shifted.data() + 1, bytes.data(), bytes.size());
     ok(gqla_sequence_import(b, shifted.data() + 1, bytes.size(), &in_b));
     CHECK(export_all(a, in_a) == bytes);
