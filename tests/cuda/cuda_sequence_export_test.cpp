@@ -52,6 +52,11 @@ void run(gqla_kind kind, gqla_dtype dt, gqla_path path) {
     if (kind == GQLA_KIND_GQA) {
         c.head_dim = 64;
         c.value_dim = 64;
+    } else if (dt == GQLA_DTYPE_FP8_E4M3) {  // the only latent shape CUDA serves in 8 bits (docs/fp8-cache.md)
+        c.latent_dim = 512;
+        c.nope_dim = 128;
+        c.rope_dim = 64;
+        c.value_dim = 128;
     } else {
         c.latent_dim = 128;
         c.nope_dim = 32;
