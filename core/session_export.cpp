@@ -170,10 +170,10 @@ gqla_seq_id Session::import_sequence(const void* buffer, size_t size) {
     const unsigned char* in = static_cast<const unsigned char*>(buffer);
     const SequenceShape shape = sequence_shape_of(full_cfg_);
     const std::vector<int64_t> lengths = parse_sequence(in, size, shape);
+    const std::vector<LayerRows> layout = sequence_layout(shape, lengths);
+    check_scales(shape, layout, in);  // the buffer first: a damaged one is reported as such
     for (int32_t l = 0; l < cfg_.num_layers; ++l)
         if (lengths[static_cast<size_t>(l)] > 0) require_weights(l, "sequence_import");
-    const std::vector<LayerRows> layout = sequence_layout(shape, lengths);
-    check_scales(shape, layout, in);
 
     const gqla_seq_id next_before = next_id_;
     const gqla_seq_id id = add_locked();

@@ -131,6 +131,23 @@ std::vector<unsigned char> encode_sequence(const gqla_config& c, const ShadowSes
     return out;
 }
 
+std::vector<size_t> sequence_scale_offsets(const gqla_config& c, const ShadowSession::Rows& rows) {
+    std::vector<size_t> at;
+    if (c.cache_dtype != GQLA_DTYPE_FP8_E4M3) return at;
+    const bool gqa = c.kind == GQLA_KIND_GQA;
+    const int64_t groups = served_groups(c);
+    const int64_t a_cols = gqa ? groups * c.head_dim : c.latent_dim, b_cols = gqa ? groups * c.value_dim : c.rope_dim;
+    const int64_t a_scales = gqa ? groups : (c.latent_dim + 127) / 128, b_scales = gqa ? groups : 0;
+    size_t off = sequence_header_bytes(c) + 8 * rows.lengths.size();
+    for (int64_t n : rows.lengths) {
+        off += static_cast<size_t>(n * a_cols);
+        for (int64_t k = 0; k < n * a_scales; ++k, off += 4) at.push_back(off);
+        off += static_cast<size_t>(n * b_cols * (gqa ? 1 : 2));
+        for (int64_t k = 0; k < n * b_scales; ++k, off += 4) at.push_back(off);
+    }
+    return at;
+}
+
 void reseal(std::vector<unsigned char>& buf) {
     if (buf.size() < 8) return;
     const uint64_t h = sequence_checksum(buf.data(), buf.size() - 8);

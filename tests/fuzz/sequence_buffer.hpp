@@ -33,6 +33,10 @@ size_t sequence_header_bytes(const gqla_config& cfg);
 // kr in bf16), and the checksum.
 std::vector<unsigned char> encode_sequence(const gqla_config& cfg, const ShadowSession::Rows& rows);
 
+// Byte offsets of every f32 scale in encode_sequence's buffer of `rows`
+// (empty unless the cache is 8-bit).
+std::vector<size_t> sequence_scale_offsets(const gqla_config& cfg, const ShadowSession::Rows& rows);
+
 // 64-bit FNV-1a over little-endian 64-bit words, then the 0-7 bytes left.
 uint64_t sequence_checksum(const unsigned char* data, size_t n);
 

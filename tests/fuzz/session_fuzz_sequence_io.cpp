@@ -5,12 +5,15 @@
 // change nothing; size queries and short buffers must report the size. An
 // import gets an earlier export, the encoding of a live sequence's rows or
 // of random rows, or a damaged copy (a changed byte, a truncation, a
-// reshaped header under a valid checksum), and on success adds a sequence of
+// reshaped header under a valid checksum, an 8-bit scale gqla never writes),
+// and on success adds a sequence of
 // fresh pages holding exactly those rows. What must be refused:
 //   keep_latent = 0 (docs/sharding.md)  export INVALID_STATE (the latent is what travels);
 //                                       import works (the latent is expanded and dropped)
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "tests/fuzz/sequence_buffer.hpp"
 #include "tests/fuzz/session_fuzz.hpp"
@@ -121,6 +124,17 @@ bool SessionFuzz::op_import() {
             buf[sequence_header_bytes(session_cfg_) + 8 * static_cast<size_t>(r_.range(0, cfg_.num_layers - 1))] ^= 1;
         reseal(buf);
         intact = false;
+    } else if (source == 6 && shadow_.fp8()) {  // an 8-bit scale gqla never writes, under a valid checksum
+        const std::vector<size_t> scales = sequence_scale_offsets(session_cfg_, rows);
+        if (!scales.empty()) {
+            const float wrong[] = {0.0f, -1.0f, 1e-39f, INFINITY, NAN};
+            uint32_t bits;
+            std::memcpy(&bits, &wrong[r_.range(0, 4)], 4);
+            const size_t at = scales[static_cast<size_t>(r_.range(0, static_cast<int64_t>(scales.size()) - 1))];
+            for (int k = 0; k < 4; ++k) buf[at + static_cast<size_t>(k)] = static_cast<unsigned char>(bits >> (8 * k));
+            reseal(buf);
+            intact = false;
+        }
     }
     if (!intact) e.error(GQLA_ERR_INVALID_ARGUMENT);
     if (intact) {
