@@ -156,6 +156,7 @@ gqla_status append_gqa_kind_fp8(CpuContext* ctx, const gqla_append_args* a) {
     const gqla_backend_desc& d = ctx->desc;
     if (gqla_status st = check_stored_rows(ctx, a->a, a->a_scales, "K"); st != GQLA_OK) return st;
     if (gqla_status st = check_stored_rows(ctx, a->b, a->b_scales, "V"); st != GQLA_OK) return st;
+    const bool stored_k = a->a.dtype == GQLA_DTYPE_FP8_E4M3, stored_v = a->b.dtype == GQLA_DTYPE_FP8_E4M3;
     const int64_t P = d.page_size, D = d.head_dim, Dv = d.value_dim;
     const Pool& kp = ctx->kept[0];
     const Pool& vp = ctx->kept[1];
@@ -172,13 +173,12 @@ gqla_status append_gqa_kind_fp8(CpuContext* ctx, const gqla_append_args* a) {
             const int64_t r = g * P + s.slot;
             uint8_t* k_dst = reinterpret_cast<uint8_t*>(K + s.page * kp.page_elems + r * D);
             uint8_t* v_dst = reinterpret_cast<uint8_t*>(V + s.page * vp.page_elems + r * Dv);
-            const bool stored = a->a.dtype == GQLA_DTYPE_FP8_E4M3;
             *kp.scales(K, s.page, r) =
                 quantize_io_row(view_at(a->a, row, g), a->a.dtype, static_cast<int>(D), tmp.data(), k_dst,
-                                stored ? stored_scales(a->a_scales, row) + g : nullptr);
+                                stored_k ? stored_scales(a->a_scales, row) + g : nullptr);
             *vp.scales(V, s.page, r) =
                 quantize_io_row(view_at(a->b, row, g), a->b.dtype, static_cast<int>(Dv), tmp.data(), v_dst,
-                                stored ? stored_scales(a->b_scales, row) + g : nullptr);
+                                stored_v ? stored_scales(a->b_scales, row) + g : nullptr);
         }
     });
     return GQLA_OK;
