@@ -239,19 +239,22 @@ int session_object::attend(py::handle layer_arg, py::handle seqs, py::handle q, 
 py::bytes session_object::export_sequence(py::handle seq_arg) const {
     const int64_t seq = int64_arg(seq_arg, "seq");
     size_t needed = 0;
-    std::string bytes;
     {
         py::gil_scoped_release no_gil;
         check(locked([&](gqla_session* s) { return gqla_sequence_export(s, seq, nullptr, 0, &needed); }));
     }
-    bytes.resize(needed);
+    // Written in place into the new bytes object, which no other code can
+    // see yet (so the GIL may be released): the cache is copied once, not
+    // into a string first and then again into the bytes.
+    PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(needed));
+    if (raw == nullptr) throw py::error_already_set();
+    py::bytes out = py::reinterpret_steal<py::bytes>(raw);
+    char* buffer = PyBytes_AS_STRING(raw);
     {
         py::gil_scoped_release no_gil;  // copies the whole cache of the sequence (a CUDA session waits)
-        check(
-            locked([&](gqla_session* s) { return gqla_sequence_export(s, seq, bytes.data(), bytes.size(), &needed); }));
+        check(locked([&](gqla_session* s) { return gqla_sequence_export(s, seq, buffer, needed, &needed); }));
     }
-    bytes.resize(needed);
-    return py::bytes(bytes);
+    return out;
 }
 
 int64_t session_object::import_sequence(const py::bytes& data) {
