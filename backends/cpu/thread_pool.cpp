@@ -6,6 +6,13 @@
 #include <climits>
 #include <system_error>
 
+#if defined(GQLA_THREAD_POOL_TEST_HOOKS)  // tests/thread_pool: pauses at the points named
+#include "backends/cpu/thread_pool_test_hooks.hpp"
+#define GQLA_POOL_HOOK(point) ::gqla::cpu::pool_test_hooks::point()
+#else
+#define GQLA_POOL_HOOK(point) ((void)0)
+#endif
+
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <pthread.h>
@@ -165,8 +172,14 @@ void ThreadPool::worker_main(int slot) {
     uint32_t seen = 0;
     for (;;) {
         wait_for_new_call(seen);
-        if (stop_.load(std::memory_order_acquire)) return;
+        GQLA_POOL_HOOK(before_worker_reads_call);
+        // The call number first, then stop_: the destructor sets stop_ before
+        // it moves the call number, so a worker that reads the moved number
+        // sees stop_ too. Read the other way round, a destructor that ran
+        // between the two reads left the worker asleep on a call number no
+        // call would ever move again, and the join waited for ever.
         seen = call_number_.load(std::memory_order_acquire);
+        if (stop_.load(std::memory_order_acquire)) return;
         take_chunks(slot);
     }
 }
