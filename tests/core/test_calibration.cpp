@@ -160,17 +160,25 @@ TEST_CASE("calibration: the probe says which numbers were measured") {
 }
 
 TEST_CASE("calibration: cache reads are measured as page-sized runs at random places, after the sweeps") {
-    const gqla::CpuCalibration c =
-        gqla::calibrate_cpu(gqla::cpu_identity(), gqla::cpu_topology(), gqla::cpu_isa_flags());
-    MESSAGE("sweeps " << c.stream_gbps << " GB/s, 8 KiB runs at random places " << c.read_gbps << " GB/s");
-    if (c.stream_gbps == 0) {  // the buffers could not be faulted in within the budget (busy host): neither
-        CHECK(c.read_gbps == 0);
-        return;
+    // Runs of 8 KiB in random order cannot stream much faster than whole
+    // buffers in order: runs read from a cache would, every time. The two
+    // are measured one after the other, though, and on a shared host (a
+    // build beside the tests) the sweeps once read 12.9 GB/s and the runs
+    // 38.2 right after: a calibration may be retried twice for that.
+    bool runs_slower = false;
+    for (int attempt = 0; attempt < 3 && !runs_slower; ++attempt) {
+        const gqla::CpuCalibration c =
+            gqla::calibrate_cpu(gqla::cpu_identity(), gqla::cpu_topology(), gqla::cpu_isa_flags());
+        MESSAGE("sweeps " << c.stream_gbps << " GB/s, 8 KiB runs at random places " << c.read_gbps << " GB/s");
+        if (c.stream_gbps == 0) {  // the buffers could not be faulted in within the budget (busy host): neither
+            CHECK(c.read_gbps == 0);
+            return;
+        }
+        // The runs read the buffers the sweeps filled: measured whenever the sweeps were.
+        CHECK(c.read_gbps > 0);
+        runs_slower = c.read_gbps < 2 * c.stream_gbps;
     }
-    // The runs read the buffers the sweeps filled: measured whenever the sweeps were.
-    CHECK(c.read_gbps > 0);
-    // Runs of 8 KiB in random order cannot stream much faster than whole buffers in order.
-    CHECK(c.read_gbps < 2 * c.stream_gbps);
+    CHECK(runs_slower);
 }
 
 namespace {
