@@ -126,25 +126,22 @@ int main(int argc, char** argv) {
     while (!out_of_budget()) {
         run.op = "config";
         gqla_config cfg = random_config(r);
-        if (r.chance(0.1)) {  // a config that must be refused, by validate and by create
-            break_config(r, cfg);
+        // A config that validate and create must both refuse.
+        auto expect_refused = [&](gqla_config& bad_cfg) {
             Expect bad;
             bad.error(GQLA_ERR_INVALID_ARGUMENT);
-            check_status("gqla_config_validate", gqla_config_validate(&cfg), bad);
-            gqla_session* s = reinterpret_cast<gqla_session*>(&cfg);  // must be reset to NULL
-            check_status("gqla_session_create", gqla_session_create(&cfg, &s), bad);
+            check_status("gqla_config_validate", gqla_config_validate(&bad_cfg), bad);
+            gqla_session* s = reinterpret_cast<gqla_session*>(&bad_cfg);  // must be reset to NULL
+            check_status("gqla_session_create", gqla_session_create(&bad_cfg, &s), bad);
             if (s != nullptr) fail("gqla_session_create failed but left *out non-NULL");
+        };
+        if (r.chance(0.1)) {
+            break_config(r, cfg);
+            expect_refused(cfg);
             continue;
         }
         gqla_config broken_shard;
-        if (run.features.shards && draw_shard(cfg, &broken_shard)) {
-            Expect bad;
-            bad.error(GQLA_ERR_INVALID_ARGUMENT);
-            check_status("gqla_config_validate", gqla_config_validate(&broken_shard), bad);
-            gqla_session* s = reinterpret_cast<gqla_session*>(&broken_shard);  // must be reset to NULL
-            check_status("gqla_session_create", gqla_session_create(&broken_shard, &s), bad);
-            if (s != nullptr) fail("gqla_session_create failed but left *out non-NULL");
-        }
+        if (run.features.shards && draw_shard(cfg, &broken_shard)) expect_refused(broken_shard);
         Expect ok;
         check_status("gqla_config_validate", gqla_config_validate(&cfg), ok);
         gqla_session* s = nullptr;
