@@ -463,7 +463,12 @@ static inline void fp8_scores_cols(const AbsorbItem& it, int n, const uint16_t* 
     }
 }
 
-static void absorb_attend_fp8_dot(const AbsorbItem& it) {
+// Stage: how a block's latent rows become raw bf16 (stage_latent_raw_bf16,
+// or the byte-lookup form of attention_fp8_vbmi.inl).
+using StageLatentFn = void (*)(const AbsorbItem& it, int n, const uint8_t* c, uint16_t* dst);
+
+template <StageLatentFn Stage>
+static void absorb_attend_fp8_staged(const AbsorbItem& it) {
     if ((it.r | it.d_r) & 1 || it.stage == nullptr) {  // pairs need even segments
         absorb_attend_fp8(it);
         return;
@@ -507,7 +512,7 @@ static void absorb_attend_fp8_dot(const AbsorbItem& it) {
             ahead.add(nx.sc, int64_t(next_n) * it.c_scale_blocks * 4);
         }
         ahead.plan(n / kAbsorbTokens + n % kAbsorbTokens);
-        stage_latent_raw_bf16(it, n, cur.c, it.stage);
+        Stage(it, n, cur.c, it.stage);
         const uint16_t* c = it.stage;
         PrefetchStream* pf = &ahead;
         int col = 0;
@@ -536,3 +541,5 @@ static void absorb_attend_fp8_dot(const AbsorbItem& it) {
         t += n;
     }
 }
+
+static void absorb_attend_fp8_dot(const AbsorbItem& it) { absorb_attend_fp8_staged<stage_latent_raw_bf16>(it); }

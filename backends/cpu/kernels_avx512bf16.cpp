@@ -59,7 +59,8 @@ KernelTable make_bf16_table(Bf16GqaScores scores) {
     t.gqa_attend[GQLA_DTYPE_FP8_E4M3 - 1] =
         vbmi ? avx512bf16_isa::bf16dot::gqa_attend_fp8_vbmi : avx512bf16_isa::bf16dot::gqa_attend_fp8_dot;
     t.fp8_gqa_lists = vbmi;
-    t.absorb_attend[GQLA_DTYPE_FP8_E4M3 - 1] = avx512bf16_isa::bf16dot::absorb_attend_fp8_dot;
+    t.absorb_attend[GQLA_DTYPE_FP8_E4M3 - 1] =
+        vbmi ? avx512bf16_isa::bf16dot::absorb_attend_fp8_vbmi : avx512bf16_isa::bf16dot::absorb_attend_fp8_dot;
     return t;
 }
 
