@@ -86,3 +86,34 @@ def test_merge_refuses_mismatched_parts():
         gqla.merge_attention_states([a, np.zeros((3, 8), np.float32)], [np.zeros(4, np.float32)] * 2)
     with pytest.raises(gqla.InvalidArgument, match="outputs"):
         gqla.merge_attention_states([], [])
+
+
+def test_export_into_a_callers_buffer_and_import_from_any_buffer():
+    with _gqa_session("bf16") as a, _gqa_session("bf16", page_size=8) as b:
+        seq = a.add_sequence()
+        _append(a, seq, 29)
+        data = a.export_sequence(seq)
+        assert a.export_size(seq) == len(data)
+        # A larger reused buffer: the first export_size bytes are written, the rest untouched.
+        out = bytearray(b"\xab" * (len(data) + 5))
+        assert a.export_sequence(seq, out=out) == len(data)
+        assert bytes(out[:len(data)]) == data and out[len(data):] == b"\xab" * 5
+        staged = np.zeros(len(data), np.uint8)
+        assert a.export_sequence(seq, out=staged) == len(data)
+        assert staged.tobytes() == data
+        # Imports read bytearray, memoryview and numpy buffers in place.
+        for buffer in (bytearray(data), memoryview(out)[:len(data)], staged):
+            copy = b.import_sequence(buffer)
+            assert b.export_sequence(copy) == data
+        # Too small: refused, naming the size, nothing written.
+        small = bytearray(len(data) - 1)
+        with pytest.raises(gqla.CapacityError, match=str(len(data))):
+            a.export_sequence(seq, out=small)
+        assert small == bytearray(len(data) - 1)
+        # Not writable, not contiguous, not a buffer: InvalidArgument naming the argument.
+        with pytest.raises(gqla.InvalidArgument, match="out"):
+            a.export_sequence(seq, out=data)
+        with pytest.raises(gqla.InvalidArgument, match="out"):
+            a.export_sequence(seq, out=np.zeros(2 * len(data), np.uint8)[::2])
+        with pytest.raises(gqla.InvalidArgument, match="data"):
+            b.import_sequence([1, 2, 3])

@@ -86,18 +86,30 @@ class Session:
         """Cached tokens of `seq` in `layer`."""
         return self._s.length(seq, layer)
 
-    def export_sequence(self, seq):
+    def export_size(self, seq):
+        """Bytes :meth:`export_sequence` writes for `seq` now."""
+        return self._s.export_size(seq)
+
+    def export_sequence(self, seq, out=None):
         """The cache of `seq` (every layer's tokens of the always-kept cache,
-        in the cache dtype) as bytes in a versioned, checksummed format
+        in the cache dtype) in a versioned, checksummed format
         (docs/sequence-format.md). :meth:`import_sequence` restores it in any
-        session of the same kind, dims, layers and cache dtype, on any device."""
-        return self._s.export_sequence(seq)
+        session of the same kind, dims, layers and cache dtype, on any device.
+
+        Without `out`, returns a new bytes object. With `out` (a writable,
+        C-contiguous buffer: bytearray, memoryview, mmap, numpy array),
+        writes into its first :meth:`export_size` bytes and returns that
+        count: a reused buffer is not allocated and first touched again on
+        every call. A smaller `out` raises gqla.CapacityError, naming the
+        size needed, and writes nothing."""
+        return self._s.export_sequence(seq, out)
 
     def import_sequence(self, data):
-        """Restore bytes from :meth:`export_sequence` as a new sequence and
-        return its id. Truncated, corrupted or foreign buffers raise
-        gqla.InvalidArgument and leave the session unchanged."""
-        return self._s.import_sequence(bytes(data))
+        """Restore a buffer from :meth:`export_sequence` (bytes or any
+        C-contiguous buffer, read in place) as a new sequence and return its
+        id. Truncated, corrupted or foreign buffers raise gqla.InvalidArgument
+        and leave the session unchanged."""
+        return self._s.import_sequence(data)
 
     # -------------------------------------------------------------- append
     def append(self, layer, seq, a, b):

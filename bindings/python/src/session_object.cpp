@@ -236,9 +236,55 @@ int session_object::attend(py::handle layer_arg, py::handle seqs, py::handle q, 
     return static_cast<int>(taken);
 }
 
-py::bytes session_object::export_sequence(py::handle seq_arg) const {
+size_t session_object::export_size(py::handle seq_arg) const {
     const int64_t seq = int64_arg(seq_arg, "seq");
     size_t needed = 0;
+    py::gil_scoped_release no_gil;
+    check(locked([&](gqla_session* s) { return gqla_sequence_export(s, seq, nullptr, 0, &needed); }));
+    return needed;
+}
+
+namespace {
+
+// A contiguous buffer of the caller's (bytes, bytearray, memoryview, mmap,
+// a numpy array), held for as long as this object lives: while it is held,
+// the owner cannot resize or free it, so the GIL may be released around
+// reads and writes of it.
+class held_buffer {
+public:
+    held_buffer(py::handle object, bool writable, const char* name) {
+        const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) {
+            PyErr_Clear();
+            invalid_argument(std::string(name) + ": expected a C-contiguous" + (writable ? ", writable" : "") +
+                             " buffer (bytes, bytearray, memoryview, a numpy array), got " +
+                             py::repr(object).cast<std::string>());
+        }
+    }
+    ~held_buffer() { PyBuffer_Release(&view_); }
+    held_buffer(const held_buffer&) = delete;
+    held_buffer& operator=(const held_buffer&) = delete;
+    void* data() const { return view_.buf; }
+    size_t size() const { return static_cast<size_t>(view_.len); }
+
+private:
+    Py_buffer view_{};
+};
+
+}  // namespace
+
+py::object session_object::export_sequence(py::handle seq_arg, py::handle out) const {
+    const int64_t seq = int64_arg(seq_arg, "seq");
+    size_t needed = 0;
+    if (!out.is_none()) {
+        // Into the caller's buffer: one copy of the cache, into memory the
+        // caller already owns (a reused staging buffer, a mapped file).
+        held_buffer target(out, true, "out");
+        py::gil_scoped_release no_gil;
+        check(locked(
+            [&](gqla_session* s) { return gqla_sequence_export(s, seq, target.data(), target.size(), &needed); }));
+        return py::int_(needed);
+    }
     {
         py::gil_scoped_release no_gil;
         check(locked([&](gqla_session* s) { return gqla_sequence_export(s, seq, nullptr, 0, &needed); }));
@@ -248,22 +294,20 @@ py::bytes session_object::export_sequence(py::handle seq_arg) const {
     // into a string first and then again into the bytes.
     PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(needed));
     if (raw == nullptr) throw py::error_already_set();
-    py::bytes out = py::reinterpret_steal<py::bytes>(raw);
+    py::bytes bytes = py::reinterpret_steal<py::bytes>(raw);
     char* buffer = PyBytes_AS_STRING(raw);
     {
         py::gil_scoped_release no_gil;  // copies the whole cache of the sequence (a CUDA session waits)
         check(locked([&](gqla_session* s) { return gqla_sequence_export(s, seq, buffer, needed, &needed); }));
     }
-    return out;
+    return std::move(bytes);
 }
 
-int64_t session_object::import_sequence(const py::bytes& data) {
-    char* buffer = nullptr;
-    Py_ssize_t size = 0;
-    if (PyBytes_AsStringAndSize(data.ptr(), &buffer, &size) != 0) throw py::error_already_set();
+int64_t session_object::import_sequence(py::handle data) {
+    held_buffer source(data, false, "data");  // no copy of the caller's buffer
     gqla_seq_id id = 0;
-    py::gil_scoped_release no_gil;  // `data` stays referenced by the caller's frame
-    check(locked([&](gqla_session* s) { return gqla_sequence_import(s, buffer, static_cast<size_t>(size), &id); }));
+    py::gil_scoped_release no_gil;
+    check(locked([&](gqla_session* s) { return gqla_sequence_import(s, source.data(), source.size(), &id); }));
     return id;
 }
 

@@ -42,8 +42,9 @@ public:
                pybind11::handle lse, pybind11::handle q_lens, int path, pybind11::handle indices);
     void select_path(int path);
     pybind11::tuple get_path() const;
-    pybind11::bytes export_sequence(pybind11::handle seq) const;
-    int64_t import_sequence(const pybind11::bytes& data);
+    size_t export_size(pybind11::handle seq) const;
+    pybind11::object export_sequence(pybind11::handle seq, pybind11::handle out) const;
+    int64_t import_sequence(pybind11::handle data);
     pybind11::dict predict_cost(pybind11::handle batch, pybind11::handle context, pybind11::handle s_q) const;
     pybind11::dict stats() const;
     void set_stream(std::intptr_t stream);

@@ -30,6 +30,15 @@ impl Session {
     /// # Ok::<(), gqla::Error>(())
     /// ```
     pub fn export_sequence(&self, seq: SequenceId) -> Result<Vec<u8>> {
+        let mut bytes = vec![0u8; self.export_sequence_size(seq)?];
+        let written = self.export_sequence_into(seq, &mut bytes)?;
+        bytes.truncate(written);
+        Ok(bytes)
+    }
+
+    /// Bytes [`export_sequence`](Session::export_sequence) writes for `seq`
+    /// now.
+    pub fn export_sequence_size(&self, seq: SequenceId) -> Result<usize> {
         let mut needed = 0usize;
         // SAFETY: a size query writes only `needed`.
         check(unsafe {
@@ -41,19 +50,43 @@ impl Session {
                 &mut needed,
             )
         })?;
-        let mut bytes = vec![0u8; needed];
-        // SAFETY: `bytes` holds `needed` writable bytes.
+        Ok(needed)
+    }
+
+    /// [`export_sequence`](Session::export_sequence) into the caller's
+    /// buffer (a reused staging buffer, a mapped file): writes its first
+    /// [`export_sequence_size`](Session::export_sequence_size) bytes and
+    /// returns that count. A smaller buffer is refused with
+    /// [`ErrorKind::Capacity`](crate::ErrorKind::Capacity), whose message
+    /// names the size needed, and nothing is written.
+    ///
+    /// ```
+    /// use gqla::{Config, Device, ErrorKind, Session};
+    ///
+    /// let cfg = Config::gqa().heads(2, 1).head_dim(8).device(Device::Cpu).max_tokens(64).build()?;
+    /// let s = Session::new(&cfg)?;
+    /// let seq = s.add_sequence()?;
+    /// s.append(0, seq, &[0.5f32; 8], &[0.25f32; 8])?;
+    /// let mut staging = vec![0u8; 4096];
+    /// let n = s.export_sequence_into(seq, &mut staging)?;
+    /// assert_eq!(&staging[..n], &s.export_sequence(seq)?[..]);
+    /// let err = s.export_sequence_into(seq, &mut staging[..n - 1]).unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::Capacity);
+    /// # Ok::<(), gqla::Error>(())
+    /// ```
+    pub fn export_sequence_into(&self, seq: SequenceId, buffer: &mut [u8]) -> Result<usize> {
+        let mut needed = 0usize;
+        // SAFETY: `buffer` holds buffer.len() writable bytes.
         check(unsafe {
             ffi::gqla_sequence_export(
                 self.as_raw(),
                 seq.raw(),
-                bytes.as_mut_ptr().cast(),
-                bytes.len(),
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
                 &mut needed,
             )
         })?;
-        bytes.truncate(needed);
-        Ok(bytes)
+        Ok(needed)
     }
 
     /// Restores a sequence exported by [`export_sequence`](Session::export_sequence)
