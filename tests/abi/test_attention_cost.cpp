@@ -37,14 +37,7 @@ gqla_cost_report session_cost(gqla_session* s, int32_t batch, int64_t context, i
 
 // DeepSeek-V3's attention shape (128 heads, MLA), a small pool.
 gqla_config v3_config() {
-    gqla_config cfg;
-    REQUIRE(gqla_config_default(&cfg, GQLA_KIND_GQLA) == GQLA_OK);
-    cfg.num_heads = 128;
-    cfg.num_kv_heads = 128;
-    cfg.latent_dim = 512;
-    cfg.nope_dim = 128;
-    cfg.rope_dim = 64;
-    cfg.value_dim = 128;
+    gqla_config cfg = abi::deepseek_latent_config(128, 128);
     cfg.cache_dtype = GQLA_DTYPE_BF16;
     cfg.device = GQLA_DEVICE_CPU;
     cfg.max_tokens = 4096;
