@@ -457,13 +457,20 @@ GQLA_VBMI static void gqa_attend_fp8_vbmi(const GqaItem& it) {
 // Byte p of the permuted chunk: lane L = p / 16 holds elements 8L..8L+7 in
 // its low half (they become the first bf16 vector) and 32+8L..32+8L+7 in
 // its high half (the second).
-static inline __m512i natural_order_bytes() {
+// Built once, as the lookup tables are: the staging loads it per block.
+struct NaturalOrderBytes {
     alignas(64) uint8_t idx[64];
-    for (int p = 0; p < 64; ++p) {
-        const int lane = p / 16, i = p % 16;
-        idx[p] = static_cast<uint8_t>(i < 8 ? 8 * lane + i : 32 + 8 * lane + (i - 8));
-    }
-    return _mm512_load_si512(idx);
+};
+static inline __m512i natural_order_bytes() {
+    static const NaturalOrderBytes t = [] {
+        NaturalOrderBytes x{};
+        for (int p = 0; p < 64; ++p) {
+            const int lane = p / 16, i = p % 16;
+            x.idx[p] = static_cast<uint8_t>(i < 8 ? 8 * lane + i : 32 + 8 * lane + (i - 8));
+        }
+        return x;
+    }();
+    return _mm512_load_si512(t.idx);
 }
 
 [[gnu::noinline]] GQLA_VBMI static void stage_latent_raw_bf16_vbmi(const AbsorbItem& it, int n, const uint8_t* c,

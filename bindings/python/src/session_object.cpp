@@ -285,10 +285,7 @@ py::object session_object::export_sequence(py::handle seq_arg, py::handle out) c
             [&](gqla_session* s) { return gqla_sequence_export(s, seq, target.data(), target.size(), &needed); }));
         return py::int_(needed);
     }
-    {
-        py::gil_scoped_release no_gil;
-        check(locked([&](gqla_session* s) { return gqla_sequence_export(s, seq, nullptr, 0, &needed); }));
-    }
+    needed = export_size(seq_arg);
     // Written in place into the new bytes object, which no other code can
     // see yet (so the GIL may be released): the cache is copied once, not
     // into a string first and then again into the bytes.
