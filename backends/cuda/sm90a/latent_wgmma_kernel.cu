@@ -138,7 +138,7 @@ __device__ __forceinline__ void score_tile_transposed(const AttentionParams& p, 
 // the softmax then runs down the columns, its maxima shared by WG0's warps
 // through shared memory once per tile.
 // FP8 (transposed only, T = bf16): the latent is stored in e4m3 with block
-// scales and WG1 widens each tile into its stage (latent_wgmma_fp8.cuh).
+// scales and WG1/WG2 widen each tile into its stage (latent_wgmma_fp8.cuh).
 template <typename T, int kRows, bool FP8 = false>
 __global__ void __launch_bounds__(kLatentThreads, 1)
     latent_wgmma_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ LatentTmaMaps maps) {
@@ -164,12 +164,12 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3;
     const CtaWork w = cta_work(p, kRows, kLatentTile);
     const TileStream<T> ts = tile_stream<T>(p, maps, tid);
-    Fp8Staged staged;  // WG1, 8-bit latent: the staged tile's scales
-    if (wg == 1) {
-        if constexpr (FP8)
-            start_fp8_tiles(p, w, sh, ts.ltid, staged);  // the first tile's bytes in flight
-        else
-            start_tiles(p, maps, ts, w, sh);  // both stages in flight before the queries are staged
+    Fp8Staged staged;                   // WG1/WG2, 8-bit latent: the staged tile's row
+    const int ftid = tid - kWgThreads;  // its thread among WG1/WG2
+    if constexpr (FP8) {
+        if (wg >= 1) start_fp8_tiles(p, w, sh, ftid, staged);  // the first tile's bytes in flight
+    } else if (wg == 1) {
+        start_tiles(p, maps, ts, w, sh);  // both stages in flight before the queries are staged
     }
     // Launched as a programmatic dependent of the query projection: all of
     // the above reads what was there before it (lengths, page tables, the
@@ -204,8 +204,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
         for (int a = 0; a < 4; ++a)
 #pragma unroll
             for (int i = 0; i < 16; ++i) o[a][i] = 0.f;
-        if constexpr (FP8)
-            if (wg == 1) fill_first_fp8_stages(p, w, sh, ts.ltid, staged);
+        if constexpr (FP8) fill_first_fp8_stages(p, w, sh, ftid, staged);
         for (int tile = w.range.begin; tile < w.range.end; ++tile) {
             const uint64_t v_desc = stage_desc(w.range, tile, d.v0, d.v1);
             wait_values(ts, w, tile);
@@ -214,7 +213,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
                 rescale_columns(o, alpha);  // some column's running max moved
             multiply_values_columns<T>(o, d.p, v_desc);
             if constexpr (FP8)
-                release_fp8_tile(p, w, sh, tile, wg, ts.ltid, staged);
+                release_fp8_tile(p, w, sh, tile, ftid, staged);
             else
                 release_tile(p, maps, ts, w, sh, tile, wg);
         }
