@@ -44,7 +44,9 @@ std::vector<unsigned char> export_seq(gqla_session* s, gqla_seq_id seq) {
     return b;
 }
 
-void run(gqla_kind kind, gqla_dtype dt, gqla_path path) {
+// gpu_page: the CUDA session's page size (0: its default; the CPU session
+// pages by 16, so an import re-pages the rows); s_q: queries per decode.
+void run(gqla_kind kind, gqla_dtype dt, gqla_path path, int gpu_page = 0, int s_q = 1) {
     gqla_config c;
     gqla_config_default(&c, kind);
     c.num_heads = 8;
@@ -71,6 +73,7 @@ void run(gqla_kind kind, gqla_dtype dt, gqla_path path) {
     cpu_cfg.device = GQLA_DEVICE_CPU;
     cpu_cfg.page_size = 16;
     gpu_cfg.device = GQLA_DEVICE_CUDA;
+    if (gpu_page > 0) gpu_cfg.page_size = gpu_page;
     gqla_session *cpu = nullptr, *gpu = nullptr;
     if (!ok(gqla_session_create(&cpu_cfg, &cpu), "create cpu") ||
         !ok(gqla_session_create(&gpu_cfg, &gpu), "create cuda"))
@@ -109,13 +112,14 @@ void run(gqla_kind kind, gqla_dtype dt, gqla_path path) {
     if (!ok(gqla_sequence_import(cpu, from_gpu.data(), from_gpu.size(), &back), "import cpu")) return;
 
     const int dq = gqa ? c.head_dim : c.nope_dim + c.rope_dim, dv = gqa ? c.head_dim : c.value_dim;
-    std::vector<float> q = randn(static_cast<size_t>(c.num_heads) * dq);
+    std::vector<float> q = randn(static_cast<size_t>(s_q) * c.num_heads * dq);
     double worst = 0;
     for (int l = 0; l < 2; ++l) {
-        std::vector<float> o_cpu(c.num_heads * dv), o_gpu(c.num_heads * dv), o_back(c.num_heads * dv);
-        gqla_tensor tq = tensor(q, {1, 1, c.num_heads, dq});
-        gqla_tensor t1 = tensor(o_cpu, {1, 1, c.num_heads, dv}), t2 = tensor(o_gpu, {1, 1, c.num_heads, dv}),
-                    t3 = tensor(o_back, {1, 1, c.num_heads, dv});
+        const size_t out_elems = static_cast<size_t>(s_q) * c.num_heads * dv;
+        std::vector<float> o_cpu(out_elems), o_gpu(out_elems), o_back(out_elems);
+        gqla_tensor tq = tensor(q, {1, s_q, c.num_heads, dq});
+        gqla_tensor t1 = tensor(o_cpu, {1, s_q, c.num_heads, dv}), t2 = tensor(o_gpu, {1, s_q, c.num_heads, dv}),
+                    t3 = tensor(o_back, {1, s_q, c.num_heads, dv});
         ok(gqla_decode(cpu, l, 1, &seq, &tq, &t1, nullptr), "decode cpu");
         ok(gqla_decode(gpu, l, 1, &on_gpu, &tq, &t2, nullptr), "decode cuda");
         ok(gqla_decode(cpu, l, 1, &back, &tq, &t3, nullptr), "decode cpu again");
@@ -132,8 +136,10 @@ void run(gqla_kind kind, gqla_dtype dt, gqla_path path) {
     // within twice that bound of each other.
     const double bound = 2 * (dt == GQLA_DTYPE_F32 ? 1e-5 : dt == GQLA_DTYPE_F16 ? 2e-3 : 1e-2);
     if (!(worst <= bound)) ++failures;
-    std::printf("%-4s kind %d dtype %d path %d: re-export %s, cuda vs cpu rel_l2 %.2e (bound %.0e)\n",
-                same && worst <= bound ? "ok" : "FAIL", kind, dt, path, same ? "identical" : "DIFFERS", worst, bound);
+    std::printf(
+        "%-4s kind %d dtype %d path %d cuda page %d s_q %d: re-export %s, cuda vs cpu rel_l2 %.2e (bound %.0e)\n",
+        same && worst <= bound ? "ok" : "FAIL", kind, dt, path, gpu_page, s_q, same ? "identical" : "DIFFERS", worst,
+        bound);
     gqla_session_destroy(gpu);
     gqla_session_destroy(cpu);
 }
@@ -156,6 +162,14 @@ int main() {
     // cache of an 8-bit latent, so GQLA runs absorb).
     run(GQLA_KIND_GQA, GQLA_DTYPE_FP8_E4M3, GQLA_PATH_AUTO);
     run(GQLA_KIND_GQLA, GQLA_DTYPE_FP8_E4M3, GQLA_PATH_ABSORB);
+    // Pages of another size than the exporter's (an odd one among them) and
+    // several queries per decode, which read across the re-paged rows.
+    for (gqla_dtype dt : {GQLA_DTYPE_BF16, GQLA_DTYPE_FP8_E4M3}) {
+        run(GQLA_KIND_GQA, dt, GQLA_PATH_AUTO, 24, 4);
+        run(GQLA_KIND_GQLA, dt, GQLA_PATH_ABSORB, 24, 4);
+        run(GQLA_KIND_GQLA, dt, GQLA_PATH_ABSORB, 128, 1);
+    }
+    run(GQLA_KIND_GQLA, GQLA_DTYPE_BF16, GQLA_PATH_GQA, 24, 4);
     std::printf("%s: %d failures\n", failures ? "FAILED" : "passed", failures);
     return failures ? 1 : 0;
 }
