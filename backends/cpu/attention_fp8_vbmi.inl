@@ -46,7 +46,8 @@ static inline E4m3Lut e4m3_lut() {
                    _mm512_load_si512(t.hi + 64)};
 }
 
-// 64 e4m3 bytes to bf16 (value / 256): a in A order, c in C order.
+// 64 e4m3 bytes to bf16 (value / 256): a in A order, c in C order (per
+// 128-bit lane, a holds the lane's bytes 0-7 and c its bytes 8-15).
 GQLA_VBMI static inline void e4m3x64_to_bf16(__m512i bytes, const E4m3Lut& L, __m512i& a, __m512i& c) {
     const __m512i lo = _mm512_permutex2var_epi8(L.lo0, bytes, L.lo1);
     __m512i hi = _mm512_permutex2var_epi8(L.hi0, bytes, L.hi1);
@@ -62,16 +63,8 @@ GQLA_VBMI static inline void e4m3x64_to_bf16(__m512i bytes, const E4m3Lut& L, __
 // each lookup widens both tokens at once (12 operations per pair of tokens
 // instead of 14).
 GQLA_VBMI static inline void e4m3x64_pairs_to_bf16(__m512i b0, __m512i b1, const E4m3Lut& L, __m512i (&v4)[4]) {
-    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
-    const __m512i raw[2] = {_mm512_unpacklo_epi8(b0, b1), _mm512_unpackhi_epi8(b0, b1)};
-    GQLA_UNROLL
-    for (int h = 0; h < 2; ++h) {
-        const __m512i lo = _mm512_permutex2var_epi8(L.lo0, raw[h], L.lo1);
-        __m512i hi = _mm512_permutex2var_epi8(L.hi0, raw[h], L.hi1);
-        hi = _mm512_ternarylogic_epi32(hi, raw[h], sign, 0xf8);  // | sign
-        v4[2 * h] = _mm512_unpacklo_epi8(lo, hi);
-        v4[2 * h + 1] = _mm512_unpackhi_epi8(lo, hi);
-    }
+    e4m3x64_to_bf16(_mm512_unpacklo_epi8(b0, b1), L, v4[0], v4[1]);
+    e4m3x64_to_bf16(_mm512_unpackhi_epi8(b0, b1), L, v4[2], v4[3]);
 }
 
 static inline __mmask64 mask64(int n) {
