@@ -262,23 +262,13 @@ GQLA_VBMI static inline void vbmi_pv_tile(const uint16_t* pb, int n, R v, int dv
         }
         const bool pair = j + 1 < n;
         __m512i v4[4];
+        e4m3x64_pairs_to_bf16(_mm512_loadu_si512(v[j] + d),
+                              pair ? _mm512_loadu_si512(v[j + 1] + d) : _mm512_setzero_si512(), L, v4);
         [[maybe_unused]] __m512i s4[4];
-        if constexpr (kMasked) {  // also each first token alone, for rows that see it but not the second
-            __m512i a0, c0, a1 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
-            e4m3x64_to_bf16(_mm512_loadu_si512(v[j] + d), L, a0, c0);
-            if (pair) e4m3x64_to_bf16(_mm512_loadu_si512(v[j + 1] + d), L, a1, c1);
-            v4[0] = _mm512_unpacklo_epi16(a0, a1);
-            v4[1] = _mm512_unpackhi_epi16(a0, a1);
-            v4[2] = _mm512_unpacklo_epi16(c0, c1);
-            v4[3] = _mm512_unpackhi_epi16(c0, c1);
-            const __m512i z = _mm512_setzero_si512();
-            s4[0] = _mm512_unpacklo_epi16(a0, z);
-            s4[1] = _mm512_unpackhi_epi16(a0, z);
-            s4[2] = _mm512_unpacklo_epi16(c0, z);
-            s4[3] = _mm512_unpackhi_epi16(c0, z);
-        } else {
-            e4m3x64_pairs_to_bf16(_mm512_loadu_si512(v[j] + d),
-                                  pair ? _mm512_loadu_si512(v[j + 1] + d) : _mm512_setzero_si512(), L, v4);
+        if constexpr (kMasked) {  // each first token alone (its partner's half zero), for rows that see only it
+            const __m512i first = _mm512_set1_epi32(0xffff);
+            GQLA_UNROLL
+            for (int k = 0; k < 4; ++k) s4[k] = _mm512_and_si512(v4[k], first);
         }
         GQLA_UNROLL
         for (int r = 0; r < RB; ++r) {
