@@ -171,13 +171,13 @@ AttentionPlan plan_attention(Session& s, const AttentionParams& p, bool narrow_t
     const bool mma_dims = p.k1.dim % 8 == 0 && p.k2.dim % 8 == 0 && p.v.dim % 8 == 0;
     const bool tensor_cores = cache != GQLA_DTYPE_F32 && mma_dims;
     if (plans_latent_kernel(s, p)) {
-        // An 8-bit latent takes the transposed products only: the room of
-        // their 32-row queries holds the staging buffer its tiles are
-        // widened from.
+        // Row blocks of at most 32 rows take the transposed products (an
+        // 8-bit latent as a 16-bit one: 64-row products over half tiles for
+        // larger blocks, latent_wgmma_fp8_rows.cuh).
         plan.latent_wgmma = true;
         plan.reads_fp8 = cache == GQLA_DTYPE_FP8_E4M3;
         const bool transposed =
-            plan.reads_fp8 || s.latent_transposed == 2 || (s.latent_transposed == 1 && p.rows <= kLatentRowsTransposed);
+            s.latent_transposed == 2 || (s.latent_transposed == 1 && p.rows <= kLatentRowsTransposed);
         plan.rows_per_cta = transposed ? kLatentRowsTransposed : kLatentRows;
         plan.tile_tokens = kLatentTile;
         plan.smem_bytes = latent_wgmma_smem_bytes(cache, plan.rows_per_cta);

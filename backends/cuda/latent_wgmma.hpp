@@ -2,7 +2,7 @@
 // Latent-attention decode kernel of the absorb path on Hopper warpgroup MMAs
 // (wgmma, sm_90a). Serves the MLA shape: keys = [latent (512) | rope (0 or
 // 64)], value = the same latent, up to 64 query rows (heads x s_q) per CTA;
-// an 8-bit (e4m3) latent in row blocks of 32, widened tile by tile.
+// an 8-bit (e4m3) latent widened tile by tile (64-row blocks in half tiles).
 // Built only when the module targets sm_90 (as sm_90a code) and used only on
 // a device of compute capability 9.0; other shapes and GPUs keep the
 // mma.sync kernels.
@@ -46,7 +46,7 @@ bool latent_wgmma_available(int cc_major, int cc_minor);
 // True when the launch's dims are the ones the kernel is built for.
 bool latent_wgmma_fits(const AttentionParams& p);
 // Shared memory of the kernel for row blocks of rows_per_cta (kLatentRows or
-// kLatentRowsTransposed; an 8-bit cache always takes the latter).
+// kLatentRowsTransposed).
 int latent_wgmma_smem_bytes(gqla_dtype cache, int rows_per_cta);
 // Raises the kernel's shared-memory limit; only where available and the
 // device's opt-in limit holds latent_wgmma_smem_bytes().

@@ -313,8 +313,10 @@ TEST_CASE("cuda fp8: a NaN in a prefill chunk's causal tail reaches only the que
 }
 
 // The sm_90a latent kernel over an 8-bit latent: 32-row blocks (16 heads:
-// one; 40 heads in 4 groups: a partial second; 128 heads: four, and twelve
-// at s_q 3), tiles widened from stored bytes with their block scales, page
+// one; 40 heads in 4 groups at s_q 1: a partial second), 64-row blocks in
+// half tiles (40 heads ragged; 128 heads: two, and six at s_q 3; ctest
+// cuda.fp8_latent_transposed runs them all in 32-row blocks, and
+// cuda.fp8_latent_rows64 all in 64-row ones), tiles widened from stored bytes with their block scales, page
 // sizes that split tiles (7, 16) or hold whole ones (64); the GQA_TRANSIENT
 // form over bf16 rows widened from the same bytes.
 TEST_CASE("cuda fp8 GQLA: an 8-bit latent on the absorb path and GQA_TRANSIENT, ragged calls and forks") {
@@ -344,6 +346,83 @@ TEST_CASE("cuda fp8 GQLA: an 8-bit latent on the absorb path and GQA_TRANSIENT, 
             s.append(ids[4], 1);
             check(s.attend({ids[4], child}, {1}, GQLA_PATH_AUTO, false), "fork");
         }
+}
+
+// o [n][H][128] of one absorb call of n queries over one sequence of L
+// tokens of an 8-bit latent GPU session (H heads, one group, pages of 16,
+// f32 io), its latent NaN at column 7 of token `nan_token` (none: -1). The
+// same seed gives the same weights, rows and queries.
+std::vector<float> latent_outputs_over_nan(int32_t heads, int64_t L, int32_t n, int64_t nan_token, uint64_t seed) {
+    gqla_config c = latent_config(heads, 1, 16);
+    c.cache_dtype = GQLA_DTYPE_FP8_E4M3;
+    c.device = GQLA_DEVICE_CUDA;
+    c.io_dtype = GQLA_DTYPE_F32;
+    c.num_layers = 1;
+    gqla_session* s = nullptr;
+    abi::require_ok(gqla_session_create(&c, &s));
+    std::mt19937_64 rng(seed);
+    const int64_t r = c.latent_dim, dr = c.rope_dim, dq = c.nope_dim + c.rope_dim, dv = c.value_dim;
+    std::vector<float> w = abi::random_vector(rng, size_t((c.nope_dim + dv) * r));
+    for (float& x : w) x /= std::sqrt(float(r));
+    gqla_tensor wt = abi::host_f32(w, {c.nope_dim + dv, r});
+    abi::require_ok(gqla_set_weights(s, 0, &wt));
+    gqla_seq_id seq = 0;
+    abi::require_ok(gqla_sequence_add(s, &seq));
+    std::vector<float> latent = abi::random_vector(rng, size_t(L * r)), rope = abi::random_vector(rng, size_t(L * dr));
+    if (nan_token >= 0) latent[size_t(nan_token * r + 7)] = std::numeric_limits<float>::quiet_NaN();
+    gqla_tensor lt = abi::host_f32(latent, {L, r}), rt = abi::host_f32(rope, {L, dr});
+    abi::require_ok(gqla_append(s, 0, seq, &lt, &rt));
+    std::vector<float> q = abi::random_vector(rng, size_t(n) * heads * dq), o(size_t(n) * heads * dv, -7.f);
+    gqla_tensor qt = abi::host_f32(q, {1, n, heads, dq}), ot = abi::host_f32(o, {1, n, heads, dv});
+    gqla_attention_args args;
+    abi::require_ok(gqla_attention_args_default(&args));
+    args.batch = 1;
+    args.seqs = &seq;
+    args.q = &qt;
+    args.o = &ot;
+    args.path = GQLA_PATH_ABSORB;
+    abi::require_ok(gqla_attention(s, &args));
+    abi::require_ok(gqla_session_synchronize(s));
+    gqla_session_destroy(s);
+    return o;
+}
+
+// docs/numerics.md on the 8-bit latent kernels: a NaN in a latent row reaches
+// every output of the queries that see its token (its score is NaN) and
+// nothing of those that may not, which equal a run without it. 16 heads at
+// s_q 4 fill one 64-row block with four queries (the 64-row kernel's half
+// tiles; ctest cuda.fp8_latent_transposed runs the 32-row blocks), 128 heads
+// at s_q 2 give each query its own blocks; the token sits before, at and past
+// half-tile and page edges.
+TEST_CASE("cuda fp8 GQLA: a NaN latent row reaches exactly the queries that see its token") {
+    const uint64_t seed = abi::test_seed();
+    INFO(abi::replay_hint(seed));
+    struct Case {
+        int32_t heads, n;
+        int64_t L, nan_token;
+    };
+    for (const Case k : {Case{16, 4, 33, 31}, Case{16, 4, 98, 96}, Case{16, 4, 70, 68}, Case{16, 4, 130, 129},
+                         Case{128, 2, 97, 96}, Case{128, 2, 64, 63}}) {
+        CAPTURE(k.heads);
+        CAPTURE(k.L);
+        CAPTURE(k.nan_token);
+        const std::vector<float> with = latent_outputs_over_nan(k.heads, k.L, k.n, k.nan_token, seed);
+        const std::vector<float> without = latent_outputs_over_nan(k.heads, k.L, k.n, -1, seed);
+        const size_t per_query = with.size() / size_t(k.n);
+        for (int32_t qi = 0; qi < k.n; ++qi) {
+            CAPTURE(qi);
+            const bool sees = k.nan_token <= k.L - k.n + qi;
+            int64_t wrong = 0;
+            for (size_t e = qi * per_query; e < (qi + 1) * per_query; ++e) {
+                const bool ok = sees ? std::isnan(with[e])
+                                     : std::isfinite(with[e]) && std::fabs(with[e] - without[e]) <=
+                                                                     1e-6f * std::max(1.f, std::fabs(without[e]));
+                if (!ok && wrong++ < 4)
+                    MESSAGE("element " << e << ": " << with[e] << " (without the NaN " << without[e] << ")");
+            }
+            CHECK(wrong == 0);
+        }
+    }
 }
 
 TEST_CASE("cuda fp8: GQLA sessions and shapes the kernels do not read are refused naming the field") {

@@ -252,11 +252,13 @@ TEST_CASE("cuda sparse: LLaMA-3-8B GQA heads over an fp8_e4m3 cache, page sizes 
     }
 }
 
-// The latent kernel's 8-bit form: listed latent rows gathered as bytes with
-// their block scales and widened; GQA_TRANSIENT up-projecting the listed
-// rows widened to bf16. Against the reference on the dequantized rows.
-TEST_CASE("cuda sparse: an fp8_e4m3 latent, 16 and 64 heads (one and two 32-row blocks), and GQA_TRANSIENT") {
-    for (int32_t heads : {16, 64}) {
+// The latent kernel's 8-bit forms: listed latent rows gathered as bytes with
+// their block scales and widened, in a 32-row block (16 heads), a 64-row one
+// over half tiles (64 heads) and two of those (128); GQA_TRANSIENT
+// up-projecting the listed rows widened to bf16. Against the reference on
+// the dequantized rows.
+TEST_CASE("cuda sparse: an fp8_e4m3 latent, 16, 64 and 128 heads (32- and 64-row blocks), and GQA_TRANSIENT") {
+    for (int32_t heads : {16, 64, 128}) {
         CAPTURE(heads);
         Fixture fx(latent_config(heads, 1, GQLA_DTYPE_FP8_E4M3), Form::Absorb);
         run_model_cases(fx, 1500);

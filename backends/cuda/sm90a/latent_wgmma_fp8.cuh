@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // 8-bit latent tiles of the latent decode kernel (latent_wgmma_kernel.cu,
-// FP8 = true; the transposed products only: their 32-row queries leave room
-// for a staging buffer). The latent pool holds e4m3 bytes with one f32 scale
+// FP8 = true; the transposed products: their 32-row queries leave room for a
+// staging buffer of a whole tile; 64-row blocks take half tiles,
+// latent_wgmma_fp8_rows.cuh). The latent pool holds e4m3 bytes with one f32 scale
 // per (token, 128-column block) and the rope key in bf16
 // (docs/fp8-cache.md). The two value warpgroups (WG1, WG2: 256 threads, four
 // per token row of a 64-token tile) load and widen every tile between their

@@ -67,6 +67,7 @@
 #include "../tensor_maps.hpp"
 #include "latent_wgmma_epilogue.cuh"
 #include "latent_wgmma_fp8.cuh"
+#include "latent_wgmma_fp8_rows.cuh"
 
 namespace gqla::cuda {
 
@@ -93,9 +94,9 @@ __device__ __forceinline__ void score_tile(const AttentionParams& p, const TileS
         bad_lo = bad.x;
         bad_hi = bad.y;
     }
-    mask_rows(s, st, tile, f.c_lane);
+    mask_rows(s, st, tile * kLatentTile, f.c_lane);
     uint32_t pa[16];
-    const float2 alpha = softmax_rows<T>(s, pa, st, tile, f.c_lane, p.scale_log2, tail, bad_lo, bad_hi);
+    const float2 alpha = softmax_rows<T>(s, pa, st, tile * kLatentTile, f.c_lane, p.scale_log2, tail, bad_lo, bad_hi);
     hand_over_rows(sh.p, sh.scale, pa, alpha, tile > w.range.begin, f);
 }
 
@@ -137,8 +138,10 @@ __device__ __forceinline__ void score_tile_transposed(const AttentionParams& p, 
 // latent columns as the M of the values, so no product carries empty rows;
 // the softmax then runs down the columns, its maxima shared by WG0's warps
 // through shared memory once per tile.
-// FP8 (transposed only, T = bf16): the latent is stored in e4m3 with block
-// scales and WG1/WG2 widen each tile into its stage (latent_wgmma_fp8.cuh).
+// FP8 (transposed, T = bf16): the latent is stored in e4m3 with block
+// scales and WG1/WG2 widen each tile into its stage (latent_wgmma_fp8.cuh);
+// the 64-row form over an 8-bit latent is latent_wgmma_fp8_rows_kernel
+// (latent_wgmma_fp8_rows.cuh), on half tiles.
 template <typename T, int kRows, bool FP8 = false>
 __global__ void __launch_bounds__(kLatentThreads, 1)
     latent_wgmma_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ LatentTmaMaps maps) {
@@ -245,8 +248,10 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 }
 
 const void* kernel_for(gqla_dtype cache, int rows_per_cta) {
-    if (cache == GQLA_DTYPE_FP8_E4M3)  // transposed products only (the planner's rows_per_cta)
-        return reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16, kLatentRowsTransposed, true>);
+    if (cache == GQLA_DTYPE_FP8_E4M3)
+        return rows_per_cta == kLatentRowsTransposed
+                   ? reinterpret_cast<const void*>(&latent_wgmma_kernel<__nv_bfloat16, kLatentRowsTransposed, true>)
+                   : reinterpret_cast<const void*>(&latent_wgmma_fp8_rows_kernel);
     if (rows_per_cta == kLatentRowsTransposed)
         return cache == GQLA_DTYPE_F16
                    ? reinterpret_cast<const void*>(&latent_wgmma_kernel<__half, kLatentRowsTransposed>)
@@ -277,7 +282,9 @@ bool latent_wgmma_fits(const AttentionParams& p) {
 }
 
 int latent_wgmma_smem_bytes(gqla_dtype cache, int rows_per_cta) {
-    if (cache == GQLA_DTYPE_FP8_E4M3) return LatentSmem<kLatentRowsTransposed>::kFp8Bytes;
+    if (cache == GQLA_DTYPE_FP8_E4M3)
+        return rows_per_cta == kLatentRowsTransposed ? LatentSmem<kLatentRowsTransposed>::kFp8Bytes
+                                                     : Fp8RowsSmem::kBytes;
     return rows_per_cta == kLatentRowsTransposed ? LatentSmem<kLatentRowsTransposed>::kBytes
                                                  : LatentSmem<kLatentRows>::kBytes;
 }

@@ -67,27 +67,33 @@ __device__ __forceinline__ void multiply_scores_rows(float (&s)[32], uint64_t q_
     fence_accumulators(s);
 }
 
-// WG0, the causal tail: this warp's 16 token rows scrubbed, and the warps'
-// masks of those that had a non-finite value shared (double-buffered by
-// tile: the tail's tiles are consecutive). Returns the tile's tokens 0-31
-// (x) and 32-63 (y) that had one.
-template <typename T>
+// WG0, the causal tail: this warp's rows of the tile (kTileRows tokens,
+// kTileRows / 4 a warp) scrubbed, and the warps' masks of those that had a
+// non-finite value shared (double-buffered by tile: the tail's tiles are
+// consecutive). Returns the tile's tokens 0-31 (x) and 32-63 (y) that had
+// one.
+template <typename T, int kTileRows = kLatentTile>
 __device__ __forceinline__ uint2 share_tail_masks(unsigned char* stage, uint32_t* tail_mask, int tile, int first_hidden,
                                                   int length, int wi, int lane) {
-    const uint32_t bad = scrub_tail_rows<T>(stage, tile, first_hidden, length, wi, lane);
+    const uint32_t bad = scrub_tail_rows<T, kTileRows>(stage, tile, first_hidden, length, wi, lane);
     uint32_t* masks = tail_mask + (tile & 1) * 4;
     if (lane == 0) masks[wi] = bad;
     named_barrier_sync(kBarTailMask, kWgThreads);
-    return make_uint2(masks[0] | (masks[1] << 16), masks[2] | (masks[3] << 16));
+    uint64_t all = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) all |= static_cast<uint64_t>(masks[k]) << (k * kTileRows / 4);
+    return make_uint2(static_cast<uint32_t>(all), static_cast<uint32_t>(all >> 32));
 }
 
-// WG0: the causal/length mask only where the tile reaches past a row's last
-// visible token.
-__device__ __forceinline__ void mask_rows(float (&s)[32], const RowState& st, int tile, int c_lane) {
-    const int j_base = tile * kLatentTile + c_lane;
-    if (tile * kLatentTile + kLatentTile - 1 > min(st.lim0, st.lim1)) {
+// WG0: the causal/length mask only where the tile (first token `first`,
+// 2N tokens: 64, or 32 for the 8-bit latent's half tiles) reaches past a
+// row's last visible token.
+template <int N>
+__device__ __forceinline__ void mask_rows(float (&s)[N], const RowState& st, int first, int c_lane) {
+    const int j_base = first + c_lane;
+    if (first + 2 * N - 1 > min(st.lim0, st.lim1)) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < N / 4; ++j)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int jj = j_base + 8 * j + e;
@@ -103,16 +109,17 @@ __device__ __forceinline__ uint32_t pack_two(float lo, float hi) {
     return pack_pair(lo, hi, static_cast<T*>(nullptr));
 }
 
-// WG0: the online softmax of the thread's two rows and their probabilities
-// packed (pa[2j], pa[2j + 1]: rows r0, r1 at tokens 8j + c_lane + {0, 1}).
-// Scores stay unscaled: the scale (> 0) goes into the row max and the
-// exponent's fma. In the causal tail a row gets a NaN probability for a
-// scrubbed token it may see (bad_lo / bad_hi: tokens 0-31 / 32-63). Returns
-// the rows' rescale factors.
-template <typename T>
-__device__ __forceinline__ float2 softmax_rows(const float (&s)[32], uint32_t (&pa)[16], RowState& st, int tile,
+// WG0: the online softmax of the thread's two rows over the tile's 2N
+// tokens (from token `first`) and their probabilities packed (pa[2j],
+// pa[2j + 1]: rows r0, r1 at tokens 8j + c_lane + {0, 1}). Scores stay
+// unscaled: the scale (> 0) goes into the row max and the exponent's fma.
+// In the causal tail a row gets a NaN probability for a scrubbed token it
+// may see (bad_lo / bad_hi: the tile's tokens 0-31 / 32-63). Returns the
+// rows' rescale factors.
+template <typename T, int N>
+__device__ __forceinline__ float2 softmax_rows(const float (&s)[N], uint32_t (&pa)[N / 2], RowState& st, int first,
                                                int c_lane, float scale, bool tail, uint32_t bad_lo, uint32_t bad_hi) {
-    const int j_base = tile * kLatentTile + c_lane;
+    const int j_base = first + c_lane;
     const float2 mx = fragment_row_max(s);
     const float n0 = fmaxf(st.m0, mx.x * scale), n1 = fmaxf(st.m1, mx.y * scale);
     const float alpha0 = n0 == -INFINITY ? 1.f : exp2_ftz(st.m0 - n0);
@@ -122,7 +129,7 @@ __device__ __forceinline__ float2 softmax_rows(const float (&s)[32], uint32_t (&
     const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;  // exp2(-inf - 0) = 0
     float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < N / 4; ++j) {
         float e0 = exp2_ftz(fmaf(s[4 * j], scale, -b0)), e1 = exp2_ftz(fmaf(s[4 * j + 1], scale, -b0));
         float e2 = exp2_ftz(fmaf(s[4 * j + 2], scale, -b1)), e3 = exp2_ftz(fmaf(s[4 * j + 3], scale, -b1));
         sum0 += e0 + e1;
@@ -143,14 +150,18 @@ __device__ __forceinline__ float2 softmax_rows(const float (&s)[32], uint32_t (&
     return make_float2(alpha0, alpha1);
 }
 
-// WG0: P and the rescale factors of a tile handed over, once the previous
-// ones were consumed (wait_free: there were previous ones).
-__device__ __forceinline__ void hand_over_rows(unsigned char* sP, float* sScale, const uint32_t (&pa)[16], float2 alpha,
-                                               bool wait_free, const Fragment& f) {
-    if (wait_free) named_barrier_sync(kBarPFree, kLatentThreads);
+// WG0: P (NP * 4 token columns from column `first_column`) and the rescale
+// factors of a tile handed over, once the previous ones in their place were
+// consumed (wait_free: there were such; barrier free_bar), announced on
+// barrier ready_bar.
+template <int NP>
+__device__ __forceinline__ void hand_over_rows(unsigned char* sP, float* sScale, const uint32_t (&pa)[NP], float2 alpha,
+                                               bool wait_free, const Fragment& f, int first_column = 0,
+                                               int free_bar = kBarPFree, int ready_bar = kBarPReady) {
+    if (wait_free) named_barrier_sync(free_bar, kLatentThreads);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int c = 8 * j + f.c_lane;
+    for (int j = 0; j < NP / 2; ++j) {
+        const int c = first_column + 8 * j + f.c_lane;
         *reinterpret_cast<uint32_t*>(sP + swizzled_offset(f.r0, c >> 3) + (c & 7) * 2) = pa[2 * j];
         *reinterpret_cast<uint32_t*>(sP + swizzled_offset(f.r1, c >> 3) + (c & 7) * 2) = pa[2 * j + 1];
     }
@@ -159,7 +170,7 @@ __device__ __forceinline__ void hand_over_rows(unsigned char* sP, float* sScale,
         sScale[f.r1] = alpha.y;
     }
     fence_proxy_async_smem();
-    named_barrier_arrive(kBarPReady, kLatentThreads);
+    named_barrier_arrive(ready_bar, kLatentThreads);
 }
 
 // WG1/WG2: the rows' rescale factors of the tile; true when the running
@@ -175,19 +186,28 @@ __device__ __forceinline__ void rescale_rows(float (&o)[128], float2 alpha) {
     for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? alpha.y : alpha.x;
 }
 
-// WG1/WG2: O[:, 0:256] or O[:, 256:512] += P V of the tile, the latent tile
-// read transposed as the value (4 x m64n256k16), completed.
-template <typename T>
-__device__ __forceinline__ void multiply_values_rows(float (&o)[128], uint64_t p_desc, uint64_t v_desc) {
+// WG1/WG2: O[:, 0:256] or O[:, 256:512] += P V of a tile of kTokens tokens,
+// the latent tile read transposed as the value (kTokens / 16 x
+// m64n256k16), issued; complete_values_rows waits for it.
+template <typename T, int kTokens>
+__device__ __forceinline__ void issue_values_rows(float (&o)[128], uint64_t p_desc, uint64_t v_desc) {
     fence_accumulators(o);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kLatentTile / 16; ++kk) {
+    for (int kk = 0; kk < kTokens / 16; ++kk) {
         wgmma_m64n256k16_bt<T>(o, desc_advance(p_desc, kk * 32), desc_advance(v_desc, kk * 16 * kSwizzleRowBytes), 1);
     }
     wgmma_commit();
+}
+__device__ __forceinline__ void complete_values_rows(float (&o)[128]) {
     wgmma_wait<0>();
     fence_accumulators(o);
+}
+// The same over a whole tile, completed.
+template <typename T>
+__device__ __forceinline__ void multiply_values_rows(float (&o)[128], uint64_t p_desc, uint64_t v_desc) {
+    issue_values_rows<T, kLatentTile>(o, p_desc, v_desc);
+    complete_values_rows(o);
 }
 
 // ---- Transposed layout (32 rows): S^T = K Q^T, O^T += V^T P^T ----

@@ -48,6 +48,9 @@ constexpr int kBarColumnMax = 5;  // WG0 (transposed): the warps' column maxima 
 constexpr int kBarEnd = 6;        // all: products done, row max / sum written
 constexpr int kBarMerge = 7;      // all: cluster merge weights written
 constexpr int kBarTailMask = 8;   // WG0 (64-row products): the warps' scrubbed-token masks written
+// The 64-row 8-bit kernel's second P buffer (latent_wgmma_fp8_rows.cuh).
+constexpr int kBarPReadyOdd = 9;
+constexpr int kBarPFreeOdd = 10;
 
 // Shared memory of the kernel for kRows query rows (64, or 32 for the
 // transposed products): Q (kRows x 576), the two tile stages, P (kRows x 64
@@ -362,25 +365,28 @@ __device__ __forceinline__ bool in_tail(const CtaWork& w, int first_hidden, int 
     return (tile + 1) * kLatentTile > first_hidden && first_hidden < w.length;
 }
 
-// Called by a whole warp of WG0 after the scores of `tile`, with its stage
-// landed: zeroes the non-finite latent elements (the values) of the tile's
-// rows 16 wi .. 16 wi + 15 whose tokens lie in [first_hidden, length), and
+// Called by a whole warp of WG0 after the scores of `tile` (of kTileRows
+// tokens, in atoms of kTileRows rows), with its stage landed: zeroes the
+// non-finite latent elements (the values) of the tile's rows n wi .. n wi +
+// n - 1 (n = kTileRows / 4) whose tokens lie in [first_hidden, length), and
 // returns (to every lane) a mask of those rows that had one (bit k: row
-// 16 wi + k).
-template <typename T>
+// n wi + k).
+template <typename T, int kTileRows = kLatentTile>
 __device__ __forceinline__ uint32_t scrub_tail_rows(unsigned char* stage, int tile, int first_hidden, int length,
                                                     int wi, int lane) {
     constexpr int kPiecesPerRow = kLatentDim / 8;  // 16-byte pieces of a latent row
-    const int tile_first = tile * kLatentTile;
-    const int r_begin = max(16 * wi, first_hidden - tile_first), r_end = min(16 * wi + 16, length - tile_first);
+    constexpr int kWarpRows = kTileRows / 4, kTileAtomBytes = kTileRows * kSwizzleRowBytes;
+    const int tile_first = tile * kTileRows;
+    const int r_begin = max(kWarpRows * wi, first_hidden - tile_first);
+    const int r_end = min(kWarpRows * wi + kWarpRows, length - tile_first);
     uint32_t bad_rows = 0;
     for (int i = lane; i < (r_end - r_begin) * kPiecesPerRow; i += 32) {
         const int r = r_begin + i / kPiecesPerRow, piece = i % kPiecesPerRow;
-        uint4* at = reinterpret_cast<uint4*>(stage + (piece >> 3) * kAtomBytes + swizzled_offset(r, piece & 7));
+        uint4* at = reinterpret_cast<uint4*>(stage + (piece >> 3) * kTileAtomBytes + swizzled_offset(r, piece & 7));
         uint4 v = *at;
         if (scrub_pair<T>(v.x) | scrub_pair<T>(v.y) | scrub_pair<T>(v.z) | scrub_pair<T>(v.w)) {
             *at = v;
-            bad_rows |= 1u << (r - 16 * wi);
+            bad_rows |= 1u << (r - kWarpRows * wi);
         }
     }
     return __reduce_or_sync(0xffffffffu, bad_rows);
