@@ -171,6 +171,14 @@ gqla_status vt_synchronize(void* ctx) {
 //     the GQA path in 5 cells where absorb was 7-109% faster; with 0.5 the
 //     model picks the measured-faster form in 18 of 20 cells (the misses:
 //     7% and 25%).
+//   Absorb path over an 8-bit latent (GQLA, fp8_e4m3): memory 0.685 and
+//     compute 0.353, the factors above times each kernel's measured rate
+//     against the bf16 one in the same run (H100, 2026-12-07; not refitted
+//     on a grid): LLaMA-3-8B-GQLA B = 64, T = 16384 (the transposed 32-row
+//     kernel, bandwidth-bound) read 1.92 TB/s against bf16's 2.79 (0.688);
+//     DeepSeek-V3 B = 64, T = 16384 (the 64-row kernel over half tiles,
+//     compute-bound) 1042.0 us against 586.3 (0.563). With the bf16 factors
+//     the model priced DeepSeek-V3's 8-bit decode at about half its time.
 //   GQA_TRANSIENT calls: 30 us for their expansion's launches (the token
 //     list, gather, cuBLAS GEMM and scatter per chunk) on top of the GQA
 //     path's own. Without it the transient form of a small call was priced
@@ -190,6 +198,10 @@ void vt_efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout
     inout->sparse_gqa_memory = 0.5;
     inout->transient_overhead_s = 30e-6;
     if (desc == nullptr) return;
+    if (desc->kind == GQLA_KIND_GQLA && desc->cache_dtype == GQLA_DTYPE_FP8_E4M3) {
+        inout->memory[1] = 0.685;
+        inout->compute[1] = 0.353;
+    }
     if (desc->num_kv_heads <= 0 || !prefill_wgmma_serves(read_tuning(), desc->device_index)) return;
     AttentionParams p{};
     const bool gqla = desc->kind == GQLA_KIND_GQLA;
