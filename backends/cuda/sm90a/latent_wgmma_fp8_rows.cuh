@@ -45,12 +45,12 @@
 
 namespace gqla::cuda::latent {
 
-constexpr int kHalfTile = kLatentTile / 2;                     // tokens per stage
-constexpr int kHalfAtomBytes = kHalfTile * kSwizzleRowBytes;   // 32 rows x 64 columns
-constexpr int kHalfStageBytes = kKeyAtoms * kHalfAtomBytes;    // latent atoms + the rope atom
-constexpr int kHalfStages = 3;                                 // scored, multiplied, being widened
-constexpr int kHalfStagingBytes = kHalfTile * kLatentDim;      // one half tile's stored latent bytes
-constexpr int kHalfThreadsPerRow = kFp8Threads / kHalfTile;    // 8: one atom and one rope piece each
+constexpr int kHalfTile = kLatentTile / 2;                    // tokens per stage
+constexpr int kHalfAtomBytes = kHalfTile * kSwizzleRowBytes;  // 32 rows x 64 columns
+constexpr int kHalfStageBytes = kKeyAtoms * kHalfAtomBytes;   // latent atoms + the rope atom
+constexpr int kHalfStages = 3;                                // scored, multiplied, being widened
+constexpr int kHalfStagingBytes = kHalfTile * kLatentDim;     // one half tile's stored latent bytes
+constexpr int kHalfThreadsPerRow = kFp8Threads / kHalfTile;   // 8: one atom and one rope piece each
 static_assert(kHalfThreadsPerRow == kLatentAtoms && kHalfThreadsPerRow == kRopePieces, "one atom per thread");
 
 // Shared memory of the 64-row 8-bit kernel: Q (64 x 576), three half-tile
@@ -122,8 +122,8 @@ __device__ __forceinline__ void stage_half(const AttentionParams& p, const CtaWo
     cp_async_commit();
     // The block scales of a row: 16 bytes at scale_offset + 16 * slot of its page.
     const int64_t page = base >> 32, slot = base & 0xffffffff;
-    scale = valid ? __ldg(reinterpret_cast<const float*>(k1 + page * p.k1.page_stride + p.k1.scale_offset +
-                                                         16 * slot + 4 * (a / 2)))
+    scale = valid ? __ldg(reinterpret_cast<const float*>(k1 + page * p.k1.page_stride + p.k1.scale_offset + 16 * slot +
+                                                         4 * (a / 2)))
                   : 0.f;
     st.next = half_row_token(p, w, hr, h + 1, r);
 }
@@ -217,9 +217,8 @@ __device__ __forceinline__ void multiply_scores_half(float (&s)[16], uint64_t q_
 // second P buffer's rescale factors).
 template <typename T>
 __device__ __forceinline__ void score_half(const AttentionParams& p, const CtaWork& w, const HalfRange& hr,
-                                           const LatentShared& sh, float* scale1, const Fragment& f,
-                                           uint64_t q_desc, uint64_t k_desc, int first_hidden, int h,
-                                           RowState& st) {
+                                           const LatentShared& sh, float* scale1, const Fragment& f, uint64_t q_desc,
+                                           uint64_t k_desc, int first_hidden, int h, RowState& st) {
     const int stage = half_stage(hr, h);
     mbarrier_wait(sh.bars + stage, half_phase(hr, h));
     fence_proxy_async_smem();  // the widened rows were written through the generic proxy
@@ -248,22 +247,9 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     latent_wgmma_fp8_rows_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ LatentTmaMaps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using T = __nv_bfloat16;
-    using L = Fp8RowsSmem;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    LatentShared sh;
-    sh.q = smem + L::kQOff;
-    sh.stages = smem + L::kKOff;
-    sh.p = smem + L::kPOff;
-    sh.scale = reinterpret_cast<float*>(smem + L::kXOff);
-    sh.row_max = sh.scale + 64;
-    sh.row_sum = sh.row_max + 64;
-    sh.limit = reinterpret_cast<int*>(sh.row_sum + 64);
-    sh.column_max = nullptr;
-    sh.tail_mask = reinterpret_cast<uint32_t*>(smem + L::kTailOff);
-    sh.bars = reinterpret_cast<uint64_t*>(smem + L::kBarOff);
-    sh.staging = smem + L::kStagingOff;
-    float* scale1 = reinterpret_cast<float*>(smem + L::kScale1Off);
+    const LatentShared sh = latent_shared<Fp8RowsSmem>(smem_raw, true);
+    float* scale1 = reinterpret_cast<float*>(sh.base + Fp8RowsSmem::kScale1Off);
 
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3;
     const CtaWork w = cta_work(p, kLatentRows, kLatentTile);
@@ -271,24 +257,17 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     const int ftid = tid - kWgThreads;  // its thread among WG1/WG2
     Fp8RowStaged staged;
     if (wg >= 1) start_fp8_halves(p, w, hr, sh, ftid, staged);  // the first bytes in flight
-    // Launched as a programmatic dependent of the query projection: the
-    // queries are its output.
-    grid_dependency_wait();
-
-    load_queries<T, kLatentRows>(p, w, sh.q, tid);
-    write_row_limits<kLatentRows>(p, w, sh.limit, tid);
-    fence_proxy_async_smem();  // Q stores -> wgmma's proxy
-    __syncthreads();
-    const int first_hidden = sh.limit[0] + 1;
+    const int first_hidden = stage_queries<T, kLatentRows>(p, w, sh, tid);
 
     const Fragment f{wi, lane, wi * 16 + (lane >> 2), wi * 16 + (lane >> 2) + 8, 2 * (lane & 3)};
     LatentShared epilogue = sh;  // the merge scratch: Q and the stages, free after the products
-    epilogue.stages = smem;
+    epilogue.stages = sh.base;
     if (wg == 0) {
         const uint64_t q_desc = smem_desc_sw128(sh.q, 16, kSwizzleGroupBytes);
         const uint64_t k_desc = smem_desc_sw128(sh.stages, 16, kSwizzleGroupBytes);
         RowState st = row_state(sh.limit, f);
-        for (int h = hr.begin; h < hr.end; ++h) score_half<T>(p, w, hr, sh, scale1, f, q_desc, k_desc, first_hidden, h, st);
+        for (int h = hr.begin; h < hr.end; ++h)
+            score_half<T>(p, w, hr, sh, scale1, f, q_desc, k_desc, first_hidden, h, st);
         finish_score_rows(p, w, epilogue, st, f);
         return;
     }

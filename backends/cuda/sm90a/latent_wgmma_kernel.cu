@@ -148,21 +148,8 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(!FP8 || (kRows == kLatentRowsTransposed && std::is_same<T, __nv_bfloat16>::value),
                   "8-bit latent: transposed products over bf16 stages");
-    using L = LatentSmem<kRows>;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    LatentShared sh;
-    sh.q = smem + L::kQOff;
-    sh.stages = smem + L::kKOff;
-    sh.p = smem + L::kPOff;
-    sh.scale = reinterpret_cast<float*>(smem + L::kXOff);
-    sh.row_max = sh.scale + 64;
-    sh.row_sum = sh.row_max + 64;
-    sh.limit = reinterpret_cast<int*>(sh.row_sum + 64);
-    sh.column_max = reinterpret_cast<float*>(sh.limit + 64);
-    sh.tail_mask = reinterpret_cast<uint32_t*>(smem + L::kTailOff);
-    sh.bars = reinterpret_cast<uint64_t*>(smem + L::kBarOff);
-    sh.staging = FP8 ? smem + L::kStagingOff : nullptr;
+    const LatentShared sh = latent_shared<LatentSmem<kRows>>(smem_raw, FP8);
 
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wi = (tid >> 5) & 3;
     const CtaWork w = cta_work(p, kRows, kLatentTile);
@@ -174,18 +161,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     } else if (wg == 1) {
         start_tiles(p, maps, ts, w, sh);  // both stages in flight before the queries are staged
     }
-    // Launched as a programmatic dependent of the query projection: all of
-    // the above reads what was there before it (lengths, page tables, the
-    // cache), the queries are its output.
-    grid_dependency_wait();
-
-    load_queries<T, kRows>(p, w, sh.q, tid);
-    write_row_limits<kRows>(p, w, sh.limit, tid);
-    fence_proxy_async_smem();  // Q stores -> wgmma's proxy
-    __syncthreads();
-    // First token some row of this block may not see (its first row has the
-    // earliest limit; rows past the block's end see everything).
-    const int first_hidden = sh.limit[0] + 1;
+    const int first_hidden = stage_queries<T, kRows>(p, w, sh, tid);
 
     const Fragment f{wi, lane, wi * 16 + (lane >> 2), wi * 16 + (lane >> 2) + 8, 2 * (lane & 3)};
     const int atom0 = (wg - 1) * 4;  // WG1/WG2: their four 64-column latent atoms

@@ -95,7 +95,30 @@ struct LatentShared {
     uint32_t* tail_mask;     // [tile % 2][warp of WG0]
     uint64_t* bars;          // one mbarrier per stage
     unsigned char* staging;  // 8-bit latent: the next tile's stored bytes
+    unsigned char* base;     // the start of the layout
 };
+
+// The regions of layout L (LatentSmem<kRows>, or the 8-bit half-tile
+// kernel's Fp8RowsSmem) in the kernel's dynamic shared memory, its base
+// aligned to the swizzle period; the staging buffer where `staging`.
+template <typename L>
+__device__ __forceinline__ LatentShared latent_shared(unsigned char* smem_raw, bool staging) {
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    LatentShared sh;
+    sh.base = smem;
+    sh.q = smem + L::kQOff;
+    sh.stages = smem + L::kKOff;
+    sh.p = smem + L::kPOff;
+    sh.scale = reinterpret_cast<float*>(smem + L::kXOff);
+    sh.row_max = sh.scale + 64;
+    sh.row_sum = sh.row_max + 64;
+    sh.limit = reinterpret_cast<int*>(sh.row_sum + 64);
+    sh.column_max = reinterpret_cast<float*>(sh.limit + 64);
+    sh.tail_mask = reinterpret_cast<uint32_t*>(smem + L::kTailOff);
+    sh.bars = reinterpret_cast<uint64_t*>(smem + L::kBarOff);
+    sh.staging = staging ? smem + L::kStagingOff : nullptr;
+    return sh;
+}
 
 // A thread's place in the accumulator fragments of wgmma m64nN: warp `warp`
 // of its warpgroup holds rows r0 and r1 = r0 + 8, columns 8j + c_lane + {0,
@@ -356,6 +379,23 @@ __device__ __forceinline__ void write_row_limits(const AttentionParams& p, const
         const int mg = w.rb * kRows + m;
         limit[m] = (mg < p.rows) ? w.length - p.q_len + mg / p.heads_per_group : w.length - 1;
     }
+}
+
+// Every thread, once the first tiles' loads are in flight: waits for the
+// query projection (the kernel is launched as its programmatic dependent;
+// what came before read only what was there before it: lengths, page
+// tables, the cache), stages the block's queries and row limits, and
+// returns the first token some row of the block may not see (its first row
+// has the earliest limit; rows past the block's end see everything).
+template <typename T, int kRows>
+__device__ __forceinline__ int stage_queries(const AttentionParams& p, const CtaWork& w, const LatentShared& sh,
+                                             int tid) {
+    grid_dependency_wait();
+    load_queries<T, kRows>(p, w, sh.q, tid);
+    write_row_limits<kRows>(p, w, sh.limit, tid);
+    fence_proxy_async_smem();  // Q stores -> wgmma's proxy
+    __syncthreads();
+    return sh.limit[0] + 1;
 }
 
 // Whether tile `tile` holds tokens some row of the block may not see
