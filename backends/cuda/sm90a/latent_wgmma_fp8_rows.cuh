@@ -97,6 +97,17 @@ struct Fp8RowStaged {
     float cur_scale, ahead_scale;
 };
 
+// Half tile h's P buffer: its rescale factors, the barriers that hand it
+// over (ready) and give it back (free), and its first token column of P.
+struct PBuffer {
+    float* scale;
+    int ready, free, column;
+};
+__device__ __forceinline__ PBuffer p_buffer(const LatentShared& sh, float* scale1, const HalfRange& hr, int h) {
+    return ((h - hr.begin) & 1) ? PBuffer{scale1, kBarPReadyOdd, kBarPFreeOdd, kHalfTile}
+                                : PBuffer{sh.scale, kBarPReady, kBarPFree, 0};
+}
+
 __device__ __forceinline__ int64_t half_row_token(const AttentionParams& p, const CtaWork& w, const HalfRange& hr,
                                                   int h, int row) {
     const int j = h * kHalfTile + row;
@@ -225,7 +236,7 @@ __device__ __forceinline__ void score_half(const AttentionParams& p, const CtaWo
     float s[16];
     multiply_scores_half<T>(s, q_desc, desc_advance(k_desc, stage * kHalfStageBytes));
     const int first = h * kHalfTile;
-    const bool tail = first + kHalfTile > first_hidden && first_hidden < w.length;
+    const bool tail = in_tail<kHalfTile>(w, first_hidden, h);
     uint32_t bad = 0;
     if (tail)
         bad = share_tail_masks<T, kHalfTile>(sh.stages + stage * kHalfStageBytes, sh.tail_mask, h, first_hidden,
@@ -235,9 +246,8 @@ __device__ __forceinline__ void score_half(const AttentionParams& p, const CtaWo
     uint32_t pa[8];
     const float2 alpha = softmax_rows<T>(s, pa, st, first, f.c_lane, p.scale_log2, tail, bad, 0u);
     // P into the buffer of h's parity, once WG1/WG2's product of h - 2 read it.
-    const int buffer = (h - hr.begin) & 1;
-    hand_over_rows(sh.p, buffer ? scale1 : sh.scale, pa, alpha, h >= hr.begin + 2, f, buffer * kHalfTile,
-                   buffer ? kBarPFreeOdd : kBarPFree, buffer ? kBarPReadyOdd : kBarPReady);
+    const PBuffer pb = p_buffer(sh, scale1, hr, h);
+    hand_over_rows(sh.p, pb.scale, pa, alpha, h >= hr.begin + 2, f, pb.column, pb.free, pb.ready);
 }
 
 // kRows = 64 over an 8-bit latent (T = bf16 stages). The TMA maps are not
@@ -259,7 +269,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     if (wg >= 1) start_fp8_halves(p, w, hr, sh, ftid, staged);  // the first bytes in flight
     const int first_hidden = stage_queries<T, kLatentRows>(p, w, sh, tid);
 
-    const Fragment f{wi, lane, wi * 16 + (lane >> 2), wi * 16 + (lane >> 2) + 8, 2 * (lane & 3)};
+    const Fragment f = fragment_of(wi, lane);
     LatentShared epilogue = sh;  // the merge scratch: Q and the stages, free after the products
     epilogue.stages = sh.base;
     if (wg == 0) {
@@ -280,12 +290,12 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     for (int h = hr.begin; h < hr.end && h < hr.begin + 2; ++h) fill_half(p, w, hr, sh, h, ftid, staged);
     for (int h = hr.begin; h < hr.end; ++h) {
         // P of h written in the buffer of its parity (its stage complete before its scores).
-        const int buffer = (h - hr.begin) & 1;
-        named_barrier_sync(buffer ? kBarPReadyOdd : kBarPReady, kLatentThreads);
+        const PBuffer pb = p_buffer(sh, scale1, hr, h);
+        named_barrier_sync(pb.ready, kLatentThreads);
         fence_proxy_async_smem();
         float2 alpha;
-        if (row_factors(alpha, buffer ? scale1 : sh.scale, f)) rescale_rows(o, alpha);  // the running max moved
-        issue_values_rows<T, kHalfTile>(o, desc_advance(p_desc, buffer * kHalfTile * 2),
+        if (row_factors(alpha, pb.scale, f)) rescale_rows(o, alpha);  // the running max moved
+        issue_values_rows<T, kHalfTile>(o, desc_advance(p_desc, pb.column * 2),
                                         desc_advance(v_desc, half_stage(hr, h) * kHalfStageBytes));
         if (h + 2 < hr.end) {
             // Half tile h - 1's stage (both warpgroups' products of it done) takes h + 2
@@ -294,7 +304,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
             fill_half(p, w, hr, sh, h + 2, ftid, staged);
         }
         complete_values_rows(o);
-        if (h + 2 < hr.end) named_barrier_arrive(buffer ? kBarPFreeOdd : kBarPFree, kLatentThreads);
+        if (h + 2 < hr.end) named_barrier_arrive(pb.free, kLatentThreads);
     }
     end_values();  // WG0's row max / sum visible
     write_value_rows(p, w, epilogue, o, f, atom0);

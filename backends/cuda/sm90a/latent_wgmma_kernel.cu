@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kLatentThreads, 1)
     }
     const int first_hidden = stage_queries<T, kRows>(p, w, sh, tid);
 
-    const Fragment f{wi, lane, wi * 16 + (lane >> 2), wi * 16 + (lane >> 2) + 8, 2 * (lane & 3)};
+    const Fragment f = fragment_of(wi, lane);
     const int atom0 = (wg - 1) * 4;  // WG1/WG2: their four 64-column latent atoms
     const Operands d = make_operands(sh, atom0);
     // WG1/WG2's tile loops stay in this body, with the rescale's branch

@@ -127,6 +127,9 @@ struct Fragment {
     int warp, lane;
     int r0, r1, c_lane;
 };
+__device__ __forceinline__ Fragment fragment_of(int warp, int lane) {
+    return Fragment{warp, lane, warp * 16 + (lane >> 2), warp * 16 + (lane >> 2) + 8, 2 * (lane & 3)};
+}
 
 // Stage that tile `tile` of the split lands in.
 __device__ __forceinline__ int stage_of(const SplitRange& range, int tile) { return (tile - range.begin) % kStages; }
@@ -398,11 +401,12 @@ __device__ __forceinline__ int stage_queries(const AttentionParams& p, const Cta
     return sh.limit[0] + 1;
 }
 
-// Whether tile `tile` holds tokens some row of the block may not see
-// (first_hidden: the first such token), loaded (before the end): the causal
-// tail.
+// Whether tile `tile` (of kTileRows tokens) holds tokens some row of the
+// block may not see (first_hidden: the first such token), loaded (before the
+// end): the causal tail.
+template <int kTileRows = kLatentTile>
 __device__ __forceinline__ bool in_tail(const CtaWork& w, int first_hidden, int tile) {
-    return (tile + 1) * kLatentTile > first_hidden && first_hidden < w.length;
+    return (tile + 1) * kTileRows > first_hidden && first_hidden < w.length;
 }
 
 // Called by a whole warp of WG0 after the scores of `tile` (of kTileRows
