@@ -280,9 +280,13 @@ py::object session_object::export_sequence(py::handle seq_arg, py::handle out) c
         // Into the caller's buffer: one copy of the cache, into memory the
         // caller already owns (a reused staging buffer, a mapped file).
         held_buffer target(out, true, "out");
-        py::gil_scoped_release no_gil;
-        check(locked(
-            [&](gqla_session* s) { return gqla_sequence_export(s, seq, target.data(), target.size(), &needed); }));
+        {
+            // The count is returned as a Python int, which must be built
+            // with the GIL held: the release ends before it.
+            py::gil_scoped_release no_gil;
+            check(locked(
+                [&](gqla_session* s) { return gqla_sequence_export(s, seq, target.data(), target.size(), &needed); }));
+        }
         return py::int_(needed);
     }
     needed = export_size(seq_arg);
