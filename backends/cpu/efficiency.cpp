@@ -34,6 +34,17 @@
 //     tie. Fitted on those two runs (bench/results/cpu_zen4_fit_2026-12-06/,
 //     same --serial-share 0.5 --read-cap-gbps 32): 112 of 114 in-sample,
 //     max 11.8%; out-of-sample check in docs/cost-model.md.
+//   * 8-bit (fp8_e4m3) caches have their own set (kFp8), fitted the same
+//     way (--serial-share 0.5 --read-cap-gbps 32) to one fp8 validate-auto
+//     run on a 2-vCPU "Intel(R) Xeon(R) Processor" (AVX-512 with BF16 and
+//     VBMI; 2026-12-07, bench/results/cpu_xeon_validate_auto_fp8_f32_factors.json).
+//     Until then they took the f32 tables' factors, which priced the GQA
+//     form's 8-bit rows at the read bandwidth: its MLA-shaped calls (one
+//     head per group) ran at 2.2-2.4x their price, so AUTO took the GQA
+//     path in 8 dense cells where absorb was 15-45% faster (58 of 66 right,
+//     25% of predictions within +-35%) and in two sparse cells where it
+//     was 2-4x slower. In-sample with kFp8: 64 of 66, max regret 12.6%, 99%
+//     within +-35%; the check run after it is in docs/cost-model.md.
 //
 // Earlier factors and what they were fitted on (history; the max() model
 // with the probe's streaming bandwidth, no cap):
@@ -115,6 +126,11 @@ using FactorSet = PathFactors[2];
 constexpr FactorSet kF32Tables = {{1.0, 0.66, 40.2e-6}, {1.0, 0.796, 118.3e-6}};
 constexpr FactorSet kBf16Dot = {{1.0, 0.33, 34.2e-6}, {1.0, 0.452, 119.3e-6}};
 constexpr FactorSet kBf16DotZen4 = {{0.962, 0.447, 44.9e-6}, {0.624, 0.5175, 89.5e-6}};
+// 8-bit (e4m3) caches, priced at the f32 FMA peak like the f32 tables but
+// with their own kernels' rates: the GQA form widens every stored element
+// for each of its few rows per group (about 11-12 GB/s of 8-bit rows on 2
+// threads, whatever the shape), and absorb stages each latent block in bf16.
+constexpr FactorSet kFp8 = {{0.47, 0.274, 76.8e-6}, {0.436, 0.5785, 275.0e-6}};
 
 // AMD family 25 with the AVX512-BF16 table: Zen 4 (Zen 3, the same family,
 // has no AVX-512). Read once: the identity does not change in a process.
@@ -133,7 +149,8 @@ void efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
     inout->thread_read_gbps = 16.0;
     inout->sparse_gqa_memory = 0.75;
     const bool bf16_dot = desc && desc->cache_dtype == GQLA_DTYPE_BF16 && best_kernels().isa == Isa::Avx512Bf16;
-    const FactorSet& f = !bf16_dot ? kF32Tables : is_zen4() ? kBf16DotZen4 : kBf16Dot;
+    const bool fp8 = desc && desc->cache_dtype == GQLA_DTYPE_FP8_E4M3;
+    const FactorSet& f = fp8 ? kFp8 : !bf16_dot ? kF32Tables : is_zen4() ? kBf16DotZen4 : kBf16Dot;
     for (int path = 0; path < 2; ++path) {
         inout->memory[path] = f[path].memory;
         inout->compute[path] = f[path].compute;
