@@ -316,9 +316,10 @@ TEST_CASE("cuda fp8: a NaN in a prefill chunk's causal tail reaches only the que
 // one; 40 heads in 4 groups at s_q 1: a partial second), 64-row blocks in
 // half tiles (40 heads ragged; 128 heads: two, and six at s_q 3; ctest
 // cuda.fp8_latent_transposed runs them all in 32-row blocks, and
-// cuda.fp8_latent_rows64 all in 64-row ones), tiles widened from stored bytes with their block scales, page
-// sizes that split tiles (7, 16) or hold whole ones (64); the GQA_TRANSIENT
-// form over bf16 rows widened from the same bytes.
+// cuda.fp8_latent_rows64 all in 64-row ones), tiles widened from stored
+// bytes with their block scales, page sizes that split tiles (7, 16) or hold
+// whole ones (64); the GQA_TRANSIENT form over bf16 rows widened from the
+// same bytes.
 TEST_CASE("cuda fp8 GQLA: an 8-bit latent on the absorb path and GQA_TRANSIENT, ragged calls and forks") {
     const uint64_t seed = abi::test_seed();
     INFO(abi::replay_hint(seed));
