@@ -11,7 +11,9 @@
 namespace gqla::cpu {
 
 // Avx512Bf16: AVX-512 plus AVX512-BF16 dot products (bf16 caches only).
-enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
+// Amx: the AVX-512 table with the absorb form of bf16 and 8-bit latents on
+// AMX tiles (AMX-TILE + AMX-BF16; kernels_amx.cpp).
+enum class Isa : int { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Amx = 4 };
 
 // Tokens handled per online-softmax step; also the row length of the score
 // scratch. A step never crosses a page boundary.
@@ -159,13 +161,15 @@ struct AbsorbItem {
 };
 constexpr int64_t absorb_fp8_stage_floats(int64_t r) { return round16(kAbsorbTokenBlock * r / 2 + 1); }
 
-// Scratch of the bf16-dot absorb kernel, in 4-byte words: the queries as
-// bf16 pairs over the key dim [(K + 1) / 2][rows], one block's latent as
-// pairs over tokens [kAbsorbTokenBlock / 2][r], its probabilities as pairs
-// over tokens [kAbsorbTokenBlock / 2][rows], and the queries' low parts as
-// pairs [(K + 1) / 2][rows]; each part 16-aligned.
+// Scratch of the bf16-dot and AMX absorb kernels, in 4-byte words: the
+// queries as bf16 pairs over the key dim [(K + 1) / 2][rows], one block's
+// latent as pairs over tokens [kAbsorbTokenBlock / 2][r], its probabilities
+// as pairs over tokens [kAbsorbTokenBlock / 2][rows], the queries' low parts
+// as pairs [(K + 1) / 2][rows], and the AMX kernels' row-major accumulator
+// [rows][r] (f32); each part 16-aligned.
 constexpr int64_t absorb_pair_scratch_floats(int64_t K, int64_t r, int64_t rows) {
-    return 2 * round16((K + 1) / 2 * rows) + round16(kAbsorbTokenBlock / 2 * r) + round16(kAbsorbTokenBlock / 2 * rows);
+    return 2 * round16((K + 1) / 2 * rows) + round16(kAbsorbTokenBlock / 2 * r) +
+           round16(kAbsorbTokenBlock / 2 * rows) + round16(r * rows);
 }
 
 // Up-projection of a block of latent rows for one group (the GQA_TRANSIENT
@@ -242,6 +246,12 @@ enum class Bf16GqaScores { Dot, Fma };
 const KernelTable& avx512bf16_kernels(Bf16GqaScores scores);
 Bf16GqaScores bf16_gqa_scores();
 const KernelTable& avx512bf16_kernels();  // avx512bf16_kernels(bf16_gqa_scores())
+
+// The AMX table, or nullptr where the host lacks AMX-TILE/AMX-BF16 (or
+// AVX512-BF16), the kernel does not grant the tile state (Linux
+// arch_prctl ARCH_REQ_XCOMP_PERM), the GQLA_MAX_ISA cap excludes
+// AVX512-BF16, or GQLA_CPU_AMX=0.
+const KernelTable* amx_kernels();
 
 // Best table the host supports (after the GQLA_MAX_ISA cap of the probe).
 const KernelTable& best_kernels();

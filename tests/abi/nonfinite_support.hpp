@@ -61,7 +61,10 @@ void for_each_isa(F&& f) {
 
 // ------------------------------------------------------------ session kinds
 
-enum class Kind { Gqa, GqlaGqaPath, GqlaAbsorbPath };
+// GqlaAbsorbWholeSteps: the absorb path with a rope dim of 32, whole
+// 32-element key steps in both segments, the shapes the AMX absorb kernel
+// takes (GqlaAbsorbPath's 24 runs the AVX-512 kernel on AMX hosts).
+enum class Kind { Gqa, GqlaGqaPath, GqlaAbsorbPath, GqlaAbsorbWholeSteps };
 
 inline const char* kind_label(Kind k) {
     switch (k) {
@@ -71,11 +74,13 @@ inline const char* kind_label(Kind k) {
             return "GQLA, GQA path";
         case Kind::GqlaAbsorbPath:
             return "GQLA, absorb path";
+        case Kind::GqlaAbsorbWholeSteps:
+            return "GQLA, absorb path, rope dim 32";
     }
     return "?";
 }
 
-const Kind kKinds[] = {Kind::Gqa, Kind::GqlaGqaPath, Kind::GqlaAbsorbPath};
+const Kind kKinds[] = {Kind::Gqa, Kind::GqlaGqaPath, Kind::GqlaAbsorbPath, Kind::GqlaAbsorbWholeSteps};
 const gqla_dtype kDtypes[] = {GQLA_DTYPE_F32, GQLA_DTYPE_F16, GQLA_DTYPE_BF16};
 
 // Pages of a few sizes, so block, page and vector-lane edges fall differently.
@@ -137,7 +142,7 @@ inline gqla_config config_for(Kind kind, gqla_dtype dtype, int64_t max_tokens) {
         cfg.num_kv_heads = 2;
         cfg.latent_dim = 96;
         cfg.nope_dim = 40;
-        cfg.rope_dim = 24;
+        cfg.rope_dim = kind == Kind::GqlaAbsorbWholeSteps ? 32 : 24;
         cfg.value_dim = 40;
         cfg.path = kind == Kind::GqlaGqaPath ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;
     }

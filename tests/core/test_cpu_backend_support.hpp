@@ -391,8 +391,9 @@ inline gqla_backend_desc gqla_desc(gqla_dtype cache, int G) {
     return d;
 }
 
-// A kernel table to test: one per ISA, and the AVX512-BF16 table in both
-// of its GQA-form score variants (kernel_table.hpp: Bf16GqaScores).
+// A kernel table to test: one per ISA (AMX included), and the AVX512-BF16
+// table in both of its GQA-form score variants (kernel_table.hpp:
+// Bf16GqaScores).
 struct KernelChoice {
     gqla::cpu::Isa isa;
     gqla::cpu::Bf16GqaScores scores = gqla::cpu::Bf16GqaScores::Dot;
@@ -403,6 +404,7 @@ constexpr KernelChoice kAllKernels[] = {
     {gqla::cpu::Isa::Avx512},
     {gqla::cpu::Isa::Avx512Bf16, gqla::cpu::Bf16GqaScores::Dot},
     {gqla::cpu::Isa::Avx512Bf16, gqla::cpu::Bf16GqaScores::Fma},
+    {gqla::cpu::Isa::Amx},
 };
 
 inline std::string kernels_label(KernelChoice k) {  // std::string: doctest prints a const char* as an address
@@ -415,6 +417,8 @@ inline std::string kernels_label(KernelChoice k) {  // std::string: doctest prin
             return "avx512";
         case gqla::cpu::Isa::Avx512Bf16:
             return k.scores == gqla::cpu::Bf16GqaScores::Dot ? "avx512-bf16" : "avx512-bf16 (fma scores)";
+        case gqla::cpu::Isa::Amx:
+            return "avx512-amx";
     }
     return "?";
 }
