@@ -101,8 +101,8 @@ static inline void amx_store_accumulator(const AbsorbItem& it, const float* rows
 // into its own register (tmm4/tmm5) and both query tiles (tmm6/tmm7) serve
 // every token tile: four independent sums per step.
 template <int NT>
-static inline void amx_key_range(const uint16_t* const* a, int64_t a_ld, int k0, int k1, int q0,
-                                 const uint32_t* qp, const uint32_t* ql, int R, PrefetchStream* pf) {
+static inline void amx_key_range(const uint16_t* const* a, int64_t a_ld, int k0, int k1, int q0, const uint32_t* qp,
+                                 const uint32_t* ql, int R, PrefetchStream* pf) {
     const int64_t q_stride = int64_t(R) * 4;
     for (int k = k0; k < k1; k += kAmxKeyStep) {
         if (pf) pf->step();
@@ -152,7 +152,7 @@ static inline void amx_score_tiles(const AbsorbItem& it, const uint16_t* const* 
                                    int st_ld, PrefetchStream* pf) {
     const int r = it.r, d_r = it.d_r, R = it.rows_pad;
     const bool low = ql != nullptr;
-    alignas(64) float sums[4][256];     // as amx_store_sums lays them out
+    alignas(64) float sums[4][256];  // as amx_store_sums lays them out
     alignas(64) float total[4][256];
     if constexpr (kFp8) {
         for (int i = 0; i < 4; ++i)
@@ -321,7 +321,10 @@ static inline void amx_rescale_rows(float* rows_acc, int r, const float* corr, i
     }
 }
 
-template <bool kFp8>
+// Stage: how an 8-bit block's latent rows become raw bf16 (unused for
+// bf16 latents): stage_latent_raw_bf16, or the byte-lookup form of
+// attention_fp8_vbmi.inl.
+template <bool kFp8, StageLatentFn Stage = stage_latent_raw_bf16>
 static void absorb_attend_amx(const AbsorbItem& it) {
     const int K = it.r + it.d_r, R = it.rows_pad, r = it.r;
     for (int i = 0; i < R; ++i) {
@@ -376,7 +379,7 @@ static void absorb_attend_amx(const AbsorbItem& it) {
         ahead.plan(((n + 2 * kAmxTileRows - 1) / (2 * kAmxTileRows)) * (r / kAmxKeyStep));
         const uint16_t* c16;
         if constexpr (kFp8) {
-            stage_latent_raw_bf16(it, n, static_cast<const uint8_t*>(cur.c), it.stage);
+            Stage(it, n, static_cast<const uint8_t*>(cur.c), it.stage);
             c16 = it.stage;
         } else {
             c16 = static_cast<const uint16_t*>(cur.c);
@@ -442,4 +445,14 @@ static void absorb_attend_amx_fp8(const AbsorbItem& it) {
         return;
     }
     absorb_attend_amx<true>(it);
+}
+
+// The same staging the latent by byte lookups (AVX512-VBMI hosts): 2.5x
+// fewer instructions a block than widening through f16 and f32.
+GQLA_VBMI static void absorb_attend_amx_fp8_vbmi(const AbsorbItem& it) {
+    if (!amx_absorb_shape(it) || it.stage == nullptr) {
+        absorb_attend_fp8(it);
+        return;
+    }
+    absorb_attend_amx<true, stage_latent_raw_bf16_vbmi>(it);
 }

@@ -37,6 +37,7 @@ namespace amx_isa {
 #include "backends/cpu/attention_bf16_dot.inl"
 namespace bf16dot {
 #include "backends/cpu/attention_fp8_dot.inl"
+#include "backends/cpu/attention_fp8_vbmi.inl"
 #include "backends/cpu/attention_absorb_amx.inl"
 }  // namespace bf16dot
 
@@ -79,7 +80,9 @@ KernelTable make_amx_table() {
     t.isa = Isa::Amx;
     t.name = "avx512-amx";
     t.absorb_attend[GQLA_DTYPE_BF16 - 1] = amx_isa::bf16dot::absorb_attend_amx_bf16;
-    t.absorb_attend[GQLA_DTYPE_FP8_E4M3 - 1] = amx_isa::bf16dot::absorb_attend_amx_fp8;
+    t.absorb_attend[GQLA_DTYPE_FP8_E4M3 - 1] = __builtin_cpu_supports("avx512vbmi")
+                                                   ? amx_isa::bf16dot::absorb_attend_amx_fp8_vbmi
+                                                   : amx_isa::bf16dot::absorb_attend_amx_fp8;
     return t;
 }
 
