@@ -23,6 +23,8 @@ within +-35% of measured.
 
 Usage: fit_efficiency.py RESULTS.json [RESULTS.json ...] [--serial-share S]
                          [--read-cap-gbps X] [--old MEMORY_GQA,MEMORY_ABSORB,...]
+                         [--max-compute C] [--keep-gqa MEMORY,COMPUTE,OVERHEAD_US]
+                         [--split-projection]
 Several files are fitted together; the verdicts are also given per file.
 """
 import argparse
@@ -58,11 +60,22 @@ def roofline_terms(rows, path):
     return memory, compute, measured
 
 
+def projection_seconds(rows):
+    """Roofline seconds of the absorb projections (flops_absorb_projection)."""
+    return np.array([r["flops_absorb_projection"] / (r["peak_gflops"] * 1e9) for r in rows])
+
+
 def combine(memory_s, compute_s):
     return np.maximum(memory_s, compute_s) + SERIAL_SHARE * np.minimum(memory_s, compute_s)
 
 
-def predict(memory, compute, factors):
+def predict(memory, compute, factors, projection=None):
+    """factors: (memory, compute, overhead), or with a fourth, the compute
+    factor of the projections, whose roofline seconds `projection` are part
+    of `compute` and priced at it instead (absorb_projection_compute)."""
+    if len(factors) == 4:
+        mem_eff, comp_eff, overhead, proj_eff = factors
+        return combine(memory / mem_eff, (compute - projection) / comp_eff + projection / proj_eff) + overhead
     mem_eff, comp_eff, overhead = factors
     return combine(memory / mem_eff, compute / comp_eff) + overhead
 
@@ -85,13 +98,30 @@ def grid_search(memory, compute, measured, mem_grid, comp_grid, overhead_grid):
     return best
 
 
-def fit_path(memory, compute, measured):
-    coarse = grid_search(memory, compute, measured, np.linspace(0.02, 1.0, 50), np.linspace(0.01, 1.0, 100),
-                         np.linspace(0.0, 300e-6, 301))
+def fit_path_split(memory, compute, measured, projection, max_compute=1.0):
+    """(msle, (memory, compute, overhead, projection compute)) on a grid."""
+    best = (np.inf, None)
+    log_meas = np.log(measured)[:, None]
+    overheads = np.linspace(0.0, 600e-6, 301)
+    for m in np.linspace(0.04, 1.0, 25):
+        for c in np.linspace(max_compute / 60, max_compute, 60):
+            for cp in np.linspace(0.02, 1.0, 50):
+                roof = combine(memory / m, (compute - projection) / c + projection / cp)[:, None]
+                err = np.mean((np.log(roof + overheads[None, :]) - log_meas) ** 2, axis=0)
+                k = int(np.argmin(err))
+                if err[k] < best[0]:
+                    best = (float(err[k]), (float(m), float(c), float(overheads[k]), float(cp)))
+    return best
+
+
+def fit_path(memory, compute, measured, max_compute=1.0):
+    step = max_compute / 100
+    coarse = grid_search(memory, compute, measured, np.linspace(0.02, 1.0, 50),
+                         np.linspace(step, max_compute, 100), np.linspace(0.0, 600e-6, 601))
     m, c, o = coarse[1]
     fine = grid_search(memory, compute, measured,
                        np.clip(np.linspace(m - 0.02, m + 0.02, 41), 0.005, 1.0),
-                       np.clip(np.linspace(c - 0.01, c + 0.01, 41), 0.002, 1.0),
+                       np.clip(np.linspace(c - step, c + step, 41), step / 5, max_compute),
                        np.clip(np.linspace(o - 2e-6, o + 2e-6, 41), 0.0, None))
     return fine if fine[0] <= coarse[0] else coarse
 
@@ -101,7 +131,7 @@ def summary(rows, factors):
     pred, meas = {}, {}
     for p in PATHS:
         memory, compute, measured = roofline_terms(rows, p)
-        pred[p] = predict(memory, compute, factors[p])
+        pred[p] = predict(memory, compute, factors[p], projection_seconds(rows) if len(factors[p]) == 4 else None)
         meas[p] = measured
     # predict_cost breaks a tie towards absorb
     picks_gqa = pred["gqa"] < pred["absorb"]
@@ -135,6 +165,13 @@ def main():
     ap.add_argument("--old", help="factors to compare against: mg,ma,cg,ca,og_us,oa_us")
     ap.add_argument("--serial-share", type=float, default=0.0, help="share of the smaller term added (0..1)")
     ap.add_argument("--read-cap-gbps", type=float, default=None, help="price reads at min(read_gbps, this)")
+    ap.add_argument("--max-compute", type=float, default=1.0,
+                    help="largest compute factor searched (above 1 for matrix units that outrun the FMA peak, "
+                         "e.g. AMX tiles)")
+    ap.add_argument("--keep-gqa", help="GQA-path factors to keep instead of fitting them: memory,compute,overhead_us")
+    ap.add_argument("--split-projection", action="store_true",
+                    help="fit the absorb projections' compute factor apart (absorb_projection_compute; needs "
+                         "flops_absorb_projection in the rows)")
     args = ap.parse_args()
     READ_CAP_GBPS, SERIAL_SHARE = args.read_cap_gbps, args.serial_share
     files = [load_rows(path) for path in args.results]
@@ -144,10 +181,20 @@ def main():
     fitted = {}
     out = {"device": doc.get("device"), "dtype": doc.get("dtype"), "paths": {}}
     for p in PATHS:
-        err, factors = fit_path(*roofline_terms(rows, p))
+        if p == "gqa" and args.keep_gqa:
+            m, c, o = (float(x) for x in args.keep_gqa.split(","))
+            factors = (m, c, o * 1e-6)
+            err = msle(*roofline_terms(rows, p), factors)
+        elif p == "absorb" and args.split_projection:
+            err, factors = fit_path_split(*roofline_terms(rows, p), projection_seconds(rows),
+                                          max_compute=args.max_compute)
+        else:
+            err, factors = fit_path(*roofline_terms(rows, p), max_compute=args.max_compute)
         fitted[p] = factors
         out["paths"][p] = {"memory": round(factors[0], 4), "compute": round(factors[1], 4),
                            "overhead_us": round(factors[2] * 1e6, 2), "msle": round(err, 5)}
+        if len(factors) == 4:
+            out["paths"][p]["projection_compute"] = round(factors[3], 4)
     out["fitted"] = summary(rows, fitted)
     if len(files) > 1:
         out["fitted_per_file"] = {path: summary(file_rows, fitted) for path, (_, file_rows) in zip(args.results, files)}

@@ -146,6 +146,12 @@ typedef struct gqla_backend_efficiency {
      * this), threads being the session's (cfg num_threads, else the probe's
      * affinity cores). 0 (the default): the probe's bandwidth alone. */
     double thread_read_gbps;
+    /* Absorb form: achieved / peak FLOP rate of its two projections (q~ =
+     * q_c W_UK and o = o~ W_UV^T, weight GEMVs at small batch) where they run
+     * at another rate than its attention (AMX tiles for the attention, FMAs
+     * for the projections); compute[1] then prices the attention alone. 0
+     * (the default): compute[1] prices both. */
+    double absorb_projection_compute;
 } gqla_backend_efficiency;
 
 /* One sequence's slice of an append call. */

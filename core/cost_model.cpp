@@ -46,8 +46,11 @@ gqla_probe_info priced_probe(const gqla_config& cfg, const gqla_probe_info& prob
     return p;
 }
 
+// split_flops: the share of flops that runs at eff.absorb_projection_compute
+// instead of eff.compute[path] (the absorb form's projections, where the
+// backend prices them apart).
 gqla_path_cost price(double bytes, double flops, const Efficiency& eff, int path, const gqla_probe_info& probe,
-                     double peak_flops) {
+                     double peak_flops, double split_flops = 0.0) {
     gqla_path_cost c{};
     c.bytes = bytes;
     c.flops = flops;
@@ -55,7 +58,10 @@ gqla_path_cost price(double bytes, double flops, const Efficiency& eff, int path
     c.compute_s = flops / peak_flops;
     c.overhead_s = eff.overhead_s[path];
     const double achieved_memory_s = c.memory_s / eff.memory[path];
-    const double achieved_compute_s = c.compute_s / eff.compute[path];
+    const bool split = split_flops > 0 && eff.absorb_projection_compute > 0;
+    const double achieved_compute_s = split ? (flops - split_flops) / peak_flops / eff.compute[path] +
+                                                  split_flops / peak_flops / eff.absorb_projection_compute
+                                            : c.compute_s / eff.compute[path];
     c.time_s = std::max(achieved_memory_s, achieved_compute_s) +
                eff.serial_share * std::min(achieved_memory_s, achieved_compute_s) + c.overhead_s;
     c.bound = achieved_compute_s > achieved_memory_s ? GQLA_BOUND_COMPUTE : GQLA_BOUND_MEMORY;
@@ -250,9 +256,9 @@ gqla_cost_report predict_cost(const gqla_config& cfg, const gqla_probe_info& mea
         tokens * (cache_row_bytes(cfg, d.r, latent_scale_groups(d.r)) + rope_row_bytes(cfg, d.d_r)) +
         d.G * (d.d_c + d.d_v) * d.r * weight_elem  // W_UK and W_UV
         + qo_bytes;
-    const double absorb_flops = pairs * d.H * (2.0 * (d.r + d.d_r) + 2.0 * d.r) +
-                                queries * d.H * 2.0 * (d.d_c + d.d_v) * d.r;  // q~ and o projections
-    rep.absorb = price(absorb_bytes, absorb_flops, eff, Efficiency::kAbsorbPath, probe, peak);
+    const double projection_flops = queries * d.H * 2.0 * (d.d_c + d.d_v) * d.r;  // q~ and o projections
+    const double absorb_flops = pairs * d.H * (2.0 * (d.r + d.d_r) + 2.0 * d.r) + projection_flops;
+    rep.absorb = price(absorb_bytes, absorb_flops, eff, Efficiency::kAbsorbPath, probe, peak, projection_flops);
 
     // A tie goes to absorb: it needs no expanded cache.
     rep.chosen = rep.gqa.time_s < rep.absorb.time_s ? GQLA_PATH_GQA : GQLA_PATH_ABSORB;

@@ -40,6 +40,9 @@ struct Efficiency {
     // Share of the smaller of memory and compute time that adds to the
     // larger (0: they overlap, the time is their maximum; 1: their sum).
     double serial_share = 0.0;
+    // The absorb form's projections priced apart from its attention (0:
+    // compute[kAbsorbPath] prices both): see gqla_backend_efficiency.
+    double absorb_projection_compute = 0.0;
     // Read bandwidth one backend thread pulls at most (GB/s; 0: no limit
     // beyond the probe's): see gqla_backend_efficiency.
     double thread_read_gbps = 0.0;

@@ -89,11 +89,15 @@ Efficiency backend_efficiency(const gqla_backend_vtable& vt, const gqla_backend_
     reported.prefill_half_rows = e.prefill_half_rows;
     reported.serial_share = e.serial_share;
     reported.thread_read_gbps = e.thread_read_gbps;
+    reported.absorb_projection_compute = e.absorb_projection_compute;
     vt.efficiency(&desc, &reported);
     auto fraction = [](double v) { return v > 0 && v <= 1; };
+    // Compute factors are relative to the probe's f32 FMA peak (or its bf16
+    // dot peak): matrix units (AMX tiles) run past it.
+    auto compute_factor = [](double v) { return v > 0 && v <= 64; };
     for (int path = 0; path < 2; ++path) {
         if (fraction(reported.memory[path])) e.memory[path] = reported.memory[path];
-        if (fraction(reported.compute[path])) e.compute[path] = reported.compute[path];
+        if (compute_factor(reported.compute[path])) e.compute[path] = reported.compute[path];
         if (reported.overhead_s[path] >= 0) e.overhead_s[path] = reported.overhead_s[path];
     }
     if (fraction(reported.prefill_compute) && reported.prefill_min_queries >= 1 && reported.prefill_min_rows >= 1) {
@@ -108,6 +112,8 @@ Efficiency backend_efficiency(const gqla_backend_vtable& vt, const gqla_backend_
         e.transient_overhead_s = reported.transient_overhead_s;
     if (reported.serial_share >= 0 && reported.serial_share <= 1) e.serial_share = reported.serial_share;
     if (reported.thread_read_gbps >= 0) e.thread_read_gbps = reported.thread_read_gbps;
+    if (reported.absorb_projection_compute == 0 || fraction(reported.absorb_projection_compute))
+        e.absorb_projection_compute = reported.absorb_projection_compute;
     return e;
 }
 

@@ -45,6 +45,19 @@
 //     25% of predictions within +-35%) and in two sparse cells where it
 //     was 2-4x slower. In-sample with kFp8: 64 of 66, max regret 12.6%, 99%
 //     within +-35%; the check run after it is in docs/cost-model.md.
+//   * The AMX table (absorb over bf16 and 8-bit latents on AMX tiles,
+//     kernels_amx.cpp) has its own sets for those caches (kAmxBf16,
+//     kAmxFp8), fitted the same way with --split-projection --max-compute 4
+//     to one validate-auto run per dtype on a 2-vCPU "Intel(R) Xeon(R)
+//     Processor" (family 6 model 167, AMX-BF16; 2026-12-07, bench/results/
+//     cpu_xeon_amx_fit_2026-12-07/, with the check runs after it). The tiles run the absorb attention past
+//     the f32 FMA peak (compute 1.6 of it) while its two projections stay
+//     weight GEMVs on FMAs (absorb_projection_compute 0.22), so one compute
+//     factor for both missed by 1.2-1.7x either way (short contexts are
+//     projections, long ones attention). With the f32 tables' factors AUTO
+//     took the GQA path where AMX absorb was up to 2.7x faster (42 of 57
+//     right, max regret 166%). The GQA-path factors are this host's too: the
+//     f32 tables' (fitted on Zen 5) priced its GQA calls 1.3-1.6x short.
 //
 // Earlier factors and what they were fitted on (history; the max() model
 // with the probe's streaming bandwidth, no cap):
@@ -110,6 +123,7 @@
 //     5%; the latent-only picks 20 of 20).
 #include "backends/cpu/backend_ops.hpp"
 #include "backends/cpu/kernel_table.hpp"
+#include "backends/cpu/workspace_layout.hpp"
 #include "core/cpu_features.hpp"
 
 namespace gqla::cpu {
@@ -131,6 +145,12 @@ constexpr FactorSet kBf16DotZen4 = {{0.962, 0.447, 44.9e-6}, {0.624, 0.5175, 89.
 // for each of its few rows per group (about 11-12 GB/s of 8-bit rows on 2
 // threads, whatever the shape), and absorb stages each latent block in bf16.
 constexpr FactorSet kFp8 = {{0.47, 0.274, 76.8e-6}, {0.436, 0.5785, 275.0e-6}};
+// The AMX table (Intel hosts), bf16 and 8-bit caches: absorb's compute
+// factor prices its attention on tiles, kAmxProjection its projections.
+constexpr FactorSet kAmxBf16 = {{0.625, 0.408, 69.0e-6}, {0.6, 1.6, 308.0e-6}};
+constexpr FactorSet kAmxFp8 = {{0.485, 0.272, 83.0e-6}, {0.48, 1.3333, 332.0e-6}};
+constexpr double kAmxProjectionBf16 = 0.22, kAmxProjectionFp8 = 0.20;
+constexpr double kAmxWidePrefill = 0.45, kAmxFp8SparseGqaMemory = 0.5;
 
 // AMD family 25 with the AVX512-BF16 table: Zen 4 (Zen 3, the same family,
 // has no AVX-512). Read once: the identity does not change in a process.
@@ -150,7 +170,26 @@ void efficiency(const gqla_backend_desc* desc, gqla_backend_efficiency* inout) {
     inout->sparse_gqa_memory = 0.75;
     const bool bf16_dot = desc && desc->cache_dtype == GQLA_DTYPE_BF16 && best_kernels().isa == Isa::Avx512Bf16;
     const bool fp8 = desc && desc->cache_dtype == GQLA_DTYPE_FP8_E4M3;
-    const FactorSet& f = fp8 ? kFp8 : !bf16_dot ? kF32Tables : is_zen4() ? kBf16DotZen4 : kBf16Dot;
+    const bool amx = desc && (desc->cache_dtype == GQLA_DTYPE_BF16 || fp8) && best_kernels().isa == Isa::Amx;
+    const FactorSet& f = amx         ? (fp8 ? kAmxFp8 : kAmxBf16)
+                         : fp8       ? kFp8
+                         : !bf16_dot ? kF32Tables
+                         : is_zen4() ? kBf16DotZen4
+                                     : kBf16Dot;
+    if (amx) {
+        inout->absorb_projection_compute = fp8 ? kAmxProjectionFp8 : kAmxProjectionBf16;
+        // Calls of more than 16 queries a sequence run the wide GQA kernel
+        // (gqa_form.cpp), which keeps more of the FMA peak than the narrow
+        // one (fitted on the check runs' kept-cache prefill cells: 0.45 for
+        // both dtypes; at the narrow kernel's factor the fp8 ones came out
+        // 1.3-2x slower than priced and AUTO took absorb in 2 of 8).
+        inout->prefill_compute = kAmxWidePrefill;
+        inout->prefill_min_queries = kNarrowQueries + 1;
+        inout->prefill_min_rows = 1;
+        // Sparse 8-bit calls in the GQA form ran 1.3-1.8x past their price
+        // at 0.75 (4 of 20 sparse cells wrong, max regret 75%).
+        if (fp8) inout->sparse_gqa_memory = kAmxFp8SparseGqaMemory;
+    }
     for (int path = 0; path < 2; ++path) {
         inout->memory[path] = f[path].memory;
         inout->compute[path] = f[path].compute;

@@ -201,6 +201,10 @@ int run_validate_auto(const Options& opt, const BenchEnv& env) {
             .num("flops_gqa", r.cost[0].flops, 12)
             .num("bytes_absorb", r.cost[1].bytes, 12)
             .num("flops_absorb", r.cost[1].flops, 12)
+            // ... of which the q~ and o projections (priced apart where the
+            // backend reports absorb_projection_compute).
+            .num("flops_absorb_projection",
+                 double(r.batch) * r.s_q * r.preset->H * 2.0 * (r.preset->d_c + r.preset->d_v) * r.preset->r, 12)
             .num("read_gbps", r.cost[0].bytes / r.cost[0].memory_s * 1e-9, 6)
             .num("peak_gflops", r.cost[0].flops / r.cost[0].compute_s * 1e-9, 6);
         rows_json += (rows_json.size() > 1 ? "," : "") + j.dump();

@@ -17,7 +17,7 @@ void partial_efficiency(const gqla_backend_desc*, gqla_backend_efficiency* inout
     inout->memory[1] = 0.5;
     inout->compute[1] = 0.25;
     inout->overhead_s[0] = 7e-6;
-    inout->compute[0] = 2.0;      // above 1: ignored
+    inout->compute[0] = 100.0;    // above 64 (matrix units reach past 1, not that far): ignored
     inout->memory[0] = 0.0;       // not positive: ignored
     inout->overhead_s[1] = -1.0;  // negative: ignored
 }
@@ -42,6 +42,17 @@ gqla_config tiny_gqla() {
 
 double priced(const gqla_path_cost& c, double memory, double compute) {
     return std::max(c.memory_s / memory, c.compute_s / compute) + c.overhead_s;
+}
+
+// Absorb's attention on matrix units past the FMA peak, its projections
+// priced apart.
+void split_absorb_efficiency(const gqla_backend_desc*, gqla_backend_efficiency* inout) {
+    inout->compute[1] = 2.0;
+    inout->absorb_projection_compute = 0.25;
+}
+
+void bad_projection_efficiency(const gqla_backend_desc*, gqla_backend_efficiency* inout) {
+    inout->absorb_projection_compute = 1.5;  // a projection factor above 1: ignored
 }
 
 }  // namespace
@@ -135,4 +146,32 @@ TEST_CASE("efficiency hook: the prefill factor prices dense GQA-form calls in it
     // Sparse calls gather their rows: never the prefill kernel's price.
     const gqla_cost_report sparse = report_for(s, 16, 8);
     CHECK(sparse.gqa.time_s == doctest::Approx(priced(sparse.gqa, d.memory[0], 0.05)));
+}
+
+TEST_CASE("efficiency hook: a compute factor past 1, and absorb's projections priced at their own factor") {
+    gqla_backend_vtable vt = *fake::vtable();
+    vt.efficiency = split_absorb_efficiency;
+    const gqla_config cfg = tiny_gqla();
+    const gqla::Session s(cfg, &vt);
+    gqla_workload w{};
+    w.struct_size = sizeof(w);
+    w.batch = 2;
+    w.context = 1000;
+    w.q_len = 1;
+    const gqla_cost_report r = s.predict_cost(w);
+    const gqla::Efficiency d = gqla::default_efficiency(GQLA_DEVICE_CPU);
+
+    // q~ = q_c W_UK and o = o~ W_UV^T: 2 (d_c + d_v) r FLOPs per head and query.
+    const double projection_flops = 2.0 * cfg.num_heads * 2.0 * (cfg.nope_dim + cfg.value_dim) * cfg.latent_dim;
+    const double peak = r.absorb.flops / r.absorb.compute_s;
+    const double compute = (r.absorb.flops - projection_flops) / peak / 2.0 + projection_flops / peak / 0.25;
+    REQUIRE(projection_flops < r.absorb.flops);
+    CHECK(r.absorb.time_s == doctest::Approx(std::max(r.absorb.memory_s / d.memory[1], compute) + r.absorb.overhead_s));
+    // The GQA path keeps the defaults.
+    CHECK(r.gqa.time_s == doctest::Approx(priced(r.gqa, d.memory[0], d.compute[0])));
+
+    vt.efficiency = bad_projection_efficiency;
+    const gqla::Session plain(cfg, &vt);
+    const gqla_cost_report p = plain.predict_cost(w);
+    CHECK(p.absorb.time_s == doctest::Approx(priced(p.absorb, d.memory[1], d.compute[1])));
 }
