@@ -6,12 +6,7 @@
 // arithmetic on AVX-512 FMAs, into one bound by reading the cache. Built
 // with the AMX flags; used only after amx_kernels() has found the
 // instructions and been granted the tile state.
-// GCC 12's AVX-512 headers build conversions on `__m512 __Y = __Y;`
-// (_mm512_undefined_*), which -Wuninitialized reports at every inlined use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "backends/cpu/avx512_unit_warnings.hpp"
 // Of the kernels included below only the absorb ones and their helpers run
 // here (the table takes the rest from kernels_avx512.cpp).
 #pragma GCC diagnostic ignored "-Wunused-function"

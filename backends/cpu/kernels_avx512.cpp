@@ -1,12 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // AVX-512 (F/BW/VL/DQ) kernels: 16 f32 lanes, 32 vector registers, which
 // allow larger register tiles than AVX2.
-// GCC 12's AVX-512 headers build conversions on `__m512 __Y = __Y;`
-// (_mm512_undefined_*), which -Wuninitialized reports at every inlined use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "backends/cpu/avx512_unit_warnings.hpp"
 #include <immintrin.h>
 
 #include <cstdint>

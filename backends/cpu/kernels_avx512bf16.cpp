@@ -6,12 +6,7 @@
 // the table is the plain AVX-512 kernel of kernels_avx512.cpp: this unit
 // includes the AVX-512 kernels only for the helpers and fallbacks its own
 // kernels call, so it compiles no second copy of the rest.
-// GCC 12's AVX-512 headers build conversions on `__m512 __Y = __Y;`
-// (_mm512_undefined_*), which -Wuninitialized reports at every inlined use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "backends/cpu/avx512_unit_warnings.hpp"
 // Of the AVX-512 kernels included below, those no bf16 kernel calls are
 // never used here (the table takes them from kernels_avx512.cpp).
 #pragma GCC diagnostic ignored "-Wunused-function"

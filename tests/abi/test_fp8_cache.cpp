@@ -151,27 +151,19 @@ TEST_CASE("fp8 GQLA: absorb, GQA path, GQA_TRANSIENT and path switches on every 
 // kernel takes (two whole scale blocks and a 64-element one); odd_gqla's
 // r = 300 runs the AVX-512 kernel there.
 TEST_CASE("fp8 GQLA absorb on whole 32-element key steps (AMX tiles where the host has them) on every ISA") {
-    const uint64_t seed = abi::test_seed();
-    INFO(abi::replay_hint(seed));
-    for (bool outlier : {false, true}) {
-        CAPTURE(outlier);
-        nonfinite::for_each_isa([&](const char*) {
-            for (int32_t groups : {1, 3}) {
-                CAPTURE(groups);
-                gqla_config c = odd_gqla(groups);
-                c.latent_dim = 320;
-                c.rope_dim = 32;
-                Fp8Session s(c, seed + groups, outlier);
-                std::vector<gqla_seq_id> ids = sequences(s, {1, 16, 17, 90, 301});
-                check(s.attend(ids, {1}, GQLA_PATH_ABSORB, false), "absorb s_q 1");
-                check(s.attend({ids[3], ids[4]}, {4}, GQLA_PATH_ABSORB, false), "absorb s_q 4");
-                check(s.attend({ids[4], ids[0], ids[2]}, {20, 1, 3}, GQLA_PATH_ABSORB, true), "absorb ragged");
-                const gqla_seq_id child = s.fork(ids[2]);
-                s.append(child, 3);
-                check(s.attend({ids[2], child}, {2}, GQLA_PATH_ABSORB, false), "absorb fork");
-            }
-        });
-    }
+    for_each_gqla_case([](int32_t groups, uint64_t seed, bool outlier) {
+        gqla_config c = odd_gqla(groups);
+        c.latent_dim = 320;
+        c.rope_dim = 32;
+        Fp8Session s(c, seed, outlier);
+        std::vector<gqla_seq_id> ids = sequences(s, {1, 16, 17, 90, 301});
+        check(s.attend(ids, {1}, GQLA_PATH_ABSORB, false), "absorb s_q 1");
+        check(s.attend({ids[3], ids[4]}, {4}, GQLA_PATH_ABSORB, false), "absorb s_q 4");
+        check(s.attend({ids[4], ids[0], ids[2]}, {20, 1, 3}, GQLA_PATH_ABSORB, true), "absorb ragged");
+        const gqla_seq_id child = s.fork(ids[2]);
+        s.append(child, 3);
+        check(s.attend({ids[2], child}, {2}, GQLA_PATH_ABSORB, false), "absorb fork");
+    });
 }
 
 TEST_CASE("fp8 GQLA without the latent (keep_latent = 0): the expanded rows a latent-keeping session builds") {

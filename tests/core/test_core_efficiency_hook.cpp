@@ -40,6 +40,16 @@ gqla_config tiny_gqla() {
     return c;
 }
 
+// Two sequences of 1000 cached tokens, one query each.
+gqla_workload decode_workload() {
+    gqla_workload w{};
+    w.struct_size = sizeof(w);
+    w.batch = 2;
+    w.context = 1000;
+    w.q_len = 1;
+    return w;
+}
+
 double priced(const gqla_path_cost& c, double memory, double compute) {
     return std::max(c.memory_s / memory, c.compute_s / compute) + c.overhead_s;
 }
@@ -61,12 +71,7 @@ TEST_CASE("efficiency hook: valid reports replace the defaults, others are ignor
     gqla_backend_vtable vt = *fake::vtable();
     vt.efficiency = partial_efficiency;
     const gqla::Session s(tiny_gqla(), &vt);
-    gqla_workload w{};
-    w.struct_size = sizeof(w);
-    w.batch = 2;
-    w.context = 1000;
-    w.q_len = 1;
-    const gqla_cost_report r = s.predict_cost(w);
+    const gqla_cost_report r = s.predict_cost(decode_workload());
 
     const gqla::Efficiency d = gqla::default_efficiency(GQLA_DEVICE_CPU);
     CHECK(r.gqa.overhead_s == 7e-6);
@@ -153,11 +158,7 @@ TEST_CASE("efficiency hook: a compute factor past 1, and absorb's projections pr
     vt.efficiency = split_absorb_efficiency;
     const gqla_config cfg = tiny_gqla();
     const gqla::Session s(cfg, &vt);
-    gqla_workload w{};
-    w.struct_size = sizeof(w);
-    w.batch = 2;
-    w.context = 1000;
-    w.q_len = 1;
+    const gqla_workload w = decode_workload();
     const gqla_cost_report r = s.predict_cost(w);
     const gqla::Efficiency d = gqla::default_efficiency(GQLA_DEVICE_CPU);
 
