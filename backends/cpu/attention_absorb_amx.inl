@@ -3,7 +3,7 @@
 // 8-bit latents. Included by kernels_amx.cpp inside its bf16dot namespace,
 // after attention_fp8_dot.inl, whose query pairs, latent pairs and raw bf16
 // staging these kernels reuse, so their numerics are those of the
-// AVX512-BF16 absorb kernels (docs/kernels.md, "CPU absorb on AMX tiles"):
+// AVX512-BF16 absorb kernels (docs/kernels.md, "Absorb on AMX tiles"):
 // q~ split into high and low bf16 parts, probabilities rounded to bf16 (for
 // 8-bit latents times a scale block's token scales), f32 sums, and the
 // causal diagonal through the f32 tile, lane by lane.
